@@ -1,0 +1,114 @@
+/* The vLLM-compatible random stream (docs/stream.md, DESIGN section 5).
+ *
+ * Needs the embedded Random123 philox.h before it. Build-time defines:
+ *   IS_DRAFTING  1: row keys use the draft salt (pos + 2^30)
+ *   USE_FP64     1: fp64 uniforms (needs cl_khr_fp64)
+ */
+#pragma OPENCL FP_CONTRACT OFF
+
+#ifndef IS_DRAFTING
+#define IS_DRAFTING 0
+#endif
+#ifndef USE_FP64
+#define USE_FP64 0
+#endif
+
+/* The host refuses fp64 variants on devices without fp64; this check
+ * keeps a hand-built program honest too. */
+#if USE_FP64
+#if defined(cl_khr_fp64)
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#elif !defined(__opencl_c_fp64)
+#error "USE_FP64=1 needs a device with cl_khr_fp64"
+#endif
+#endif
+
+/* Draft rows shift their position by 2^30 so the draft and target streams
+ * never share a Philox counter for positions below 2^30. */
+#define PSR_DRAFT_SALT 0x40000000UL
+
+/* philox4x32_10(ctr = {lo(offset), hi(offset), 0, 0}, key = {lo(seed), hi(seed)}). */
+inline uint4 psr_draw(ulong seed, ulong offset)
+{
+    philox4x32_ctr_t ctr = {{(uint)offset, (uint)(offset >> 32), 0u, 0u}};
+    philox4x32_key_t key = {{(uint)seed, (uint)(seed >> 32)}};
+    philox4x32_ctr_t r = philox4x32_R(10, ctr, key);
+    return (uint4)(r.v[0], r.v[1], r.v[2], r.v[3]);
+}
+
+/* fp32 uniform in (0, 1) from one word, as Triton's tl_rand32: fold the
+ * sign with ~s (not -s-1 overflow), scale by 2^-31 rounded down. */
+inline float psr_u32(uint w)
+{
+    int s = as_int(w);
+    if (s < 0)
+        s = ~s;
+    return fmax((float)s * 0x1.fffffep-32f, 0x1.fffffep-32f);
+}
+
+#if USE_FP64
+/* fp64 uniform in (0, 1] from two words: all 64 bits, floored at DBL_MIN. */
+inline double psr_u64(uint w0, uint w1)
+{
+    ulong bits = ((ulong)w1 << 32) | (ulong)w0;
+    return fmax((double)bits * 0x1p-64, DBL_MIN);
+}
+#endif
+
+/* Key of one row: word 0 of the draw at the row's (possibly salted) position. */
+inline uint psr_row_key(ulong seed, ulong pos)
+{
+    return psr_draw(seed, pos + (IS_DRAFTING ? PSR_DRAFT_SALT : 0UL)).x;
+}
+
+/* The two noise words of one token of a row. */
+inline uint2 psr_token_words(uint row_key, uint token)
+{
+    return psr_draw((ulong)row_key, (ulong)token).xy;
+}
+
+/* Raw Philox4x32-10 for known-answer tests: 6 words in (ctr0..3, key0..1),
+ * 4 words out per case. */
+__kernel void psr_philox_kat(__global const uint *in, __global uint *out, uint n)
+{
+    uint i = get_global_id(0);
+    if (i >= n)
+        return;
+    philox4x32_ctr_t ctr = {{in[6 * i], in[6 * i + 1], in[6 * i + 2], in[6 * i + 3]}};
+    philox4x32_key_t key = {{in[6 * i + 4], in[6 * i + 5]}};
+    philox4x32_ctr_t r = philox4x32_R(10, ctr, key);
+    for (int k = 0; k < 4; k++)
+        out[4 * i + k] = r.v[k];
+}
+
+/* Stream words of (seed, pos) pairs: draw's 4 words and u32 of word 0. */
+__kernel void psr_stream_words(__global const long *seeds, __global const long *positions,
+                               uint n, __global uint *words, __global uint *u32_bits)
+{
+    uint i = get_global_id(0);
+    if (i >= n)
+        return;
+    uint4 w = psr_draw((ulong)seeds[i], (ulong)positions[i]);
+    vstore4(w, i, words);
+    u32_bits[i] = as_uint(psr_u32(w.x));
+}
+
+/* Per-token uniforms: the row key, the fp32 uniform and (USE_FP64) the
+ * fp64 uniform's bits of token tokens[i] in row (seeds[i], positions[i]). */
+__kernel void psr_token_uniforms(__global const long *seeds, __global const long *positions,
+                                 __global const uint *tokens, uint n, __global uint *row_keys,
+                                 __global uint *u32_bits, __global ulong *u64_bits)
+{
+    uint i = get_global_id(0);
+    if (i >= n)
+        return;
+    uint key = psr_row_key((ulong)seeds[i], (ulong)positions[i]);
+    uint2 w = psr_token_words(key, tokens[i]);
+    row_keys[i] = key;
+    u32_bits[i] = as_uint(psr_u32(w.x));
+#if USE_FP64
+    u64_bits[i] = as_ulong(psr_u64(w.x, w.y));
+#else
+    u64_bits[i] = 0;
+#endif
+}

@@ -1,0 +1,259 @@
+/*
+ * psr — portable sampling runtime.
+ *
+ * The whole public C API. psr samples LLM tokens on any OpenCL device and
+ * draws the same random numbers as vLLM's GPU sampler (docs/stream.md).
+ *
+ * Conventions
+ *  - Every call returns a psr_status; psr_status_string() names it and
+ *    psr_last_error() gives the detail of the last failure.
+ *  - Handles are opaque. psr_context_free() accepts NULL.
+ *  - The library never prints. It reports through the optional log callback
+ *    of psr_context_options.
+ *  - Threads: a psr_context is NOT thread-safe. Use one context per thread,
+ *    or guard each context with your own lock. Functions that take no
+ *    context (device discovery, cache listing) are safe to call from any
+ *    thread; their error detail is kept per thread.
+ */
+#ifndef PSR_H
+#define PSR_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <psr/psr_version.h>
+
+#if defined(PSR_BUILDING_LIBRARY) && defined(__GNUC__)
+#define PSR_API __attribute__((visibility("default")))
+#else
+#define PSR_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One device, one queue, its programs and caches. */
+typedef struct psr_context psr_context;
+
+/* ------------------------------------------------------------------ */
+/* Status codes. The numbers are stable: they are never reused or      */
+/* renumbered, new codes are only appended.                            */
+/* ------------------------------------------------------------------ */
+typedef enum psr_status {
+    PSR_OK = 0,
+    PSR_ERR_NULL_ARGUMENT = 1,     /* a required pointer or handle is NULL */
+    PSR_ERR_INVALID_ARGUMENT = 2,  /* a value is out of its documented range */
+    PSR_ERR_OUT_OF_HOST_MEMORY = 3,
+    PSR_ERR_NO_DEVICE = 4,         /* no OpenCL platform or device at all */
+    PSR_ERR_BAD_SELECTOR = 5,      /* a device selector cannot be parsed */
+    PSR_ERR_DEVICE_NOT_FOUND = 6,  /* the selector matches no device */
+    PSR_ERR_OPENCL = 7,            /* an OpenCL call failed (detail has the code) */
+    PSR_ERR_BUILD_FAILED = 8,      /* kernel build failed; see psr_context_build_log() */
+    PSR_ERR_FP64_UNSUPPORTED = 9,  /* fp64 asked for on a device without it */
+    PSR_ERR_CACHE_IO = 10,         /* the cache directory cannot be read or changed */
+    PSR_ERR_BUFFER_TOO_SMALL = 11  /* an output array or string is too small */
+} psr_status;
+
+/* A short, constant name for a status ("PSR_ERR_NO_DEVICE: ..."). Never NULL. */
+PSR_API const char *psr_status_string(psr_status status);
+
+/* Detail of the last failed call: with a context, that context's last
+ * failure; with NULL, the last failure of a context-less call (or of a
+ * failed psr_context_create*) on the calling thread. "" when none. The
+ * string stays valid until the next call on the same context or thread. */
+PSR_API const char *psr_last_error(const psr_context *ctx);
+
+/* ------------------------------------------------------------------ */
+/* Version                                                             */
+/* ------------------------------------------------------------------ */
+PSR_API const char *psr_version(void);        /* "MAJOR.MINOR.PATCH" */
+PSR_API unsigned psr_version_number(void);    /* PSR_VERSION_NUMBER of the library */
+
+/* Optional parts compiled into this library. */
+#define PSR_FEATURE_CLBLAST (1u << 0)
+PSR_API unsigned psr_features(void);
+
+/* ------------------------------------------------------------------ */
+/* Logging                                                             */
+/* ------------------------------------------------------------------ */
+typedef enum psr_log_level {
+    PSR_LOG_DEBUG = 0,
+    PSR_LOG_INFO = 1,
+    PSR_LOG_WARNING = 2,
+    PSR_LOG_ERROR = 3
+} psr_log_level;
+
+/* Called synchronously from the thread that made the call. */
+typedef void (*psr_log_fn)(psr_log_level level, const char *message, void *user_data);
+
+/* ------------------------------------------------------------------ */
+/* Devices                                                             */
+/* ------------------------------------------------------------------ */
+typedef enum psr_device_type {
+    PSR_DEVICE_OTHER = 0,
+    PSR_DEVICE_CPU = 1,
+    PSR_DEVICE_GPU = 2,
+    PSR_DEVICE_ACCELERATOR = 3
+} psr_device_type;
+
+/* Capability bits of psr_device_info.capabilities. */
+#define PSR_CAP_FP64 (1u << 0)      /* cl_khr_fp64 or a non-zero CL_DEVICE_DOUBLE_FP_CONFIG */
+#define PSR_CAP_FP16 (1u << 1)      /* cl_khr_fp16 */
+#define PSR_CAP_SUBGROUPS (1u << 2) /* cl_khr_subgroups or cl_intel_subgroups */
+
+typedef struct psr_device_info {
+    unsigned platform_index;       /* P of the "P:D" selector */
+    unsigned device_index;         /* D of the "P:D" selector (within its platform) */
+    psr_device_type type;
+    char platform_name[128];
+    char platform_vendor[128];
+    char platform_version[128];
+    char name[128];
+    char vendor[128];
+    char version[128];             /* CL_DEVICE_VERSION */
+    char driver_version[128];
+    char opencl_c_version[64];
+    uint32_t vendor_id;
+    uint32_t compute_units;
+    uint32_t max_clock_mhz;
+    uint32_t preferred_work_group_multiple; /* 0 when not known without a kernel */
+    size_t max_work_group_size;
+    uint64_t local_mem_bytes;
+    uint64_t global_mem_bytes;
+    uint64_t max_alloc_bytes;
+    uint32_t capabilities;         /* PSR_CAP_* */
+} psr_device_info;
+
+/* Lists every device of every platform, in (platform, device) order.
+ * Writes min(capacity, total) entries and sets *count to the total, so a
+ * first call with devices = NULL, capacity = 0 counts them. A machine
+ * without any OpenCL platform gives PSR_OK with *count = 0. */
+PSR_API psr_status psr_device_list(psr_device_info *devices, size_t capacity, size_t *count);
+
+/* The device a selector picks, as psr_context_create() would pick it.
+ * Selectors (case-insensitive):
+ *   "auto"                       the first GPU, else the first CPU, else the first device
+ *   "gpu", "cpu", "accelerator"  the first device of that type
+ *   "nvidia", "amd", "intel",    the first device whose platform vendor is that
+ *   "pocl"                       vendor (pocl: the PoCL platform), GPUs first
+ *   "P:D"                        device D of platform P, both decimal indices
+ *   anything else                the first device whose name, vendor or
+ *                                platform name contains the text
+ * NULL means: $PSR_DEVICE if set and not empty, else "auto".
+ * PSR_ERR_BAD_SELECTOR for text that cannot be a selector (empty, or a
+ * malformed "P:D"), PSR_ERR_DEVICE_NOT_FOUND when nothing matches. */
+PSR_API psr_status psr_device_select(const char *selector, psr_device_info *out);
+
+/* ------------------------------------------------------------------ */
+/* Context                                                             */
+/* ------------------------------------------------------------------ */
+typedef enum psr_disk_cache_mode {
+    PSR_DISK_CACHE_AUTO = 0, /* on, unless the environment says PSR_CACHE=0 */
+    PSR_DISK_CACHE_ON = 1,   /* on, whatever the environment says */
+    PSR_DISK_CACHE_OFF = 2
+} psr_disk_cache_mode;
+
+typedef struct psr_context_options {
+    size_t struct_size;          /* set by psr_context_options_init() */
+    const char *device;          /* selector (psr_device_select); create() only */
+    psr_log_fn log;              /* optional; NULL: silent */
+    void *log_user_data;
+    psr_log_level log_level;     /* the least severe level delivered; default WARNING */
+    const char *cache_dir;       /* NULL: $PSR_CACHE_DIR, $XDG_CACHE_HOME/psr, ~/.cache/psr */
+    psr_disk_cache_mode disk_cache;
+    int profiling;               /* non-zero: create()'s queue has profiling on */
+    /* Testing aid: PSR_CAP_* bits to treat as absent on this device, so the
+     * paths for devices without fp64 (or fp16) can be exercised anywhere. */
+    uint32_t hide_capabilities;
+} psr_context_options;
+
+/* Fills *options with the defaults. Always call it before setting fields. */
+PSR_API void psr_context_options_init(psr_context_options *options);
+
+/* Picks a device by options->device (NULL options: all defaults), creates
+ * its cl_context and in-order queue, and returns the new context. */
+PSR_API psr_status psr_context_create(const psr_context_options *options, psr_context **out);
+
+/* Wraps the application's own OpenCL objects so its buffers can be used
+ * directly. The context, device and queue are retained here and released
+ * by psr_context_free(). The queue must belong to the context and device;
+ * options->device is ignored. options may be NULL. */
+PSR_API psr_status psr_context_create_from_cl(cl_context cl_ctx, cl_device_id device,
+                                              cl_command_queue queue,
+                                              const psr_context_options *options,
+                                              psr_context **out);
+
+/* Releases everything the context holds. NULL is fine. */
+PSR_API void psr_context_free(psr_context *ctx);
+
+/* The device the context runs on (capabilities after hide_capabilities). */
+PSR_API psr_status psr_context_device_info(const psr_context *ctx, psr_device_info *out);
+
+/* The context's OpenCL objects, not retained for the caller. Any out
+ * pointer may be NULL. */
+PSR_API psr_status psr_context_cl(const psr_context *ctx, cl_context *cl_ctx,
+                                  cl_device_id *device, cl_command_queue *queue);
+
+/* The log of the last kernel build that failed on this context ("" if none). */
+PSR_API const char *psr_context_build_log(const psr_context *ctx);
+
+/* Builds (or loads from the cache) every kernel variant this device can
+ * run, so later calls start without compiling. *variants (may be NULL)
+ * receives how many variants are now ready. */
+PSR_API psr_status psr_context_warm(psr_context *ctx, size_t *variants);
+
+/* ------------------------------------------------------------------ */
+/* Kernel cache                                                        */
+/* ------------------------------------------------------------------ */
+/* Counters of one context's program lookups. Each lookup ends in exactly
+ * one of memory_hits, disk_hits or builds. */
+typedef struct psr_cache_stats {
+    uint64_t memory_hits;   /* served from the context's memory tier */
+    uint64_t disk_hits;     /* loaded from a valid binary on disk */
+    uint64_t builds;        /* compiled from source */
+    uint64_t rebuilds;      /* of builds: a disk file was discarded first (truncated, corrupt, foreign, refused) */
+    uint64_t disk_writes;   /* binaries written to disk */
+    uint64_t disk_write_failures;
+    int disk_enabled;       /* the disk tier is in use by this context */
+    char cache_dir[512];    /* the directory in use ("" when off) */
+} psr_cache_stats;
+
+PSR_API psr_status psr_context_cache_stats(const psr_context *ctx, psr_cache_stats *out);
+
+/* One binary in a cache directory. */
+typedef struct psr_cache_entry {
+    char file[128];          /* file name inside the directory */
+    char kernels[32];        /* kernel set */
+    char platform[128];
+    char device[128];
+    char driver_version[128];
+    char options[512];       /* the build options */
+    uint64_t bytes;          /* file size */
+    int64_t mtime;           /* seconds since the epoch */
+    int valid;               /* header and checksum are intact */
+} psr_cache_entry;
+
+/* The cache directory the environment selects (it may not exist yet):
+ * $PSR_CACHE_DIR, else $XDG_CACHE_HOME/psr, else $HOME/.cache/psr. */
+PSR_API psr_status psr_cache_directory(char *buf, size_t capacity);
+
+/* Lists the binaries in dir (NULL: psr_cache_directory()). Writes
+ * min(capacity, total) entries, sets *count to the total. A directory
+ * that does not exist lists as empty. */
+PSR_API psr_status psr_cache_list(const char *dir, psr_cache_entry *entries, size_t capacity,
+                                  size_t *count);
+
+/* Removes psr's binaries and stale temporary files from dir (NULL: the
+ * default). Other files are left alone. *removed (may be NULL) counts them. */
+PSR_API psr_status psr_cache_clear(const char *dir, size_t *removed);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PSR_H */

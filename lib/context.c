@@ -1,0 +1,311 @@
+/* Contexts: device selection or adoption of the app's OpenCL objects,
+ * cache set-up, and the getters of the public API. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+void psr_context_options_init(psr_context_options *options)
+{
+    if (!options)
+        return;
+    memset(options, 0, sizeof *options);
+    options->struct_size = sizeof *options;
+    options->log_level = PSR_LOG_WARNING;
+    options->disk_cache = PSR_DISK_CACHE_AUTO;
+}
+
+static psr_status check_options(const psr_context_options *o)
+{
+    if (!o)
+        return PSR_OK;
+    if (o->struct_size != sizeof *o)
+        return psr_fail(NULL, PSR_ERR_INVALID_ARGUMENT,
+                        "options->struct_size is %zu, expected %zu: call "
+                        "psr_context_options_init() first",
+                        o->struct_size, sizeof *o);
+    if ((unsigned)o->log_level > PSR_LOG_ERROR)
+        return psr_fail(NULL, PSR_ERR_INVALID_ARGUMENT, "options->log_level %d is not a psr_log_level",
+                        (int)o->log_level);
+    if ((unsigned)o->disk_cache > PSR_DISK_CACHE_OFF)
+        return psr_fail(NULL, PSR_ERR_INVALID_ARGUMENT,
+                        "options->disk_cache %d is not a psr_disk_cache_mode", (int)o->disk_cache);
+    return PSR_OK;
+}
+
+static bool env_turns_cache_off(void)
+{
+    const char *v = getenv("PSR_CACHE");
+    return v && (strcmp(v, "0") == 0 || strcasecmp(v, "off") == 0 || strcasecmp(v, "no") == 0 ||
+                 strcasecmp(v, "false") == 0);
+}
+
+/* Chooses the disk tier's directory; any problem only turns the tier off. */
+static void setup_disk_cache(psr_context *ctx, const psr_context_options *o)
+{
+    psr_disk_cache_mode mode = o ? o->disk_cache : PSR_DISK_CACHE_AUTO;
+    if (mode == PSR_DISK_CACHE_OFF || (mode == PSR_DISK_CACHE_AUTO && env_turns_cache_off())) {
+        psr_log(ctx, PSR_LOG_INFO, "kernel cache: disk tier off (%s)",
+                mode == PSR_DISK_CACHE_OFF ? "options->disk_cache" : "PSR_CACHE=0");
+        return;
+    }
+    if (psr_cache_resolve_dir(o ? o->cache_dir : NULL, ctx->cache_dir, sizeof ctx->cache_dir) !=
+        PSR_OK) {
+        psr_log(ctx, PSR_LOG_WARNING, "kernel cache: disk tier off: %s", psr_last_error(NULL));
+        ctx->cache_dir[0] = '\0';
+        psr_clear_thread_error();
+        return;
+    }
+    int err = psr_mkdir_p(ctx->cache_dir);
+    if (err) {
+        psr_log(ctx, PSR_LOG_WARNING, "kernel cache: disk tier off: cannot create %s: %s",
+                ctx->cache_dir, strerror(err));
+        ctx->cache_dir[0] = '\0';
+        return;
+    }
+    ctx->disk_enabled = true;
+    if (access(ctx->cache_dir, W_OK) != 0) {
+        ctx->disk_writable = false;
+        psr_log(ctx, PSR_LOG_WARNING,
+                "kernel cache: %s is read-only: cached binaries are used, new ones are not saved",
+                ctx->cache_dir);
+    } else {
+        ctx->disk_writable = true;
+    }
+}
+
+static psr_status init_common(psr_context *ctx, const psr_context_options *o)
+{
+    if (o) {
+        ctx->info.capabilities &= ~o->hide_capabilities;
+    }
+    ctx->tuning = psr_tuning_for(&ctx->info);
+    setup_disk_cache(ctx, o);
+    return PSR_OK;
+}
+
+static psr_context *new_context(const psr_context_options *o)
+{
+    psr_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return NULL;
+    ctx->log_level = PSR_LOG_WARNING;
+    if (o) {
+        ctx->log = o->log;
+        ctx->log_user_data = o->log_user_data;
+        ctx->log_level = o->log_level;
+    }
+    return ctx;
+}
+
+/* Moves a creation failure's detail to the thread and frees the context. */
+static psr_status abandon(psr_context *ctx, psr_status st)
+{
+    if (ctx->error[0])
+        psr_fail(NULL, st, "%s", ctx->error);
+    psr_context_free(ctx);
+    return st;
+}
+
+psr_status psr_context_create(const psr_context_options *options, psr_context **out)
+{
+    psr_clear_thread_error();
+    if (!out)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_create: out is NULL");
+    *out = NULL;
+    psr_status st = check_options(options);
+    if (st != PSR_OK)
+        return st;
+    psr_context *ctx = new_context(options);
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_OUT_OF_HOST_MEMORY, "out of memory creating a context");
+
+    psr_found_device dev;
+    st = psr_select_found(options ? options->device : NULL, &dev);
+    if (st != PSR_OK) {
+        psr_log(ctx, PSR_LOG_ERROR, "%s", psr_last_error(NULL));
+        psr_context_free(ctx);
+        return st;
+    }
+    ctx->platform = dev.platform;
+    ctx->device = dev.device;
+    ctx->info = dev.info;
+
+    cl_int err;
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)dev.platform, 0};
+    ctx->cl_ctx = clCreateContext(props, 1, &dev.device, NULL, NULL, &err);
+    if (err != CL_SUCCESS)
+        return abandon(ctx, psr_fail(ctx, PSR_ERR_OPENCL, "clCreateContext for \"%s\" failed: %s (%d)",
+                                     dev.info.name, psr_cl_error_name(err), err));
+    cl_command_queue_properties qprops =
+        options && options->profiling ? CL_QUEUE_PROFILING_ENABLE : 0;
+    ctx->queue = clCreateCommandQueue(ctx->cl_ctx, dev.device, qprops, &err);
+    if (err != CL_SUCCESS)
+        return abandon(ctx, psr_fail(ctx, PSR_ERR_OPENCL,
+                                     "clCreateCommandQueue for \"%s\" failed: %s (%d)",
+                                     dev.info.name, psr_cl_error_name(err), err));
+    init_common(ctx, options);
+    *out = ctx;
+    return PSR_OK;
+}
+
+/* Platform and device indices of an adopted device, as psr_device_list numbers them. */
+static void find_indices(psr_context *ctx)
+{
+    ctx->info.platform_index = ctx->info.device_index = ~0u;
+    psr_found_device *found;
+    size_t n;
+    if (psr_enumerate_devices(&found, &n) != PSR_OK)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (found[i].device == ctx->device) {
+            ctx->info.platform_index = found[i].info.platform_index;
+            ctx->info.device_index = found[i].info.device_index;
+        }
+    free(found);
+}
+
+psr_status psr_context_create_from_cl(cl_context cl_ctx, cl_device_id device, cl_command_queue queue,
+                                      const psr_context_options *options, psr_context **out)
+{
+    psr_clear_thread_error();
+    if (!out)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_create_from_cl: out is NULL");
+    *out = NULL;
+    if (!cl_ctx)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_create_from_cl: cl_ctx is NULL");
+    if (!device)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_create_from_cl: device is NULL");
+    if (!queue)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_create_from_cl: queue is NULL");
+    psr_status st = check_options(options);
+    if (st != PSR_OK)
+        return st;
+
+    cl_context qctx = NULL;
+    cl_device_id qdev = NULL;
+    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL);
+    if (err != CL_SUCCESS)
+        return psr_fail(NULL, PSR_ERR_OPENCL, "psr_context_create_from_cl: queue is not usable: %s (%d)",
+                        psr_cl_error_name(err), err);
+    if (qctx != cl_ctx)
+        return psr_fail(NULL, PSR_ERR_INVALID_ARGUMENT,
+                        "psr_context_create_from_cl: queue belongs to another cl_context");
+    if (qdev != device)
+        return psr_fail(NULL, PSR_ERR_INVALID_ARGUMENT,
+                        "psr_context_create_from_cl: queue belongs to another device");
+    cl_platform_id platform = NULL;
+    err = clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
+    if (err != CL_SUCCESS)
+        return psr_fail(NULL, PSR_ERR_OPENCL, "psr_context_create_from_cl: device is not usable: %s (%d)",
+                        psr_cl_error_name(err), err);
+
+    psr_context *ctx = new_context(options);
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_OUT_OF_HOST_MEMORY, "out of memory creating a context");
+    st = psr_query_device(platform, device, 0, 0, &ctx->info);
+    if (st != PSR_OK) {
+        psr_context_free(ctx);
+        return st;
+    }
+    ctx->platform = platform;
+    clRetainContext(cl_ctx);
+    ctx->cl_ctx = cl_ctx;
+    clRetainDevice(device);
+    ctx->device = device;
+    ctx->device_retained = true;
+    clRetainCommandQueue(queue);
+    ctx->queue = queue;
+    find_indices(ctx);
+    init_common(ctx, options);
+    *out = ctx;
+    return PSR_OK;
+}
+
+void psr_context_free(psr_context *ctx)
+{
+    if (!ctx)
+        return;
+    for (size_t i = 0; i < ctx->program_count; i++) {
+        clReleaseProgram(ctx->programs[i].program);
+        free(ctx->programs[i].key);
+    }
+    free(ctx->programs);
+    if (ctx->queue)
+        clReleaseCommandQueue(ctx->queue);
+    if (ctx->cl_ctx)
+        clReleaseContext(ctx->cl_ctx);
+    if (ctx->device_retained)
+        clReleaseDevice(ctx->device);
+    free(ctx->build_log);
+    free(ctx);
+}
+
+psr_status psr_context_device_info(const psr_context *ctx, psr_device_info *out)
+{
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_device_info: ctx is NULL");
+    if (!out)
+        return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT,
+                        "psr_context_device_info: out is NULL");
+    *out = ctx->info;
+    return PSR_OK;
+}
+
+psr_status psr_context_cl(const psr_context *ctx, cl_context *cl_ctx, cl_device_id *device,
+                          cl_command_queue *queue)
+{
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_cl: ctx is NULL");
+    if (cl_ctx)
+        *cl_ctx = ctx->cl_ctx;
+    if (device)
+        *device = ctx->device;
+    if (queue)
+        *queue = ctx->queue;
+    return PSR_OK;
+}
+
+const char *psr_context_build_log(const psr_context *ctx)
+{
+    return ctx && ctx->build_log ? ctx->build_log : "";
+}
+
+psr_status psr_context_cache_stats(const psr_context *ctx, psr_cache_stats *out)
+{
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_cache_stats: ctx is NULL");
+    if (!out)
+        return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT,
+                        "psr_context_cache_stats: out is NULL");
+    *out = ctx->stats;
+    out->disk_enabled = ctx->disk_enabled;
+    psr_strlcpy(out->cache_dir, ctx->disk_enabled ? ctx->cache_dir : "", sizeof out->cache_dir);
+    return PSR_OK;
+}
+
+psr_status psr_context_warm(psr_context *ctx, size_t *variants)
+{
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_warm: ctx is NULL");
+    size_t ready = 0;
+    bool fp64 = (ctx->info.capabilities & PSR_CAP_FP64) != 0;
+    for (int set = 0; set < PSR_KERNEL_SET_COUNT; set++)
+        for (int drafting = 0; drafting <= 1; drafting++)
+            for (int use_fp64 = 0; use_fp64 <= (fp64 ? 1 : 0); use_fp64++) {
+                psr_variant v = {(psr_kernel_set)set, drafting, use_fp64};
+                cl_program p;
+                psr_status st = psr_program_get(ctx, &v, &p);
+                if (st != PSR_OK)
+                    return st;
+                ready++;
+            }
+    if (variants)
+        *variants = ready;
+    return PSR_OK;
+}

@@ -1,0 +1,428 @@
+/* The disk tier of the kernel cache: one file per program binary, named by
+ * the SHA-256 of everything that makes the binary what it is, written to a
+ * temporary file and renamed into place so readers never see half a file.
+ *
+ * File layout (little-endian):
+ *   0  magic "PSRCACHE"      8 bytes
+ *   8  format version        u32
+ *   12 metadata length       u32   (text: "key=value\n" lines)
+ *   16 payload length        u64
+ *   24 key                   32 bytes (SHA-256 of the key material)
+ *   56 payload checksum      32 bytes (SHA-256 of the payload)
+ *   88 metadata, then the payload; the file ends exactly there.
+ */
+#include "internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAGIC "PSRCACHE"
+#define FORMAT_VERSION 1u
+#define HEADER_BYTES 88u
+#define MAX_META_BYTES 4096u
+#define SUFFIX ".psrbin"
+#define TMP_PREFIX ".tmp-"
+
+psr_status psr_cache_resolve_dir(const char *option_dir, char *buf, size_t len)
+{
+    const char *env;
+    int n;
+    if (option_dir && *option_dir)
+        n = snprintf(buf, len, "%s", option_dir);
+    else if ((env = getenv("PSR_CACHE_DIR")) && *env)
+        n = snprintf(buf, len, "%s", env);
+    else if ((env = getenv("XDG_CACHE_HOME")) && *env)
+        n = snprintf(buf, len, "%s/psr", env);
+    else if ((env = getenv("HOME")) && *env)
+        n = snprintf(buf, len, "%s/.cache/psr", env);
+    else
+        return psr_fail(NULL, PSR_ERR_CACHE_IO,
+                        "no cache directory: set PSR_CACHE_DIR, XDG_CACHE_HOME or HOME");
+    if (n < 0 || (size_t)n >= len)
+        return psr_fail(NULL, PSR_ERR_CACHE_IO, "cache directory path is longer than %zu bytes",
+                        len - 1);
+    return PSR_OK;
+}
+
+int psr_mkdir_p(const char *dir)
+{
+    char path[PSR_PATH_MAX];
+    if (psr_strlcpy(path, dir, sizeof path) >= sizeof path)
+        return ENAMETOOLONG;
+    for (char *p = path + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char saved = *p;
+            *p = '\0';
+            if (mkdir(path, 0700) != 0 && errno != EEXIST)
+                return errno;
+            *p = saved;
+            if (saved == '\0')
+                break;
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return errno;
+    return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+}
+
+void psr_cache_path(const char *dir, const uint8_t key[32], char *buf, size_t len)
+{
+    char hex[65];
+    psr_hex(key, 32, hex);
+    snprintf(buf, len, "%s/%s" SUFFIX, dir, hex);
+}
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static size_t format_meta(const psr_cache_meta *m, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "kernels=%s\nplatform=%s\ndevice=%s\ndriver=%s\noptions=%s\nlibrary=%s\n",
+                     m->kernels, m->platform, m->device, m->driver_version, m->options, m->library);
+    return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+}
+
+static void parse_meta(const char *text, size_t len, psr_cache_meta *m)
+{
+    memset(m, 0, sizeof *m);
+    const char *end = text + len;
+    while (text < end) {
+        const char *nl = memchr(text, '\n', (size_t)(end - text));
+        if (!nl)
+            nl = end;
+        const char *eq = memchr(text, '=', (size_t)(nl - text));
+        if (eq) {
+            size_t klen = (size_t)(eq - text), vlen = (size_t)(nl - eq - 1);
+            struct {
+                const char *key;
+                char *dst;
+                size_t size;
+            } fields[] = {
+                {"kernels", m->kernels, sizeof m->kernels},
+                {"platform", m->platform, sizeof m->platform},
+                {"device", m->device, sizeof m->device},
+                {"driver", m->driver_version, sizeof m->driver_version},
+                {"options", m->options, sizeof m->options},
+                {"library", m->library, sizeof m->library},
+            };
+            for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+                if (strlen(fields[i].key) == klen && memcmp(fields[i].key, text, klen) == 0) {
+                    size_t k = vlen < fields[i].size - 1 ? vlen : fields[i].size - 1;
+                    memcpy(fields[i].dst, eq + 1, k);
+                    fields[i].dst[k] = '\0';
+                }
+        }
+        text = nl + 1;
+    }
+}
+
+/* Reads a whole file; NULL with errno set on failure. */
+static unsigned char *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    unsigned char *data = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        if (n == cap) {
+            size_t grown = cap ? cap * 2 : 65536;
+            unsigned char *p = realloc(data, grown);
+            if (!p) {
+                free(data);
+                fclose(f);
+                errno = ENOMEM;
+                return NULL;
+            }
+            data = p;
+            cap = grown;
+        }
+        size_t got = fread(data + n, 1, cap - n, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(data);
+        errno = EIO;
+        return NULL;
+    }
+    *len = n;
+    return data;
+}
+
+/* Checks a file's structure. key may be NULL (listing: any key). */
+static const char *check_file(const unsigned char *data, size_t len, const uint8_t *key,
+                              psr_cache_meta *meta, size_t *payload_at, size_t *payload_len)
+{
+    if (len < HEADER_BYTES)
+        return len >= 8 && memcmp(data, MAGIC, 8) == 0 ? "truncated header" : "not a psr binary";
+    if (memcmp(data, MAGIC, 8) != 0)
+        return "not a psr binary (bad magic)";
+    if (get_u32(data + 8) != FORMAT_VERSION)
+        return "unknown format version";
+    uint32_t meta_len = get_u32(data + 12);
+    uint64_t plen = get_u64(data + 16);
+    if (meta_len > MAX_META_BYTES)
+        return "corrupt header (metadata length)";
+    if ((uint64_t)len < HEADER_BYTES + (uint64_t)meta_len + plen)
+        return "truncated";
+    if ((uint64_t)len != HEADER_BYTES + (uint64_t)meta_len + plen)
+        return "trailing bytes after the payload";
+    if (key && memcmp(data + 24, key, 32) != 0)
+        return "foreign (its key is not this file's name)";
+    uint8_t sum[32];
+    psr_sha256 h;
+    psr_sha256_init(&h);
+    psr_sha256_update(&h, data + HEADER_BYTES + meta_len, (size_t)plen);
+    psr_sha256_final(&h, sum);
+    if (memcmp(sum, data + 56, 32) != 0)
+        return "corrupt (payload checksum mismatch)";
+    if (meta)
+        parse_meta((const char *)data + HEADER_BYTES, meta_len, meta);
+    *payload_at = HEADER_BYTES + meta_len;
+    *payload_len = (size_t)plen;
+    return NULL;
+}
+
+psr_cache_read psr_cache_read_file(const char *path, const uint8_t key[32], unsigned char **payload,
+                                   size_t *payload_len, psr_cache_meta *meta, const char **why)
+{
+    size_t len = 0;
+    unsigned char *data = read_all(path, &len);
+    if (!data) {
+        *why = errno == ENOENT ? "missing" : "unreadable";
+        return errno == ENOENT ? PSR_CACHE_READ_MISSING : PSR_CACHE_READ_INVALID;
+    }
+    size_t at = 0, plen = 0;
+    *why = check_file(data, len, key, meta, &at, &plen);
+    if (*why) {
+        free(data);
+        return PSR_CACHE_READ_INVALID;
+    }
+    memmove(data, data + at, plen);
+    *payload = data;
+    *payload_len = plen;
+    return PSR_CACHE_READ_OK;
+}
+
+static int write_fully(int fd, const void *buf, size_t len)
+{
+    const unsigned char *p = buf;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int psr_cache_write_file(const char *dir, const uint8_t key[32], const psr_cache_meta *meta,
+                         const unsigned char *payload, size_t payload_len)
+{
+    static atomic_uint counter;
+    char final_path[PSR_PATH_MAX], tmp_path[PSR_PATH_MAX];
+    psr_cache_path(dir, key, final_path, sizeof final_path);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int n = snprintf(tmp_path, sizeof tmp_path, "%s/" TMP_PREFIX "%ld-%u-%ld", dir, (long)getpid(),
+                     atomic_fetch_add(&counter, 1), (long)now.tv_nsec);
+    if (n < 0 || (size_t)n >= sizeof tmp_path)
+        return ENAMETOOLONG;
+
+    char meta_text[MAX_META_BYTES];
+    size_t meta_len = format_meta(meta, meta_text, sizeof meta_text);
+    unsigned char header[HEADER_BYTES];
+    memcpy(header, MAGIC, 8);
+    put_u32(header + 8, FORMAT_VERSION);
+    put_u32(header + 12, (uint32_t)meta_len);
+    put_u64(header + 16, payload_len);
+    memcpy(header + 24, key, 32);
+    psr_sha256 h;
+    psr_sha256_init(&h);
+    psr_sha256_update(&h, payload, payload_len);
+    psr_sha256_final(&h, header + 56);
+
+    int fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0)
+        return errno;
+    int err = write_fully(fd, header, sizeof header);
+    if (!err)
+        err = write_fully(fd, meta_text, meta_len);
+    if (!err)
+        err = write_fully(fd, payload, payload_len);
+    /* Flush before the rename so a crash cannot leave a named, empty file. */
+    if (!err && fsync(fd) != 0)
+        err = errno;
+    if (close(fd) != 0 && !err)
+        err = errno;
+    if (!err && rename(tmp_path, final_path) != 0)
+        err = errno;
+    if (err)
+        unlink(tmp_path);
+    return err;
+}
+
+static bool has_suffix(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static bool is_ours(const char *name)
+{
+    return has_suffix(name, SUFFIX) || strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0;
+}
+
+static psr_status open_cache_dir(const char *dir, char *resolved, size_t len, DIR **out)
+{
+    psr_clear_thread_error();
+    psr_status st = psr_cache_resolve_dir(dir, resolved, len);
+    if (st != PSR_OK)
+        return st;
+    *out = opendir(resolved);
+    if (!*out && errno != ENOENT)
+        return psr_fail(NULL, PSR_ERR_CACHE_IO, "cannot open cache directory %s: %s", resolved,
+                        strerror(errno));
+    return PSR_OK;
+}
+
+psr_status psr_cache_directory(char *buf, size_t capacity)
+{
+    psr_clear_thread_error();
+    if (!buf)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_cache_directory: buf is NULL");
+    if (capacity == 0)
+        return psr_fail(NULL, PSR_ERR_BUFFER_TOO_SMALL, "psr_cache_directory: capacity is 0");
+    char path[PSR_PATH_MAX];
+    psr_status st = psr_cache_resolve_dir(NULL, path, sizeof path);
+    if (st != PSR_OK)
+        return st;
+    if (strlen(path) >= capacity)
+        return psr_fail(NULL, PSR_ERR_BUFFER_TOO_SMALL,
+                        "psr_cache_directory: capacity %zu is too small for %zu bytes", capacity,
+                        strlen(path) + 1);
+    psr_strlcpy(buf, path, capacity);
+    return PSR_OK;
+}
+
+psr_status psr_cache_list(const char *dir, psr_cache_entry *entries, size_t capacity, size_t *count)
+{
+    if (!count)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_cache_list: count is NULL");
+    if (!entries && capacity > 0)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT,
+                        "psr_cache_list: entries is NULL but capacity is %zu", capacity);
+    char path[PSR_PATH_MAX];
+    DIR *d;
+    psr_status st = open_cache_dir(dir, path, sizeof path, &d);
+    if (st != PSR_OK)
+        return st;
+    size_t n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!has_suffix(e->d_name, SUFFIX))
+            continue;
+        if (n < capacity) {
+            psr_cache_entry *out = &entries[n];
+            memset(out, 0, sizeof *out);
+            psr_strlcpy(out->file, e->d_name, sizeof out->file);
+            char file[PSR_PATH_MAX * 2];
+            snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+            struct stat sb;
+            if (stat(file, &sb) == 0) {
+                out->bytes = (uint64_t)sb.st_size;
+                out->mtime = (int64_t)sb.st_mtime;
+            }
+            size_t len = 0, at, plen;
+            unsigned char *data = read_all(file, &len);
+            psr_cache_meta meta;
+            if (data && !check_file(data, len, NULL, &meta, &at, &plen)) {
+                out->valid = 1;
+                psr_strlcpy(out->kernels, meta.kernels, sizeof out->kernels);
+                psr_strlcpy(out->platform, meta.platform, sizeof out->platform);
+                psr_strlcpy(out->device, meta.device, sizeof out->device);
+                psr_strlcpy(out->driver_version, meta.driver_version, sizeof out->driver_version);
+                psr_strlcpy(out->options, meta.options, sizeof out->options);
+            }
+            free(data);
+        }
+        n++;
+    }
+    if (d)
+        closedir(d);
+    *count = n;
+    return PSR_OK;
+}
+
+psr_status psr_cache_clear(const char *dir, size_t *removed)
+{
+    char path[PSR_PATH_MAX];
+    DIR *d;
+    psr_status st = open_cache_dir(dir, path, sizeof path, &d);
+    if (st != PSR_OK)
+        return st;
+    size_t n = 0;
+    int failure = 0;
+    char failed_name[256] = "";
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!is_ours(e->d_name))
+            continue;
+        char file[PSR_PATH_MAX * 2];
+        snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+        if (unlink(file) == 0) {
+            n++;
+        } else if (errno != ENOENT && !failure) {
+            failure = errno;
+            psr_strlcpy(failed_name, e->d_name, sizeof failed_name);
+        }
+    }
+    if (d)
+        closedir(d);
+    if (removed)
+        *removed = n;
+    if (failure)
+        return psr_fail(NULL, PSR_ERR_CACHE_IO, "cannot remove %s/%s: %s", path, failed_name,
+                        strerror(failure));
+    return PSR_OK;
+}

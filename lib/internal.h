@@ -1,0 +1,185 @@
+/* Internal interfaces of libpsr, shared by lib/ and the tests. */
+#ifndef PSR_INTERNAL_H
+#define PSR_INTERNAL_H
+
+#include <psr/psr.h>
+
+#include <stdarg.h>
+#include <stdbool.h>
+
+#define PSR_ERROR_MAX 1024
+#define PSR_PATH_MAX 512
+
+/* ---- errors and logging (status.c) ---- */
+
+/* Records the detail of a failure (on ctx, or per thread when ctx is NULL),
+ * sends it to the log callback, and returns status. */
+psr_status psr_fail(psr_context *ctx, psr_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void psr_log(const psr_context *ctx, psr_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Clears the thread's context-less error detail at the start of a call. */
+void psr_clear_thread_error(void);
+const char *psr_cl_error_name(cl_int err);
+
+/* ---- devices (device.c, selector.c) ---- */
+
+typedef struct psr_found_device {
+    cl_platform_id platform;
+    cl_device_id device;
+    psr_device_info info;
+} psr_found_device;
+
+/* Every device of every platform. *devices is malloc'ed (NULL when none). */
+psr_status psr_enumerate_devices(psr_found_device **devices, size_t *count);
+/* Fills *out from the OpenCL queries of one device. */
+psr_status psr_query_device(cl_platform_id platform, cl_device_id device, unsigned platform_index,
+                            unsigned device_index, psr_device_info *out);
+
+typedef enum psr_selector_kind {
+    PSR_SELECT_AUTO,
+    PSR_SELECT_TYPE,
+    PSR_SELECT_VENDOR,
+    PSR_SELECT_INDEX,
+    PSR_SELECT_NAME
+} psr_selector_kind;
+
+typedef struct psr_selector {
+    psr_selector_kind kind;
+    psr_device_type type;     /* PSR_SELECT_TYPE */
+    char text[128];           /* PSR_SELECT_VENDOR (canonical vendor) and PSR_SELECT_NAME */
+    unsigned platform_index;  /* PSR_SELECT_INDEX */
+    unsigned device_index;
+} psr_selector;
+
+/* Parses a selector; PSR_ERR_BAD_SELECTOR with a message in err otherwise. */
+psr_status psr_selector_parse(const char *text, psr_selector *out, char *err, size_t err_len);
+/* Resolves a selector (NULL: $PSR_DEVICE, else "auto") to one device. */
+psr_status psr_select_found(const char *selector, psr_found_device *out);
+/* Index into devices of the device the selector picks, or -1. */
+long psr_selector_match(const psr_selector *sel, const psr_found_device *devices, size_t count);
+
+/* ---- per-device tuning (tuning.c) ---- */
+
+typedef struct psr_tuning {
+    size_t work_group_size;    /* work-items per group of the sampling kernels */
+    size_t tokens_per_group;   /* vocabulary entries one work-group walks */
+    const char *rule;          /* which table entry chose these, for `psr info` */
+} psr_tuning;
+
+psr_tuning psr_tuning_for(const psr_device_info *info);
+
+/* ---- kernels and programs (kernels.c, program.c) ---- */
+
+typedef enum psr_kernel_set {
+    PSR_KERNELS_STREAM = 0, /* Philox and the random stream (cl/stream.cl) */
+    PSR_KERNEL_SET_COUNT
+} psr_kernel_set;
+
+typedef struct psr_variant {
+    psr_kernel_set set;
+    bool drafting; /* IS_DRAFTING */
+    bool fp64;     /* USE_FP64 */
+} psr_variant;
+
+const char *psr_kernel_set_name(psr_kernel_set set);
+/* The full OpenCL C source of a kernel set (embedded Random123 included).
+ * Malloc'ed; the caller frees it. NULL when out of memory. */
+char *psr_kernel_source(psr_kernel_set set);
+/* Canonical build options of a variant on this context's device. */
+void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, size_t len);
+
+/* Returns the program of a variant: memory tier, then disk tier, then a
+ * build from source. The context owns the program. */
+psr_status psr_program_get(psr_context *ctx, const psr_variant *v, cl_program *out);
+/* Builds arbitrary source with options, bypassing both cache tiers (used
+ * by psr_program_get and by tests). The caller releases the program. */
+psr_status psr_program_build_source(psr_context *ctx, const char *label, const char *source,
+                                    const char *options, cl_program *out);
+
+/* ---- disk cache (disk_cache.c) ---- */
+
+typedef struct psr_cache_meta {
+    char kernels[32];
+    char platform[128];
+    char device[128];
+    char driver_version[128];
+    char options[512];
+    char library[32];
+} psr_cache_meta;
+
+typedef enum psr_cache_read {
+    PSR_CACHE_READ_OK,
+    PSR_CACHE_READ_MISSING,
+    PSR_CACHE_READ_INVALID /* truncated, corrupt or foreign: discard it */
+} psr_cache_read;
+
+/* Resolves the cache directory from options (NULL) and the environment. */
+psr_status psr_cache_resolve_dir(const char *option_dir, char *buf, size_t len);
+/* Creates dir and its parents (mode 0700 for new ones). 0 or an errno. */
+int psr_mkdir_p(const char *dir);
+/* The file of a key inside dir. */
+void psr_cache_path(const char *dir, const uint8_t key[32], char *buf, size_t len);
+/* Reads a binary; checks magic, format, sizes, key and checksum.
+ * *payload is malloc'ed on PSR_CACHE_READ_OK. why says what was wrong. */
+psr_cache_read psr_cache_read_file(const char *path, const uint8_t key[32], unsigned char **payload,
+                                   size_t *payload_len, psr_cache_meta *meta, const char **why);
+/* Writes a binary atomically (temporary file, then rename). 0 or an errno. */
+int psr_cache_write_file(const char *dir, const uint8_t key[32], const psr_cache_meta *meta,
+                         const unsigned char *payload, size_t payload_len);
+
+/* ---- the context (context.c) ---- */
+
+typedef struct psr_program_entry {
+    char *key; /* kernel set name '|' options */
+    cl_program program;
+} psr_program_entry;
+
+struct psr_context {
+    cl_platform_id platform;
+    cl_context cl_ctx;
+    cl_device_id device;
+    cl_command_queue queue;
+    bool device_retained; /* adopted device: released on free */
+    psr_device_info info; /* capabilities already masked */
+    psr_tuning tuning;
+
+    psr_log_fn log;
+    void *log_user_data;
+    psr_log_level log_level;
+
+    bool disk_enabled;  /* read binaries from cache_dir */
+    bool disk_writable; /* and write new ones there */
+    char cache_dir[PSR_PATH_MAX];
+    psr_cache_stats stats;
+
+    psr_program_entry *programs;
+    size_t program_count;
+    size_t program_capacity;
+
+    char *build_log;
+    char error[PSR_ERROR_MAX];
+};
+
+/* ---- sha256.c ---- */
+
+typedef struct psr_sha256 {
+    uint32_t state[8];
+    uint64_t length;
+    unsigned char block[64];
+    size_t used;
+} psr_sha256;
+
+void psr_sha256_init(psr_sha256 *h);
+void psr_sha256_update(psr_sha256 *h, const void *data, size_t len);
+void psr_sha256_final(psr_sha256 *h, uint8_t digest[32]);
+void psr_hex(const uint8_t *bytes, size_t n, char *out /* 2n+1 */);
+
+/* ---- small string helpers (status.c) ---- */
+
+/* Copies like strlcpy: always terminates, returns strlen(src). */
+size_t psr_strlcpy(char *dst, const char *src, size_t size);
+/* Case-insensitive substring test. */
+bool psr_contains_nocase(const char *haystack, const char *needle);
+
+#endif

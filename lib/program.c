@@ -1,0 +1,223 @@
+/* Program lookup through the two cache tiers, and builds from source. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Keeps the build log of a failed build on the context. */
+static void keep_build_log(psr_context *ctx, cl_program program)
+{
+    size_t n = 0;
+    free(ctx->build_log);
+    ctx->build_log = NULL;
+    if (clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) !=
+            CL_SUCCESS ||
+        n == 0)
+        return;
+    ctx->build_log = malloc(n + 1);
+    if (!ctx->build_log)
+        return;
+    if (clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, n, ctx->build_log,
+                              NULL) != CL_SUCCESS)
+        n = 0;
+    ctx->build_log[n] = '\0';
+}
+
+psr_status psr_program_build_source(psr_context *ctx, const char *label, const char *source,
+                                    const char *options, cl_program *out)
+{
+    cl_int err;
+    cl_program p = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
+    if (err != CL_SUCCESS)
+        return psr_fail(ctx, PSR_ERR_OPENCL, "clCreateProgramWithSource(%s) failed: %s (%d)",
+                        label, psr_cl_error_name(err), err);
+    err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        keep_build_log(ctx, p);
+        clReleaseProgram(p);
+        return psr_fail(ctx, PSR_ERR_BUILD_FAILED,
+                        "building kernels '%s' for %s failed: %s (%d); options: %s; build log:\n%.600s",
+                        label, ctx->info.name, psr_cl_error_name(err), err, options,
+                        ctx->build_log ? ctx->build_log : "(none)");
+    }
+    *out = p;
+    return PSR_OK;
+}
+
+/* SHA-256 over everything that decides what binary a build produces. */
+static void cache_key(const psr_context *ctx, const char *set_name, const char *source,
+                      const char *options, uint8_t key[32])
+{
+    const char *fields[] = {
+        "psr-kernel-cache-1", PSR_VERSION_STRING,      set_name,
+        source,               options,                 ctx->info.platform_name,
+        ctx->info.platform_version, ctx->info.name,    ctx->info.version,
+        ctx->info.driver_version,
+    };
+    psr_sha256 h;
+    psr_sha256_init(&h);
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        psr_sha256_update(&h, fields[i], strlen(fields[i]) + 1); /* NUL separates fields */
+    psr_sha256_final(&h, key);
+}
+
+/* Tries to make a program from a cached binary. */
+static cl_program program_from_binary(psr_context *ctx, const unsigned char *bin, size_t len,
+                                      const char *options, const char **why)
+{
+    cl_int status = CL_SUCCESS, err;
+    cl_program p = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->device, &len, &bin, &status, &err);
+    if (err != CL_SUCCESS || status != CL_SUCCESS) {
+        *why = "the driver refused the binary";
+        if (p)
+            clReleaseProgram(p);
+        return NULL;
+    }
+    if (clBuildProgram(p, 1, &ctx->device, options, NULL, NULL) != CL_SUCCESS) {
+        *why = "the driver could not build the binary";
+        clReleaseProgram(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void store_binary(psr_context *ctx, cl_program p, const uint8_t key[32],
+                         const char *set_name, const char *options)
+{
+    size_t len = 0;
+    if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof len, &len, NULL) != CL_SUCCESS ||
+        len == 0) {
+        psr_log(ctx, PSR_LOG_INFO, "the driver gives no binary for '%s'; nothing cached", set_name);
+        return;
+    }
+    unsigned char *bin = malloc(len);
+    if (!bin)
+        return;
+    if (clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) != CL_SUCCESS) {
+        free(bin);
+        return;
+    }
+    psr_cache_meta meta;
+    memset(&meta, 0, sizeof meta);
+    psr_strlcpy(meta.kernels, set_name, sizeof meta.kernels);
+    psr_strlcpy(meta.platform, ctx->info.platform_name, sizeof meta.platform);
+    psr_strlcpy(meta.device, ctx->info.name, sizeof meta.device);
+    psr_strlcpy(meta.driver_version, ctx->info.driver_version, sizeof meta.driver_version);
+    psr_strlcpy(meta.options, options, sizeof meta.options);
+    psr_strlcpy(meta.library, PSR_VERSION_STRING, sizeof meta.library);
+    int err = psr_cache_write_file(ctx->cache_dir, key, &meta, bin, len);
+    free(bin);
+    if (err) {
+        ctx->stats.disk_write_failures++;
+        psr_log(ctx, PSR_LOG_WARNING,
+                "kernel cache: cannot write to %s (%s); new binaries are not saved",
+                ctx->cache_dir, strerror(err));
+        ctx->disk_writable = false;
+        return;
+    }
+    ctx->stats.disk_writes++;
+}
+
+/* Looks in the disk tier; NULL when absent or discarded (*discarded set). */
+static cl_program load_from_disk(psr_context *ctx, const uint8_t key[32], const char *options,
+                                 bool *discarded)
+{
+    char path[PSR_PATH_MAX + 80];
+    psr_cache_path(ctx->cache_dir, key, path, sizeof path);
+    unsigned char *bin = NULL;
+    size_t len = 0;
+    const char *why = NULL;
+    psr_cache_read r = psr_cache_read_file(path, key, &bin, &len, NULL, &why);
+    cl_program p = NULL;
+    if (r == PSR_CACHE_READ_OK) {
+        p = program_from_binary(ctx, bin, len, options, &why);
+        free(bin);
+        if (p)
+            return p;
+    } else if (r == PSR_CACHE_READ_MISSING) {
+        return NULL;
+    }
+    *discarded = true;
+    psr_log(ctx, PSR_LOG_WARNING, "kernel cache: discarding %s: %s; rebuilding from source", path,
+            why);
+    if (unlink(path) != 0 && errno != ENOENT)
+        psr_log(ctx, PSR_LOG_WARNING, "kernel cache: cannot remove %s: %s", path, strerror(errno));
+    return NULL;
+}
+
+static psr_status remember(psr_context *ctx, const char *mem_key, cl_program p)
+{
+    if (ctx->program_count == ctx->program_capacity) {
+        size_t cap = ctx->program_capacity ? ctx->program_capacity * 2 : 8;
+        psr_program_entry *grown = realloc(ctx->programs, cap * sizeof *grown);
+        if (!grown)
+            return PSR_ERR_OUT_OF_HOST_MEMORY;
+        ctx->programs = grown;
+        ctx->program_capacity = cap;
+    }
+    char *k = strdup(mem_key);
+    if (!k)
+        return PSR_ERR_OUT_OF_HOST_MEMORY;
+    ctx->programs[ctx->program_count].key = k;
+    ctx->programs[ctx->program_count].program = p;
+    ctx->program_count++;
+    return PSR_OK;
+}
+
+psr_status psr_program_get(psr_context *ctx, const psr_variant *v, cl_program *out)
+{
+    if ((unsigned)v->set >= PSR_KERNEL_SET_COUNT)
+        return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT, "unknown kernel set %d", (int)v->set);
+    if (v->fp64 && !(ctx->info.capabilities & PSR_CAP_FP64))
+        return psr_fail(ctx, PSR_ERR_FP64_UNSUPPORTED,
+                        "fp64 noise was requested but device \"%s\" (%s) has no fp64 "
+                        "(cl_khr_fp64); use fp32 noise, or a device with fp64",
+                        ctx->info.name, ctx->info.platform_name);
+    const char *set_name = psr_kernel_set_name(v->set);
+    char options[512];
+    psr_build_options(ctx, v, options, sizeof options);
+    char mem_key[600];
+    snprintf(mem_key, sizeof mem_key, "%s|%s", set_name, options);
+    for (size_t i = 0; i < ctx->program_count; i++)
+        if (strcmp(ctx->programs[i].key, mem_key) == 0) {
+            ctx->stats.memory_hits++;
+            *out = ctx->programs[i].program;
+            return PSR_OK;
+        }
+
+    char *source = psr_kernel_source(v->set);
+    if (!source)
+        return psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "out of memory assembling kernels '%s'",
+                        set_name);
+    uint8_t key[32];
+    cache_key(ctx, set_name, source, options, key);
+
+    cl_program p = NULL;
+    bool discarded = false;
+    if (ctx->disk_enabled)
+        p = load_from_disk(ctx, key, options, &discarded);
+    if (p) {
+        ctx->stats.disk_hits++;
+    } else {
+        psr_status st = psr_program_build_source(ctx, set_name, source, options, &p);
+        if (st != PSR_OK) {
+            free(source);
+            return st;
+        }
+        ctx->stats.builds++;
+        if (discarded)
+            ctx->stats.rebuilds++;
+        if (ctx->disk_enabled && ctx->disk_writable)
+            store_binary(ctx, p, key, set_name, options);
+    }
+    free(source);
+    if (remember(ctx, mem_key, p) != PSR_OK) {
+        clReleaseProgram(p);
+        return psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "out of memory caching a program");
+    }
+    *out = p;
+    return PSR_OK;
+}

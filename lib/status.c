@@ -1,0 +1,138 @@
+/* Status codes, error detail, logging and small string helpers. */
+#include "internal.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Detail of the last failed context-less call, per thread. */
+static _Thread_local char thread_error[PSR_ERROR_MAX];
+
+const char *psr_status_string(psr_status status)
+{
+    switch (status) {
+    case PSR_OK: return "PSR_OK: success";
+    case PSR_ERR_NULL_ARGUMENT: return "PSR_ERR_NULL_ARGUMENT: a required argument is NULL";
+    case PSR_ERR_INVALID_ARGUMENT: return "PSR_ERR_INVALID_ARGUMENT: an argument is out of range";
+    case PSR_ERR_OUT_OF_HOST_MEMORY: return "PSR_ERR_OUT_OF_HOST_MEMORY: host allocation failed";
+    case PSR_ERR_NO_DEVICE: return "PSR_ERR_NO_DEVICE: no OpenCL device found";
+    case PSR_ERR_BAD_SELECTOR: return "PSR_ERR_BAD_SELECTOR: the device selector cannot be parsed";
+    case PSR_ERR_DEVICE_NOT_FOUND: return "PSR_ERR_DEVICE_NOT_FOUND: no device matches the selector";
+    case PSR_ERR_OPENCL: return "PSR_ERR_OPENCL: an OpenCL call failed";
+    case PSR_ERR_BUILD_FAILED: return "PSR_ERR_BUILD_FAILED: kernel build failed";
+    case PSR_ERR_FP64_UNSUPPORTED: return "PSR_ERR_FP64_UNSUPPORTED: the device has no fp64";
+    case PSR_ERR_CACHE_IO: return "PSR_ERR_CACHE_IO: the cache directory cannot be used";
+    case PSR_ERR_BUFFER_TOO_SMALL: return "PSR_ERR_BUFFER_TOO_SMALL: an output is too small";
+    }
+    return "PSR_ERR_UNKNOWN: not a psr status code";
+}
+
+const char *psr_last_error(const psr_context *ctx)
+{
+    return ctx ? ctx->error : thread_error;
+}
+
+void psr_clear_thread_error(void)
+{
+    thread_error[0] = '\0';
+}
+
+static void deliver(const psr_context *ctx, psr_log_level level, const char *message)
+{
+    if (ctx && ctx->log && level >= ctx->log_level)
+        ctx->log(level, message, ctx->log_user_data);
+}
+
+psr_status psr_fail(psr_context *ctx, psr_status status, const char *fmt, ...)
+{
+    char *dst = ctx ? ctx->error : thread_error;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dst, PSR_ERROR_MAX, fmt, ap);
+    va_end(ap);
+    deliver(ctx, PSR_LOG_ERROR, dst);
+    return status;
+}
+
+void psr_log(const psr_context *ctx, psr_log_level level, const char *fmt, ...)
+{
+    if (!ctx || !ctx->log || level < ctx->log_level)
+        return;
+    char message[PSR_ERROR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    deliver(ctx, level, message);
+}
+
+const char *psr_cl_error_name(cl_int err)
+{
+    switch (err) {
+#define NAME(x) case x: return #x;
+    NAME(CL_SUCCESS)
+    NAME(CL_DEVICE_NOT_FOUND)
+    NAME(CL_DEVICE_NOT_AVAILABLE)
+    NAME(CL_COMPILER_NOT_AVAILABLE)
+    NAME(CL_MEM_OBJECT_ALLOCATION_FAILURE)
+    NAME(CL_OUT_OF_RESOURCES)
+    NAME(CL_OUT_OF_HOST_MEMORY)
+    NAME(CL_PROFILING_INFO_NOT_AVAILABLE)
+    NAME(CL_BUILD_PROGRAM_FAILURE)
+    NAME(CL_INVALID_VALUE)
+    NAME(CL_INVALID_DEVICE_TYPE)
+    NAME(CL_INVALID_PLATFORM)
+    NAME(CL_INVALID_DEVICE)
+    NAME(CL_INVALID_CONTEXT)
+    NAME(CL_INVALID_QUEUE_PROPERTIES)
+    NAME(CL_INVALID_COMMAND_QUEUE)
+    NAME(CL_INVALID_MEM_OBJECT)
+    NAME(CL_INVALID_BINARY)
+    NAME(CL_INVALID_BUILD_OPTIONS)
+    NAME(CL_INVALID_PROGRAM)
+    NAME(CL_INVALID_PROGRAM_EXECUTABLE)
+    NAME(CL_INVALID_KERNEL_NAME)
+    NAME(CL_INVALID_KERNEL)
+    NAME(CL_INVALID_ARG_INDEX)
+    NAME(CL_INVALID_ARG_VALUE)
+    NAME(CL_INVALID_ARG_SIZE)
+    NAME(CL_INVALID_KERNEL_ARGS)
+    NAME(CL_INVALID_WORK_GROUP_SIZE)
+    NAME(CL_INVALID_WORK_ITEM_SIZE)
+    NAME(CL_INVALID_GLOBAL_OFFSET)
+    NAME(CL_INVALID_EVENT_WAIT_LIST)
+    NAME(CL_INVALID_EVENT)
+    NAME(CL_INVALID_BUFFER_SIZE)
+    NAME(CL_INVALID_GLOBAL_WORK_SIZE)
+#undef NAME
+    case -1001: return "CL_PLATFORM_NOT_FOUND_KHR";
+    default: return "unknown OpenCL error";
+    }
+}
+
+size_t psr_strlcpy(char *dst, const char *src, size_t size)
+{
+    size_t n = strlen(src);
+    if (size) {
+        size_t k = n < size - 1 ? n : size - 1;
+        memcpy(dst, src, k);
+        dst[k] = '\0';
+    }
+    return n;
+}
+
+bool psr_contains_nocase(const char *haystack, const char *needle)
+{
+    size_t n = strlen(needle);
+    if (n == 0)
+        return true;
+    for (; *haystack; haystack++) {
+        size_t i = 0;
+        while (i < n && haystack[i] &&
+               tolower((unsigned char)haystack[i]) == tolower((unsigned char)needle[i]))
+            i++;
+        if (i == n)
+            return true;
+    }
+    return false;
+}

@@ -1,0 +1,54 @@
+/* Per-device tuning with fallbacks: vendor and type -> type -> default.
+ * The figures come from DESIGN.md's field notes (NVIDIA) and from each
+ * vendor's documented SIMD width; unknown devices get the default row. */
+#include "internal.h"
+
+#include <string.h>
+
+typedef struct tuning_rule {
+    const char *vendor;     /* substring of the platform or device vendor; NULL: any */
+    psr_device_type type;   /* PSR_DEVICE_OTHER: any type */
+    size_t work_group_size;
+    size_t tokens_per_group;
+    const char *name;
+} tuning_rule;
+
+/* First match wins, so specific rows come before general ones. */
+static const tuning_rule rules[] = {
+    /* 4K-32K tokens per 256-wide group won on the H200 (DESIGN §9). */
+    {"nvidia", PSR_DEVICE_GPU, 256, 8192, "nvidia-gpu"},
+    /* 64-wide wavefronts: keep groups a multiple of 64. */
+    {"advanced micro devices", PSR_DEVICE_GPU, 256, 8192, "amd-gpu"},
+    {"amd", PSR_DEVICE_GPU, 256, 8192, "amd-gpu"},
+    /* SIMD8-32 EUs with small register files: smaller chunks. */
+    {"intel", PSR_DEVICE_GPU, 256, 4096, "intel-gpu"},
+    {NULL, PSR_DEVICE_GPU, 256, 8192, "gpu"},
+    /* CPUs: few threads, big chunks so each core streams a long run. */
+    {NULL, PSR_DEVICE_CPU, 64, 32768, "cpu"},
+    {NULL, PSR_DEVICE_OTHER, 128, 8192, "default"},
+};
+
+static bool vendor_is(const psr_device_info *info, const char *vendor)
+{
+    return psr_contains_nocase(info->platform_vendor, vendor) ||
+           psr_contains_nocase(info->vendor, vendor);
+}
+
+psr_tuning psr_tuning_for(const psr_device_info *info)
+{
+    const tuning_rule *r = &rules[sizeof rules / sizeof rules[0] - 1];
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+        bool type_ok = rules[i].type == PSR_DEVICE_OTHER || rules[i].type == info->type;
+        bool vendor_ok = !rules[i].vendor || vendor_is(info, rules[i].vendor);
+        if (type_ok && vendor_ok) {
+            r = &rules[i];
+            break;
+        }
+    }
+    psr_tuning t = {r->work_group_size, r->tokens_per_group, r->name};
+    /* Never ask for more than the device allows; keep a power of two. */
+    while (info->max_work_group_size && t.work_group_size > info->max_work_group_size &&
+           t.work_group_size > 1)
+        t.work_group_size /= 2;
+    return t;
+}

@@ -1,0 +1,29 @@
+/* Shared pieces of the psr command-line tool. */
+#ifndef PSR_CLI_H
+#define PSR_CLI_H
+
+#include <psr/psr.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Exit codes: 0 success, 1 a failure psr reported, 2 bad usage. */
+enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2 };
+
+/* Prints "psr: STATUS: detail" to stderr and returns CLI_FAILED. */
+int cli_report(psr_status st, const psr_context *ctx);
+/* Prints "psr COMMAND: message" and a hint to stderr; returns CLI_USAGE. */
+int cli_usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool cli_is_help(const char *arg);
+/* "1.5 MiB" style sizes. */
+void cli_format_bytes(unsigned long long bytes, char *buf, size_t len);
+const char *cli_device_type_name(psr_device_type type);
+/* A log callback that prints psr's messages to stderr with their level. */
+void cli_log_to_stderr(psr_log_level level, const char *message, void *user_data);
+
+/* Counts psr binaries in a cache directory and their total size. */
+void cli_cache_summary(const char *dir, unsigned long long *files, unsigned long long *bytes);
+
+int cmd_info(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
+
+#endif

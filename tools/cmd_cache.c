@@ -1,0 +1,183 @@
+/* psr cache: warm, list or clear the kernel cache. */
+#include "cli.h"
+#include "json.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void cache_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: psr cache warm [--device SEL]\n"
+            "       psr cache list [--json]\n"
+            "       psr cache clear\n"
+            "\n"
+            "The kernel cache keeps compiled programs per device under $PSR_CACHE_DIR,\n"
+            "else $XDG_CACHE_HOME/psr, else ~/.cache/psr. PSR_CACHE=0 turns it off.\n"
+            "\n"
+            "  warm    build every kernel variant for a device into the cache\n"
+            "          --device SEL   a selector (see psr info); default $PSR_DEVICE or auto\n"
+            "  list    entries with device, driver, size and age (--json: a JSON list)\n"
+            "  clear   remove psr's cached binaries\n");
+}
+
+void cli_cache_summary(const char *dir, unsigned long long *files, unsigned long long *bytes)
+{
+    *files = *bytes = 0;
+    size_t n = 0;
+    if (psr_cache_list(dir, NULL, 0, &n) != PSR_OK || n == 0)
+        return;
+    psr_cache_entry *e = calloc(n, sizeof *e);
+    if (!e)
+        return;
+    if (psr_cache_list(dir, e, n, &n) == PSR_OK)
+        for (size_t i = 0; i < n; i++) {
+            (*files)++;
+            *bytes += e[i].bytes;
+        }
+    free(e);
+}
+
+static int cache_warm(int argc, char **argv)
+{
+    psr_context_options o;
+    psr_context_options_init(&o);
+    o.log = cli_log_to_stderr;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+            o.device = argv[++i];
+        else if (strcmp(argv[i], "--device") == 0)
+            return cli_usage_error("cache warm", "--device needs a selector");
+        else
+            return cli_usage_error("cache warm", "unknown argument \"%s\"", argv[i]);
+    }
+    psr_context *ctx;
+    psr_status st = psr_context_create(&o, &ctx);
+    if (st != PSR_OK)
+        return cli_report(st, NULL);
+    size_t variants = 0;
+    st = psr_context_warm(ctx, &variants);
+    if (st != PSR_OK) {
+        int rc = cli_report(st, ctx);
+        psr_context_free(ctx);
+        return rc;
+    }
+    psr_device_info d;
+    psr_cache_stats s;
+    psr_context_device_info(ctx, &d);
+    psr_context_cache_stats(ctx, &s);
+    printf("%zu kernel variants ready for %u:%u %s\n", variants, d.platform_index, d.device_index,
+           d.name);
+    printf("built %llu, loaded from disk %llu, rebuilt %llu, written %llu%s%s\n",
+           (unsigned long long)s.builds, (unsigned long long)s.disk_hits,
+           (unsigned long long)s.rebuilds, (unsigned long long)s.disk_writes,
+           s.disk_enabled ? " into " : " (disk tier off)", s.disk_enabled ? s.cache_dir : "");
+    psr_context_free(ctx);
+    return CLI_OK;
+}
+
+static int cache_list(int argc, char **argv)
+{
+    bool as_json = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            as_json = true;
+        else
+            return cli_usage_error("cache list", "unknown argument \"%s\"", argv[i]);
+    }
+    char dir[512];
+    psr_status st = psr_cache_directory(dir, sizeof dir);
+    size_t n = 0;
+    if (st == PSR_OK)
+        st = psr_cache_list(dir, NULL, 0, &n);
+    if (st != PSR_OK)
+        return cli_report(st, NULL);
+    psr_cache_entry *e = calloc(n ? n : 1, sizeof *e);
+    if (!e)
+        return cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
+    st = psr_cache_list(dir, e, n, &n);
+    if (st != PSR_OK) {
+        free(e);
+        return cli_report(st, NULL);
+    }
+    time_t now = time(NULL);
+    if (as_json) {
+        json_writer w;
+        json_init(&w, stdout);
+        json_begin_array(&w);
+        for (size_t i = 0; i < n; i++) {
+            json_begin_object(&w);
+            json_key(&w, "file");
+            json_string(&w, e[i].file);
+            json_key(&w, "valid");
+            json_bool(&w, e[i].valid);
+            json_key(&w, "kernels");
+            json_string(&w, e[i].kernels);
+            json_key(&w, "platform");
+            json_string(&w, e[i].platform);
+            json_key(&w, "device");
+            json_string(&w, e[i].device);
+            json_key(&w, "driver_version");
+            json_string(&w, e[i].driver_version);
+            json_key(&w, "options");
+            json_string(&w, e[i].options);
+            json_key(&w, "bytes");
+            json_uint(&w, e[i].bytes);
+            json_key(&w, "age_seconds");
+            json_int(&w, (int64_t)now - e[i].mtime);
+            json_end_object(&w);
+        }
+        json_end_array(&w);
+        json_finish(&w);
+    } else {
+        printf("%s: %zu entries\n", dir, n);
+        for (size_t i = 0; i < n; i++) {
+            char size[32];
+            cli_format_bytes(e[i].bytes, size, sizeof size);
+            long long age = (long long)(now - e[i].mtime);
+            printf("%.16s  %-8s %-10s %s, driver %s, age %lldh%02lldm%s\n", e[i].file,
+                   e[i].valid ? e[i].kernels : "?", size, e[i].valid ? e[i].device : "(damaged)",
+                   e[i].valid ? e[i].driver_version : "?", age / 3600, (age / 60) % 60,
+                   e[i].valid ? "" : "  [invalid: rebuilt on next use]");
+        }
+    }
+    free(e);
+    return CLI_OK;
+}
+
+static int cache_clear(int argc, char **argv)
+{
+    if (argc > 1)
+        return cli_usage_error("cache clear", "unknown argument \"%s\"", argv[1]);
+    char dir[512];
+    psr_status st = psr_cache_directory(dir, sizeof dir);
+    size_t removed = 0;
+    if (st == PSR_OK)
+        st = psr_cache_clear(dir, &removed);
+    if (st != PSR_OK)
+        return cli_report(st, NULL);
+    printf("removed %zu files from %s\n", removed, dir);
+    return CLI_OK;
+}
+
+int cmd_cache(int argc, char **argv)
+{
+    if (argc < 2) {
+        cache_usage(stderr);
+        return CLI_USAGE;
+    }
+    for (int i = 1; i < argc; i++)
+        if (cli_is_help(argv[i])) {
+            cache_usage(stdout);
+            return CLI_OK;
+        }
+    if (strcmp(argv[1], "warm") == 0)
+        return cache_warm(argc - 1, argv + 1);
+    if (strcmp(argv[1], "list") == 0)
+        return cache_list(argc - 1, argv + 1);
+    if (strcmp(argv[1], "clear") == 0)
+        return cache_clear(argc - 1, argv + 1);
+    return cli_usage_error("cache", "unknown subcommand \"%s\"", argv[1]);
+}

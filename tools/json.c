@@ -1,0 +1,117 @@
+#include "json.h"
+
+#include <math.h>
+#include <string.h>
+
+void json_init(json_writer *w, FILE *out)
+{
+    memset(w, 0, sizeof *w);
+    w->out = out;
+}
+
+/* Separates values: a comma unless first in its container or after a key. */
+static void before_value(json_writer *w)
+{
+    if (w->after_key) {
+        w->after_key = false;
+        return;
+    }
+    if (w->depth > 0 && w->need_comma[w->depth])
+        fputc(',', w->out);
+    if (w->depth > 0)
+        w->need_comma[w->depth] = true;
+}
+
+static void begin_container(json_writer *w, char c)
+{
+    before_value(w);
+    fputc(c, w->out);
+    if (w->depth < 31)
+        w->depth++;
+    w->need_comma[w->depth] = false;
+}
+
+static void end_container(json_writer *w, char c)
+{
+    fputc(c, w->out);
+    if (w->depth > 0)
+        w->depth--;
+}
+
+void json_begin_object(json_writer *w) { begin_container(w, '{'); }
+void json_end_object(json_writer *w) { end_container(w, '}'); }
+void json_begin_array(json_writer *w) { begin_container(w, '['); }
+void json_end_array(json_writer *w) { end_container(w, ']'); }
+
+static void write_escaped(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"': fputs("\\\"", out); break;
+        case '\\': fputs("\\\\", out); break;
+        case '\n': fputs("\\n", out); break;
+        case '\r': fputs("\\r", out); break;
+        case '\t': fputs("\\t", out); break;
+        default:
+            if (*p < 0x20)
+                fprintf(out, "\\u%04x", *p);
+            else
+                fputc(*p, out);
+        }
+    }
+    fputc('"', out);
+}
+
+void json_key(json_writer *w, const char *key)
+{
+    before_value(w);
+    write_escaped(w->out, key);
+    fputc(':', w->out);
+    w->after_key = true;
+}
+
+void json_string(json_writer *w, const char *s)
+{
+    before_value(w);
+    write_escaped(w->out, s ? s : "");
+}
+
+void json_int(json_writer *w, int64_t v)
+{
+    before_value(w);
+    fprintf(w->out, "%lld", (long long)v);
+}
+
+void json_uint(json_writer *w, uint64_t v)
+{
+    before_value(w);
+    fprintf(w->out, "%llu", (unsigned long long)v);
+}
+
+void json_double(json_writer *w, double v)
+{
+    before_value(w);
+    if (isfinite(v))
+        fprintf(w->out, "%.17g", v);
+    else
+        fputs("null", w->out); /* JSON has no inf or NaN */
+}
+
+void json_bool(json_writer *w, bool v)
+{
+    before_value(w);
+    fputs(v ? "true" : "false", w->out);
+}
+
+void json_null(json_writer *w)
+{
+    before_value(w);
+    fputs("null", w->out);
+}
+
+void json_finish(json_writer *w)
+{
+    fputc('\n', w->out);
+    fflush(w->out);
+}

@@ -1,0 +1,112 @@
+/* psr: the command-line face of libpsr. */
+#include "cli.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"info", cmd_info, "platforms, devices, capabilities, the auto choice and the cache"},
+    {"cache", cmd_cache, "warm, list or clear the kernel cache"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: psr COMMAND [OPTIONS]\n"
+            "\n"
+            "psr samples LLM tokens on any OpenCL device.\n"
+            "\n"
+            "commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out,
+            "\n"
+            "`psr COMMAND --help` describes each command.\n"
+            "environment: PSR_DEVICE (device selector), PSR_CACHE_DIR, PSR_CACHE=0\n");
+}
+
+int cli_report(psr_status st, const psr_context *ctx)
+{
+    const char *detail = psr_last_error(ctx);
+    fprintf(stderr, "psr: %s\n", psr_status_string(st));
+    if (detail && *detail)
+        fprintf(stderr, "psr: %s\n", detail);
+    return CLI_FAILED;
+}
+
+int cli_usage_error(const char *command, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "psr %s: ", command);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(see `psr %s --help`)\n", command);
+    va_end(ap);
+    return CLI_USAGE;
+}
+
+bool cli_is_help(const char *arg)
+{
+    return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
+}
+
+void cli_format_bytes(unsigned long long bytes, char *buf, size_t len)
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%llu B", bytes);
+    else
+        snprintf(buf, len, "%.1f %s", v, units[u]);
+}
+
+const char *cli_device_type_name(psr_device_type type)
+{
+    switch (type) {
+    case PSR_DEVICE_CPU: return "cpu";
+    case PSR_DEVICE_GPU: return "gpu";
+    case PSR_DEVICE_ACCELERATOR: return "accelerator";
+    default: return "other";
+    }
+}
+
+void cli_log_to_stderr(psr_log_level level, const char *message, void *user_data)
+{
+    static const char *names[] = {"debug", "info", "warning", "error"};
+    (void)user_data;
+    if (level >= PSR_LOG_ERROR)
+        return; /* failures reach the user through cli_report() */
+    fprintf(stderr, "psr: %s: %s\n", names[level <= PSR_LOG_ERROR ? level : PSR_LOG_ERROR], message);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    if (cli_is_help(argv[1])) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("psr %s\n", psr_version());
+        return CLI_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "psr: unknown command \"%s\"\n\n", argv[1]);
+    usage(stderr);
+    return CLI_USAGE;
+}
