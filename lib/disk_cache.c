@@ -191,10 +191,10 @@ static unsigned char *read_all(const char *path, size_t *len)
 static const char *check_file(const unsigned char *data, size_t len, const uint8_t *key,
                               psr_cache_meta *meta, size_t *payload_at, size_t *payload_len)
 {
+    if (len < 8 || memcmp(data, MAGIC, 8) != 0)
+        return len < 8 ? "truncated (no header)" : "not a psr binary (bad magic)";
     if (len < HEADER_BYTES)
-        return len >= 8 && memcmp(data, MAGIC, 8) == 0 ? "truncated header" : "not a psr binary";
-    if (memcmp(data, MAGIC, 8) != 0)
-        return "not a psr binary (bad magic)";
+        return "truncated header";
     if (get_u32(data + 8) != FORMAT_VERSION)
         return "unknown format version";
     uint32_t meta_len = get_u32(data + 12);
@@ -227,8 +227,8 @@ psr_cache_read psr_cache_read_file(const char *path, const uint8_t key[32], unsi
     size_t len = 0;
     unsigned char *data = read_all(path, &len);
     if (!data) {
-        *why = errno == ENOENT ? "missing" : "unreadable";
-        return errno == ENOENT ? PSR_CACHE_READ_MISSING : PSR_CACHE_READ_INVALID;
+        *why = errno == ENOENT ? "missing" : strerror(errno);
+        return errno == ENOENT ? PSR_CACHE_READ_MISSING : PSR_CACHE_READ_UNREADABLE;
     }
     size_t at = 0, plen = 0;
     *why = check_file(data, len, key, meta, &at, &plen);
@@ -284,7 +284,9 @@ int psr_cache_write_file(const char *dir, const uint8_t key[32], const psr_cache
     psr_sha256_update(&h, payload, payload_len);
     psr_sha256_final(&h, header + 56);
 
-    int fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    /* Readable by others (subject to the umask) so an administrator can
+     * share a pre-warmed directory; new directories are 0700. */
+    int fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd < 0)
         return errno;
     int err = write_fully(fd, header, sizeof header);

@@ -111,7 +111,8 @@ typedef struct psr_cache_meta {
 typedef enum psr_cache_read {
     PSR_CACHE_READ_OK,
     PSR_CACHE_READ_MISSING,
-    PSR_CACHE_READ_INVALID /* truncated, corrupt or foreign: discard it */
+    PSR_CACHE_READ_INVALID,   /* truncated, corrupt or foreign: discard it */
+    PSR_CACHE_READ_UNREADABLE /* exists but cannot be read (permissions): leave it */
 } psr_cache_read;
 
 /* Resolves the cache directory from options (NULL) and the environment. */

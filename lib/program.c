@@ -139,6 +139,10 @@ static cl_program load_from_disk(psr_context *ctx, const uint8_t key[32], const 
             return p;
     } else if (r == PSR_CACHE_READ_MISSING) {
         return NULL;
+    } else if (r == PSR_CACHE_READ_UNREADABLE) {
+        psr_log(ctx, PSR_LOG_WARNING, "kernel cache: cannot read %s: %s; building from source",
+                path, why);
+        return NULL;
     }
     *discarded = true;
     psr_log(ctx, PSR_LOG_WARNING, "kernel cache: discarding %s: %s; rebuilding from source", path,

@@ -1,0 +1,227 @@
+#include "common.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef PSR_TEST_DATA
+#error "PSR_TEST_DATA must name tests/data"
+#endif
+
+char captured_log[8192];
+
+static char *dup_range(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    assert_non_null(d);
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+static char **split_tabs(char *line, size_t *count)
+{
+    size_t n = 1;
+    for (char *p = line; *p; p++)
+        n += *p == '\t';
+    char **fields = calloc(n, sizeof *fields);
+    assert_non_null(fields);
+    size_t i = 0;
+    for (char *start = line;; start++) {
+        char *end = start;
+        while (*end && *end != '\t' && *end != '\n' && *end != '\r')
+            end++;
+        fields[i++] = dup_range(start, (size_t)(end - start));
+        if (*end != '\t')
+            break;
+        start = end;
+    }
+    *count = i;
+    return fields;
+}
+
+tsv_table *tsv_load(const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", PSR_TEST_DATA, name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        fail_msg("cannot open %s: %s", path, strerror(errno));
+    tsv_table *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    char line[4096];
+    size_t cap = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || line[0] == '\n')
+            continue;
+        size_t n;
+        char **fields = split_tabs(line, &n);
+        if (!t->header) {
+            t->header = fields;
+            t->cols = n;
+            continue;
+        }
+        assert_int_equal(n, t->cols);
+        if (t->rows == cap) {
+            cap = cap ? cap * 2 : 64;
+            t->cells = realloc(t->cells, cap * sizeof *t->cells);
+            assert_non_null(t->cells);
+        }
+        t->cells[t->rows++] = fields;
+    }
+    fclose(f);
+    assert_non_null(t->header);
+    return t;
+}
+
+void tsv_free(tsv_table *t)
+{
+    if (!t)
+        return;
+    for (size_t r = 0; r < t->rows; r++) {
+        for (size_t c = 0; c < t->cols; c++)
+            free(t->cells[r][c]);
+        free(t->cells[r]);
+    }
+    for (size_t c = 0; c < t->cols; c++)
+        free(t->header[c]);
+    free(t->header);
+    free(t->cells);
+    free(t);
+}
+
+size_t tsv_col(const tsv_table *t, const char *name)
+{
+    for (size_t c = 0; c < t->cols; c++)
+        if (strcmp(t->header[c], name) == 0)
+            return c;
+    fail_msg("no column %s", name);
+    return 0;
+}
+
+uint64_t tsv_hex(const tsv_table *t, size_t row, const char *col)
+{
+    return strtoull(t->cells[row][tsv_col(t, col)], NULL, 16);
+}
+
+int64_t tsv_int(const tsv_table *t, size_t row, const char *col)
+{
+    return strtoll(t->cells[row][tsv_col(t, col)], NULL, 10);
+}
+
+void make_temp_dir(char *buf, size_t len)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(buf, len, "%s/psr-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    assert_non_null(mkdtemp(buf));
+}
+
+void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        for (struct dirent *e; (e = readdir(d));) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            char path[2048];
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            struct stat st;
+            if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+                remove_tree(path);
+            else
+                unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+size_t count_files(const char *dir, const char *prefix)
+{
+    size_t n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 && strcmp(e->d_name, ".") != 0 &&
+            strcmp(e->d_name, "..") != 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
+bool have_device(void)
+{
+    size_t n = 0;
+    return psr_device_list(NULL, 0, &n) == PSR_OK && n > 0;
+}
+
+void capture_log(psr_log_level level, const char *message, void *user_data)
+{
+    (void)level;
+    (void)user_data;
+    size_t used = strlen(captured_log);
+    snprintf(captured_log + used, sizeof captured_log - used, "%s\n", message);
+}
+
+psr_context *open_context(const char *cache_dir)
+{
+    psr_context_options o;
+    psr_context_options_init(&o);
+    o.log = capture_log;
+    o.log_level = PSR_LOG_DEBUG;
+    o.cache_dir = cache_dir;
+    o.disk_cache = cache_dir ? PSR_DISK_CACHE_ON : PSR_DISK_CACHE_OFF;
+    psr_context *ctx = NULL;
+    psr_status st = psr_context_create(&o, &ctx);
+    if (st != PSR_OK)
+        fail_msg("psr_context_create: %s: %s", psr_status_string(st), psr_last_error(NULL));
+    return ctx;
+}
+
+void check_philox_vectors(psr_context *ctx, cl_program program)
+{
+    tsv_table *t = tsv_load("philox4x32_10.tsv");
+    cl_uint n = (cl_uint)t->rows;
+    cl_uint *in = calloc(6 * n, sizeof *in), *out = calloc(4 * n, sizeof *out);
+    assert_non_null(in);
+    assert_non_null(out);
+    static const char *in_cols[] = {"ctr0", "ctr1", "ctr2", "ctr3", "key0", "key1"};
+    for (cl_uint r = 0; r < n; r++)
+        for (int c = 0; c < 6; c++)
+            in[6 * r + c] = (cl_uint)tsv_hex(t, r, in_cols[c]);
+
+    cl_int err;
+    cl_mem din = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                6 * n * sizeof *in, in, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_mem dout = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, 4 * n * sizeof *out, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_kernel k = clCreateKernel(program, "psr_philox_kat", &err);
+    assert_int_equal(err, CL_SUCCESS);
+    assert_int_equal(clSetKernelArg(k, 0, sizeof din, &din), CL_SUCCESS);
+    assert_int_equal(clSetKernelArg(k, 1, sizeof dout, &dout), CL_SUCCESS);
+    assert_int_equal(clSetKernelArg(k, 2, sizeof n, &n), CL_SUCCESS);
+    size_t global = n;
+    assert_int_equal(clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, NULL, 0, NULL, NULL),
+                     CL_SUCCESS);
+    assert_int_equal(clEnqueueReadBuffer(ctx->queue, dout, CL_TRUE, 0, 4 * n * sizeof *out, out, 0,
+                                         NULL, NULL),
+                     CL_SUCCESS);
+    static const char *out_cols[] = {"out0", "out1", "out2", "out3"};
+    for (cl_uint r = 0; r < n; r++)
+        for (int c = 0; c < 4; c++)
+            if (out[4 * r + c] != (cl_uint)tsv_hex(t, r, out_cols[c]))
+                fail_msg("philox row %u word %d: got %08x, want %08x", r, c, out[4 * r + c],
+                         (unsigned)tsv_hex(t, r, out_cols[c]));
+    clReleaseKernel(k);
+    clReleaseMemObject(din);
+    clReleaseMemObject(dout);
+    free(in);
+    free(out);
+    tsv_free(t);
+}

@@ -1,0 +1,51 @@
+/* Helpers shared by psr's cmocka tests. */
+#ifndef PSR_TEST_COMMON_H
+#define PSR_TEST_COMMON_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "internal.h"
+
+/* meson's exit code for a skipped test. */
+#define TEST_SKIP 77
+
+/* A TSV known-answer table: columns named by its header row. */
+typedef struct tsv_table {
+    size_t rows, cols;
+    char **header;   /* cols names */
+    char ***cells;   /* rows x cols strings */
+} tsv_table;
+
+/* Loads tests/data/NAME; fails the test when it is missing. */
+tsv_table *tsv_load(const char *name);
+void tsv_free(tsv_table *t);
+/* Column index by name; fails the test when absent. */
+size_t tsv_col(const tsv_table *t, const char *name);
+uint64_t tsv_hex(const tsv_table *t, size_t row, const char *col);
+int64_t tsv_int(const tsv_table *t, size_t row, const char *col);
+
+/* A fresh directory under $TMPDIR (or /tmp); the caller removes it. */
+void make_temp_dir(char *buf, size_t len);
+/* rm -rf of a directory made by make_temp_dir. */
+void remove_tree(const char *dir);
+/* Number of entries in dir whose name starts with prefix. */
+size_t count_files(const char *dir, const char *prefix);
+
+/* True when the machine has an OpenCL device. */
+bool have_device(void);
+/* A context on the default device with the given cache directory
+ * (NULL: disk tier off); log messages are collected in captured_log. */
+psr_context *open_context(const char *cache_dir);
+extern char captured_log[8192];
+void capture_log(psr_log_level level, const char *message, void *user_data);
+
+/* Runs the Philox known-answer kernel of a program over
+ * tests/data/philox4x32_10.tsv and asserts every word. */
+void check_philox_vectors(psr_context *ctx, cl_program program);
+
+#endif

@@ -1,0 +1,212 @@
+/* The two cache tiers on a real device: memory hits, disk hits across
+ * contexts, damaged files rebuilt, and the ways the disk tier turns off. */
+#include "common.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const psr_variant plain = {PSR_KERNELS_STREAM, false, false};
+static const psr_variant drafting = {PSR_KERNELS_STREAM, true, false};
+
+static psr_cache_stats stats_of(psr_context *ctx)
+{
+    psr_cache_stats s;
+    assert_int_equal(psr_context_cache_stats(ctx, &s), PSR_OK);
+    return s;
+}
+
+/* Path of the only .psrbin in dir. */
+static void only_binary(const char *dir, char *path, size_t len)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int found = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strstr(e->d_name, ".psrbin")) {
+            snprintf(path, len, "%s/%s", dir, e->d_name);
+            found++;
+        }
+    closedir(d);
+    assert_int_equal(found, 1);
+}
+
+static void test_second_context_hits_disk(void **state)
+{
+    (void)state;
+    char dir[512];
+    make_temp_dir(dir, sizeof dir);
+    psr_context *a = open_context(dir);
+    size_t variants = 0;
+    assert_int_equal(psr_context_warm(a, &variants), PSR_OK);
+    psr_cache_stats s = stats_of(a);
+    assert_int_equal(s.builds, variants);
+    assert_int_equal(s.disk_writes, variants);
+    assert_int_equal(s.disk_hits, 0);
+    assert_true(s.disk_enabled);
+    assert_string_equal(s.cache_dir, dir);
+    /* The same context asks again: memory tier. */
+    cl_program p1, p2;
+    assert_int_equal(psr_program_get(a, &plain, &p1), PSR_OK);
+    assert_int_equal(stats_of(a).memory_hits, 1);
+    psr_context_free(a);
+
+    psr_context *b = open_context(dir);
+    assert_int_equal(psr_context_warm(b, &variants), PSR_OK);
+    s = stats_of(b);
+    assert_int_equal(s.disk_hits, variants);
+    assert_int_equal(s.builds, 0);
+    assert_int_equal(s.disk_writes, 0);
+    assert_int_equal(psr_program_get(b, &plain, &p2), PSR_OK);
+    check_philox_vectors(b, p2); /* a binary from disk computes the right answers */
+    psr_context_free(b);
+    remove_tree(dir);
+}
+
+typedef enum damage { TRUNCATE, CORRUPT, FOREIGN, REFUSED } damage;
+
+static void damage_file(const char *dir, const char *path, damage how)
+{
+    if (how == TRUNCATE) {
+        assert_int_equal(truncate(path, 150), 0);
+    } else if (how == CORRUPT) {
+        FILE *f = fopen(path, "r+b");
+        assert_non_null(f);
+        fseek(f, -100, SEEK_END);
+        int c = fgetc(f);
+        fseek(f, -100, SEEK_END);
+        fputc(c ^ 0xff, f);
+        fclose(f);
+    } else if (how == FOREIGN) {
+        /* Another variant's valid binary under this variant's name. */
+        char other_dir[512], other[700];
+        make_temp_dir(other_dir, sizeof other_dir);
+        psr_context *ctx = open_context(other_dir);
+        cl_program p;
+        assert_int_equal(psr_program_get(ctx, &drafting, &p), PSR_OK);
+        psr_context_free(ctx);
+        only_binary(other_dir, other, sizeof other);
+        assert_int_equal(rename(other, path), 0);
+        remove_tree(other_dir);
+    } else {
+        /* Intact header and checksum, but a payload no driver accepts. */
+        FILE *f = fopen(path, "rb");
+        unsigned char header[88];
+        assert_int_equal(fread(header, 1, sizeof header, f), sizeof header);
+        fclose(f);
+        psr_cache_meta meta;
+        memset(&meta, 0, sizeof meta);
+        psr_strlcpy(meta.kernels, "stream", sizeof meta.kernels);
+        const unsigned char junk[] = "definitely not a program binary";
+        assert_int_equal(psr_cache_write_file(dir, header + 24, &meta, junk, sizeof junk), 0);
+    }
+}
+
+static void check_rebuild_after(damage how)
+{
+    char dir[512], path[700];
+    make_temp_dir(dir, sizeof dir);
+    psr_context *a = open_context(dir);
+    cl_program p;
+    assert_int_equal(psr_program_get(a, &plain, &p), PSR_OK);
+    psr_context_free(a);
+    only_binary(dir, path, sizeof path);
+    damage_file(dir, path, how);
+
+    captured_log[0] = '\0';
+    psr_context *b = open_context(dir);
+    assert_int_equal(psr_program_get(b, &plain, &p), PSR_OK);
+    psr_cache_stats s = stats_of(b);
+    assert_int_equal(s.disk_hits, 0);
+    assert_int_equal(s.builds, 1);
+    assert_int_equal(s.rebuilds, 1);
+    assert_int_equal(s.disk_writes, 1);
+    assert_non_null(strstr(captured_log, "discarding"));
+    check_philox_vectors(b, p);
+    psr_context_free(b);
+
+    /* The rewritten file is good again. */
+    psr_context *c = open_context(dir);
+    assert_int_equal(psr_program_get(c, &plain, &p), PSR_OK);
+    assert_int_equal(stats_of(c).disk_hits, 1);
+    psr_context_free(c);
+    remove_tree(dir);
+}
+
+static void test_truncated_rebuilt(void **state) { (void)state; check_rebuild_after(TRUNCATE); }
+static void test_corrupt_rebuilt(void **state) { (void)state; check_rebuild_after(CORRUPT); }
+static void test_foreign_rebuilt(void **state) { (void)state; check_rebuild_after(FOREIGN); }
+static void test_refused_rebuilt(void **state) { (void)state; check_rebuild_after(REFUSED); }
+
+static void test_psr_cache_0(void **state)
+{
+    (void)state;
+    char dir[512];
+    make_temp_dir(dir, sizeof dir);
+    setenv("PSR_CACHE", "0", 1);
+    psr_context_options o;
+    psr_context_options_init(&o);
+    o.cache_dir = dir; /* disk_cache stays AUTO: the environment decides */
+    psr_context *ctx;
+    assert_int_equal(psr_context_create(&o, &ctx), PSR_OK);
+    cl_program p;
+    assert_int_equal(psr_program_get(ctx, &plain, &p), PSR_OK);
+    psr_cache_stats s = stats_of(ctx);
+    assert_false(s.disk_enabled);
+    assert_int_equal(s.builds, 1);
+    assert_int_equal(s.disk_writes, 0);
+    assert_int_equal(count_files(dir, ""), 0);
+    psr_context_free(ctx);
+
+    /* An explicit PSR_DISK_CACHE_ON overrides the environment. */
+    o.disk_cache = PSR_DISK_CACHE_ON;
+    assert_int_equal(psr_context_create(&o, &ctx), PSR_OK);
+    assert_int_equal(psr_program_get(ctx, &plain, &p), PSR_OK);
+    assert_int_equal(stats_of(ctx).disk_writes, 1);
+    psr_context_free(ctx);
+    unsetenv("PSR_CACHE");
+    remove_tree(dir);
+}
+
+static void test_uncreatable_dir_only_loses_disk_tier(void **state)
+{
+    (void)state;
+    char dir[512], blocked[700];
+    make_temp_dir(dir, sizeof dir);
+    char file[600];
+    snprintf(file, sizeof file, "%s/a-file", dir);
+    FILE *f = fopen(file, "w");
+    fclose(f);
+    snprintf(blocked, sizeof blocked, "%s/cache", file); /* a directory under a file */
+    captured_log[0] = '\0';
+    psr_context *ctx = open_context(blocked);
+    assert_non_null(strstr(captured_log, "cannot create"));
+    cl_program p;
+    assert_int_equal(psr_program_get(ctx, &plain, &p), PSR_OK);
+    check_philox_vectors(ctx, p);
+    psr_cache_stats s = stats_of(ctx);
+    assert_false(s.disk_enabled);
+    assert_int_equal(s.builds, 1);
+    psr_context_free(ctx);
+    remove_tree(dir);
+}
+
+int main(void)
+{
+    if (!have_device()) {
+        fprintf(stderr, "no OpenCL device: skipping\n");
+        return TEST_SKIP;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_second_context_hits_disk),
+        cmocka_unit_test(test_truncated_rebuilt),
+        cmocka_unit_test(test_corrupt_rebuilt),
+        cmocka_unit_test(test_foreign_rebuilt),
+        cmocka_unit_test(test_refused_rebuilt),
+        cmocka_unit_test(test_psr_cache_0),
+        cmocka_unit_test(test_uncreatable_dir_only_loses_disk_tier),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,326 @@
+/* Discovery, selection, contexts and kernel builds on a real device (PoCL in CI). */
+#include "common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_discovery(void **state)
+{
+    (void)state;
+    size_t n = 0;
+    assert_int_equal(psr_device_list(NULL, 0, &n), PSR_OK);
+    assert_true(n >= 1);
+    psr_device_info *d = calloc(n, sizeof *d);
+    assert_int_equal(psr_device_list(d, n, &n), PSR_OK);
+    for (size_t i = 0; i < n; i++) {
+        assert_true(strlen(d[i].name) > 0);
+        assert_true(strlen(d[i].platform_name) > 0);
+        assert_true(strlen(d[i].driver_version) > 0);
+        assert_true(strlen(d[i].version) > 0);
+        assert_true(d[i].compute_units > 0);
+        assert_true(d[i].max_work_group_size > 0);
+        assert_true(d[i].local_mem_bytes > 0);
+        assert_true(d[i].global_mem_bytes > 0);
+        /* Each device answers to its own index. */
+        char sel[32];
+        psr_device_info again;
+        snprintf(sel, sizeof sel, "%u:%u", d[i].platform_index, d[i].device_index);
+        assert_int_equal(psr_device_select(sel, &again), PSR_OK);
+        assert_string_equal(again.name, d[i].name);
+    }
+    free(d);
+    psr_device_info pick;
+    assert_int_equal(psr_device_select("99:0", &pick), PSR_ERR_DEVICE_NOT_FOUND);
+    assert_non_null(strstr(psr_last_error(NULL), "99:0"));
+}
+
+static void test_pocl_selectable(void **state)
+{
+    (void)state;
+    psr_device_info any;
+    if (psr_device_select("pocl", &any) != PSR_OK)
+        skip(); /* a machine whose OpenCL is not PoCL */
+    assert_true(psr_contains_nocase(any.platform_name, "portable computing language") ||
+                psr_contains_nocase(any.platform_vendor, "pocl"));
+    psr_device_info cpu;
+    assert_int_equal(psr_device_select("cpu", &cpu), PSR_OK);
+    assert_int_equal(cpu.type, PSR_DEVICE_CPU);
+}
+
+static void test_psr_device_environment(void **state)
+{
+    (void)state;
+    psr_context *ctx = NULL;
+    setenv("PSR_DEVICE", "0:0", 1);
+    assert_int_equal(psr_context_create(NULL, &ctx), PSR_OK);
+    psr_device_info info;
+    assert_int_equal(psr_context_device_info(ctx, &info), PSR_OK);
+    assert_int_equal(info.platform_index, 0);
+    assert_int_equal(info.device_index, 0);
+    psr_context_free(ctx);
+
+    setenv("PSR_DEVICE", "0:", 1);
+    assert_int_equal(psr_context_create(NULL, &ctx), PSR_ERR_BAD_SELECTOR);
+    assert_non_null(strstr(psr_last_error(NULL), "PSR_DEVICE"));
+    setenv("PSR_DEVICE", "no-such-device-anywhere", 1);
+    assert_int_equal(psr_context_create(NULL, &ctx), PSR_ERR_DEVICE_NOT_FOUND);
+    assert_null(ctx);
+    unsetenv("PSR_DEVICE");
+}
+
+static cl_uint reference_count(cl_context c)
+{
+    cl_uint n = 0;
+    assert_int_equal(clGetContextInfo(c, CL_CONTEXT_REFERENCE_COUNT, sizeof n, &n, NULL), CL_SUCCESS);
+    return n;
+}
+
+static void test_create_from_cl(void **state)
+{
+    (void)state;
+    psr_device_info want;
+    assert_int_equal(psr_device_select("auto", &want), PSR_OK);
+    cl_uint np = 0;
+    assert_int_equal(clGetPlatformIDs(0, NULL, &np), CL_SUCCESS);
+    cl_platform_id *plats = calloc(np, sizeof *plats);
+    clGetPlatformIDs(np, plats, NULL);
+    cl_device_id devs[16];
+    cl_uint nd = 0;
+    assert_int_equal(clGetDeviceIDs(plats[want.platform_index], CL_DEVICE_TYPE_ALL, 16, devs, &nd),
+                     CL_SUCCESS);
+    cl_device_id dev = devs[want.device_index];
+    free(plats);
+
+    /* The application's own context and queue. */
+    cl_int err;
+    cl_context app = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_command_queue queue = clCreateCommandQueue(app, dev, 0, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_context other = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+
+    psr_context *ctx = NULL;
+    assert_int_equal(psr_context_create_from_cl(other, dev, queue, NULL, &ctx),
+                     PSR_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(psr_last_error(NULL), "another cl_context"));
+    assert_null(ctx);
+
+    cl_uint before = reference_count(app);
+    psr_context_options o;
+    psr_context_options_init(&o);
+    o.disk_cache = PSR_DISK_CACHE_OFF;
+    assert_int_equal(psr_context_create_from_cl(app, dev, queue, &o, &ctx), PSR_OK);
+    assert_int_equal(reference_count(app), before + 1);
+    cl_context got_ctx;
+    cl_device_id got_dev;
+    cl_command_queue got_queue;
+    assert_int_equal(psr_context_cl(ctx, &got_ctx, &got_dev, &got_queue), PSR_OK);
+    assert_ptr_equal(got_ctx, app);
+    assert_ptr_equal(got_dev, dev);
+    assert_ptr_equal(got_queue, queue);
+    psr_device_info info;
+    assert_int_equal(psr_context_device_info(ctx, &info), PSR_OK);
+    assert_string_equal(info.name, want.name);
+    assert_int_equal(info.platform_index, want.platform_index);
+
+    /* Kernels run on the application's queue. */
+    psr_variant v = {PSR_KERNELS_STREAM, false, false};
+    cl_program p;
+    assert_int_equal(psr_program_get(ctx, &v, &p), PSR_OK);
+    check_philox_vectors(ctx, p);
+
+    psr_context_free(ctx);
+    assert_int_equal(reference_count(app), before);
+    clReleaseCommandQueue(queue);
+    clReleaseContext(app);
+    clReleaseContext(other);
+}
+
+/* Runs psr_token_uniforms of a program over the rows of gumbel_uniform.tsv
+ * whose drafting flag is `drafting`; compares the row key, the fp32 uniform
+ * and, with fp64, the fp64 uniform bit for bit. Returns how many rows
+ * differ in any of them (*checked: how many were run). */
+static size_t token_uniform_mismatches(psr_context *ctx, cl_program p, int drafting, bool fp64,
+                                       size_t *checked)
+{
+    tsv_table *t = tsv_load("gumbel_uniform.tsv");
+    size_t n = 0;
+    cl_long *seeds = calloc(t->rows, sizeof *seeds), *pos = calloc(t->rows, sizeof *pos);
+    cl_uint *tokens = calloc(t->rows, sizeof *tokens);
+    size_t *rows = calloc(t->rows, sizeof *rows);
+    for (size_t r = 0; r < t->rows; r++) {
+        if (tsv_int(t, r, "drafting") != drafting)
+            continue;
+        seeds[n] = tsv_int(t, r, "seed");
+        pos[n] = tsv_int(t, r, "pos");
+        tokens[n] = (cl_uint)tsv_int(t, r, "token");
+        rows[n++] = r;
+    }
+    assert_true(n > 0);
+    cl_int err;
+    cl_mem ds = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 8, seeds, &err);
+    cl_mem dp = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 8, pos, &err);
+    cl_mem dt = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 4, tokens, &err);
+    cl_mem dk = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * 4, NULL, &err);
+    cl_mem du = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * 4, NULL, &err);
+    cl_mem dd = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * 8, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_kernel k = clCreateKernel(p, "psr_token_uniforms", &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_uint count = (cl_uint)n;
+    clSetKernelArg(k, 0, sizeof ds, &ds);
+    clSetKernelArg(k, 1, sizeof dp, &dp);
+    clSetKernelArg(k, 2, sizeof dt, &dt);
+    clSetKernelArg(k, 3, sizeof count, &count);
+    clSetKernelArg(k, 4, sizeof dk, &dk);
+    clSetKernelArg(k, 5, sizeof du, &du);
+    assert_int_equal(clSetKernelArg(k, 6, sizeof dd, &dd), CL_SUCCESS);
+    assert_int_equal(clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &n, NULL, 0, NULL, NULL), CL_SUCCESS);
+    cl_uint *keys = calloc(n, 4), *u32 = calloc(n, 4);
+    cl_ulong *u64 = calloc(n, 8);
+    clEnqueueReadBuffer(ctx->queue, dk, CL_TRUE, 0, n * 4, keys, 0, NULL, NULL);
+    clEnqueueReadBuffer(ctx->queue, du, CL_TRUE, 0, n * 4, u32, 0, NULL, NULL);
+    assert_int_equal(clEnqueueReadBuffer(ctx->queue, dd, CL_TRUE, 0, n * 8, u64, 0, NULL, NULL),
+                     CL_SUCCESS);
+    size_t mismatches = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t r = rows[i];
+        bool same = keys[i] == (cl_uint)tsv_hex(t, r, "gseed") &&
+                    u32[i] == (cl_uint)tsv_hex(t, r, "u32_bits") &&
+                    (fp64 ? u64[i] == tsv_hex(t, r, "u64_bits") : u64[i] == 0);
+        if (!same && mismatches++ == 0)
+            print_message("first mismatch, vector row %zu: key %08x u32 %08x u64 %016llx\n", r,
+                          keys[i], u32[i], (unsigned long long)u64[i]);
+    }
+    *checked = n;
+    clReleaseKernel(k);
+    cl_mem all[] = {ds, dp, dt, dk, du, dd};
+    for (int i = 0; i < 6; i++)
+        clReleaseMemObject(all[i]);
+    free(seeds), free(pos), free(tokens), free(rows), free(keys), free(u32), free(u64);
+    tsv_free(t);
+    return mismatches;
+}
+
+static void test_builds_with_defines(void **state)
+{
+    (void)state;
+    psr_context *ctx = open_context(NULL);
+    psr_device_info info;
+    psr_context_device_info(ctx, &info);
+    bool has_fp64 = info.capabilities & PSR_CAP_FP64;
+    for (int drafting = 0; drafting <= 1; drafting++)
+        for (int fp64 = 0; fp64 <= (has_fp64 ? 1 : 0); fp64++) {
+            psr_variant v = {PSR_KERNELS_STREAM, drafting, fp64};
+            cl_program p;
+            assert_int_equal(psr_program_get(ctx, &v, &p), PSR_OK);
+            check_philox_vectors(ctx, p);
+            size_t n = 0;
+            assert_int_equal(token_uniform_mismatches(ctx, p, drafting, fp64, &n), 0);
+            assert_true(n > 0);
+            /* The other stream's rows do not match: IS_DRAFTING took effect. */
+            assert_int_equal(token_uniform_mismatches(ctx, p, !drafting, fp64, &n), n);
+            char options[512];
+            psr_build_options(ctx, &v, options, sizeof options);
+            assert_non_null(strstr(options, drafting ? "-DIS_DRAFTING=1" : "-DIS_DRAFTING=0"));
+            assert_non_null(strstr(options, fp64 ? "-DUSE_FP64=1" : "-DUSE_FP64=0"));
+            assert_non_null(strstr(options, "-DPSR_WG_SIZE="));
+        }
+    psr_cache_stats s;
+    psr_context_cache_stats(ctx, &s);
+    assert_int_equal(s.builds, has_fp64 ? 4 : 2);
+    assert_int_equal(s.disk_enabled, 0);
+    psr_context_free(ctx);
+}
+
+static void test_fp64_unsupported(void **state)
+{
+    (void)state;
+    psr_context_options o;
+    psr_context_options_init(&o);
+    o.disk_cache = PSR_DISK_CACHE_OFF;
+    o.hide_capabilities = PSR_CAP_FP64;
+    psr_context *ctx;
+    assert_int_equal(psr_context_create(&o, &ctx), PSR_OK);
+    psr_device_info info;
+    psr_context_device_info(ctx, &info);
+    assert_false(info.capabilities & PSR_CAP_FP64);
+    psr_variant v = {PSR_KERNELS_STREAM, false, true};
+    cl_program p = NULL;
+    assert_int_equal(psr_program_get(ctx, &v, &p), PSR_ERR_FP64_UNSUPPORTED);
+    assert_null(p);
+    assert_non_null(strstr(psr_last_error(ctx), info.name));
+    /* Warming skips the fp64 variants instead of failing, and the context
+     * stays usable. */
+    size_t variants = 0;
+    assert_int_equal(psr_context_warm(ctx, &variants), PSR_OK);
+    assert_int_equal(variants, 2);
+    psr_context_free(ctx);
+}
+
+static void test_build_failure_keeps_log(void **state)
+{
+    (void)state;
+    psr_context *ctx = open_context(NULL);
+    cl_program p = NULL;
+    const char *broken = "__kernel void k(__global int *x) { x[0] = undefined_name_psr; }\n";
+    assert_int_equal(psr_program_build_source(ctx, "broken", broken, "", &p), PSR_ERR_BUILD_FAILED);
+    assert_null(p);
+    assert_non_null(strstr(psr_context_build_log(ctx), "undefined_name_psr"));
+    assert_non_null(strstr(psr_last_error(ctx), "broken"));
+    assert_non_null(strstr(captured_log, "undefined_name_psr")); /* the log callback saw it */
+    /* Still usable. */
+    psr_variant v = {PSR_KERNELS_STREAM, false, false};
+    assert_int_equal(psr_program_get(ctx, &v, &p), PSR_OK);
+    check_philox_vectors(ctx, p);
+    psr_context_free(ctx);
+}
+
+/* Random123 is embedded: the assembled source has no include directive
+ * left to resolve, and it builds and runs with no include path at all. */
+static void test_no_headers_needed(void **state)
+{
+    (void)state;
+    char *src = psr_kernel_source(PSR_KERNELS_STREAM);
+    assert_non_null(src);
+    assert_non_null(strstr(src, "philox4x32_R"));
+    for (char *line = src; line; line = strchr(line, '\n')) {
+        while (*line == '\n' || *line == ' ' || *line == '\t')
+            line++;
+        if (strncmp(line, "#include \"", 10) == 0) {
+            char *end = strchr(line, '\n');
+            fail_msg("embedded source still includes a file: %.*s", (int)(end ? end - line : 40), line);
+        }
+    }
+    unsetenv("CPATH");
+    unsetenv("C_INCLUDE_PATH");
+    psr_context *ctx = open_context(NULL);
+    cl_program p;
+    assert_int_equal(psr_program_build_source(ctx, "stream", src, "-DIS_DRAFTING=0 -DUSE_FP64=0", &p),
+                     PSR_OK);
+    check_philox_vectors(ctx, p);
+    clReleaseProgram(p);
+    psr_context_free(ctx);
+    free(src);
+}
+
+int main(void)
+{
+    if (!have_device()) {
+        fprintf(stderr, "no OpenCL device: skipping\n");
+        return TEST_SKIP;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_discovery),
+        cmocka_unit_test(test_pocl_selectable),
+        cmocka_unit_test(test_psr_device_environment),
+        cmocka_unit_test(test_create_from_cl),
+        cmocka_unit_test(test_builds_with_defines),
+        cmocka_unit_test(test_fp64_unsupported),
+        cmocka_unit_test(test_build_failure_keeps_log),
+        cmocka_unit_test(test_no_headers_needed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
