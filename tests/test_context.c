@@ -302,6 +302,13 @@ static void test_no_headers_needed(void **state)
                      PSR_OK);
     check_philox_vectors(ctx, p);
     clReleaseProgram(p);
+    /* Control: the device compiler really has no Random123 on its path, so
+     * the build above worked because the header is embedded. */
+    const char *needs_header = "#include <Random123/philox.h>\n"
+                               "__kernel void k(__global uint *o) { o[0] = 0; }\n";
+    assert_int_equal(psr_program_build_source(ctx, "control", needs_header, "", &p),
+                     PSR_ERR_BUILD_FAILED);
+    assert_non_null(strstr(psr_context_build_log(ctx), "Random123"));
     psr_context_free(ctx);
     free(src);
 }
