@@ -36,7 +36,7 @@ static psr_status check_options(const psr_context_options *o)
     return PSR_OK;
 }
 
-static bool env_turns_cache_off(void)
+int psr_cache_env_disabled(void)
 {
     const char *v = getenv("PSR_CACHE");
     return v && (strcmp(v, "0") == 0 || strcasecmp(v, "off") == 0 || strcasecmp(v, "no") == 0 ||
@@ -47,9 +47,9 @@ static bool env_turns_cache_off(void)
 static void setup_disk_cache(psr_context *ctx, const psr_context_options *o)
 {
     psr_disk_cache_mode mode = o ? o->disk_cache : PSR_DISK_CACHE_AUTO;
-    if (mode == PSR_DISK_CACHE_OFF || (mode == PSR_DISK_CACHE_AUTO && env_turns_cache_off())) {
+    if (mode == PSR_DISK_CACHE_OFF || (mode == PSR_DISK_CACHE_AUTO && psr_cache_env_disabled())) {
         psr_log(ctx, PSR_LOG_INFO, "kernel cache: disk tier off (%s)",
-                mode == PSR_DISK_CACHE_OFF ? "options->disk_cache" : "PSR_CACHE=0");
+                mode == PSR_DISK_CACHE_OFF ? "options->disk_cache" : "PSR_CACHE");
         return;
     }
     if (psr_cache_resolve_dir(o ? o->cache_dir : NULL, ctx->cache_dir, sizeof ctx->cache_dir) !=
@@ -231,6 +231,13 @@ void psr_context_free(psr_context *ctx)
 {
     if (!ctx)
         return;
+    for (size_t i = 0; i < ctx->kernel_count; i++)
+        clReleaseKernel(ctx->kernels[i].kernel);
+    free(ctx->kernels);
+    if (ctx->part_value.buffer)
+        clReleaseMemObject(ctx->part_value.buffer);
+    if (ctx->part_index.buffer)
+        clReleaseMemObject(ctx->part_index.buffer);
     for (size_t i = 0; i < ctx->program_count; i++) {
         clReleaseProgram(ctx->programs[i].program);
         free(ctx->programs[i].key);
@@ -289,23 +296,51 @@ psr_status psr_context_cache_stats(const psr_context *ctx, psr_cache_stats *out)
     return PSR_OK;
 }
 
+psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
+{
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_scratch_bytes: ctx is NULL");
+    if (!bytes)
+        return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT,
+                        "psr_context_scratch_bytes: bytes is NULL");
+    *bytes = ctx->part_value.bytes + ctx->part_index.bytes;
+    return PSR_OK;
+}
+
+psr_status psr_warm_sets(psr_context *ctx, unsigned set_mask, size_t *variants)
+{
+    size_t ready = 0;
+    int max_fp64 = ctx->info.capabilities & PSR_CAP_FP64 ? 1 : 0;
+    for (int set = 0; set < PSR_KERNEL_SET_COUNT; set++) {
+        if (!(set_mask & (1u << set)))
+            continue;
+        bool logits = psr_kernel_set_uses_logits((psr_kernel_set)set);
+        int max_dtype = logits ? PSR_DTYPE_BF16 : PSR_DTYPE_F32;
+        int max_fast = logits ? 1 : 0;
+        for (int drafting = 0; drafting <= 1; drafting++)
+            for (int fp64 = 0; fp64 <= max_fp64; fp64++)
+                for (int dtype = 0; dtype <= max_dtype; dtype++)
+                    for (int fast = 0; fast <= max_fast; fast++) {
+                        psr_variant v = {.set = (psr_kernel_set)set,
+                                         .drafting = drafting,
+                                         .fp64 = fp64,
+                                         .dtype = (psr_dtype)dtype,
+                                         .fast_math = fast};
+                        cl_program p;
+                        psr_status st = psr_program_get(ctx, &v, &p);
+                        if (st != PSR_OK)
+                            return st;
+                        ready++;
+                    }
+    }
+    if (variants)
+        *variants = ready;
+    return PSR_OK;
+}
+
 psr_status psr_context_warm(psr_context *ctx, size_t *variants)
 {
     if (!ctx)
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_warm: ctx is NULL");
-    size_t ready = 0;
-    bool fp64 = (ctx->info.capabilities & PSR_CAP_FP64) != 0;
-    for (int set = 0; set < PSR_KERNEL_SET_COUNT; set++)
-        for (int drafting = 0; drafting <= 1; drafting++)
-            for (int use_fp64 = 0; use_fp64 <= (fp64 ? 1 : 0); use_fp64++) {
-                psr_variant v = {(psr_kernel_set)set, drafting, use_fp64};
-                cl_program p;
-                psr_status st = psr_program_get(ctx, &v, &p);
-                if (st != PSR_OK)
-                    return st;
-                ready++;
-            }
-    if (variants)
-        *variants = ready;
-    return PSR_OK;
+    return psr_warm_sets(ctx, ~0u, variants);
 }

@@ -4,20 +4,57 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void get_platform_string(cl_platform_id p, cl_platform_info what, char *buf, size_t len)
+/* Copies an info string into a fixed field, cut to fit: OpenCL refuses a
+ * buffer that is too small, so ask for the size first. */
+static void fit_string(cl_int size_err, size_t size, char *(*fetch)(const void *, cl_uint, size_t),
+                       const void *obj, cl_uint what, char *buf, size_t len)
 {
     buf[0] = '\0';
-    if (clGetPlatformInfo(p, what, len, buf, NULL) != CL_SUCCESS)
-        buf[0] = '\0';
-    buf[len - 1] = '\0';
+    if (size_err != CL_SUCCESS || size == 0)
+        return;
+    char *full = fetch(obj, what, size);
+    if (full) {
+        psr_strlcpy(buf, full, len);
+        free(full);
+    }
+}
+
+static char *fetch_platform(const void *obj, cl_uint what, size_t size)
+{
+    char *s = malloc(size + 1);
+    if (s && clGetPlatformInfo((cl_platform_id)obj, what, size, s, NULL) != CL_SUCCESS) {
+        free(s);
+        return NULL;
+    }
+    if (s)
+        s[size] = '\0';
+    return s;
+}
+
+static char *fetch_device(const void *obj, cl_uint what, size_t size)
+{
+    char *s = malloc(size + 1);
+    if (s && clGetDeviceInfo((cl_device_id)obj, what, size, s, NULL) != CL_SUCCESS) {
+        free(s);
+        return NULL;
+    }
+    if (s)
+        s[size] = '\0';
+    return s;
+}
+
+static void get_platform_string(cl_platform_id p, cl_platform_info what, char *buf, size_t len)
+{
+    size_t size = 0;
+    cl_int err = clGetPlatformInfo(p, what, 0, NULL, &size);
+    fit_string(err, size, fetch_platform, p, what, buf, len);
 }
 
 static void get_device_string(cl_device_id d, cl_device_info what, char *buf, size_t len)
 {
-    buf[0] = '\0';
-    if (clGetDeviceInfo(d, what, len, buf, NULL) != CL_SUCCESS)
-        buf[0] = '\0';
-    buf[len - 1] = '\0';
+    size_t size = 0;
+    cl_int err = clGetDeviceInfo(d, what, 0, NULL, &size);
+    fit_string(err, size, fetch_device, d, what, buf, len);
 }
 
 /* The extension string can be long; fetch it whole to look for names. */

@@ -46,9 +46,10 @@ psr_status psr_cache_resolve_dir(const char *option_dir, char *buf, size_t len)
     else
         return psr_fail(NULL, PSR_ERR_CACHE_IO,
                         "no cache directory: set PSR_CACHE_DIR, XDG_CACHE_HOME or HOME");
-    if (n < 0 || (size_t)n >= len)
-        return psr_fail(NULL, PSR_ERR_CACHE_IO, "cache directory path is longer than %zu bytes",
-                        len - 1);
+    /* Leave room for "/<64 hex digits>.psrbin" and temporary names. */
+    if (n < 0 || (size_t)n + 100 >= len)
+        return psr_fail(NULL, PSR_ERR_CACHE_IO,
+                        "cache directory path is %d bytes long; the limit is %zu", n, len - 101);
     return PSR_OK;
 }
 
@@ -201,6 +202,8 @@ static const char *check_file(const unsigned char *data, size_t len, const uint8
     uint64_t plen = get_u64(data + 16);
     if (meta_len > MAX_META_BYTES)
         return "corrupt header (metadata length)";
+    if (plen > len) /* also keeps the sum below from wrapping */
+        return "truncated";
     if ((uint64_t)len < HEADER_BYTES + (uint64_t)meta_len + plen)
         return "truncated";
     if ((uint64_t)len != HEADER_BYTES + (uint64_t)meta_len + plen)
@@ -263,6 +266,8 @@ int psr_cache_write_file(const char *dir, const uint8_t key[32], const psr_cache
 {
     static atomic_uint counter;
     char final_path[PSR_PATH_MAX], tmp_path[PSR_PATH_MAX];
+    if (strlen(dir) + 100 >= sizeof final_path)
+        return ENAMETOOLONG;
     psr_cache_path(dir, key, final_path, sizeof final_path);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
@@ -312,9 +317,20 @@ static bool has_suffix(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-static bool is_ours(const char *name)
+/* A temporary file this old belongs to a writer that died: a live one
+ * renames its file within the time of one write. */
+#define STALE_TMP_SECONDS 600
+
+static bool is_ours(const char *dir, const char *name)
 {
-    return has_suffix(name, SUFFIX) || strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0;
+    if (has_suffix(name, SUFFIX))
+        return true;
+    if (strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0)
+        return false;
+    char path[PSR_PATH_MAX * 2];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    return stat(path, &st) == 0 && time(NULL) - st.st_mtime > STALE_TMP_SECONDS;
 }
 
 static psr_status open_cache_dir(const char *dir, char *resolved, size_t len, DIR **out)
@@ -408,7 +424,7 @@ psr_status psr_cache_clear(const char *dir, size_t *removed)
     int failure = 0;
     char failed_name[256] = "";
     for (struct dirent *e; d && (e = readdir(d));) {
-        if (!is_ours(e->d_name))
+        if (!is_ours(path, e->d_name))
             continue;
         char file[PSR_PATH_MAX * 2];
         snprintf(file, sizeof file, "%s/%s", path, e->d_name);

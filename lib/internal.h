@@ -73,14 +73,26 @@ psr_tuning psr_tuning_for(const psr_device_info *info);
 
 typedef enum psr_kernel_set {
     PSR_KERNELS_STREAM = 0, /* Philox and the random stream (cl/stream.cl) */
+    PSR_KERNELS_GUMBEL = 1, /* Gumbel-max sampling (cl/gumbel.cl) */
     PSR_KERNEL_SET_COUNT
 } psr_kernel_set;
 
 typedef struct psr_variant {
     psr_kernel_set set;
-    bool drafting; /* IS_DRAFTING */
-    bool fp64;     /* USE_FP64 */
+    bool drafting;     /* IS_DRAFTING */
+    bool fp64;         /* USE_FP64 */
+    psr_dtype dtype;   /* PSR_LOGIT_DTYPE (sets that read logits) */
+    bool fast_math;    /* PSR_DETERMINISTIC=0 */
 } psr_variant;
+
+/* Does the set read logits (dtype matters) or compute noise (math mode matters)? */
+bool psr_kernel_set_uses_logits(psr_kernel_set set);
+/* A small integer naming a variant, for the kernel-object cache. */
+unsigned psr_variant_code(const psr_variant *v);
+/* Builds or loads every variant of the sets in set_mask (bit i: set i). */
+psr_status psr_warm_sets(psr_context *ctx, unsigned set_mask, size_t *variants);
+/* Returns a kernel of a variant, created once per context and cached. */
+psr_status psr_kernel_get(psr_context *ctx, const psr_variant *v, const char *name, cl_kernel *out);
 
 const char *psr_kernel_set_name(psr_kernel_set set);
 /* The full OpenCL C source of a kernel set (embedded Random123 included).
@@ -97,6 +109,16 @@ psr_status psr_program_get(psr_context *ctx, const psr_variant *v, cl_program *o
 psr_status psr_program_build_source(psr_context *ctx, const char *label, const char *source,
                                     const char *options, cl_program *out);
 
+/* ---- sampling (sample.c) ---- */
+
+size_t psr_dtype_size(psr_dtype dtype);
+/* Fails with PSR_ERR_BUFFER_TOO_SMALL unless buf holds `need` bytes. */
+psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const char *name);
+/* psr_sample with both ends exposed: *first is the first kernel's event,
+ * *last the last one's (the same event with one kernel). Either may be NULL. */
+psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *args, cl_event *first,
+                              cl_event *last);
+
 /* ---- disk cache (disk_cache.c) ---- */
 
 typedef struct psr_cache_meta {
@@ -112,7 +134,7 @@ typedef enum psr_cache_read {
     PSR_CACHE_READ_OK,
     PSR_CACHE_READ_MISSING,
     PSR_CACHE_READ_INVALID,   /* truncated, corrupt or foreign: discard it */
-    PSR_CACHE_READ_UNREADABLE /* exists but cannot be read (permissions): leave it */
+    PSR_CACHE_READ_UNREADABLE /* exists but cannot be read (permissions): build, don't discard */
 } psr_cache_read;
 
 /* Resolves the cache directory from options (NULL) and the environment. */
@@ -136,6 +158,21 @@ typedef struct psr_program_entry {
     cl_program program;
 } psr_program_entry;
 
+typedef struct psr_kernel_entry {
+    unsigned variant;  /* psr_variant_code */
+    const char *name;  /* a string literal */
+    cl_kernel kernel;
+} psr_kernel_entry;
+
+/* Device scratch, grown to the largest shape seen, never shrunk. */
+typedef struct psr_scratch {
+    cl_mem buffer;
+    size_t bytes;
+} psr_scratch;
+
+/* Grows a scratch buffer to at least `bytes`. */
+psr_status psr_scratch_reserve(psr_context *ctx, psr_scratch *s, size_t bytes);
+
 struct psr_context {
     cl_platform_id platform;
     cl_context cl_ctx;
@@ -157,10 +194,34 @@ struct psr_context {
     psr_program_entry *programs;
     size_t program_count;
     size_t program_capacity;
+    psr_kernel_entry *kernels;
+    size_t kernel_count;
+    size_t kernel_capacity;
+
+    psr_scratch part_value; /* per (row, work-group) best value */
+    psr_scratch part_index; /* per (row, work-group) best index */
 
     char *build_log;
     char error[PSR_ERROR_MAX];
 };
+
+/* ---- the host oracle (oracle.c): the stream and noise of the kernels ---- */
+
+void psr_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+void psr_oracle_draw(uint64_t seed, uint64_t offset, uint32_t out[4]);
+float psr_oracle_u32(uint32_t w);
+double psr_oracle_u64(uint32_t w0, uint32_t w1);
+uint32_t psr_oracle_row_key(uint64_t seed, uint64_t pos, bool drafting);
+float psr_oracle_log(float x);
+float psr_oracle_log1p_neg(float u);
+float psr_oracle_recip(float b);
+float psr_oracle_div(float a, float b, float r);
+double psr_oracle_log_d(double x);
+float psr_oracle_gumbel32(uint32_t row_key, uint32_t token);
+double psr_oracle_gumbel64(uint32_t row_key, uint32_t token);
+/* The token the deterministic Gumbel kernel picks for one fp32 row. */
+int32_t psr_oracle_sample_row(const float *logits, size_t vocab, float temperature, int64_t seed,
+                              int64_t pos, bool drafting, bool fp64, bool *no_finite);
 
 /* ---- sha256.c ---- */
 

@@ -9,12 +9,25 @@
 
 typedef struct kernel_set_def {
     const char *name;
-    const char *parts[4]; /* embedded source names, NULL-terminated */
+    const char *parts[8]; /* embedded source names, NULL-terminated */
 } kernel_set_def;
 
 static const kernel_set_def sets[PSR_KERNEL_SET_COUNT] = {
     [PSR_KERNELS_STREAM] = {"stream", {"random123/philox.h", "stream.cl", NULL}},
+    [PSR_KERNELS_GUMBEL] = {"gumbel",
+                            {"random123/philox.h", "stream.cl", "detmath.cl", "gumbel.cl", NULL}},
 };
+
+bool psr_kernel_set_uses_logits(psr_kernel_set set)
+{
+    return set == PSR_KERNELS_GUMBEL;
+}
+
+unsigned psr_variant_code(const psr_variant *v)
+{
+    return (unsigned)v->set << 8 | (unsigned)v->dtype << 4 | (unsigned)v->drafting << 2 |
+           (unsigned)v->fp64 << 1 | (unsigned)v->fast_math;
+}
 
 const char *psr_kernel_set_name(psr_kernel_set set)
 {
@@ -65,11 +78,18 @@ static int opencl_c_version(const psr_device_info *info)
 
 void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, size_t len)
 {
+    char extra[96] = "";
+    if (psr_kernel_set_uses_logits(v->set))
+        snprintf(extra, sizeof extra, " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d", (int)v->dtype,
+                 v->fast_math ? 0 : 1);
     /* mul_hi is core OpenCL C, and Random123 otherwise builds its 32-bit
-     * multiply from a 64-bit product (9-12% slower on NVIDIA). */
+     * multiply from a 64-bit product (9-12% slower on NVIDIA). Its 64-bit
+     * path wins over the intrinsic unless R123_USE_64BIT=0 (psr uses only
+     * philox4x32, so nothing is lost). */
     snprintf(buf, len,
              "%s-DIS_DRAFTING=%d -DUSE_FP64=%d -DPSR_WG_SIZE=%zu -DPSR_TOKENS_PER_GROUP=%zu "
-             "-DR123_USE_MULHILO32_MULHI_INTRIN=1 -DR123_MULHILO32_MULHI_INTRIN=mul_hi",
+             "-DR123_USE_64BIT=0 -DR123_USE_MULHILO32_MULHI_INTRIN=1 "
+             "-DR123_MULHILO32_MULHI_INTRIN=mul_hi%s",
              opencl_c_version(&ctx->info) >= 12 ? "-cl-std=CL1.2 " : "", v->drafting ? 1 : 0,
-             v->fp64 ? 1 : 0, ctx->tuning.work_group_size, ctx->tuning.tokens_per_group);
+             v->fp64 ? 1 : 0, ctx->tuning.work_group_size, ctx->tuning.tokens_per_group, extra);
 }

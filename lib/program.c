@@ -225,3 +225,52 @@ psr_status psr_program_get(psr_context *ctx, const psr_variant *v, cl_program *o
     *out = p;
     return PSR_OK;
 }
+
+psr_status psr_kernel_get(psr_context *ctx, const psr_variant *v, const char *name, cl_kernel *out)
+{
+    unsigned code = psr_variant_code(v);
+    for (size_t i = 0; i < ctx->kernel_count; i++)
+        if (ctx->kernels[i].variant == code && strcmp(ctx->kernels[i].name, name) == 0) {
+            *out = ctx->kernels[i].kernel;
+            return PSR_OK;
+        }
+    cl_program p;
+    psr_status st = psr_program_get(ctx, v, &p);
+    if (st != PSR_OK)
+        return st;
+    if (ctx->kernel_count == ctx->kernel_capacity) {
+        size_t cap = ctx->kernel_capacity ? ctx->kernel_capacity * 2 : 16;
+        psr_kernel_entry *grown = realloc(ctx->kernels, cap * sizeof *grown);
+        if (!grown)
+            return psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "out of memory caching a kernel");
+        ctx->kernels = grown;
+        ctx->kernel_capacity = cap;
+    }
+    cl_int err;
+    cl_kernel k = clCreateKernel(p, name, &err);
+    if (err != CL_SUCCESS)
+        return psr_fail(ctx, PSR_ERR_OPENCL, "clCreateKernel(%s) failed: %s (%d)", name,
+                        psr_cl_error_name(err), err);
+    ctx->kernels[ctx->kernel_count++] = (psr_kernel_entry){code, name, k};
+    *out = k;
+    return PSR_OK;
+}
+
+psr_status psr_scratch_reserve(psr_context *ctx, psr_scratch *s, size_t bytes)
+{
+    if (bytes <= s->bytes)
+        return PSR_OK;
+    if (s->buffer)
+        clReleaseMemObject(s->buffer);
+    s->buffer = NULL;
+    s->bytes = 0;
+    cl_int err;
+    s->buffer = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    if (err != CL_SUCCESS) {
+        s->buffer = NULL;
+        return psr_fail(ctx, PSR_ERR_OPENCL, "cannot allocate %zu bytes of scratch: %s (%d)", bytes,
+                        psr_cl_error_name(err), err);
+    }
+    s->bytes = bytes;
+    return PSR_OK;
+}

@@ -22,7 +22,9 @@ const char *psr_status_string(psr_status status)
     case PSR_ERR_BUILD_FAILED: return "PSR_ERR_BUILD_FAILED: kernel build failed";
     case PSR_ERR_FP64_UNSUPPORTED: return "PSR_ERR_FP64_UNSUPPORTED: the device has no fp64";
     case PSR_ERR_CACHE_IO: return "PSR_ERR_CACHE_IO: the cache directory cannot be used";
-    case PSR_ERR_BUFFER_TOO_SMALL: return "PSR_ERR_BUFFER_TOO_SMALL: an output is too small";
+    case PSR_ERR_BUFFER_TOO_SMALL: return "PSR_ERR_BUFFER_TOO_SMALL: a buffer is too small for the shape";
+    case PSR_ERR_POSITION_RANGE: return "PSR_ERR_POSITION_RANGE: a position is outside [0, 2^30)";
+    case PSR_ERR_TEMPERATURE: return "PSR_ERR_TEMPERATURE: a temperature is not 0 or a positive normal number";
     }
     return "PSR_ERR_UNKNOWN: not a psr status code";
 }

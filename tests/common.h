@@ -11,6 +11,9 @@
 
 #include "internal.h"
 
+/* Warming only the small stream kernels keeps cache tests quick. */
+#define STREAM_ONLY (1u << PSR_KERNELS_STREAM)
+
 /* meson's exit code for a skipped test. */
 #define TEST_SKIP 77
 

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-static const psr_variant plain = {PSR_KERNELS_STREAM, false, false};
-static const psr_variant drafting = {PSR_KERNELS_STREAM, true, false};
+static const psr_variant plain = {.set = PSR_KERNELS_STREAM};
+static const psr_variant drafting = {.set = PSR_KERNELS_STREAM, .drafting = true};
 
 static psr_cache_stats stats_of(psr_context *ctx)
 {
@@ -40,7 +40,7 @@ static void test_second_context_hits_disk(void **state)
     make_temp_dir(dir, sizeof dir);
     psr_context *a = open_context(dir);
     size_t variants = 0;
-    assert_int_equal(psr_context_warm(a, &variants), PSR_OK);
+    assert_int_equal(psr_warm_sets(a, STREAM_ONLY, &variants), PSR_OK);
     psr_cache_stats s = stats_of(a);
     assert_int_equal(s.builds, variants);
     assert_int_equal(s.disk_writes, variants);
@@ -54,7 +54,7 @@ static void test_second_context_hits_disk(void **state)
     psr_context_free(a);
 
     psr_context *b = open_context(dir);
-    assert_int_equal(psr_context_warm(b, &variants), PSR_OK);
+    assert_int_equal(psr_warm_sets(b, STREAM_ONLY, &variants), PSR_OK);
     s = stats_of(b);
     assert_int_equal(s.disk_hits, variants);
     assert_int_equal(s.builds, 0);

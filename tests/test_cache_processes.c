@@ -53,7 +53,7 @@ static void test_concurrent_warm(void **state)
         assert_true(pids[i] >= 0);
         if (pids[i] == 0) {
             psr_context *ctx = child_context(dir);
-            if (psr_context_warm(ctx, NULL) != PSR_OK) {
+            if (psr_warm_sets(ctx, STREAM_ONLY, NULL) != PSR_OK) {
                 fprintf(stderr, "child warm: %s\n", psr_last_error(ctx));
                 _exit(CHILD_WARM);
             }
@@ -79,7 +79,7 @@ static void test_concurrent_warm(void **state)
     if (pid == 0) {
         psr_context *ctx = child_context(dir);
         size_t variants = 0;
-        if (psr_context_warm(ctx, &variants) != PSR_OK)
+        if (psr_warm_sets(ctx, STREAM_ONLY, &variants) != PSR_OK)
             _exit(CHILD_WARM);
         psr_cache_stats s;
         psr_context_cache_stats(ctx, &s);
@@ -119,7 +119,7 @@ static void test_read_only_dir(void **state)
     pid_t pid = fork();
     if (pid == 0) {
         psr_context *ctx = child_context(dir);
-        _exit(psr_context_warm(ctx, NULL) == PSR_OK ? CHILD_OK : CHILD_WARM);
+        _exit(psr_warm_sets(ctx, STREAM_ONLY, NULL) == PSR_OK ? CHILD_OK : CHILD_WARM);
     }
     assert_int_equal(wait_child(pid), CHILD_OK);
     size_t files = count_files(dir, "");
@@ -136,7 +136,7 @@ static void test_read_only_dir(void **state)
             _exit(CHILD_LOG);
         }
         size_t variants = 0;
-        if (psr_context_warm(ctx, &variants) != PSR_OK) {
+        if (psr_warm_sets(ctx, STREAM_ONLY, &variants) != PSR_OK) {
             fprintf(stderr, "child warm: %s\n", psr_last_error(ctx));
             _exit(CHILD_WARM);
         }
@@ -163,7 +163,7 @@ static void test_read_only_dir(void **state)
         drop_root(scratch);
         psr_context *ctx = child_context(empty);
         size_t variants = 0;
-        if (psr_context_warm(ctx, &variants) != PSR_OK)
+        if (psr_warm_sets(ctx, STREAM_ONLY, &variants) != PSR_OK)
             _exit(CHILD_WARM);
         psr_cache_stats s;
         psr_context_cache_stats(ctx, &s);

@@ -126,7 +126,7 @@ static void test_create_from_cl(void **state)
     assert_int_equal(info.platform_index, want.platform_index);
 
     /* Kernels run on the application's queue. */
-    psr_variant v = {PSR_KERNELS_STREAM, false, false};
+    psr_variant v = {.set = PSR_KERNELS_STREAM};
     cl_program p;
     assert_int_equal(psr_program_get(ctx, &v, &p), PSR_OK);
     check_philox_vectors(ctx, p);
@@ -213,7 +213,7 @@ static void test_builds_with_defines(void **state)
     bool has_fp64 = info.capabilities & PSR_CAP_FP64;
     for (int drafting = 0; drafting <= 1; drafting++)
         for (int fp64 = 0; fp64 <= (has_fp64 ? 1 : 0); fp64++) {
-            psr_variant v = {PSR_KERNELS_STREAM, drafting, fp64};
+            psr_variant v = {.set = PSR_KERNELS_STREAM, .drafting = drafting, .fp64 = fp64};
             cl_program p;
             assert_int_equal(psr_program_get(ctx, &v, &p), PSR_OK);
             check_philox_vectors(ctx, p);
@@ -247,7 +247,7 @@ static void test_fp64_unsupported(void **state)
     psr_device_info info;
     psr_context_device_info(ctx, &info);
     assert_false(info.capabilities & PSR_CAP_FP64);
-    psr_variant v = {PSR_KERNELS_STREAM, false, true};
+    psr_variant v = {.set = PSR_KERNELS_STREAM, .fp64 = true};
     cl_program p = NULL;
     assert_int_equal(psr_program_get(ctx, &v, &p), PSR_ERR_FP64_UNSUPPORTED);
     assert_null(p);
@@ -255,7 +255,7 @@ static void test_fp64_unsupported(void **state)
     /* Warming skips the fp64 variants instead of failing, and the context
      * stays usable. */
     size_t variants = 0;
-    assert_int_equal(psr_context_warm(ctx, &variants), PSR_OK);
+    assert_int_equal(psr_warm_sets(ctx, STREAM_ONLY, &variants), PSR_OK);
     assert_int_equal(variants, 2);
     psr_context_free(ctx);
 }
@@ -272,7 +272,7 @@ static void test_build_failure_keeps_log(void **state)
     assert_non_null(strstr(psr_last_error(ctx), "broken"));
     assert_non_null(strstr(captured_log, "undefined_name_psr")); /* the log callback saw it */
     /* Still usable. */
-    psr_variant v = {PSR_KERNELS_STREAM, false, false};
+    psr_variant v = {.set = PSR_KERNELS_STREAM};
     assert_int_equal(psr_program_get(ctx, &v, &p), PSR_OK);
     check_philox_vectors(ctx, p);
     psr_context_free(ctx);

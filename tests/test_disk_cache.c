@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+#include <utime.h>
 
 static const uint8_t key_a[32] = {1, 2, 3};
 static const uint8_t key_b[32] = {9, 9, 9};
@@ -197,9 +199,15 @@ static void test_list_and_clear(void **state)
     FILE *f = fopen(other, "w");
     fputs("not psr's\n", f);
     fclose(f);
-    char stale[600];
+    /* A temporary file of a writer that died an hour ago, and one being written now. */
+    char stale[600], fresh[600];
     snprintf(stale, sizeof stale, "%s/.tmp-1-2-3", dir);
     f = fopen(stale, "w");
+    fclose(f);
+    struct utimbuf hour_ago = {time(NULL) - 3600, time(NULL) - 3600};
+    assert_int_equal(utime(stale, &hour_ago), 0);
+    snprintf(fresh, sizeof fresh, "%s/.tmp-4-5-6", dir);
+    f = fopen(fresh, "w");
     fclose(f);
 
     size_t n = 0;
@@ -226,6 +234,7 @@ static void test_list_and_clear(void **state)
     assert_int_equal(psr_cache_clear(dir, &removed), PSR_OK);
     assert_int_equal(removed, 3); /* two binaries and the stale temporary file */
     assert_int_equal(access(other, F_OK), 0);
+    assert_int_equal(access(fresh, F_OK), 0);
     assert_int_equal(psr_cache_list(dir, NULL, 0, &n), PSR_OK);
     assert_int_equal(n, 0);
 

@@ -125,15 +125,14 @@ int cmd_info(int argc, char **argv)
     describe_choice("auto", auto_choice, sizeof auto_choice, &auto_ok);
     const char *env = getenv("PSR_DEVICE");
     if (env && *env)
-        describe_choice(env, env_choice, sizeof env_choice, &env_ok);
+        describe_choice(NULL, env_choice, sizeof env_choice, &env_ok); /* NULL: from PSR_DEVICE */
 
     char dir[512] = "";
     bool dir_ok = psr_cache_directory(dir, sizeof dir) == PSR_OK;
     unsigned long long files = 0, bytes = 0;
     if (dir_ok)
         cli_cache_summary(dir, &files, &bytes);
-    const char *cache_env = getenv("PSR_CACHE");
-    bool cache_off = cache_env && strcmp(cache_env, "0") == 0;
+    bool cache_off = psr_cache_env_disabled();
 
     if (as_json) {
         json_writer w;
@@ -190,12 +189,12 @@ int cmd_info(int argc, char **argv)
         }
         printf("auto picks: %s\n", auto_ok ? auto_choice : "nothing");
         if (env && *env)
-            printf("PSR_DEVICE=%s picks: %s\n", env, env_ok ? env_choice : env_choice);
+            printf("PSR_DEVICE=%s %s: %s\n", env, env_ok ? "picks" : "fails", env_choice);
         char size[32];
         cli_format_bytes(bytes, size, sizeof size);
         if (dir_ok)
             printf("kernel cache: %s (%llu files, %s)%s\n", dir, files, size,
-                   cache_off ? ", disk tier off (PSR_CACHE=0)" : "");
+                   cache_off ? ", disk tier off (PSR_CACHE)" : "");
         else
             printf("kernel cache: no directory (%s)\n", psr_last_error(NULL));
     }

@@ -56,7 +56,9 @@ typedef enum psr_status {
     PSR_ERR_BUILD_FAILED = 8,      /* kernel build failed; see psr_context_build_log() */
     PSR_ERR_FP64_UNSUPPORTED = 9,  /* fp64 asked for on a device without it */
     PSR_ERR_CACHE_IO = 10,         /* the cache directory cannot be read or changed */
-    PSR_ERR_BUFFER_TOO_SMALL = 11  /* an output array or string is too small */
+    PSR_ERR_BUFFER_TOO_SMALL = 11, /* an array, string or cl_mem is smaller than the shape needs */
+    PSR_ERR_POSITION_RANGE = 12,   /* a position is negative or at/past PSR_MAX_POSITION */
+    PSR_ERR_TEMPERATURE = 13       /* a temperature is negative, NaN, infinite or subnormal */
 } psr_status;
 
 /* A short, constant name for a status ("PSR_ERR_NO_DEVICE: ..."). Never NULL. */
@@ -208,6 +210,88 @@ PSR_API const char *psr_context_build_log(const psr_context *ctx);
 PSR_API psr_status psr_context_warm(psr_context *ctx, size_t *variants);
 
 /* ------------------------------------------------------------------ */
+/* Sampling                                                            */
+/* ------------------------------------------------------------------ */
+typedef enum psr_dtype {
+    PSR_DTYPE_F32 = 0,
+    PSR_DTYPE_F16 = 1,
+    PSR_DTYPE_BF16 = 2
+} psr_dtype;
+
+/* Positions are below 2^30: the draft stream uses position + 2^30, and the
+ * two streams must never meet (docs/stream.md). */
+#define PSR_MAX_POSITION (INT64_C(1) << 30)
+
+/* psr_sample_args.flags */
+#define PSR_SAMPLE_DRAFTING (1u << 0)  /* the draft stream (IS_DRAFTING): position + 2^30 */
+#define PSR_SAMPLE_FP64_NOISE (1u << 1) /* fp64 uniforms and argmax (needs cl_khr_fp64) */
+#define PSR_SAMPLE_FAST_MATH (1u << 2) /* native logs: faster, but noise may differ by
+                                          device in the last bits (default: deterministic) */
+
+/* Per-row result flags (psr_sample_args.row_flags). */
+#define PSR_ROW_NO_FINITE (1u << 0)       /* no finite logit: token is still in range */
+#define PSR_ROW_BAD_POSITION (1u << 1)    /* position out of range: token -1 */
+#define PSR_ROW_BAD_TEMPERATURE (1u << 2) /* temperature invalid: token -1 */
+
+/* Gumbel-max sampling of `rows` rows of logits already on the device:
+ *   token = argmax_i (logit_i / T + g_i)   (T = 0: plain argmax)
+ * with g_i vLLM's Philox Gumbel noise for (seed, position, i). Ties go to
+ * the lowest index; NaN counts as -inf. Nothing waits on the host: the
+ * call enqueues kernels after event_wait_list and returns their event. */
+typedef struct psr_sample_args {
+    size_t struct_size;       /* set by psr_sample_args_init() */
+    size_t rows;              /* rows of logits (batch) */
+    size_t vocab;             /* tokens per row, 1 .. 2^31 - 1 */
+    cl_mem logits;            /* [rows, row_stride] of logits_dtype */
+    psr_dtype logits_dtype;
+    size_t logits_offset;     /* elements before row 0 */
+    size_t row_stride;        /* elements between rows; 0 means vocab */
+    cl_mem row_request;       /* optional int32 [rows]: request of each row, -1 = padding
+                                 (token -1); NULL: row i is request i */
+    size_t requests;          /* entries in seeds and temperatures */
+    cl_mem seeds;             /* int64 [requests] */
+    cl_mem temperatures;      /* float32 [requests]; 0 = greedy */
+    cl_mem positions;         /* int64 [rows], each in [0, PSR_MAX_POSITION) */
+    cl_mem tokens;            /* out: int32 [rows] */
+    cl_mem row_flags;         /* optional out: uint32 [rows] of PSR_ROW_* */
+    cl_mem draft_cache;       /* optional out: float32 [draft_cache_rows_total, vocab]: the
+                                 pre-temperature logits, for the verifier */
+    cl_mem draft_cache_rows;  /* optional int32 [rows]: cache row of each row, -1 = skip;
+                                 NULL: row i goes to cache row i */
+    size_t draft_cache_rows_total;
+    unsigned flags;           /* PSR_SAMPLE_* */
+    cl_uint num_events_in_wait_list;
+    const cl_event *event_wait_list;
+} psr_sample_args;
+
+PSR_API void psr_sample_args_init(psr_sample_args *args);
+
+/* Validates the arguments (shapes, buffer sizes, flags, fp64 support)
+ * and enqueues the sampling. *event (may be NULL) receives an event the
+ * caller releases. Values inside device buffers (positions, temperatures)
+ * cannot be checked without waiting: bad ones give token -1 and a
+ * PSR_ROW_* flag instead. */
+PSR_API psr_status psr_sample(psr_context *ctx, const psr_sample_args *args, cl_event *event);
+
+/* Convenience for tools, tests and simple embedders: host arrays in and
+ * out, one request per row, blocking. Every value is checked before
+ * anything reaches the device; on failure nothing is written.
+ *   logits       rows x row_stride elements of dtype (row_stride 0: vocab)
+ *   seeds, positions, temperatures: one per row
+ *   tokens       out: rows int32
+ *   row_flags    optional out: rows uint32 (PSR_ROW_*)
+ *   no_finite_rows optional out: how many rows had no finite logit */
+PSR_API psr_status psr_sample_host(psr_context *ctx, const void *logits, psr_dtype dtype,
+                                   size_t rows, size_t vocab, size_t row_stride,
+                                   const int64_t *seeds, const int64_t *positions,
+                                   const float *temperatures, unsigned flags, int32_t *tokens,
+                                   uint32_t *row_flags, size_t *no_finite_rows);
+
+/* Device memory psr holds for this context beyond the caller's buffers
+ * (scratch for per-row partial results): O(rows x work-groups per row). */
+PSR_API psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes);
+
+/* ------------------------------------------------------------------ */
 /* Kernel cache                                                        */
 /* ------------------------------------------------------------------ */
 /* Counters of one context's program lookups. Each lookup ends in exactly
@@ -238,6 +322,10 @@ typedef struct psr_cache_entry {
     int valid;               /* header and checksum are intact */
 } psr_cache_entry;
 
+/* Non-zero when the environment turns the disk tier off: PSR_CACHE is
+ * "0", "off", "no" or "false" (any case). */
+PSR_API int psr_cache_env_disabled(void);
+
 /* The cache directory the environment selects (it may not exist yet):
  * $PSR_CACHE_DIR, else $XDG_CACHE_HOME/psr, else $HOME/.cache/psr. */
 PSR_API psr_status psr_cache_directory(char *buf, size_t capacity);
@@ -248,8 +336,9 @@ PSR_API psr_status psr_cache_directory(char *buf, size_t capacity);
 PSR_API psr_status psr_cache_list(const char *dir, psr_cache_entry *entries, size_t capacity,
                                   size_t *count);
 
-/* Removes psr's binaries and stale temporary files from dir (NULL: the
- * default). Other files are left alone. *removed (may be NULL) counts them. */
+/* Removes psr's binaries, and temporary files left over 10 minutes by
+ * writers that died, from dir (NULL: the default). Other files are left
+ * alone. *removed (may be NULL) counts them. */
 PSR_API psr_status psr_cache_clear(const char *dir, size_t *removed);
 
 #ifdef __cplusplus

@@ -1,0 +1,107 @@
+/* Deterministic math for the noise (docs/stream.md, DESIGN section 7).
+ *
+ * Every function here is built only from operations OpenCL requires to be
+ * correctly rounded: + - * and fma in fp32, and also / in fp64. With
+ * FP_CONTRACT OFF the compiler may not fuse or reorder them, so every
+ * conformant device computes the same bits, and lib/oracle.c computes the
+ * same bits on the host. Inputs on the noise path are positive and normal.
+ */
+#pragma OPENCL FP_CONTRACT OFF
+
+/* ln 2 split so that e * PSR_LN2_HI is exact for |e| < 2^10. */
+#define PSR_LN2_HI 0x1.62e000p-1f
+#define PSR_LN2_LO 0x1.0bfbe8p-15f
+
+/* log1p(f) for f in [sqrt(1/2) - 1, sqrt(2) - 1]: f + f^2 * P(f), with P a
+ * degree-8 least-squares fit of (log1p(f) - f) / f^2 (max error 0.7 ulp). */
+inline float psr_log1p_reduced(float f)
+{
+    float p = -0x1.321a4cp-4f;
+    p = fma(p, f, 0x1.068b2ap-3f);
+    p = fma(p, f, -0x1.0f9b0cp-3f);
+    p = fma(p, f, 0x1.22bf86p-3f);
+    p = fma(p, f, -0x1.5424e0p-3f);
+    p = fma(p, f, 0x1.999fc2p-3f);
+    p = fma(p, f, -0x1.000422p-2f);
+    p = fma(p, f, 0x1.555558p-2f);
+    p = fma(p, f, -0x1.fffff8p-2f);
+    float f2 = f * f;
+    return fma(f2, p, f);
+}
+
+/* Natural log of a positive normal float: x = m * 2^e, m in [sqrt(1/2), sqrt(2)). */
+inline float psr_det_log(float x)
+{
+    uint bits = as_uint(x);
+    int e = (int)((bits >> 23) & 0xffu) - 127;
+    float m = as_float((bits & 0x007fffffu) | 0x3f800000u);
+    if (m > 0x1.6a09e6p+0f) {
+        m = m * 0.5f;
+        e = e + 1;
+    }
+    float q = psr_log1p_reduced(m - 1.0f); /* m - 1 is exact */
+    float fe = (float)e;
+    return fma(fe, PSR_LN2_HI, fma(fe, PSR_LN2_LO, q));
+}
+
+/* log1p(-u) for u in (0, 1). */
+inline float psr_det_log1p_neg(float u)
+{
+    if (u <= 0x1.2bec34p-2f) /* 1 - sqrt(1/2): inside the polynomial's range */
+        return psr_log1p_reduced(-u);
+    return psr_det_log(1.0f - u);
+}
+
+/* 1/b for a positive normal b, within 1 ulp: a bit-trick seed and four
+ * Newton steps, each residual computed exactly by fma. */
+inline float psr_det_recip(float b)
+{
+    float y = as_float(0x7ef311c3u - as_uint(b));
+    for (int i = 0; i < 4; i++) {
+        float r = fma(-b, y, 1.0f);
+        y = fma(y, r, y);
+    }
+    return y;
+}
+
+/* a / b given r = psr_det_recip(b): one fma correction of a * r. */
+inline float psr_det_div(float a, float b, float r)
+{
+    float q = a * r;
+    float rem = fma(-q, b, a);
+    return fma(rem, r, q);
+}
+
+#if USE_FP64
+#define PSR_LN2_HI_D 0x1.62e42fee00000p-1
+#define PSR_LN2_LO_D 0x1.a39ef35793c76p-33
+
+/* Natural log of a positive normal double, from log1p(f) = 2 atanh(s),
+ * s = f / (2 + f), |s| < 0.172: the series converges by s^2 < 0.03 a term. */
+inline double psr_det_log_d(double x)
+{
+    ulong bits = as_ulong(x);
+    long e = (long)((bits >> 52) & 0x7ffUL) - 1023;
+    double m = as_double((bits & 0x000fffffffffffffUL) | 0x3ff0000000000000UL);
+    if (m > 0x1.6a09e667f3bcdp+0) {
+        m = m * 0.5;
+        e = e + 1;
+    }
+    double f = m - 1.0;
+    double s = f / (2.0 + f);
+    double z = s * s;
+    double q = 1.0 / 19.0;
+    q = fma(q, z, 1.0 / 17.0);
+    q = fma(q, z, 1.0 / 15.0);
+    q = fma(q, z, 1.0 / 13.0);
+    q = fma(q, z, 1.0 / 11.0);
+    q = fma(q, z, 1.0 / 9.0);
+    q = fma(q, z, 1.0 / 7.0);
+    q = fma(q, z, 1.0 / 5.0);
+    q = fma(q, z, 1.0 / 3.0);
+    double two_s = 2.0 * s;
+    double l = fma(two_s * z, q, two_s);
+    double de = (double)e;
+    return fma(de, PSR_LN2_HI_D, fma(de, PSR_LN2_LO_D, l));
+}
+#endif

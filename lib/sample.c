@@ -1,0 +1,320 @@
+/* Host side of Gumbel-max sampling (cl/gumbel.cl): argument checks,
+ * launch geometry, and the host-pointer convenience call. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void psr_sample_args_init(psr_sample_args *args)
+{
+    if (!args)
+        return;
+    memset(args, 0, sizeof *args);
+    args->struct_size = sizeof *args;
+    args->logits_dtype = PSR_DTYPE_F32;
+}
+
+size_t psr_dtype_size(psr_dtype dtype)
+{
+    return dtype == PSR_DTYPE_F32 ? 4 : 2;
+}
+
+/* Fails unless buf holds at least `need` bytes. */
+psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const char *name)
+{
+    size_t size = 0;
+    cl_int err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL);
+    if (err != CL_SUCCESS)
+        return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT, "%s is not a usable cl_mem: %s (%d)", name,
+                        psr_cl_error_name(err), err);
+    if (size < need)
+        return psr_fail(ctx, PSR_ERR_BUFFER_TOO_SMALL, "%s holds %zu bytes; the shape needs %zu",
+                        name, size, need);
+    return PSR_OK;
+}
+
+#define REQUIRE(cond, status, ...)                    \
+    do {                                              \
+        if (!(cond))                                  \
+            return psr_fail(ctx, status, __VA_ARGS__); \
+    } while (0)
+
+static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
+{
+    REQUIRE(a->struct_size == sizeof *a, PSR_ERR_INVALID_ARGUMENT,
+            "args->struct_size is %zu, expected %zu: call psr_sample_args_init() first",
+            a->struct_size, sizeof *a);
+    REQUIRE(a->rows > 0, PSR_ERR_INVALID_ARGUMENT, "args->rows is 0");
+    REQUIRE(a->rows <= UINT32_MAX / 64, PSR_ERR_INVALID_ARGUMENT, "args->rows %zu is too large",
+            a->rows);
+    REQUIRE(a->vocab > 0, PSR_ERR_INVALID_ARGUMENT, "args->vocab is 0");
+    REQUIRE(a->vocab <= INT32_MAX, PSR_ERR_INVALID_ARGUMENT,
+            "args->vocab %zu does not fit an int32 token id", a->vocab);
+    REQUIRE((unsigned)a->logits_dtype <= PSR_DTYPE_BF16, PSR_ERR_INVALID_ARGUMENT,
+            "args->logits_dtype %d is not a psr_dtype", (int)a->logits_dtype);
+    REQUIRE(!(a->flags & ~(PSR_SAMPLE_DRAFTING | PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_FAST_MATH)),
+            PSR_ERR_INVALID_ARGUMENT, "args->flags has unknown bits 0x%x", a->flags);
+    size_t stride = a->row_stride ? a->row_stride : a->vocab;
+    REQUIRE(stride >= a->vocab, PSR_ERR_INVALID_ARGUMENT,
+            "args->row_stride %zu is smaller than args->vocab %zu", stride, a->vocab);
+    REQUIRE(a->logits, PSR_ERR_NULL_ARGUMENT, "args->logits is NULL");
+    REQUIRE(a->seeds, PSR_ERR_NULL_ARGUMENT, "args->seeds is NULL");
+    REQUIRE(a->temperatures, PSR_ERR_NULL_ARGUMENT, "args->temperatures is NULL");
+    REQUIRE(a->positions, PSR_ERR_NULL_ARGUMENT, "args->positions is NULL");
+    REQUIRE(a->tokens, PSR_ERR_NULL_ARGUMENT, "args->tokens is NULL");
+    REQUIRE(a->requests > 0, PSR_ERR_INVALID_ARGUMENT, "args->requests is 0");
+    REQUIRE(a->row_request || a->requests >= a->rows, PSR_ERR_INVALID_ARGUMENT,
+            "args->requests %zu < args->rows %zu, and there is no args->row_request", a->requests,
+            a->rows);
+    REQUIRE(a->num_events_in_wait_list == 0 || a->event_wait_list, PSR_ERR_NULL_ARGUMENT,
+            "args->event_wait_list is NULL but args->num_events_in_wait_list is %u",
+            a->num_events_in_wait_list);
+    if ((a->flags & PSR_SAMPLE_FP64_NOISE) && !(ctx->info.capabilities & PSR_CAP_FP64))
+        return psr_fail(ctx, PSR_ERR_FP64_UNSUPPORTED,
+                        "PSR_SAMPLE_FP64_NOISE was requested but device \"%s\" has no fp64",
+                        ctx->info.name);
+
+    size_t esize = psr_dtype_size(a->logits_dtype);
+    size_t last = a->logits_offset + (a->rows - 1) * stride + a->vocab;
+    psr_status st = psr_check_buffer(ctx, a->logits, last * esize, "args->logits");
+    if (st == PSR_OK)
+        st = psr_check_buffer(ctx, a->seeds, a->requests * 8, "args->seeds");
+    if (st == PSR_OK)
+        st = psr_check_buffer(ctx, a->temperatures, a->requests * 4, "args->temperatures");
+    if (st == PSR_OK)
+        st = psr_check_buffer(ctx, a->positions, a->rows * 8, "args->positions");
+    if (st == PSR_OK)
+        st = psr_check_buffer(ctx, a->tokens, a->rows * 4, "args->tokens");
+    if (st == PSR_OK && a->row_request)
+        st = psr_check_buffer(ctx, a->row_request, a->rows * 4, "args->row_request");
+    if (st == PSR_OK && a->row_flags)
+        st = psr_check_buffer(ctx, a->row_flags, a->rows * 4, "args->row_flags");
+    if (st == PSR_OK && a->draft_cache_rows)
+        st = psr_check_buffer(ctx, a->draft_cache_rows, a->rows * 4, "args->draft_cache_rows");
+    if (st == PSR_OK && a->draft_cache) {
+        size_t cache_rows = a->draft_cache_rows ? a->draft_cache_rows_total : a->rows;
+        REQUIRE(cache_rows > 0, PSR_ERR_INVALID_ARGUMENT,
+                "args->draft_cache_rows_total is 0 with args->draft_cache_rows set");
+        st = psr_check_buffer(ctx, a->draft_cache, cache_rows * a->vocab * 4, "args->draft_cache");
+    }
+    return st;
+}
+
+static psr_status set_args(psr_context *ctx, cl_kernel k, const char *name, int n, const size_t *sizes,
+                           const void *const *values)
+{
+    for (int i = 0; i < n; i++) {
+        cl_int err = clSetKernelArg(k, (cl_uint)i, sizes[i], values[i]);
+        if (err != CL_SUCCESS)
+            return psr_fail(ctx, PSR_ERR_OPENCL, "clSetKernelArg(%s, %d) failed: %s (%d)", name, i,
+                            psr_cl_error_name(err), err);
+    }
+    return PSR_OK;
+}
+
+static psr_status enqueue(psr_context *ctx, cl_kernel k, const char *name, size_t groups,
+                          cl_uint nwait, const cl_event *wait, cl_event *event)
+{
+    size_t local = ctx->tuning.work_group_size;
+    size_t global = groups * local;
+    cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, &local, nwait, wait, event);
+    if (err != CL_SUCCESS)
+        return psr_fail(ctx, PSR_ERR_OPENCL, "enqueueing %s (%zu groups of %zu) failed: %s (%d)", name,
+                        groups, local, psr_cl_error_name(err), err);
+    return PSR_OK;
+}
+
+psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_event *first,
+                              cl_event *last)
+{
+    if (first)
+        *first = NULL;
+    if (last)
+        *last = NULL;
+    psr_status st = check_args(ctx, a);
+    if (st != PSR_OK)
+        return st;
+    psr_variant v = {.set = PSR_KERNELS_GUMBEL,
+                     .drafting = (a->flags & PSR_SAMPLE_DRAFTING) != 0,
+                     .fp64 = (a->flags & PSR_SAMPLE_FP64_NOISE) != 0,
+                     .dtype = a->logits_dtype,
+                     .fast_math = (a->flags & PSR_SAMPLE_FAST_MATH) != 0};
+    cl_kernel sample, finalize = NULL;
+    st = psr_kernel_get(ctx, &v, "psr_gumbel_sample", &sample);
+    if (st != PSR_OK)
+        return st;
+
+    cl_uint chunk = (cl_uint)ctx->tuning.tokens_per_group;
+    cl_uint groups = (cl_uint)((a->vocab + chunk - 1) / chunk);
+    size_t parts = a->rows * groups;
+    size_t acc = v.fp64 ? sizeof(cl_double) : sizeof(cl_float);
+    cl_mem part_value = NULL, part_index = NULL;
+    if (groups > 1) {
+        st = psr_kernel_get(ctx, &v, "psr_gumbel_finalize", &finalize);
+        if (st == PSR_OK)
+            st = psr_scratch_reserve(ctx, &ctx->part_value, parts * acc);
+        if (st == PSR_OK)
+            st = psr_scratch_reserve(ctx, &ctx->part_index, parts * sizeof(cl_uint));
+        if (st != PSR_OK)
+            return st;
+        part_value = ctx->part_value.buffer;
+        part_index = ctx->part_index.buffer;
+    }
+
+    cl_ulong offset = a->logits_offset;
+    cl_ulong stride = a->row_stride ? a->row_stride : a->vocab;
+    cl_uint vocab = (cl_uint)a->vocab;
+    cl_ulong cache_stride = a->vocab;
+    const size_t ms = sizeof(cl_mem);
+    const size_t sizes[] = {ms, 8, 8, 4, ms, ms, ms, ms, 4, 4, ms, ms, ms, ms, ms, ms, 8};
+    const void *values[] = {&a->logits,      &offset,         &stride,       &vocab,
+                            &a->row_request, &a->seeds,       &a->temperatures, &a->positions,
+                            &groups,         &chunk,          &part_value,   &part_index,
+                            &a->tokens,      &a->row_flags,   &a->draft_cache, &a->draft_cache_rows,
+                            &cache_stride};
+    st = set_args(ctx, sample, "psr_gumbel_sample", 17, sizes, values);
+    if (st != PSR_OK)
+        return st;
+    cl_event ev_sample = NULL;
+    st = enqueue(ctx, sample, "psr_gumbel_sample", parts, a->num_events_in_wait_list,
+                 a->event_wait_list, (first || last) ? &ev_sample : NULL);
+    if (st != PSR_OK || groups == 1) {
+        if (first && ev_sample) {
+            *first = ev_sample;
+            clRetainEvent(ev_sample);
+        }
+        if (last)
+            *last = ev_sample;
+        else if (ev_sample)
+            clReleaseEvent(ev_sample);
+        return st;
+    }
+
+    const size_t fsizes[] = {4, ms, ms, ms, ms, ms, ms, ms};
+    const void *fvalues[] = {&groups,          &part_value,   &part_index, &a->row_request,
+                             &a->temperatures, &a->positions, &a->tokens,  &a->row_flags};
+    st = set_args(ctx, finalize, "psr_gumbel_finalize", 8, fsizes, fvalues);
+    if (st == PSR_OK)
+        st = enqueue(ctx, finalize, "psr_gumbel_finalize", a->rows, 0, NULL, last);
+    if (first)
+        *first = ev_sample;
+    else if (ev_sample)
+        clReleaseEvent(ev_sample);
+    return st;
+}
+
+psr_status psr_sample(psr_context *ctx, const psr_sample_args *args, cl_event *event)
+{
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_sample: ctx is NULL");
+    if (!args)
+        return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_sample: args is NULL");
+    return psr_sample_enqueue(ctx, args, NULL, event);
+}
+
+/* ---- the host-pointer convenience call ---- */
+
+static bool temperature_ok(float t)
+{
+    return t == 0.0f || (isnormal(t) && t > 0.0f);
+}
+
+psr_status psr_sample_host(psr_context *ctx, const void *logits, psr_dtype dtype, size_t rows,
+                           size_t vocab, size_t row_stride, const int64_t *seeds,
+                           const int64_t *positions, const float *temperatures, unsigned flags,
+                           int32_t *tokens, uint32_t *row_flags, size_t *no_finite_rows)
+{
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_sample_host: ctx is NULL");
+    REQUIRE(logits, PSR_ERR_NULL_ARGUMENT, "psr_sample_host: logits is NULL");
+    REQUIRE(seeds, PSR_ERR_NULL_ARGUMENT, "psr_sample_host: seeds is NULL");
+    REQUIRE(positions, PSR_ERR_NULL_ARGUMENT, "psr_sample_host: positions is NULL");
+    REQUIRE(temperatures, PSR_ERR_NULL_ARGUMENT, "psr_sample_host: temperatures is NULL");
+    REQUIRE(tokens, PSR_ERR_NULL_ARGUMENT, "psr_sample_host: tokens is NULL");
+    REQUIRE(rows > 0, PSR_ERR_INVALID_ARGUMENT, "psr_sample_host: rows is 0");
+    REQUIRE(vocab > 0, PSR_ERR_INVALID_ARGUMENT, "psr_sample_host: vocab is 0");
+    REQUIRE((unsigned)dtype <= PSR_DTYPE_BF16, PSR_ERR_INVALID_ARGUMENT,
+            "psr_sample_host: dtype %d is not a psr_dtype", (int)dtype);
+    size_t stride = row_stride ? row_stride : vocab;
+    REQUIRE(stride >= vocab, PSR_ERR_INVALID_ARGUMENT,
+            "psr_sample_host: row_stride %zu is smaller than vocab %zu", stride, vocab);
+    for (size_t r = 0; r < rows; r++) {
+        REQUIRE(positions[r] >= 0 && positions[r] < PSR_MAX_POSITION, PSR_ERR_POSITION_RANGE,
+                "psr_sample_host: positions[%zu] = %lld is outside [0, 2^30)", r,
+                (long long)positions[r]);
+        REQUIRE(temperature_ok(temperatures[r]), PSR_ERR_TEMPERATURE,
+                "psr_sample_host: temperatures[%zu] = %g is not 0 or a positive normal number", r,
+                (double)temperatures[r]);
+    }
+
+    size_t logits_bytes = ((rows - 1) * stride + vocab) * psr_dtype_size(dtype);
+    cl_int err = CL_SUCCESS;
+    cl_mem bufs[6] = {NULL};
+    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+    bufs[0] = clCreateBuffer(ctx->cl_ctx, in, logits_bytes, (void *)logits, &err);
+    if (err == CL_SUCCESS)
+        bufs[1] = clCreateBuffer(ctx->cl_ctx, in, rows * 8, (void *)seeds, &err);
+    if (err == CL_SUCCESS)
+        bufs[2] = clCreateBuffer(ctx->cl_ctx, in, rows * 8, (void *)positions, &err);
+    if (err == CL_SUCCESS)
+        bufs[3] = clCreateBuffer(ctx->cl_ctx, in, rows * 4, (void *)temperatures, &err);
+    if (err == CL_SUCCESS)
+        bufs[4] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, rows * 4, NULL, &err);
+    if (err == CL_SUCCESS)
+        bufs[5] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, rows * 4, NULL, &err);
+    psr_status st = PSR_OK;
+    if (err != CL_SUCCESS)
+        st = psr_fail(ctx, PSR_ERR_OPENCL, "psr_sample_host: allocating device buffers failed: %s (%d)",
+                      psr_cl_error_name(err), err);
+
+    int32_t *tok = NULL;
+    uint32_t *fl = NULL;
+    if (st == PSR_OK) {
+        tok = malloc(rows * sizeof *tok);
+        fl = malloc(rows * sizeof *fl);
+        if (!tok || !fl)
+            st = psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "psr_sample_host: out of memory");
+    }
+    if (st == PSR_OK) {
+        psr_sample_args a;
+        psr_sample_args_init(&a);
+        a.rows = rows;
+        a.vocab = vocab;
+        a.logits = bufs[0];
+        a.logits_dtype = dtype;
+        a.row_stride = stride;
+        a.requests = rows;
+        a.seeds = bufs[1];
+        a.positions = bufs[2];
+        a.temperatures = bufs[3];
+        a.tokens = bufs[4];
+        a.row_flags = bufs[5];
+        a.flags = flags;
+        st = psr_sample(ctx, &a, NULL);
+    }
+    if (st == PSR_OK) {
+        err = clEnqueueReadBuffer(ctx->queue, bufs[4], CL_FALSE, 0, rows * 4, tok, 0, NULL, NULL);
+        if (err == CL_SUCCESS)
+            err = clEnqueueReadBuffer(ctx->queue, bufs[5], CL_TRUE, 0, rows * 4, fl, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            st = psr_fail(ctx, PSR_ERR_OPENCL, "psr_sample_host: reading results failed: %s (%d)",
+                          psr_cl_error_name(err), err);
+    }
+    if (st == PSR_OK) {
+        size_t no_finite = 0;
+        for (size_t r = 0; r < rows; r++)
+            no_finite += (fl[r] & PSR_ROW_NO_FINITE) != 0;
+        memcpy(tokens, tok, rows * sizeof *tok);
+        if (row_flags)
+            memcpy(row_flags, fl, rows * sizeof *fl);
+        if (no_finite_rows)
+            *no_finite_rows = no_finite;
+    }
+    free(tok);
+    free(fl);
+    for (int i = 0; i < 6; i++)
+        if (bufs[i])
+            clReleaseMemObject(bufs[i]);
+    return st;
+}
