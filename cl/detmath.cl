@@ -44,11 +44,16 @@ inline float psr_det_log(float x)
     return fma(fe, PSR_LN2_HI, fma(fe, PSR_LN2_LO, q));
 }
 
-/* log1p(-u) for u in (0, 1). */
+/* log1p(-u) for u in (0, 1), with every reduction exact:
+ *   u <= 1 - sqrt(1/2): the polynomial at -u;
+ *   u <= 1/2:           log(1 - u) = -ln 2 + log1p(1 - 2u), and 1 - 2u is exact;
+ *   u > 1/2:            log(1 - u), 1 - u exact (Sterbenz). */
 inline float psr_det_log1p_neg(float u)
 {
-    if (u <= 0x1.2bec34p-2f) /* 1 - sqrt(1/2): inside the polynomial's range */
+    if (u <= 0x1.2bec34p-2f)
         return psr_log1p_reduced(-u);
+    if (u <= 0.5f)
+        return fma(-1.0f, PSR_LN2_HI, fma(-1.0f, PSR_LN2_LO, psr_log1p_reduced(1.0f - 2.0f * u)));
     return psr_det_log(1.0f - u);
 }
 

@@ -109,6 +109,8 @@ float psr_oracle_log1p_neg(float u)
 {
     if (u <= 0x1.2bec34p-2f)
         return log1p_reduced(-u);
+    if (u <= 0.5f)
+        return fmaf(-1.0f, 0x1.62e000p-1f, fmaf(-1.0f, 0x1.0bfbe8p-15f, log1p_reduced(1.0f - 2.0f * u)));
     return psr_oracle_log(1.0f - u);
 }
 

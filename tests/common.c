@@ -225,3 +225,14 @@ void check_philox_vectors(psr_context *ctx, cl_program program)
     free(out);
     tsv_free(t);
 }
+
+void vector_logits(uint32_t vcase, uint32_t row, size_t vocab, float *out)
+{
+    for (uint32_t i = 0; i < vocab; i++) {
+        uint32_t h = (i * 2654435761u) ^ (row * 2246822519u) ^ (vcase * 3266489917u);
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        out[i] = (float)(h >> 8) * 0x1p-20f - 8.0f;
+    }
+}

@@ -47,6 +47,9 @@ psr_context *open_context(const char *cache_dir);
 extern char captured_log[8192];
 void capture_log(psr_log_level level, const char *message, void *user_data);
 
+/* The logits of gumbel_tokens.tsv, from the formula in its header. */
+void vector_logits(uint32_t vcase, uint32_t row, size_t vocab, float *out);
+
 /* Runs the Philox known-answer kernel of a program over
  * tests/data/philox4x32_10.tsv and asserts every word. */
 void check_philox_vectors(psr_context *ctx, cl_program program);

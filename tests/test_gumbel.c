@@ -1,0 +1,498 @@
+/* Gumbel-max sampling on a real device: noise bit for bit against the host
+ * oracle, the known-answer tokens, tokens equal to the oracle's on random
+ * logits, and the edge cases of DESIGN section 6. */
+#include "common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static psr_context *ctx;
+static bool has_fp64;
+
+static int setup(void **state)
+{
+    (void)state;
+    ctx = open_context(getenv("PSR_CACHE_DIR"));
+    psr_device_info info;
+    psr_context_device_info(ctx, &info);
+    has_fp64 = info.capabilities & PSR_CAP_FP64;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    psr_context_free(ctx);
+    return 0;
+}
+
+static uint64_t rng_state = 12345;
+static uint32_t rnd(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 32);
+}
+
+static float normal(void)
+{
+    double u1 = ((double)rnd() + 1.0) / 4294967297.0, u2 = (double)rnd() / 4294967296.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* ---- noise, bit for bit ---- */
+
+static size_t noise_mismatches(bool drafting, bool fp64, size_t n)
+{
+    psr_variant v = {.set = PSR_KERNELS_GUMBEL, .drafting = drafting, .fp64 = fp64};
+    cl_kernel k;
+    assert_int_equal(psr_kernel_get(ctx, &v, "psr_gumbel_noise_kat", &k), PSR_OK);
+    cl_long *seeds = malloc(n * 8), *pos = malloc(n * 8);
+    cl_uint *tokens = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        seeds[i] = (cl_long)((uint64_t)rnd() << 32 | rnd());
+        pos[i] = rnd() % (1u << 30);
+        tokens[i] = rnd() % 1048576;
+    }
+    size_t acc = fp64 ? 8 : 4;
+    void *noise = malloc(n * acc);
+    cl_int err;
+    cl_mem ds = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 8, seeds, &err);
+    cl_mem dp = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 8, pos, &err);
+    cl_mem dt = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 4, tokens, &err);
+    cl_mem dn = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * acc, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_uint count = (cl_uint)n;
+    clSetKernelArg(k, 0, sizeof ds, &ds);
+    clSetKernelArg(k, 1, sizeof dp, &dp);
+    clSetKernelArg(k, 2, sizeof dt, &dt);
+    clSetKernelArg(k, 3, sizeof count, &count);
+    assert_int_equal(clSetKernelArg(k, 4, sizeof dn, &dn), CL_SUCCESS);
+    assert_int_equal(clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &n, NULL, 0, NULL, NULL), CL_SUCCESS);
+    assert_int_equal(clEnqueueReadBuffer(ctx->queue, dn, CL_TRUE, 0, n * acc, noise, 0, NULL, NULL),
+                     CL_SUCCESS);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t key = psr_oracle_row_key((uint64_t)seeds[i], (uint64_t)pos[i], drafting);
+        bool same;
+        if (fp64) {
+            double want = psr_oracle_gumbel64(key, tokens[i]);
+            same = memcmp(&want, (double *)noise + i, 8) == 0;
+        } else {
+            float want = psr_oracle_gumbel32(key, tokens[i]);
+            same = memcmp(&want, (float *)noise + i, 4) == 0;
+        }
+        if (!same && bad++ < 3)
+            print_message("noise differs: seed %lld pos %lld token %u\n", (long long)seeds[i],
+                          (long long)pos[i], tokens[i]);
+    }
+    clReleaseMemObject(ds);
+    clReleaseMemObject(dp);
+    clReleaseMemObject(dt);
+    clReleaseMemObject(dn);
+    free(seeds), free(pos), free(tokens), free(noise);
+    return bad;
+}
+
+static void test_noise_bit_exact(void **state)
+{
+    (void)state;
+    assert_int_equal(noise_mismatches(false, false, 1000000), 0);
+    assert_int_equal(noise_mismatches(true, false, 200000), 0);
+    if (has_fp64)
+        assert_int_equal(noise_mismatches(false, true, 300000), 0);
+}
+
+/* ---- known answers ---- */
+
+
+static void test_token_vectors(void **state)
+{
+    (void)state;
+    tsv_table *t = tsv_load("gumbel_tokens.tsv");
+    float *logits = malloc(262144 * sizeof *logits);
+    size_t checked = 0;
+    for (size_t r = 0; r < t->rows; r++) {
+        bool fp64 = tsv_int(t, r, "fp64") != 0;
+        if (fp64 && !has_fp64)
+            continue;
+        size_t vocab = (size_t)tsv_int(t, r, "vocab");
+        vector_logits((uint32_t)tsv_int(t, r, "case"), (uint32_t)tsv_int(t, r, "row"), vocab, logits);
+        int64_t seed = tsv_int(t, r, "seed"), pos = tsv_int(t, r, "pos");
+        float temp = strtof(t->cells[r][tsv_col(t, "temp")], NULL);
+        unsigned flags = (tsv_int(t, r, "drafting") ? PSR_SAMPLE_DRAFTING : 0) |
+                         (fp64 ? PSR_SAMPLE_FP64_NOISE : 0);
+        int32_t token = -7;
+        psr_status st = psr_sample_host(ctx, logits, PSR_DTYPE_F32, 1, vocab, 0, &seed, &pos, &temp,
+                                        flags, &token, NULL, NULL);
+        if (st != PSR_OK)
+            fail_msg("%s: %s", psr_status_string(st), psr_last_error(ctx));
+        if (token != tsv_int(t, r, "token"))
+            fail_msg("vector row %zu (vocab %zu, temp %g, flags %u): token %d, want %lld", r, vocab,
+                     (double)temp, flags, token, (long long)tsv_int(t, r, "token"));
+        checked++;
+    }
+    print_message("%zu of %zu known-answer rows reproduced\n", checked, t->rows);
+    free(logits);
+    tsv_free(t);
+}
+
+/* ---- tokens equal the oracle's on random logits ---- */
+
+static void check_against_oracle(size_t rows, size_t vocab, float sigma, float temp, unsigned flags)
+{
+    float *logits = malloc(rows * vocab * sizeof *logits);
+    int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
+    float *temps = malloc(rows * 4);
+    int32_t *tokens = malloc(rows * 4);
+    for (size_t i = 0; i < rows * vocab; i++)
+        logits[i] = sigma * normal();
+    for (size_t r = 0; r < rows; r++) {
+        seeds[r] = (int64_t)((uint64_t)rnd() << 32 | rnd());
+        pos[r] = rnd() % (1u << 30);
+        temps[r] = temp;
+    }
+    psr_status st = psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
+                                    flags, tokens, NULL, NULL);
+    if (st != PSR_OK)
+        fail_msg("%s: %s", psr_status_string(st), psr_last_error(ctx));
+    for (size_t r = 0; r < rows; r++) {
+        int32_t want = psr_oracle_sample_row(logits + r * vocab, vocab, temp, seeds[r], pos[r],
+                                             flags & PSR_SAMPLE_DRAFTING,
+                                             flags & PSR_SAMPLE_FP64_NOISE, NULL);
+        if (tokens[r] != want)
+            fail_msg("vocab %zu temp %g flags %u row %zu: token %d, oracle %d", vocab, (double)temp,
+                     flags, r, tokens[r], want);
+    }
+    free(logits), free(seeds), free(pos), free(temps), free(tokens);
+}
+
+static void test_tokens_equal_oracle(void **state)
+{
+    (void)state;
+    const size_t vocabs[] = {1, 2, 999, 1024, 4097, 50000};
+    const float temps[] = {0.0f, 0.5f, 1.0f, 2.0f};
+    for (size_t v = 0; v < sizeof vocabs / sizeof vocabs[0]; v++)
+        for (size_t t = 0; t < 4; t++)
+            check_against_oracle(vocabs[v] > 4097 ? 8 : 48, vocabs[v], 3.0f, temps[t], 0);
+    check_against_oracle(32, 4097, 3.0f, 1.0f, PSR_SAMPLE_DRAFTING);
+    /* Large vocabularies take the two-stage path. */
+    check_against_oracle(3, 262144, 3.0f, 1.0f, 0);
+    check_against_oracle(1, 1048576, 2.0f, 0.8f, PSR_SAMPLE_DRAFTING);
+    /* Peaked rows (one logit far above the rest). */
+    check_against_oracle(16, 32000, 0.5f, 0.7f, 0);
+    if (has_fp64) {
+        check_against_oracle(32, 4097, 3.0f, 1.0f, PSR_SAMPLE_FP64_NOISE);
+        check_against_oracle(2, 262144, 3.0f, 1.0f, PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_DRAFTING);
+    }
+}
+
+/* ---- edge cases ---- */
+
+static int32_t sample_one(const float *logits, size_t vocab, float temp, uint32_t *flags)
+{
+    int64_t seed = 99, pos = 5;
+    int32_t token = -7;
+    uint32_t f = 0;
+    assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, 1, vocab, 0, &seed, &pos, &temp, 0,
+                                     &token, &f, NULL),
+                     PSR_OK);
+    if (flags)
+        *flags = f;
+    return token;
+}
+
+static void test_greedy_is_argmax_lowest_index(void **state)
+{
+    (void)state;
+    float l[9000];
+    for (size_t i = 0; i < 9000; i++)
+        l[i] = normal();
+    l[4321] = 50.0f;
+    l[8000] = 50.0f;
+    assert_int_equal(sample_one(l, 9000, 0.0f, NULL), 4321);
+    l[17] = 50.0f;
+    assert_int_equal(sample_one(l, 9000, 0.0f, NULL), 17);
+    l[17] = NAN;
+    l[3] = INFINITY;
+    assert_int_equal(sample_one(l, 9000, 0.0f, NULL), 3);
+}
+
+static void test_nan_and_infinite_rows(void **state)
+{
+    (void)state;
+    float l[5000];
+    uint32_t flags;
+    for (size_t i = 0; i < 5000; i++)
+        l[i] = NAN;
+    int32_t tok = sample_one(l, 5000, 1.0f, &flags);
+    assert_true(tok >= 0 && tok < 5000);
+    assert_true(flags & PSR_ROW_NO_FINITE);
+    for (size_t i = 0; i < 5000; i++)
+        l[i] = -INFINITY;
+    tok = sample_one(l, 5000, 0.7f, &flags);
+    assert_true(tok >= 0 && tok < 5000);
+    assert_true(flags & PSR_ROW_NO_FINITE);
+    /* A single finite logit always wins, whatever the noise. */
+    for (int trial = 0; trial < 20; trial++) {
+        size_t at = rnd() % 5000;
+        l[at] = -1000.0f;
+        assert_int_equal(sample_one(l, 5000, 2.0f, &flags), (int32_t)at);
+        assert_int_equal(flags, 0);
+        l[at] = NAN;
+    }
+    /* Zero-probability tokens (-inf) never win against finite ones. */
+    for (size_t i = 0; i < 5000; i++)
+        l[i] = i % 2 ? -INFINITY : 0.0f;
+    for (int trial = 0; trial < 10; trial++) {
+        int64_t seed = rnd(), pos = 3;
+        float t = 1.0f;
+        int32_t token;
+        assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 1, 5000, 0, &seed, &pos, &t, 0,
+                                         &token, NULL, NULL),
+                         PSR_OK);
+        assert_int_equal(token % 2, 0);
+    }
+}
+
+static void test_half_and_bf16_with_stride(void **state)
+{
+    (void)state;
+    const size_t rows = 6, vocab = 3000, stride = 3011;
+    uint16_t *h = malloc(rows * stride * 2), *b = malloc(rows * stride * 2);
+    float *as_f = malloc(rows * vocab * 4), *as_b = malloc(rows * vocab * 4);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = 0; i < stride; i++) {
+            /* fp16: sign, exponent 10..17 (|x| in [2^-5, 8)), random mantissa */
+            uint16_t hb = (uint16_t)((rnd() & 0x8000u) | ((10u + rnd() % 8u) << 10) | (rnd() & 0x3ffu));
+            float f = normal() * 3.0f;
+            uint32_t fb;
+            memcpy(&fb, &f, 4);
+            h[r * stride + i] = hb;
+            b[r * stride + i] = (uint16_t)(fb >> 16);
+            if (i < vocab) {
+                int e = (hb >> 10) & 0x1f;
+                float m = 1.0f + (float)(hb & 0x3ff) / 1024.0f;
+                as_f[r * vocab + i] = (hb & 0x8000 ? -1.0f : 1.0f) * ldexpf(m, e - 15);
+                uint32_t tb = (uint32_t)b[r * stride + i] << 16;
+                memcpy(&as_b[r * vocab + i], &tb, 4);
+            }
+        }
+    int64_t seeds[6], pos[6];
+    float temps[6];
+    int32_t th[6], tb[6];
+    for (size_t r = 0; r < rows; r++) {
+        seeds[r] = rnd();
+        pos[r] = r * 7;
+        temps[r] = r == 0 ? 0.0f : 0.9f;
+    }
+    assert_int_equal(psr_sample_host(ctx, h, PSR_DTYPE_F16, rows, vocab, stride, seeds, pos, temps, 0,
+                                     th, NULL, NULL),
+                     PSR_OK);
+    assert_int_equal(psr_sample_host(ctx, b, PSR_DTYPE_BF16, rows, vocab, stride, seeds, pos, temps, 0,
+                                     tb, NULL, NULL),
+                     PSR_OK);
+    for (size_t r = 0; r < rows; r++) {
+        assert_int_equal(th[r], psr_oracle_sample_row(as_f + r * vocab, vocab, temps[r], seeds[r],
+                                                      pos[r], false, false, NULL));
+        assert_int_equal(tb[r], psr_oracle_sample_row(as_b + r * vocab, vocab, temps[r], seeds[r],
+                                                      pos[r], false, false, NULL));
+    }
+    free(h), free(b), free(as_f), free(as_b);
+}
+
+/* The device API: request mapping, padding rows, offsets, the draft-logits
+ * cache, and bad values inside device buffers. */
+static void test_device_api(void **state)
+{
+    (void)state;
+    enum { ROWS = 5, V = 40000, OFF = 16 };
+    float *logits = malloc((OFF + ROWS * V) * sizeof *logits);
+    for (size_t i = 0; i < OFF + ROWS * V; i++)
+        logits[i] = normal() * 2.0f;
+    cl_int row_request[ROWS] = {1, -1, 0, 1, 0};
+    cl_long seeds[2] = {111, -222};
+    cl_float temps[2] = {1.0f, 0.6f};
+    cl_long pos[ROWS] = {10, 11, 12, PSR_MAX_POSITION, 14};
+    cl_int cache_rows[ROWS] = {2, -1, 0, -1, 1};
+    cl_int err;
+    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+    cl_mem dl = clCreateBuffer(ctx->cl_ctx, in, (OFF + ROWS * V) * 4, logits, &err);
+    cl_mem dr = clCreateBuffer(ctx->cl_ctx, in, sizeof row_request, row_request, &err);
+    cl_mem ds = clCreateBuffer(ctx->cl_ctx, in, sizeof seeds, seeds, &err);
+    cl_mem dt = clCreateBuffer(ctx->cl_ctx, in, sizeof temps, temps, &err);
+    cl_mem dp = clCreateBuffer(ctx->cl_ctx, in, sizeof pos, pos, &err);
+    cl_mem dc = clCreateBuffer(ctx->cl_ctx, in, sizeof cache_rows, cache_rows, &err);
+    cl_mem dtok = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, ROWS * 4, NULL, &err);
+    cl_mem dflags = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, ROWS * 4, NULL, &err);
+    cl_mem dcache = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, 3 * V * 4, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+
+    psr_sample_args a;
+    psr_sample_args_init(&a);
+    a.rows = ROWS;
+    a.vocab = V;
+    a.logits = dl;
+    a.logits_offset = OFF;
+    a.row_request = dr;
+    a.requests = 2;
+    a.seeds = ds;
+    a.temperatures = dt;
+    a.positions = dp;
+    a.tokens = dtok;
+    a.row_flags = dflags;
+    a.draft_cache = dcache;
+    a.draft_cache_rows = dc;
+    a.draft_cache_rows_total = 3;
+    a.flags = PSR_SAMPLE_DRAFTING;
+    cl_event done;
+    assert_int_equal(psr_sample(ctx, &a, &done), PSR_OK);
+    assert_non_null(done);
+    assert_int_equal(clWaitForEvents(1, &done), CL_SUCCESS);
+    clReleaseEvent(done);
+    cl_int tokens[ROWS];
+    cl_uint flags[ROWS];
+    float *cache = malloc(3 * V * 4);
+    clEnqueueReadBuffer(ctx->queue, dtok, CL_TRUE, 0, sizeof tokens, tokens, 0, NULL, NULL);
+    clEnqueueReadBuffer(ctx->queue, dflags, CL_TRUE, 0, sizeof flags, flags, 0, NULL, NULL);
+    clEnqueueReadBuffer(ctx->queue, dcache, CL_TRUE, 0, 3 * V * 4, cache, 0, NULL, NULL);
+    for (int r = 0; r < ROWS; r++) {
+        const float *row = logits + OFF + r * V;
+        if (row_request[r] < 0) {
+            assert_int_equal(tokens[r], -1);
+            assert_int_equal(flags[r], 0);
+        } else if (pos[r] >= PSR_MAX_POSITION) {
+            assert_int_equal(tokens[r], -1);
+            assert_int_equal(flags[r], PSR_ROW_BAD_POSITION);
+        } else {
+            int q = row_request[r];
+            assert_int_equal(tokens[r], psr_oracle_sample_row(row, V, temps[q], seeds[q], pos[r],
+                                                              true, false, NULL));
+            assert_int_equal(flags[r], 0);
+        }
+        if (cache_rows[r] >= 0 && row_request[r] >= 0 && pos[r] < PSR_MAX_POSITION)
+            assert_memory_equal(cache + cache_rows[r] * V, row, V * 4);
+    }
+
+    /* Argument checks: nothing is enqueued, the context stays usable. */
+    a.vocab = V + 1;
+    assert_int_equal(psr_sample(ctx, &a, NULL), PSR_ERR_BUFFER_TOO_SMALL);
+    assert_non_null(strstr(psr_last_error(ctx), "args->logits"));
+    a.vocab = V;
+    a.row_stride = V - 1;
+    assert_int_equal(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(psr_last_error(ctx), "row_stride"));
+    a.row_stride = 0;
+    a.requests = 3;
+    assert_int_equal(psr_sample(ctx, &a, NULL), PSR_ERR_BUFFER_TOO_SMALL);
+    assert_non_null(strstr(psr_last_error(ctx), "args->seeds"));
+    a.requests = 2;
+    a.flags = 1u << 7;
+    assert_int_equal(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT);
+    a.flags = 0;
+    a.tokens = NULL;
+    assert_int_equal(psr_sample(ctx, &a, NULL), PSR_ERR_NULL_ARGUMENT);
+    assert_non_null(strstr(psr_last_error(ctx), "args->tokens"));
+    a.tokens = dtok;
+    a.struct_size = 3;
+    assert_int_equal(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(psr_sample(NULL, &a, NULL), PSR_ERR_NULL_ARGUMENT);
+    assert_int_equal(psr_sample(ctx, NULL, NULL), PSR_ERR_NULL_ARGUMENT);
+    a.struct_size = sizeof a;
+    assert_int_equal(psr_sample(ctx, &a, NULL), PSR_OK);
+    clFinish(ctx->queue);
+
+    size_t scratch = 0;
+    assert_int_equal(psr_context_scratch_bytes(ctx, &scratch), PSR_OK);
+    print_message("scratch held: %zu bytes\n", scratch);
+
+    cl_mem all[] = {dl, dr, ds, dt, dp, dc, dtok, dflags, dcache};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        clReleaseMemObject(all[i]);
+    free(logits);
+    free(cache);
+}
+
+static void test_host_api_rejects_bad_values(void **state)
+{
+    (void)state;
+    float l[4] = {1, 2, 3, 4};
+    int64_t seeds[2] = {1, 2}, pos[2] = {0, 1};
+    float temps[2] = {1.0f, 1.0f};
+    int32_t tokens[2] = {-7, -7};
+    pos[1] = PSR_MAX_POSITION;
+    assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 2, 2, 0, seeds, pos, temps, 0, tokens,
+                                     NULL, NULL),
+                     PSR_ERR_POSITION_RANGE);
+    assert_non_null(strstr(psr_last_error(ctx), "positions[1]"));
+    pos[1] = -1;
+    assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 2, 2, 0, seeds, pos, temps, 0, tokens,
+                                     NULL, NULL),
+                     PSR_ERR_POSITION_RANGE);
+    pos[1] = 1;
+    const float bad_temps[] = {-1.0f, NAN, INFINITY, 1e-40f};
+    for (int i = 0; i < 4; i++) {
+        temps[0] = bad_temps[i];
+        assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 2, 2, 0, seeds, pos, temps, 0,
+                                         tokens, NULL, NULL),
+                         PSR_ERR_TEMPERATURE);
+        assert_non_null(strstr(psr_last_error(ctx), "temperatures[0]"));
+    }
+    temps[0] = 1.0f;
+    assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 2, 3, 2, seeds, pos, temps, 0, tokens,
+                                     NULL, NULL),
+                     PSR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(psr_sample_host(ctx, NULL, PSR_DTYPE_F32, 2, 2, 0, seeds, pos, temps, 0, tokens,
+                                     NULL, NULL),
+                     PSR_ERR_NULL_ARGUMENT);
+    assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 0, 2, 0, seeds, pos, temps, 0, tokens,
+                                     NULL, NULL),
+                     PSR_ERR_INVALID_ARGUMENT);
+    /* Nothing was written by any failed call. */
+    assert_int_equal(tokens[0], -7);
+    assert_int_equal(tokens[1], -7);
+}
+
+static void test_fp64_refused_without_fp64(void **state)
+{
+    (void)state;
+    psr_context_options o;
+    psr_context_options_init(&o);
+    o.disk_cache = PSR_DISK_CACHE_OFF;
+    o.hide_capabilities = PSR_CAP_FP64;
+    psr_context *c;
+    assert_int_equal(psr_context_create(&o, &c), PSR_OK);
+    float l[3] = {1, 2, 3};
+    int64_t seed = 1, pos = 1;
+    float t = 1.0f;
+    int32_t token = -7;
+    assert_int_equal(psr_sample_host(c, l, PSR_DTYPE_F32, 1, 3, 0, &seed, &pos, &t,
+                                     PSR_SAMPLE_FP64_NOISE, &token, NULL, NULL),
+                     PSR_ERR_FP64_UNSUPPORTED);
+    assert_int_equal(token, -7);
+    assert_int_equal(psr_sample_host(c, l, PSR_DTYPE_F32, 1, 3, 0, &seed, &pos, &t, 0, &token, NULL,
+                                     NULL),
+                     PSR_OK);
+    psr_context_free(c);
+}
+
+int main(void)
+{
+    if (!have_device()) {
+        fprintf(stderr, "no OpenCL device: skipping\n");
+        return TEST_SKIP;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_noise_bit_exact),
+        cmocka_unit_test(test_token_vectors),
+        cmocka_unit_test(test_tokens_equal_oracle),
+        cmocka_unit_test(test_greedy_is_argmax_lowest_index),
+        cmocka_unit_test(test_nan_and_infinite_rows),
+        cmocka_unit_test(test_half_and_bf16_with_stride),
+        cmocka_unit_test(test_device_api),
+        cmocka_unit_test(test_host_api_rejects_bad_values),
+        cmocka_unit_test(test_fp64_refused_without_fp64),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
