@@ -48,11 +48,24 @@ typedef float psr_acc_t;
 /* Positions at or past the draft salt would make the streams meet. */
 #define PSR_MAX_POSITION 0x40000000L
 
-/* Gumbel noise of one token. */
+/* Gumbel noise of one token from its words, and an upper bound on it that
+ * needs no log, plus a margin far above the rounding of the computed g.
+ *   fp32: g = -log(-log1p(-u)) <= -log(u)     <= -floor(log2 u) * ln 2
+ *   fp64: g = -log(-log(u))    <= -log(1 - u) <= -floor(log2 (1 - u)) * ln 2
+ * For fp64, 1 - u >= (2^64 - 1 - bits - 2^11) * 2^-64: converting the 64
+ * bits to double moves them by at most 2^11. */
 #if USE_FP64
-inline double psr_gumbel_noise(uint row_key, uint token)
+inline double psr_noise_bound(uint2 w)
 {
-    uint2 w = psr_token_words(row_key, token);
+    ulong bits = ((ulong)w.y << 32) | (ulong)w.x;
+    ulong rest = ~bits; /* 2^64 - 1 - bits */
+    if (rest < 4096)
+        return INFINITY; /* u rounds to (nearly) 1: no cheap bound */
+    int e = 63 - (int)clz(rest - 2048) - 64; /* 1 - u >= 2^e */
+    return -(double)e * 0x1.62e42fefa39efp-1 + 1e-6;
+}
+inline double psr_noise(uint2 w)
+{
     double u = psr_u64(w.x, w.y);
 #if PSR_DETERMINISTIC
     return -psr_det_log_d(-psr_det_log_d(u));
@@ -61,9 +74,14 @@ inline double psr_gumbel_noise(uint row_key, uint token)
 #endif
 }
 #else
-inline float psr_gumbel_noise(uint row_key, uint token)
+inline float psr_noise_bound(uint2 w)
 {
-    uint2 w = psr_token_words(row_key, token);
+    float u = psr_u32(w.x);
+    int e = (int)((as_uint(u) >> 23) & 0xffu) - 127; /* u >= 2^e */
+    return -(float)e * 0x1.62e430p-1f + 1e-3f;
+}
+inline float psr_noise(uint2 w)
+{
     float u = psr_u32(w.x);
 #if PSR_DETERMINISTIC
     return -psr_det_log(-psr_det_log1p_neg(u));
@@ -114,6 +132,86 @@ inline uint psr_row_check(long pos, float t)
     return flags;
 }
 
+/* What one row needs while its tokens are scanned. */
+typedef struct psr_row {
+    float t, r;      /* temperature and its reciprocal */
+    uint key;        /* the row's Philox key */
+    bool greedy;
+    psr_acc_t floor; /* a value some token of this group reaches: anything
+                        whose bound is below it cannot win */
+} psr_row;
+
+/* Folds token i with logit x into the running (best, best_i). Tokens go in
+ * increasing order, so a strict > keeps the lowest index on ties. */
+inline void psr_consider(const psr_row *row, float x, uint i, psr_acc_t *best, uint *best_i)
+{
+    if (isnan(x))
+        return;
+    psr_acc_t v;
+    if (row->greedy || isinf(x)) {
+        v = x;
+    } else {
+        psr_acc_t xs = (psr_acc_t)psr_scale(x, row->t, row->r);
+        uint2 w = psr_token_words(row->key, i);
+        /* Exact pruning: skip the logs of a token that cannot win. */
+        if (xs + psr_noise_bound(w) < row->floor)
+            return;
+        v = xs + psr_noise(w);
+    }
+    if (v > *best) {
+        *best = v;
+        *best_i = i;
+    }
+}
+
+/* Logits i .. i+3 of a row, or NaN (ignored) past its end. */
+inline float4 psr_load4(__global const psr_logit_t *src, uint i, uint end, bool aligned)
+{
+    if (aligned && i + 3 < end) {
+#if PSR_LOGIT_DTYPE == 0
+        return *(__global const float4 *)(src + i);
+#elif PSR_LOGIT_DTYPE == 1
+        return vload_half4(0, src + i);
+#else
+        ushort4 b = *(__global const ushort4 *)(src + i);
+        return as_float4(convert_uint4(b) << 16);
+#endif
+    }
+    float4 x = (float4)(NAN);
+    if (i < end)
+        x.s0 = psr_load_logit(src, i);
+    if (i + 1 < end)
+        x.s1 = psr_load_logit(src, i + 1);
+    if (i + 2 < end)
+        x.s2 = psr_load_logit(src, i + 2);
+    if (i + 3 < end)
+        x.s3 = psr_load_logit(src, i + 3);
+    return x;
+}
+
+inline void psr_store_cache(__global float *cache, uint i, uint end, float4 x)
+{
+    if (i < end)
+        cache[i] = x.s0;
+    if (i + 1 < end)
+        cache[i + 1] = x.s1;
+    if (i + 2 < end)
+        cache[i + 2] = x.s2;
+    if (i + 3 < end)
+        cache[i + 3] = x.s3;
+}
+
+inline void psr_consider4(const psr_row *row, float4 x, uint i, psr_acc_t *best, uint *best_i)
+{
+    psr_consider(row, x.s0, i, best, best_i);
+    psr_consider(row, x.s1, i + 1, best, best_i);
+    psr_consider(row, x.s2, i + 2, best, best_i);
+    psr_consider(row, x.s3, i + 3, best, best_i);
+}
+
+/* Each work-item takes 4 consecutive tokens per step, the group 4 * WG.
+ * After the first step the group's best so far becomes the pruning floor
+ * for the rest of its chunk. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                        uint vocab, __global const int *row_request, __global const long *seeds,
@@ -126,70 +224,89 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
     uint lid = get_local_id(0);
-    uint row = get_group_id(0) / groups_per_row;
+    uint row_id = get_group_id(0) / groups_per_row;
     uint part = get_group_id(0) % groups_per_row;
-    int req = row_request ? row_request[row] : (int)row;
+    int req = row_request ? row_request[row_id] : (int)row_id;
 
-    uint start = part * chunk;
+    uint start = part * chunk; /* chunk is a multiple of 4 */
     uint end = min(start + chunk, vocab);
     psr_acc_t best = PSR_ACC_NEG_INF;
-    uint best_i = start + lid < end ? start + lid : 0xffffffffu;
+    uint best_i = start + 4 * lid < end ? start + 4 * lid : 0xffffffffu;
     uint flags = 0;
 
-    if (req >= 0) {
-        float t = temperatures[req];
-        long pos = positions[row];
-        flags = psr_row_check(pos, t);
-        __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
-        __global float *cache = 0;
+    psr_row row;
+    row.t = 1.0f;
+    row.r = 1.0f;
+    row.key = 0;
+    row.greedy = true;
+    row.floor = PSR_ACC_NEG_INF;
+    __global const psr_logit_t *src = logits;
+    __global float *cache = 0;
+    bool active = req >= 0;
+    if (active) {
+        row.t = temperatures[req];
+        long pos = positions[row_id];
+        flags = psr_row_check(pos, row.t);
+        active = flags == 0;
+        row.greedy = row.t == 0.0f;
+        row.key = psr_row_key((ulong)seeds[req], (ulong)pos);
+#if PSR_DETERMINISTIC
+        if (active && !row.greedy)
+            row.r = psr_det_recip(row.t);
+#endif
+        src = logits + logits_offset + (ulong)row_id * row_stride;
         if (draft_cache) {
-            int crow = draft_cache_rows ? draft_cache_rows[row] : (int)row;
+            int crow = draft_cache_rows ? draft_cache_rows[row_id] : (int)row_id;
             if (crow >= 0)
                 cache = draft_cache + (ulong)crow * draft_cache_stride;
         }
-        bool greedy = t == 0.0f;
-        uint key = psr_row_key((ulong)seeds[req], (ulong)pos);
-#if PSR_DETERMINISTIC
-        float r = greedy || flags ? 1.0f : psr_det_recip(t);
-#else
-        float r = 1.0f;
-#endif
-        for (uint i = start + lid; i < end && !flags; i += PSR_WG_SIZE) {
-            float x = psr_load_logit(src, i);
-            if (cache)
-                cache[i] = x;
-            psr_acc_t v;
-            if (isnan(x)) {
-                v = PSR_ACC_NEG_INF;
-            } else if (greedy || isinf(x)) {
-                v = x;
-            } else {
-                v = (psr_acc_t)psr_scale(x, t, r) + psr_gumbel_noise(key, i);
-            }
-            if (v > best) {
-                best = v;
-                best_i = i;
-            }
-        }
     }
+    bool aligned = ((logits_offset + (ulong)row_id * row_stride) & 3) == 0;
+
+    uint i = start + 4 * lid;
+    if (active) {
+        float4 x = psr_load4(src, i, end, aligned);
+        if (cache)
+            psr_store_cache(cache, i, end, x);
+        psr_consider4(&row, x, i, &best, &best_i);
+    }
+    i += 4 * PSR_WG_SIZE;
+    if (start + 4 * PSR_WG_SIZE < end) {
+        /* Every work-item reaches this barrier: the condition is uniform. */
+        lv[lid] = best;
+        for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (lid < s)
+                lv[lid] = max(lv[lid], lv[lid + s]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        row.floor = lv[0];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (; active && i < end; i += 4 * PSR_WG_SIZE) {
+        float4 x = psr_load4(src, i, end, aligned);
+        if (cache)
+            psr_store_cache(cache, i, end, x);
+        psr_consider4(&row, x, i, &best, &best_i);
+    }
+
     lv[lid] = best;
     li[lid] = best_i;
     psr_reduce_best(lv, li, lid);
     if (lid != 0)
         return;
     if (groups_per_row == 1) {
+        int token = -1;
         if (req < 0) {
-            tokens[row] = -1;
             flags = 0;
-        } else if (flags) {
-            tokens[row] = -1;
-        } else {
-            tokens[row] = (int)li[0];
+        } else if (!flags) {
+            token = (int)li[0];
             if (!(lv[0] > PSR_ACC_NEG_INF))
                 flags |= PSR_ROW_NO_FINITE;
         }
+        tokens[row_id] = token;
         if (row_flags)
-            row_flags[row] = flags;
+            row_flags[row_id] = flags;
     } else {
         part_value[get_group_id(0)] = lv[0];
         part_index[get_group_id(0)] = li[0];
@@ -245,5 +362,5 @@ __kernel void psr_gumbel_noise_kat(__global const long *seeds, __global const lo
     if (i >= n)
         return;
     uint key = psr_row_key((ulong)seeds[i], (ulong)positions[i]);
-    noise[i] = psr_gumbel_noise(key, tokens[i]);
+    noise[i] = psr_noise(psr_token_words(key, tokens[i]));
 }

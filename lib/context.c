@@ -83,6 +83,16 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
         ctx->info.capabilities &= ~o->hide_capabilities;
     }
     ctx->tuning = psr_tuning_for(&ctx->info);
+    /* Tuning aids: override the table's choice for experiments. */
+    const char *wg = getenv("PSR_TUNE_WG"), *chunk = getenv("PSR_TUNE_CHUNK");
+    if (wg && atoi(wg) >= 16 && (size_t)atoi(wg) <= ctx->info.max_work_group_size &&
+        !(atoi(wg) & (atoi(wg) - 1)))
+        ctx->tuning.work_group_size = (size_t)atoi(wg);
+    if (chunk && atoi(chunk) >= 64)
+        ctx->tuning.tokens_per_group = (size_t)atoi(chunk);
+    if ((wg && *wg) || (chunk && *chunk))
+        psr_log(ctx, PSR_LOG_INFO, "tuning from the environment: work-group %zu, chunk %zu",
+                ctx->tuning.work_group_size, ctx->tuning.tokens_per_group);
     setup_disk_cache(ctx, o);
     return PSR_OK;
 }

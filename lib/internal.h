@@ -114,6 +114,9 @@ psr_status psr_program_build_source(psr_context *ctx, const char *label, const c
 size_t psr_dtype_size(psr_dtype dtype);
 /* Fails with PSR_ERR_BUFFER_TOO_SMALL unless buf holds `need` bytes. */
 psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const char *name);
+/* How a row is split over work-groups: `groups` chunks of `chunk` tokens
+ * (a multiple of 4). */
+void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *chunk, cl_uint *groups);
 /* psr_sample with both ends exposed: *first is the first kernel's event,
  * *last the last one's (the same event with one kernel). Either may be NULL. */
 psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *args, cl_event *first,

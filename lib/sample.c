@@ -101,6 +101,30 @@ static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
     return st;
 }
 
+void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *chunk,
+                    cl_uint *groups)
+{
+    /* Enough groups to fill the device (a few per compute unit), but no
+     * chunk longer than the tuned maximum or shorter than two steps of
+     * 4 tokens per work-item. */
+    size_t step = 4 * ctx->tuning.work_group_size;
+    size_t max_chunk = (ctx->tuning.tokens_per_group + step - 1) / step * step;
+    size_t min_chunk = 2 * step;
+    size_t target = 4 * (ctx->info.compute_units ? ctx->info.compute_units : 1);
+    size_t g_min = (vocab + max_chunk - 1) / max_chunk;
+    size_t g_want = (target + rows - 1) / rows;
+    size_t g_cap = (vocab + min_chunk - 1) / min_chunk;
+    size_t g = g_want < g_cap ? g_want : g_cap;
+    if (g < g_min)
+        g = g_min;
+    if (g < 1)
+        g = 1;
+    size_t c = (vocab + g - 1) / g;
+    c = (c + 3) / 4 * 4;
+    *chunk = (cl_uint)c;
+    *groups = (cl_uint)((vocab + c - 1) / c);
+}
+
 static psr_status set_args(psr_context *ctx, cl_kernel k, const char *name, int n, const size_t *sizes,
                            const void *const *values)
 {
@@ -145,8 +169,8 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     if (st != PSR_OK)
         return st;
 
-    cl_uint chunk = (cl_uint)ctx->tuning.tokens_per_group;
-    cl_uint groups = (cl_uint)((a->vocab + chunk - 1) / chunk);
+    cl_uint chunk, groups;
+    psr_split_rows(ctx, a->rows, a->vocab, &chunk, &groups);
     size_t parts = a->rows * groups;
     size_t acc = v.fp64 ? sizeof(cl_double) : sizeof(cl_float);
     cl_mem part_value = NULL, part_index = NULL;

@@ -12,6 +12,7 @@ static const struct {
 } commands[] = {
     {"info", cmd_info, "platforms, devices, capabilities, the auto choice and the cache"},
     {"cache", cmd_cache, "warm, list or clear the kernel cache"},
+    {"bench", cmd_bench, "time the kernels against the memory floor (and vLLM on NVIDIA)"},
 };
 
 static void usage(FILE *out)

@@ -1,0 +1,380 @@
+/* psr bench sample: kernel time from OpenCL profiling events, against the
+ * memory floor measured in the same run and, on NVIDIA, vLLM's figures. */
+#include "cli.h"
+#include "internal.h"
+#include "json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* vLLM's Triton Gumbel kernel on an H200 (DESIGN.md section 9), in us. */
+static const struct {
+    size_t rows, vocab;
+    double fp32_us, fp64_us;
+} vllm_h200[] = {
+    {1, 128256, 14.9, 0},   {64, 128256, 65.8, 0},  {256, 151936, 250, 390},
+    {1024, 151936, 947, 0}, {4096, 32000, 816, 0},
+};
+
+static const char *default_shapes = "1x128256,64x128256,256x151936,1024x151936,4096x32000";
+
+typedef struct variant_def {
+    const char *name;
+    unsigned flags;
+    bool greedy;
+} variant_def;
+
+static const variant_def variants[] = {
+    {"fp32", 0, false},
+    {"fp32-fast", PSR_SAMPLE_FAST_MATH, false},
+    {"fp64", PSR_SAMPLE_FP64_NOISE, false},
+    {"greedy", 0, true},
+};
+
+static void bench_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: psr bench sample [--shapes BxV,...] [--variants LIST] [--logits normal|peaked]\n"
+            "                        [--iters N] [--device SEL] [--json]\n"
+            "\n"
+            "Times psr_sample with OpenCL profiling events: warm-up, then the median\n"
+            "of N runs (default 50) from the first kernel's start to the last one's\n"
+            "end. Each line gives the time, the memory floor (logits read once at the\n"
+            "copy bandwidth measured on the same device in the same run) and the ratio\n"
+            "to it, and on NVIDIA the ratio to vLLM's Triton kernel on an H200.\n"
+            "\n"
+            "  --shapes     default %s\n"
+            "  --variants   any of fp32, fp32-fast, fp64, greedy (default: all the\n"
+            "               device can run); fp32 is the default deterministic mode\n"
+            "  --logits     normal: N(0, 3); peaked: N(0, 1) with one logit 25 above\n"
+            "  --iters      timed runs per line (at least 50 recommended)\n",
+            default_shapes);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double event_span_us(cl_event first, cl_event last)
+{
+    cl_ulong start = 0, end = 0;
+    clGetEventProfilingInfo(first, CL_PROFILING_COMMAND_START, sizeof start, &start, NULL);
+    clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
+    return (double)(end - start) / 1000.0;
+}
+
+/* Device copy bandwidth in bytes/s, counting bytes read plus written. */
+static double copy_bandwidth(psr_context *ctx, size_t bytes)
+{
+    cl_int err;
+    cl_mem a = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    cl_mem b = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    if (err != CL_SUCCESS)
+        return 0;
+    cl_uint zero = 0;
+    clEnqueueFillBuffer(ctx->queue, a, &zero, sizeof zero, 0, bytes, 0, NULL, NULL);
+    double times[20];
+    for (int i = 0; i < 23; i++) {
+        cl_event ev;
+        clEnqueueCopyBuffer(ctx->queue, a, b, 0, 0, bytes, 0, NULL, &ev);
+        clWaitForEvents(1, &ev);
+        if (i >= 3)
+            times[i - 3] = event_span_us(ev, ev);
+        clReleaseEvent(ev);
+    }
+    qsort(times, 20, sizeof times[0], cmp_double);
+    clReleaseMemObject(a);
+    clReleaseMemObject(b);
+    return 2.0 * (double)bytes / (times[10] * 1e-6);
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static double uniform01(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return ((double)(rng >> 11) + 0.5) * 0x1p-53;
+}
+
+static float gaussian(void)
+{
+    return (float)(sqrt(-2.0 * log(uniform01())) * cos(6.283185307179586 * uniform01()));
+}
+
+typedef struct result {
+    size_t rows, vocab;
+    const char *variant;
+    double us, floor_us, vllm_us;
+} result;
+
+static bool parse_shapes(const char *s, size_t *rows, size_t *vocab, size_t cap, size_t *n)
+{
+    *n = 0;
+    while (*s) {
+        char *end;
+        unsigned long long b = strtoull(s, &end, 10);
+        if (end == s || (*end != 'x' && *end != 'X'))
+            return false;
+        s = end + 1;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (end == s || b == 0 || v == 0 || *n == cap)
+            return false;
+        rows[*n] = (size_t)b;
+        vocab[*n] = (size_t)v;
+        (*n)++;
+        s = end;
+        if (*s == ',')
+            s++;
+        else if (*s)
+            return false;
+    }
+    return *n > 0;
+}
+
+static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, size_t nshapes,
+                     const char *variant_list, bool peaked, int iters, bool as_json)
+{
+    psr_device_info info;
+    psr_context_device_info(ctx, &info);
+    bool nvidia = psr_contains_nocase(info.platform_vendor, "nvidia");
+    size_t max_bytes = 0;
+    for (size_t s = 0; s < nshapes; s++)
+        if (rows[s] * vocab[s] * 4 > max_bytes)
+            max_bytes = rows[s] * vocab[s] * 4;
+    size_t copy_bytes = info.type == PSR_DEVICE_GPU ? (size_t)1 << 30 : (size_t)256 << 20;
+    if (copy_bytes > info.max_alloc_bytes)
+        copy_bytes = (size_t)info.max_alloc_bytes;
+    double bw = copy_bandwidth(ctx, copy_bytes);
+    if (bw <= 0) {
+        fprintf(stderr, "psr bench: cannot measure copy bandwidth\n");
+        return CLI_FAILED;
+    }
+
+    float *host = malloc(max_bytes);
+    if (!host)
+        return cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
+    result *results = calloc(nshapes * 4, sizeof *results);
+    size_t nresults = 0;
+    int rc = CLI_OK;
+    if (!as_json) {
+        printf("device: %s (%s), copy bandwidth %.0f GB/s, logits %s\n", info.name,
+               info.platform_name, bw / 1e9, peaked ? "peaked" : "N(0,3)");
+        printf("%-14s %-10s %10s %10s %8s %10s %8s\n", "shape", "variant", "us", "floor_us", "xfloor",
+               "vllm_us", "xvllm");
+    }
+    for (size_t s = 0; s < nshapes && rc == CLI_OK; s++) {
+        size_t B = rows[s], V = vocab[s];
+        for (size_t i = 0; i < B * V; i++)
+            host[i] = peaked ? gaussian() : 3.0f * gaussian();
+        if (peaked)
+            for (size_t b = 0; b < B; b++)
+                host[b * V + (size_t)(uniform01() * (double)V)] += 25.0f;
+        cl_int err;
+        cl_mem logits = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                       B * V * 4, host, &err);
+        cl_long *seeds = malloc(B * 8), *pos = malloc(B * 8);
+        cl_float *temps = malloc(B * 4), *zeros = calloc(B, 4);
+        for (size_t b = 0; b < B; b++) {
+            seeds[b] = (cl_long)(uniform01() * 1e15);
+            pos[b] = (cl_long)(uniform01() * 1e6);
+            temps[b] = 0.8f;
+        }
+        cl_mem dseeds = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, B * 8, seeds, &err);
+        cl_mem dpos = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, B * 8, pos, &err);
+        cl_mem dtemps = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, B * 4, temps, &err);
+        cl_mem dzeros = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, B * 4, zeros, &err);
+        cl_mem dtokens = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, B * 4, NULL, &err);
+        free(seeds), free(pos), free(temps), free(zeros);
+        if (err != CL_SUCCESS) {
+            fprintf(stderr, "psr bench: cannot allocate %zu x %zu logits: %s\n", B, V,
+                    psr_cl_error_name(err));
+            rc = CLI_FAILED;
+        }
+        double floor_us = (double)(B * V * 4) / bw * 1e6;
+        for (size_t vi = 0; vi < sizeof variants / sizeof variants[0] && rc == CLI_OK; vi++) {
+            const variant_def *vd = &variants[vi];
+            if (variant_list && !strstr(variant_list, vd->name))
+                continue;
+            if (variant_list && strcmp(vd->name, "fp32") == 0) {
+                /* "fp32" must not match inside "fp32-fast" only */
+                const char *p = variant_list;
+                bool exact = false;
+                while ((p = strstr(p, "fp32"))) {
+                    if (p[4] != '-')
+                        exact = true;
+                    p += 4;
+                }
+                if (!exact)
+                    continue;
+            }
+            if ((vd->flags & PSR_SAMPLE_FP64_NOISE) && !(info.capabilities & PSR_CAP_FP64))
+                continue;
+            psr_sample_args a;
+            psr_sample_args_init(&a);
+            a.rows = B;
+            a.vocab = V;
+            a.logits = logits;
+            a.requests = B;
+            a.seeds = dseeds;
+            a.temperatures = vd->greedy ? dzeros : dtemps;
+            a.positions = dpos;
+            a.tokens = dtokens;
+            a.flags = vd->flags;
+            double *times = malloc((size_t)iters * sizeof *times);
+            for (int it = -5; it < iters && rc == CLI_OK; it++) {
+                cl_event first, last;
+                psr_status st = psr_sample_enqueue(ctx, &a, &first, &last);
+                if (st != PSR_OK) {
+                    rc = cli_report(st, ctx);
+                    break;
+                }
+                clWaitForEvents(1, &last);
+                if (it >= 0)
+                    times[it] = event_span_us(first, last);
+                clReleaseEvent(first);
+                clReleaseEvent(last);
+            }
+            if (rc == CLI_OK) {
+                qsort(times, (size_t)iters, sizeof *times, cmp_double);
+                result *r = &results[nresults++];
+                r->rows = B;
+                r->vocab = V;
+                r->variant = vd->name;
+                r->us = times[iters / 2];
+                r->floor_us = floor_us;
+                for (size_t k = 0; nvidia && k < sizeof vllm_h200 / sizeof vllm_h200[0]; k++)
+                    if (vllm_h200[k].rows == B && vllm_h200[k].vocab == V)
+                        r->vllm_us = (vd->flags & PSR_SAMPLE_FP64_NOISE) ? vllm_h200[k].fp64_us
+                                     : vd->greedy                       ? 0
+                                                                         : vllm_h200[k].fp32_us;
+                if (!as_json) {
+                    char shape[32], vllm[16] = "-", xv[16] = "-";
+                    snprintf(shape, sizeof shape, "%zux%zu", B, V);
+                    if (r->vllm_us > 0) {
+                        snprintf(vllm, sizeof vllm, "%.1f", r->vllm_us);
+                        snprintf(xv, sizeof xv, "%.2f", r->us / r->vllm_us);
+                    }
+                    printf("%-14s %-10s %10.1f %10.1f %8.2f %10s %8s\n", shape, vd->name, r->us,
+                           floor_us, r->us / floor_us, vllm, xv);
+                    fflush(stdout);
+                }
+            }
+            free(times);
+        }
+        cl_mem all[] = {logits, dseeds, dpos, dtemps, dzeros, dtokens};
+        for (int i = 0; i < 6; i++)
+            if (all[i])
+                clReleaseMemObject(all[i]);
+    }
+    if (as_json && rc == CLI_OK) {
+        json_writer w;
+        json_init(&w, stdout);
+        json_begin_object(&w);
+        json_key(&w, "device");
+        json_string(&w, info.name);
+        json_key(&w, "platform");
+        json_string(&w, info.platform_name);
+        json_key(&w, "driver_version");
+        json_string(&w, info.driver_version);
+        json_key(&w, "copy_bandwidth_gbs");
+        json_double(&w, bw / 1e9);
+        json_key(&w, "logits");
+        json_string(&w, peaked ? "peaked" : "normal");
+        json_key(&w, "iterations");
+        json_int(&w, iters);
+        json_key(&w, "results");
+        json_begin_array(&w);
+        for (size_t i = 0; i < nresults; i++) {
+            json_begin_object(&w);
+            json_key(&w, "rows");
+            json_uint(&w, results[i].rows);
+            json_key(&w, "vocab");
+            json_uint(&w, results[i].vocab);
+            json_key(&w, "variant");
+            json_string(&w, results[i].variant);
+            json_key(&w, "us");
+            json_double(&w, results[i].us);
+            json_key(&w, "floor_us");
+            json_double(&w, results[i].floor_us);
+            json_key(&w, "x_floor");
+            json_double(&w, results[i].us / results[i].floor_us);
+            json_key(&w, "vllm_us");
+            if (results[i].vllm_us > 0)
+                json_double(&w, results[i].vllm_us);
+            else
+                json_null(&w);
+            json_key(&w, "x_vllm");
+            if (results[i].vllm_us > 0)
+                json_double(&w, results[i].us / results[i].vllm_us);
+            else
+                json_null(&w);
+            json_end_object(&w);
+        }
+        json_end_array(&w);
+        json_end_object(&w);
+        json_finish(&w);
+    }
+    free(results);
+    free(host);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    if (argc < 2 || cli_is_help(argv[1])) {
+        bench_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? CLI_USAGE : CLI_OK;
+    }
+    if (strcmp(argv[1], "sample") != 0)
+        return cli_usage_error("bench", "unknown benchmark \"%s\" (try: sample)", argv[1]);
+    const char *shapes = default_shapes, *variant_list = NULL, *device = NULL;
+    bool as_json = false, peaked = false;
+    int iters = 50;
+    for (int i = 2; i < argc; i++) {
+        const char *arg = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (cli_is_help(arg)) {
+            bench_usage(stdout);
+            return CLI_OK;
+        } else if (strcmp(arg, "--json") == 0) {
+            as_json = true;
+        } else if (!val) {
+            return cli_usage_error("bench sample", "%s needs a value", arg);
+        } else if (strcmp(arg, "--shapes") == 0) {
+            shapes = val, i++;
+        } else if (strcmp(arg, "--variants") == 0) {
+            variant_list = val, i++;
+        } else if (strcmp(arg, "--device") == 0) {
+            device = val, i++;
+        } else if (strcmp(arg, "--iters") == 0) {
+            iters = atoi(val), i++;
+            if (iters < 1)
+                return cli_usage_error("bench sample", "--iters must be at least 1");
+        } else if (strcmp(arg, "--logits") == 0) {
+            if (strcmp(val, "peaked") != 0 && strcmp(val, "normal") != 0)
+                return cli_usage_error("bench sample", "--logits is normal or peaked, not \"%s\"", val);
+            peaked = strcmp(val, "peaked") == 0, i++;
+        } else {
+            return cli_usage_error("bench sample", "unknown argument \"%s\"", arg);
+        }
+    }
+    size_t rows[32], vocab[32], n;
+    if (!parse_shapes(shapes, rows, vocab, 32, &n))
+        return cli_usage_error("bench sample", "--shapes \"%s\" is not a list like 1x128256,64x32000",
+                               shapes);
+    psr_context_options o;
+    psr_context_options_init(&o);
+    o.device = device;
+    o.profiling = 1;
+    o.log = cli_log_to_stderr;
+    psr_context *ctx;
+    psr_status st = psr_context_create(&o, &ctx);
+    if (st != PSR_OK)
+        return cli_report(st, NULL);
+    int rc = run_bench(ctx, rows, vocab, n, variant_list, peaked, iters, as_json);
+    psr_context_free(ctx);
+    return rc;
+}
