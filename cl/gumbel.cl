@@ -45,6 +45,48 @@ typedef float psr_acc_t;
 #define PSR_ROW_BAD_POSITION 2u
 #define PSR_ROW_BAD_TEMPERATURE 4u
 
+/* One kernel per launch: with 64-bit atomics, the work-groups of a row
+ * fold their results into one word, [count:12][value:32][~index:20], by
+ * compare-and-swap; the group that brings the count to groups_per_row
+ * holds the row's answer, writes the token and clears the word for the
+ * next launch. A single word needs no ordering between locations. */
+#if defined(cl_khr_int64_base_atomics) && !USE_FP64
+#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
+#define PSR_ROW_WORDS 1
+#define PSR_KEY_BITS 52
+#define PSR_KEY_MASK ((1UL << PSR_KEY_BITS) - 1)
+
+/* An fp32 value as an unsigned integer of the same order. */
+inline uint psr_ordered(float v)
+{
+    uint b = as_uint(v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+/* Folds (v, idx) into the row's word; true for the last group, with the
+ * row's best key in *key. */
+inline bool psr_fold_row(volatile __global ulong *word, float v, uint idx, uint groups, ulong *key)
+{
+    ulong mine = ((ulong)psr_ordered(v) << 20) | (ulong)(0xfffffu - idx);
+    ulong cur = 0;
+    for (;;) {
+        ulong best = max(cur & PSR_KEY_MASK, mine);
+        ulong count = (cur >> PSR_KEY_BITS) + 1;
+        ulong seen = atom_cmpxchg(word, cur, (count << PSR_KEY_BITS) | best);
+        if (seen == cur) {
+            if (count < groups)
+                return false;
+            *key = best;
+            atom_xchg(word, 0UL);
+            return true;
+        }
+        cur = seen;
+    }
+}
+#else
+#define PSR_ROW_WORDS 0
+#endif
+
 /* Positions at or past the draft salt would make the streams meet. */
 #define PSR_MAX_POSITION 0x40000000L
 
@@ -219,7 +261,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
                        uint groups_per_row, uint chunk, __global psr_acc_t *part_value,
                        __global uint *part_index, __global int *tokens, __global uint *row_flags,
                        __global float *draft_cache, __global const int *draft_cache_rows,
-                       ulong draft_cache_stride)
+                       ulong draft_cache_stride, __global ulong *row_words)
 {
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
@@ -295,19 +337,36 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     psr_reduce_best(lv, li, lid);
     if (lid != 0)
         return;
-    if (groups_per_row == 1) {
+    psr_acc_t final_v = lv[0];
+    uint final_i = li[0];
+    bool finish = groups_per_row == 1;
+#if PSR_ROW_WORDS
+    if (!finish && row_words) {
+        /* Rows that are padding or invalid never fold: group 0 reports them. */
+        if (!active) {
+            finish = part == 0;
+        } else {
+            ulong key;
+            finish = psr_fold_row(row_words + row_id, final_v, final_i, groups_per_row, &key);
+            final_i = 0xfffffu - (uint)(key & 0xfffffu);
+            uint ord = (uint)(key >> 20);
+            final_v = ord > psr_ordered(-INFINITY) ? 0.0f : PSR_ACC_NEG_INF;
+        }
+    }
+#endif
+    if (finish) {
         int token = -1;
         if (req < 0) {
             flags = 0;
         } else if (!flags) {
-            token = (int)li[0];
-            if (!(lv[0] > PSR_ACC_NEG_INF))
+            token = (int)final_i;
+            if (!(final_v > PSR_ACC_NEG_INF))
                 flags |= PSR_ROW_NO_FINITE;
         }
         tokens[row_id] = token;
         if (row_flags)
             row_flags[row_id] = flags;
-    } else {
+    } else if (!row_words) {
         part_value[get_group_id(0)] = lv[0];
         part_index[get_group_id(0)] = li[0];
     }

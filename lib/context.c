@@ -90,9 +90,15 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
         ctx->tuning.work_group_size = (size_t)atoi(wg);
     if (chunk && atoi(chunk) >= 64)
         ctx->tuning.tokens_per_group = (size_t)atoi(chunk);
-    if ((wg && *wg) || (chunk && *chunk))
-        psr_log(ctx, PSR_LOG_INFO, "tuning from the environment: work-group %zu, chunk %zu",
-                ctx->tuning.work_group_size, ctx->tuning.tokens_per_group);
+    const char *mulhi = getenv("PSR_TUNE_MULHI");
+    if (mulhi && *mulhi)
+        ctx->tuning.mulhi = strcmp(mulhi, "0") != 0;
+    ctx->tuning.two_pass = psr_env_flag("PSR_TUNE_TWO_PASS");
+    if ((wg && *wg) || (chunk && *chunk) || (mulhi && *mulhi) || ctx->tuning.two_pass)
+        psr_log(ctx, PSR_LOG_INFO,
+                "tuning from the environment: work-group %zu, chunk %zu, mul_hi %d, two-pass %d",
+                ctx->tuning.work_group_size, ctx->tuning.tokens_per_group, ctx->tuning.mulhi,
+                ctx->tuning.two_pass);
     setup_disk_cache(ctx, o);
     return PSR_OK;
 }
@@ -209,6 +215,12 @@ psr_status psr_context_create_from_cl(cl_context cl_ctx, cl_device_id device, cl
     if (qdev != device)
         return psr_fail(NULL, PSR_ERR_INVALID_ARGUMENT,
                         "psr_context_create_from_cl: queue belongs to another device");
+    cl_command_queue_properties qprops = 0;
+    err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof qprops, &qprops, NULL);
+    if (err == CL_SUCCESS && (qprops & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE))
+        return psr_fail(NULL, PSR_ERR_INVALID_ARGUMENT,
+                        "psr_context_create_from_cl: queue is out-of-order; psr needs an in-order "
+                        "queue (create a second, in-order queue for psr)");
     cl_platform_id platform = NULL;
     err = clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
     if (err != CL_SUCCESS)
@@ -248,6 +260,8 @@ void psr_context_free(psr_context *ctx)
         clReleaseMemObject(ctx->part_value.buffer);
     if (ctx->part_index.buffer)
         clReleaseMemObject(ctx->part_index.buffer);
+    if (ctx->row_words.buffer)
+        clReleaseMemObject(ctx->row_words.buffer);
     for (size_t i = 0; i < ctx->program_count; i++) {
         clReleaseProgram(ctx->programs[i].program);
         free(ctx->programs[i].key);
@@ -313,7 +327,7 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
     if (!bytes)
         return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT,
                         "psr_context_scratch_bytes: bytes is NULL");
-    *bytes = ctx->part_value.bytes + ctx->part_index.bytes;
+    *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->row_words.bytes;
     return PSR_OK;
 }
 

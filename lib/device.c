@@ -146,6 +146,8 @@ psr_status psr_query_device(cl_platform_id platform, cl_device_id device, unsign
         out->capabilities |= PSR_CAP_FP16;
     if (has_extension(ext, "cl_khr_subgroups") || has_extension(ext, "cl_intel_subgroups"))
         out->capabilities |= PSR_CAP_SUBGROUPS;
+    if (has_extension(ext, "cl_khr_int64_base_atomics"))
+        out->capabilities |= PSR_CAP_INT64_ATOMICS;
     free(ext);
     return PSR_OK;
 }

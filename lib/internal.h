@@ -65,6 +65,8 @@ typedef struct psr_tuning {
     size_t work_group_size;    /* work-items per group of the sampling kernels */
     size_t tokens_per_group;   /* vocabulary entries one work-group walks */
     const char *rule;          /* which table entry chose these, for `psr info` */
+    bool mulhi;                /* Random123 multiplies through mul_hi (else a 64-bit product) */
+    bool two_pass;             /* always finish rows in a second kernel (PSR_TUNE_TWO_PASS) */
 } psr_tuning;
 
 psr_tuning psr_tuning_for(const psr_device_info *info);
@@ -173,7 +175,8 @@ typedef struct psr_scratch {
     size_t bytes;
 } psr_scratch;
 
-/* Grows a scratch buffer to at least `bytes`. */
+/* Grows a scratch buffer to at least `bytes`; new memory is zero-filled
+ * (enqueued, so it is ordered before the kernels that follow). */
 psr_status psr_scratch_reserve(psr_context *ctx, psr_scratch *s, size_t bytes);
 
 struct psr_context {
@@ -203,6 +206,7 @@ struct psr_context {
 
     psr_scratch part_value; /* per (row, work-group) best value */
     psr_scratch part_index; /* per (row, work-group) best index */
+    psr_scratch row_words;  /* per row: the one-pass fold word, zero between launches */
 
     char *build_log;
     char error[PSR_ERROR_MAX];
@@ -244,6 +248,8 @@ void psr_hex(const uint8_t *bytes, size_t n, char *out /* 2n+1 */);
 
 /* Copies like strlcpy: always terminates, returns strlen(src). */
 size_t psr_strlcpy(char *dst, const char *src, size_t size);
+/* True when the environment variable is set to anything but "" or "0". */
+bool psr_env_flag(const char *name);
 /* Case-insensitive substring test. */
 bool psr_contains_nocase(const char *haystack, const char *needle);
 

@@ -271,6 +271,14 @@ psr_status psr_scratch_reserve(psr_context *ctx, psr_scratch *s, size_t bytes)
         return psr_fail(ctx, PSR_ERR_OPENCL, "cannot allocate %zu bytes of scratch: %s (%d)", bytes,
                         psr_cl_error_name(err), err);
     }
+    cl_uchar zero = 0;
+    err = clEnqueueFillBuffer(ctx->queue, s->buffer, &zero, 1, 0, bytes, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        clReleaseMemObject(s->buffer);
+        s->buffer = NULL;
+        return psr_fail(ctx, PSR_ERR_OPENCL, "cannot clear %zu bytes of scratch: %s (%d)", bytes,
+                        psr_cl_error_name(err), err);
+    }
     s->bytes = bytes;
     return PSR_OK;
 }

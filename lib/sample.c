@@ -173,8 +173,16 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     psr_split_rows(ctx, a->rows, a->vocab, &chunk, &groups);
     size_t parts = a->rows * groups;
     size_t acc = v.fp64 ? sizeof(cl_double) : sizeof(cl_float);
-    cl_mem part_value = NULL, part_index = NULL;
-    if (groups > 1) {
+    cl_mem part_value = NULL, part_index = NULL, row_words = NULL;
+    /* One kernel when rows can finish themselves (see cl/gumbel.cl). */
+    bool one_pass = groups > 1 && !v.fp64 && (ctx->info.capabilities & PSR_CAP_INT64_ATOMICS) &&
+                    a->vocab <= (1u << 20) && groups < 4096 && !ctx->tuning.two_pass;
+    if (one_pass) {
+        st = psr_scratch_reserve(ctx, &ctx->row_words, a->rows * sizeof(cl_ulong));
+        if (st != PSR_OK)
+            return st;
+        row_words = ctx->row_words.buffer;
+    } else if (groups > 1) {
         st = psr_kernel_get(ctx, &v, "psr_gumbel_finalize", &finalize);
         if (st == PSR_OK)
             st = psr_scratch_reserve(ctx, &ctx->part_value, parts * acc);
@@ -191,19 +199,19 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     cl_uint vocab = (cl_uint)a->vocab;
     cl_ulong cache_stride = a->vocab;
     const size_t ms = sizeof(cl_mem);
-    const size_t sizes[] = {ms, 8, 8, 4, ms, ms, ms, ms, 4, 4, ms, ms, ms, ms, ms, ms, 8};
+    const size_t sizes[] = {ms, 8, 8, 4, ms, ms, ms, ms, 4, 4, ms, ms, ms, ms, ms, ms, 8, ms};
     const void *values[] = {&a->logits,      &offset,         &stride,       &vocab,
                             &a->row_request, &a->seeds,       &a->temperatures, &a->positions,
                             &groups,         &chunk,          &part_value,   &part_index,
                             &a->tokens,      &a->row_flags,   &a->draft_cache, &a->draft_cache_rows,
-                            &cache_stride};
-    st = set_args(ctx, sample, "psr_gumbel_sample", 17, sizes, values);
+                            &cache_stride,   &row_words};
+    st = set_args(ctx, sample, "psr_gumbel_sample", 18, sizes, values);
     if (st != PSR_OK)
         return st;
     cl_event ev_sample = NULL;
     st = enqueue(ctx, sample, "psr_gumbel_sample", parts, a->num_events_in_wait_list,
                  a->event_wait_list, (first || last) ? &ev_sample : NULL);
-    if (st != PSR_OK || groups == 1) {
+    if (st != PSR_OK || groups == 1 || one_pass) {
         if (first && ev_sample) {
             *first = ev_sample;
             clRetainEvent(ev_sample);

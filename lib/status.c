@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Detail of the last failed context-less call, per thread. */
@@ -137,4 +138,10 @@ bool psr_contains_nocase(const char *haystack, const char *needle)
             return true;
     }
     return false;
+}
+
+bool psr_env_flag(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
 }

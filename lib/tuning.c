@@ -15,8 +15,9 @@ typedef struct tuning_rule {
 
 /* First match wins, so specific rows come before general ones. */
 static const tuning_rule rules[] = {
-    /* 4K-32K tokens per 256-wide group won on the H200 (DESIGN §9). */
-    {"nvidia", PSR_DEVICE_GPU, 256, 8192, "nvidia-gpu"},
+    /* Measured on the H200 (docs/benchmarks.md): 256-wide groups, chunks of
+     * up to 32K tokens (rows are split further when the batch is small). */
+    {"nvidia", PSR_DEVICE_GPU, 256, 32768, "nvidia-gpu"},
     /* 64-wide wavefronts: keep groups a multiple of 64. */
     {"advanced micro devices", PSR_DEVICE_GPU, 256, 8192, "amd-gpu"},
     {"amd", PSR_DEVICE_GPU, 256, 8192, "amd-gpu"},
@@ -45,7 +46,7 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
             break;
         }
     }
-    psr_tuning t = {r->work_group_size, r->tokens_per_group, r->name};
+    psr_tuning t = {r->work_group_size, r->tokens_per_group, r->name, true, false};
     /* Never ask for more than the device allows; keep a power of two. */
     while (info->max_work_group_size && t.work_group_size > info->max_work_group_size &&
            t.work_group_size > 1)

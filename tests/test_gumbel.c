@@ -168,6 +168,53 @@ static void check_against_oracle(size_t rows, size_t vocab, float sigma, float t
     free(logits), free(seeds), free(pos), free(temps), free(tokens);
 }
 
+static void check_ramp(size_t rows, size_t vocab)
+{
+    float *logits = malloc(rows * vocab * sizeof *logits);
+    int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
+    float *temps = malloc(rows * 4);
+    int32_t *tokens = malloc(rows * 4);
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t i = 0; i < vocab; i++)
+            logits[r * vocab + i] = (float)i * (r % 2 ? 1e-4f : 1e-5f) + 0.01f * normal();
+        seeds[r] = rnd();
+        pos[r] = r;
+        temps[r] = 1.0f;
+    }
+    assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps, 0,
+                                     tokens, NULL, NULL),
+                     PSR_OK);
+    for (size_t r = 0; r < rows; r++)
+        assert_int_equal(tokens[r], psr_oracle_sample_row(logits + r * vocab, vocab, 1.0f, seeds[r],
+                                                          pos[r], false, false, NULL));
+    free(logits), free(seeds), free(pos), free(temps), free(tokens);
+}
+
+/* The two ways a split row finishes (one kernel with 64-bit atomics, or a
+ * second kernel) and the two Random123 multiplies give the same tokens. */
+static void test_finish_paths_agree(void **state)
+{
+    (void)state;
+    psr_context *saved = ctx;
+    setenv("PSR_TUNE_TWO_PASS", "1", 1);
+    setenv("PSR_TUNE_MULHI", "0", 1);
+    setenv("PSR_TUNE_CHUNK", "2048", 1);
+    ctx = open_context(NULL);
+    unsetenv("PSR_TUNE_TWO_PASS");
+    unsetenv("PSR_TUNE_MULHI");
+    assert_true(ctx->tuning.two_pass);
+    assert_false(ctx->tuning.mulhi);
+    check_against_oracle(8, 40000, 3.0f, 1.0f, 0);
+    check_against_oracle(4, 9000, 3.0f, 0.0f, 0);
+    psr_context_free(ctx);
+    ctx = open_context(NULL); /* one pass, small chunks: many groups fold each row */
+    unsetenv("PSR_TUNE_CHUNK");
+    check_against_oracle(8, 40000, 3.0f, 1.0f, PSR_SAMPLE_DRAFTING);
+    check_ramp(2, 40000);
+    psr_context_free(ctx);
+    ctx = saved;
+}
+
 static void test_tokens_equal_oracle(void **state)
 {
     (void)state;
@@ -182,6 +229,8 @@ static void test_tokens_equal_oracle(void **state)
     check_against_oracle(1, 1048576, 2.0f, 0.8f, PSR_SAMPLE_DRAFTING);
     /* Peaked rows (one logit far above the rest). */
     check_against_oracle(16, 32000, 0.5f, 0.7f, 0);
+    /* Adversarial for pruning: rising logits keep raising the best. */
+    check_ramp(4, 70000);
     if (has_fp64) {
         check_against_oracle(32, 4097, 3.0f, 1.0f, PSR_SAMPLE_FP64_NOISE);
         check_against_oracle(2, 262144, 3.0f, 1.0f, PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_DRAFTING);
@@ -487,6 +536,7 @@ int main(void)
         cmocka_unit_test(test_noise_bit_exact),
         cmocka_unit_test(test_token_vectors),
         cmocka_unit_test(test_tokens_equal_oracle),
+        cmocka_unit_test(test_finish_paths_agree),
         cmocka_unit_test(test_greedy_is_argmax_lowest_index),
         cmocka_unit_test(test_nan_and_infinite_rows),
         cmocka_unit_test(test_half_and_bf16_with_stride),

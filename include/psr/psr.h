@@ -107,6 +107,7 @@ typedef enum psr_device_type {
 #define PSR_CAP_FP64 (1u << 0)      /* cl_khr_fp64 or a non-zero CL_DEVICE_DOUBLE_FP_CONFIG */
 #define PSR_CAP_FP16 (1u << 1)      /* cl_khr_fp16 */
 #define PSR_CAP_SUBGROUPS (1u << 2) /* cl_khr_subgroups or cl_intel_subgroups */
+#define PSR_CAP_INT64_ATOMICS (1u << 3) /* cl_khr_int64_base_atomics: rows finish in one kernel */
 
 typedef struct psr_device_info {
     unsigned platform_index;       /* P of the "P:D" selector */
@@ -183,8 +184,9 @@ PSR_API psr_status psr_context_create(const psr_context_options *options, psr_co
 
 /* Wraps the application's own OpenCL objects so its buffers can be used
  * directly. The context, device and queue are retained here and released
- * by psr_context_free(). The queue must belong to the context and device;
- * options->device is ignored. options may be NULL. */
+ * by psr_context_free(). The queue must belong to the context and device
+ * and be in-order (psr's launches share scratch memory and rely on queue
+ * order); options->device is ignored. options may be NULL. */
 PSR_API psr_status psr_context_create_from_cl(cl_context cl_ctx, cl_device_id device,
                                               cl_command_queue queue,
                                               const psr_context_options *options,
