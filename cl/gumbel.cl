@@ -46,10 +46,13 @@ typedef float psr_acc_t;
 #define PSR_ROW_BAD_TEMPERATURE 4u
 
 /* One kernel per launch: with 64-bit atomics, the work-groups of a row
- * fold their results into one word, [count:12][value:32][~index:20], by
- * compare-and-swap; the group that brings the count to groups_per_row
- * holds the row's answer, writes the token and clears the word for the
- * next launch. A single word needs no ordering between locations. */
+ * fold their results into words of [count:12][value:32][~index:20] by
+ * compare-and-swap. The group that brings a word's count to its target
+ * holds that word's answer and clears the word for the next launch. Each
+ * answer travels in the return value of one word's atomic, so nothing
+ * relies on ordering between locations. To keep contention low the fold
+ * has two levels: groups fold into their bucket's word (fold_width groups
+ * each), and each bucket's last group folds into the row's top word. */
 #if defined(cl_khr_int64_base_atomics) && !USE_FP64
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
 #define PSR_ROW_WORDS 1
@@ -63,18 +66,17 @@ inline uint psr_ordered(float v)
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-/* Folds (v, idx) into the row's word; true for the last group, with the
- * row's best key in *key. */
-inline bool psr_fold_row(volatile __global ulong *word, float v, uint idx, uint groups, ulong *key)
+/* Folds key `mine` into a word that `target` groups fold into; true for
+ * the last of them, with the best key of all in *key. */
+inline bool psr_fold_key(volatile __global ulong *word, ulong mine, uint target, ulong *key)
 {
-    ulong mine = ((ulong)psr_ordered(v) << 20) | (ulong)(0xfffffu - idx);
-    ulong cur = 0;
+    ulong cur = *word; /* a guess: the swap below checks it */
     for (;;) {
         ulong best = max(cur & PSR_KEY_MASK, mine);
         ulong count = (cur >> PSR_KEY_BITS) + 1;
         ulong seen = atom_cmpxchg(word, cur, (count << PSR_KEY_BITS) | best);
         if (seen == cur) {
-            if (count < groups)
+            if (count < target)
                 return false;
             *key = best;
             atom_xchg(word, 0UL);
@@ -82,6 +84,21 @@ inline bool psr_fold_row(volatile __global ulong *word, float v, uint idx, uint 
         }
         cur = seen;
     }
+}
+
+/* Folds this group's (v, idx) into its row; true for the row's last group,
+ * with the row's best key in *key. */
+inline bool psr_fold_row(__global ulong *words, float v, uint idx, uint part, uint groups,
+                         uint width, ulong *key)
+{
+    uint buckets = (groups + width - 1) / width;
+    uint bucket = part / width;
+    uint members = min(width, groups - bucket * width);
+    ulong mine = ((ulong)psr_ordered(v) << 20) | (ulong)(0xfffffu - idx);
+    ulong bucket_key;
+    if (!psr_fold_key(words + 1 + bucket, mine, members, &bucket_key))
+        return false;
+    return psr_fold_key(words, bucket_key, buckets, key);
 }
 #else
 #define PSR_ROW_WORDS 0
@@ -261,7 +278,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
                        uint groups_per_row, uint chunk, __global psr_acc_t *part_value,
                        __global uint *part_index, __global int *tokens, __global uint *row_flags,
                        __global float *draft_cache, __global const int *draft_cache_rows,
-                       ulong draft_cache_stride, __global ulong *row_words)
+                       ulong draft_cache_stride, __global ulong *row_words, uint fold_width)
 {
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
@@ -347,7 +364,9 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
             finish = part == 0;
         } else {
             ulong key;
-            finish = psr_fold_row(row_words + row_id, final_v, final_i, groups_per_row, &key);
+            uint words_per_row = 1 + (groups_per_row + fold_width - 1) / fold_width;
+            finish = psr_fold_row(row_words + (ulong)row_id * words_per_row, final_v, final_i, part,
+                                  groups_per_row, fold_width, &key);
             final_i = 0xfffffu - (uint)(key & 0xfffffu);
             uint ord = (uint)(key >> 20);
             final_v = ord > psr_ordered(-INFINITY) ? 0.0f : PSR_ACC_NEG_INF;

@@ -94,6 +94,9 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
     if (mulhi && *mulhi)
         ctx->tuning.mulhi = strcmp(mulhi, "0") != 0;
     ctx->tuning.two_pass = psr_env_flag("PSR_TUNE_TWO_PASS");
+    const char *per_unit = getenv("PSR_TUNE_GROUPS_PER_CU");
+    if (per_unit && atoi(per_unit) >= 1)
+        ctx->tuning.groups_per_unit = (size_t)atoi(per_unit);
     if ((wg && *wg) || (chunk && *chunk) || (mulhi && *mulhi) || ctx->tuning.two_pass)
         psr_log(ctx, PSR_LOG_INFO,
                 "tuning from the environment: work-group %zu, chunk %zu, mul_hi %d, two-pass %d",

@@ -67,6 +67,7 @@ typedef struct psr_tuning {
     const char *rule;          /* which table entry chose these, for `psr info` */
     bool mulhi;                /* Random123 multiplies through mul_hi (else a 64-bit product) */
     bool two_pass;             /* always finish rows in a second kernel (PSR_TUNE_TWO_PASS) */
+    size_t groups_per_unit;    /* small batches split rows until this many groups per CU */
 } psr_tuning;
 
 psr_tuning psr_tuning_for(const psr_device_info *info);

@@ -110,7 +110,7 @@ void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *
     size_t step = 4 * ctx->tuning.work_group_size;
     size_t max_chunk = (ctx->tuning.tokens_per_group + step - 1) / step * step;
     size_t min_chunk = 2 * step;
-    size_t target = 4 * (ctx->info.compute_units ? ctx->info.compute_units : 1);
+    size_t target = ctx->tuning.groups_per_unit * (ctx->info.compute_units ? ctx->info.compute_units : 1);
     size_t g_min = (vocab + max_chunk - 1) / max_chunk;
     size_t g_want = (target + rows - 1) / rows;
     size_t g_cap = (vocab + min_chunk - 1) / min_chunk;
@@ -177,8 +177,13 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     /* One kernel when rows can finish themselves (see cl/gumbel.cl). */
     bool one_pass = groups > 1 && !v.fp64 && (ctx->info.capabilities & PSR_CAP_INT64_ATOMICS) &&
                     a->vocab <= (1u << 20) && groups < 4096 && !ctx->tuning.two_pass;
+    /* Two-level fold: about sqrt(groups) buckets of about sqrt(groups). */
+    cl_uint fold_width = 1;
+    while (fold_width * fold_width < groups)
+        fold_width++;
+    size_t words_per_row = 1 + (groups + fold_width - 1) / fold_width;
     if (one_pass) {
-        st = psr_scratch_reserve(ctx, &ctx->row_words, a->rows * sizeof(cl_ulong));
+        st = psr_scratch_reserve(ctx, &ctx->row_words, a->rows * words_per_row * sizeof(cl_ulong));
         if (st != PSR_OK)
             return st;
         row_words = ctx->row_words.buffer;
@@ -199,13 +204,13 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     cl_uint vocab = (cl_uint)a->vocab;
     cl_ulong cache_stride = a->vocab;
     const size_t ms = sizeof(cl_mem);
-    const size_t sizes[] = {ms, 8, 8, 4, ms, ms, ms, ms, 4, 4, ms, ms, ms, ms, ms, ms, 8, ms};
+    const size_t sizes[] = {ms, 8, 8, 4, ms, ms, ms, ms, 4, 4, ms, ms, ms, ms, ms, ms, 8, ms, 4};
     const void *values[] = {&a->logits,      &offset,         &stride,       &vocab,
                             &a->row_request, &a->seeds,       &a->temperatures, &a->positions,
                             &groups,         &chunk,          &part_value,   &part_index,
                             &a->tokens,      &a->row_flags,   &a->draft_cache, &a->draft_cache_rows,
-                            &cache_stride,   &row_words};
-    st = set_args(ctx, sample, "psr_gumbel_sample", 18, sizes, values);
+                            &cache_stride,   &row_words,      &fold_width};
+    st = set_args(ctx, sample, "psr_gumbel_sample", 19, sizes, values);
     if (st != PSR_OK)
         return st;
     cl_event ev_sample = NULL;

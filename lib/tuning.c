@@ -46,7 +46,7 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
             break;
         }
     }
-    psr_tuning t = {r->work_group_size, r->tokens_per_group, r->name, true, false};
+    psr_tuning t = {r->work_group_size, r->tokens_per_group, r->name, true, false, 4};
     /* Never ask for more than the device allows; keep a power of two. */
     while (info->max_work_group_size && t.work_group_size > info->max_work_group_size &&
            t.work_group_size > 1)
