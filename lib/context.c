@@ -83,25 +83,25 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
         ctx->info.capabilities &= ~o->hide_capabilities;
     }
     ctx->tuning = psr_tuning_for(&ctx->info);
-    /* Tuning aids: override the table's choice for experiments. */
-    const char *wg = getenv("PSR_TUNE_WG"), *chunk = getenv("PSR_TUNE_CHUNK");
-    if (wg && atoi(wg) >= 16 && (size_t)atoi(wg) <= ctx->info.max_work_group_size &&
-        !(atoi(wg) & (atoi(wg) - 1)))
-        ctx->tuning.work_group_size = (size_t)atoi(wg);
-    if (chunk && atoi(chunk) >= 64)
-        ctx->tuning.tokens_per_group = (size_t)atoi(chunk);
-    const char *mulhi = getenv("PSR_TUNE_MULHI");
+    /* Tuning aids (docs/devices.md): override the table for experiments. */
+    const char *wg = getenv("PSR_TUNE_WG"), *resident = getenv("PSR_TUNE_RESIDENT");
+    const char *mulhi = getenv("PSR_TUNE_MULHI"), *extra = getenv("PSR_TUNE_BUILD_OPTIONS");
+    int w = wg ? atoi(wg) : 0;
+    if (w >= 16 && (size_t)w <= ctx->info.max_work_group_size && !(w & (w - 1)))
+        ctx->tuning.work_group_size = (size_t)w;
+    if (resident && atoi(resident) >= 1)
+        ctx->tuning.resident_per_unit = (size_t)atoi(resident);
     if (mulhi && *mulhi)
         ctx->tuning.mulhi = strcmp(mulhi, "0") != 0;
     ctx->tuning.two_pass = psr_env_flag("PSR_TUNE_TWO_PASS");
-    const char *per_unit = getenv("PSR_TUNE_GROUPS_PER_CU");
-    if (per_unit && atoi(per_unit) >= 1)
-        ctx->tuning.groups_per_unit = (size_t)atoi(per_unit);
-    if ((wg && *wg) || (chunk && *chunk) || (mulhi && *mulhi) || ctx->tuning.two_pass)
+    if (extra)
+        ctx->tuning.extra_options = extra;
+    if (wg || resident || mulhi || extra || ctx->tuning.two_pass)
         psr_log(ctx, PSR_LOG_INFO,
-                "tuning from the environment: work-group %zu, chunk %zu, mul_hi %d, two-pass %d",
-                ctx->tuning.work_group_size, ctx->tuning.tokens_per_group, ctx->tuning.mulhi,
-                ctx->tuning.two_pass);
+                "tuning from the environment: work-group %zu, resident %zu, mul_hi %d, two-pass %d, "
+                "extra options \"%s\"",
+                ctx->tuning.work_group_size, ctx->tuning.resident_per_unit, ctx->tuning.mulhi,
+                ctx->tuning.two_pass, ctx->tuning.extra_options);
     setup_disk_cache(ctx, o);
     return PSR_OK;
 }

@@ -63,11 +63,11 @@ long psr_selector_match(const psr_selector *sel, const psr_found_device *devices
 
 typedef struct psr_tuning {
     size_t work_group_size;    /* work-items per group of the sampling kernels */
-    size_t tokens_per_group;   /* vocabulary entries one work-group walks */
-    const char *rule;          /* which table entry chose these, for `psr info` */
+    size_t resident_per_unit;  /* work-groups one compute unit runs at once */
+    const char *rule;          /* which table entry chose these */
     bool mulhi;                /* Random123 multiplies through mul_hi (else a 64-bit product) */
     bool two_pass;             /* always finish rows in a second kernel (PSR_TUNE_TWO_PASS) */
-    size_t groups_per_unit;    /* small batches split rows until this many groups per CU */
+    const char *extra_options; /* appended to every build (PSR_TUNE_BUILD_OPTIONS), or "" */
 } psr_tuning;
 
 psr_tuning psr_tuning_for(const psr_device_info *info);

@@ -87,11 +87,11 @@ void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, 
      * path wins over the intrinsic unless R123_USE_64BIT=0 (psr uses only
      * philox4x32, so nothing is lost). */
     snprintf(buf, len,
-             "%s-DIS_DRAFTING=%d -DUSE_FP64=%d -DPSR_WG_SIZE=%zu -DPSR_TOKENS_PER_GROUP=%zu%s%s",
+             "%s-DIS_DRAFTING=%d -DUSE_FP64=%d -DPSR_WG_SIZE=%zu%s%s%s%s",
              opencl_c_version(&ctx->info) >= 12 ? "-cl-std=CL1.2 " : "", v->drafting ? 1 : 0,
-             v->fp64 ? 1 : 0, ctx->tuning.work_group_size, ctx->tuning.tokens_per_group,
+             v->fp64 ? 1 : 0, ctx->tuning.work_group_size,
              ctx->tuning.mulhi ? " -DR123_USE_64BIT=0 -DR123_USE_MULHILO32_MULHI_INTRIN=1 "
                                  "-DR123_MULHILO32_MULHI_INTRIN=mul_hi"
                                : "",
-             extra);
+             extra, *ctx->tuning.extra_options ? " " : "", ctx->tuning.extra_options);
 }

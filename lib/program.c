@@ -43,6 +43,19 @@ psr_status psr_program_build_source(psr_context *ctx, const char *label, const c
                         label, ctx->info.name, psr_cl_error_name(err), err, options,
                         ctx->build_log ? ctx->build_log : "(none)");
     }
+    /* Compilers report resource use in the log (NVIDIA: -cl-nv-verbose). */
+    size_t n = 0;
+    if (ctx->log && ctx->log_level <= PSR_LOG_DEBUG &&
+        clGetProgramBuildInfo(p, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) == CL_SUCCESS &&
+        n > 1) {
+        char *text = malloc(n + 1);
+        if (text && clGetProgramBuildInfo(p, ctx->device, CL_PROGRAM_BUILD_LOG, n, text, NULL) ==
+                        CL_SUCCESS) {
+            text[n] = '\0';
+            psr_log(ctx, PSR_LOG_DEBUG, "build log of '%s' (%s):\n%.900s", label, options, text);
+        }
+        free(text);
+    }
     *out = p;
     return PSR_OK;
 }

@@ -9,24 +9,24 @@ typedef struct tuning_rule {
     const char *vendor;     /* substring of the platform or device vendor; NULL: any */
     psr_device_type type;   /* PSR_DEVICE_OTHER: any type */
     size_t work_group_size;
-    size_t tokens_per_group;
+    size_t resident_per_unit; /* groups of that size a compute unit holds at once */
     const char *name;
 } tuning_rule;
 
 /* First match wins, so specific rows come before general ones. */
 static const tuning_rule rules[] = {
-    /* Measured on the H200 (docs/benchmarks.md): 256-wide groups, chunks of
-     * up to 32K tokens (rows are split further when the batch is small). */
-    {"nvidia", PSR_DEVICE_GPU, 256, 32768, "nvidia-gpu"},
-    /* 64-wide wavefronts: keep groups a multiple of 64. */
-    {"advanced micro devices", PSR_DEVICE_GPU, 256, 8192, "amd-gpu"},
-    {"amd", PSR_DEVICE_GPU, 256, 8192, "amd-gpu"},
-    /* SIMD8-32 EUs with small register files: smaller chunks. */
-    {"intel", PSR_DEVICE_GPU, 256, 4096, "intel-gpu"},
-    {NULL, PSR_DEVICE_GPU, 256, 8192, "gpu"},
-    /* CPUs: few threads, big chunks so each core streams a long run. */
-    {NULL, PSR_DEVICE_CPU, 64, 32768, "cpu"},
-    {NULL, PSR_DEVICE_OTHER, 128, 8192, "default"},
+    /* Measured on the H200 (docs/benchmarks.md): 256-wide groups, 2048
+     * resident threads per SM. */
+    {"nvidia", PSR_DEVICE_GPU, 256, 8, "nvidia-gpu"},
+    /* 64-wide wavefronts, up to 40 waves per CU: keep groups a multiple of 64. */
+    {"advanced micro devices", PSR_DEVICE_GPU, 256, 8, "amd-gpu"},
+    {"amd", PSR_DEVICE_GPU, 256, 8, "amd-gpu"},
+    /* Xe cores hold fewer threads than an SM. */
+    {"intel", PSR_DEVICE_GPU, 256, 4, "intel-gpu"},
+    {NULL, PSR_DEVICE_GPU, 256, 4, "gpu"},
+    /* CPUs (PoCL): one group per core at a time, so whole rows stream. */
+    {NULL, PSR_DEVICE_CPU, 64, 1, "cpu"},
+    {NULL, PSR_DEVICE_OTHER, 128, 2, "default"},
 };
 
 static bool vendor_is(const psr_device_info *info, const char *vendor)
@@ -46,7 +46,7 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
             break;
         }
     }
-    psr_tuning t = {r->work_group_size, r->tokens_per_group, r->name, true, false, 4};
+    psr_tuning t = {r->work_group_size, r->resident_per_unit, r->name, true, false, ""};
     /* Never ask for more than the device allows; keep a power of two. */
     while (info->max_work_group_size && t.work_group_size > info->max_work_group_size &&
            t.work_group_size > 1)

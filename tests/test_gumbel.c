@@ -198,7 +198,7 @@ static void test_finish_paths_agree(void **state)
     psr_context *saved = ctx;
     setenv("PSR_TUNE_TWO_PASS", "1", 1);
     setenv("PSR_TUNE_MULHI", "0", 1);
-    setenv("PSR_TUNE_CHUNK", "2048", 1);
+    setenv("PSR_TUNE_RESIDENT", "64", 1);
     ctx = open_context(NULL);
     unsetenv("PSR_TUNE_TWO_PASS");
     unsetenv("PSR_TUNE_MULHI");
@@ -207,8 +207,11 @@ static void test_finish_paths_agree(void **state)
     check_against_oracle(8, 40000, 3.0f, 1.0f, 0);
     check_against_oracle(4, 9000, 3.0f, 0.0f, 0);
     psr_context_free(ctx);
-    ctx = open_context(NULL); /* one pass, small chunks: many groups fold each row */
-    unsetenv("PSR_TUNE_CHUNK");
+    ctx = open_context(NULL); /* one pass, many resident groups: many groups fold each row */
+    unsetenv("PSR_TUNE_RESIDENT");
+    cl_uint chunk, groups;
+    psr_split_rows(ctx, 8, 40000, &chunk, &groups);
+    assert_true(groups >= 9); /* several buckets in the two-level fold */
     check_against_oracle(8, 40000, 3.0f, 1.0f, PSR_SAMPLE_DRAFTING);
     check_ramp(2, 40000);
     psr_context_free(ctx);

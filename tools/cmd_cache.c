@@ -45,6 +45,7 @@ static int cache_warm(int argc, char **argv)
     psr_context_options o;
     psr_context_options_init(&o);
     o.log = cli_log_to_stderr;
+    o.log_level = cli_log_level();
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
             o.device = argv[++i];

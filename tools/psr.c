@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const struct {
@@ -88,6 +89,18 @@ void cli_log_to_stderr(psr_log_level level, const char *message, void *user_data
     if (level >= PSR_LOG_ERROR)
         return; /* failures reach the user through cli_report() */
     fprintf(stderr, "psr: %s: %s\n", names[level <= PSR_LOG_ERROR ? level : PSR_LOG_ERROR], message);
+}
+
+psr_log_level cli_log_level(void)
+{
+    const char *v = getenv("PSR_LOG_LEVEL");
+    if (!v)
+        return PSR_LOG_WARNING;
+    if (strcmp(v, "debug") == 0)
+        return PSR_LOG_DEBUG;
+    if (strcmp(v, "info") == 0)
+        return PSR_LOG_INFO;
+    return strcmp(v, "error") == 0 ? PSR_LOG_ERROR : PSR_LOG_WARNING;
 }
 
 int main(int argc, char **argv)
