@@ -3,6 +3,7 @@
 every command, JSON that parses, and the cache commands on a scratch dir."""
 import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -55,5 +56,68 @@ with tempfile.TemporaryDirectory() as d:
         check(r.returncode == 0 and f"removed {len(entries)} files" in r.stdout, "cache clear")
     r = run("cache", "list", env=env)
     check(r.returncode == 0 and "0 entries" in r.stdout, "empty cache lists")
+
+
+
+def npy_bytes(descr, shape, payload, fortran=False, magic=b"\x93NUMPY"):
+    header = "{'descr': '%s', 'fortran_order': %s, 'shape': (%s), }" % (
+        descr, "True" if fortran else "False", "".join(f"{d}, " for d in shape))
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    return magic + bytes([1, 0]) + struct.pack("<H", len(header)) + header.encode() + payload
+
+
+def write(d, name, data):
+    path = os.path.join(d, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+if have_device:
+    with tempfile.TemporaryDirectory() as d:
+        rows = [[0.5, 3.0, -1.0, 2.0, 1.0], [7.0, 1.0, 7.0, float("nan"), 0.0], [-2.0, -1.0, -3.0, -1.5, -9.0]]
+        flat = [v for r in rows for v in r]
+        f32 = write(d, "l32.npy", npy_bytes("<f4", (3, 5), struct.pack("<15f", *flat)))
+        f16 = write(d, "l16.npy", npy_bytes("<f2", (3, 5), struct.pack("<15e", *flat)))
+        r = run("sample", "--logits", f32, "--temperature", "0")
+        check(r.returncode == 0 and r.stdout.split() == ["1", "0", "1"], "greedy sample of a .npy")
+        r = run("sample", "--logits", f16, "--temperature", "0", "--json")
+        out = json.loads(r.stdout) if r.returncode == 0 else {}
+        check(out.get("tokens") == [1, 0, 1] and out.get("vocab") == 5, "float16 .npy, JSON output")
+        seeds = write(d, "seeds.npy", npy_bytes("<i8", (3,), struct.pack("<3q", 1, -2, 3)))
+        pos1 = write(d, "pos.npy", npy_bytes("<i8", (1,), struct.pack("<q", 42)))
+        a = run("sample", "--logits", f32, "--seeds", seeds, "--positions", pos1, "--json")
+        b = run("sample", "--logits", f32, "--seeds", seeds, "--pos", "42", "--json")
+        ta = json.loads(a.stdout)["tokens"] if a.returncode == 0 else None
+        check(ta is not None and ta == json.loads(b.stdout)["tokens"], "seeds/positions files equal flags")
+        check(all(0 <= t < 5 for t in ta or [-1]), "sampled tokens in range")
+        r = run("sample", "--logits", f32, "--pos", str(2**30))
+        check(r.returncode == 1 and "PSR_ERR_POSITION_RANGE" in r.stderr, "position 2^30 rejected")
+        r = run("sample", "--logits", f32, "--temperature", "-1")
+        check(r.returncode == 1 and "PSR_ERR_TEMPERATURE" in r.stderr, "negative temperature rejected")
+        bad = {
+            "magic": npy_bytes("<f4", (3, 5), struct.pack("<15f", *flat), magic=b"\x93NUMPX"),
+            "dtype": npy_bytes("<f8", (3, 5), struct.pack("<15d", *flat)),
+            "Fortran order": npy_bytes("<f4", (3, 5), struct.pack("<15f", *flat), fortran=True),
+            "truncated": npy_bytes("<f4", (3, 5), struct.pack("<14f", *flat[:14])),
+            "3-D": npy_bytes("<f4", (1, 3, 5), struct.pack("<15f", *flat)),
+        }
+        for what, data in bad.items():
+            path = write(d, "bad.npy", data)
+            r = run("sample", "--logits", path)
+            check(r.returncode == 1 and "bad.npy" in r.stderr, f"malformed .npy ({what}) is a clear error")
+        r = run("sample", "--logits", f32, "--seeds", f32)
+        check(r.returncode == 1 and "int64" in r.stderr, "seeds of the wrong dtype")
+        r = run("sample", "--logits", os.path.join(d, "missing.npy"))
+        check(r.returncode == 1 and "missing.npy" in r.stderr, "missing file")
+    r = run("demo")
+    check(r.returncode == 0 and "every token matches" in r.stdout, "psr demo")
+    r = run("bench", "sample", "--shapes", "2x3000", "--iters", "3", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(len(out.get("results", [])) >= 3, "bench sample --json")
+    check(run("bench", "sample", "--shapes", "2by3").returncode == 2, "bad --shapes is a usage error")
+for cmd in (["sample"], ["bench"], ["demo"]):
+    r = run(*cmd, "--help")
+    check(r.returncode == 0 and "usage: psr" in r.stdout, f"psr {' '.join(cmd)} --help")
 
 sys.exit(1 if failures else 0)

@@ -28,5 +28,7 @@ void cli_cache_summary(const char *dir, unsigned long long *files, unsigned long
 int cmd_info(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
 
 #endif

@@ -11,6 +11,8 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *summary;
 } commands[] = {
+    {"demo", cmd_demo, "sample on the default device and check every token against the host"},
+    {"sample", cmd_sample, "sample tokens from logits in a .npy file"},
     {"info", cmd_info, "platforms, devices, capabilities, the auto choice and the cache"},
     {"cache", cmd_cache, "warm, list or clear the kernel cache"},
     {"bench", cmd_bench, "time the kernels against the memory floor (and vLLM on NVIDIA)"},
