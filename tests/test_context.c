@@ -204,6 +204,49 @@ static size_t token_uniform_mismatches(psr_context *ctx, cl_program p, int draft
     return mismatches;
 }
 
+/* draw(seed, pos) words and u32 of word 0 for every row of stream.tsv. */
+static void check_stream_vectors(psr_context *ctx, cl_program p)
+{
+    tsv_table *t = tsv_load("stream.tsv");
+    size_t n = t->rows;
+    cl_long *seeds = calloc(n, 8), *pos = calloc(n, 8);
+    for (size_t r = 0; r < n; r++) {
+        seeds[r] = tsv_int(t, r, "seed");
+        pos[r] = tsv_int(t, r, "pos");
+    }
+    cl_int err;
+    cl_mem ds = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 8, seeds, &err);
+    cl_mem dp = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 8, pos, &err);
+    cl_mem dw = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * 16, NULL, &err);
+    cl_mem du = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * 4, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_kernel k = clCreateKernel(p, "psr_stream_words", &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_uint count = (cl_uint)n;
+    clSetKernelArg(k, 0, sizeof ds, &ds);
+    clSetKernelArg(k, 1, sizeof dp, &dp);
+    clSetKernelArg(k, 2, sizeof count, &count);
+    clSetKernelArg(k, 3, sizeof dw, &dw);
+    assert_int_equal(clSetKernelArg(k, 4, sizeof du, &du), CL_SUCCESS);
+    assert_int_equal(clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &n, NULL, 0, NULL, NULL), CL_SUCCESS);
+    cl_uint *words = calloc(n, 16), *u32 = calloc(n, 4);
+    clEnqueueReadBuffer(ctx->queue, dw, CL_TRUE, 0, n * 16, words, 0, NULL, NULL);
+    assert_int_equal(clEnqueueReadBuffer(ctx->queue, du, CL_TRUE, 0, n * 4, u32, 0, NULL, NULL), CL_SUCCESS);
+    static const char *cols[] = {"w0", "w1", "w2", "w3"};
+    for (size_t r = 0; r < n; r++) {
+        for (int c = 0; c < 4; c++)
+            assert_int_equal(words[4 * r + c], (cl_uint)tsv_hex(t, r, cols[c]));
+        assert_int_equal(u32[r], (cl_uint)tsv_hex(t, r, "u32_bits"));
+    }
+    clReleaseKernel(k);
+    clReleaseMemObject(ds);
+    clReleaseMemObject(dp);
+    clReleaseMemObject(dw);
+    clReleaseMemObject(du);
+    free(seeds), free(pos), free(words), free(u32);
+    tsv_free(t);
+}
+
 static void test_builds_with_defines(void **state)
 {
     (void)state;
@@ -217,6 +260,7 @@ static void test_builds_with_defines(void **state)
             cl_program p;
             assert_int_equal(psr_program_get(ctx, &v, &p), PSR_OK);
             check_philox_vectors(ctx, p);
+            check_stream_vectors(ctx, p);
             size_t n = 0;
             assert_int_equal(token_uniform_mismatches(ctx, p, drafting, fp64, &n), 0);
             assert_true(n > 0);
