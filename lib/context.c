@@ -91,20 +91,17 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
         ctx->tuning.work_group_size = (size_t)w;
     if (resident && atoi(resident) >= 1)
         ctx->tuning.resident_per_unit = (size_t)atoi(resident);
-    const char *waves = getenv("PSR_TUNE_WAVES");
-    if (waves && atoi(waves) >= 1)
-        ctx->tuning.waves = (size_t)atoi(waves);
     if (mulhi && *mulhi)
         ctx->tuning.mulhi = strcmp(mulhi, "0") != 0;
     ctx->tuning.two_pass = psr_env_flag("PSR_TUNE_TWO_PASS");
     if (extra)
         ctx->tuning.extra_options = extra;
-    if (wg || resident || waves || mulhi || extra || ctx->tuning.two_pass)
+    if (wg || resident || mulhi || extra || ctx->tuning.two_pass)
         psr_log(ctx, PSR_LOG_INFO,
-                "tuning from the environment: work-group %zu, resident %zu, waves %zu, mul_hi %d, "
-                "two-pass %d, extra options \"%s\"",
-                ctx->tuning.work_group_size, ctx->tuning.resident_per_unit, ctx->tuning.waves,
-                ctx->tuning.mulhi, ctx->tuning.two_pass, ctx->tuning.extra_options);
+                "tuning from the environment: work-group %zu, resident %zu, mul_hi %d, two-pass %d, "
+                "extra options \"%s\"",
+                ctx->tuning.work_group_size, ctx->tuning.resident_per_unit, ctx->tuning.mulhi,
+                ctx->tuning.two_pass, ctx->tuning.extra_options);
     setup_disk_cache(ctx, o);
     return PSR_OK;
 }

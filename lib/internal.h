@@ -64,7 +64,6 @@ long psr_selector_match(const psr_selector *sel, const psr_found_device *devices
 typedef struct psr_tuning {
     size_t work_group_size;    /* work-items per group of the sampling kernels */
     size_t resident_per_unit;  /* work-groups one compute unit runs at once */
-    size_t waves;              /* aim for this many device loads of work-groups */
     const char *rule;          /* which table entry chose these */
     bool mulhi;                /* Random123 multiplies through mul_hi (else a 64-bit product) */
     bool two_pass;             /* always finish rows in a second kernel (PSR_TUNE_TWO_PASS) */

@@ -104,22 +104,27 @@ static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
 void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *chunk,
                     cl_uint *groups)
 {
-    /* Enough work-groups for `waves` full loads of the device, so groups
-     * that finish early (pruning makes their time vary) find more work;
-     * rows are split only as far as that needs, and never into chunks of
-     * less than two steps (4 tokens per work-item a step). */
+    /* Pick the split G (groups per row) with the least modelled time: the
+     * device runs `resident` groups at once, so rows * G groups take
+     * ceil(rows * G / resident) waves, each as long as one chunk of
+     * vocab / G tokens plus a fixed cost per group (reductions, the fold),
+     * counted as two steps of tokens. Chunks stay at least two steps long. */
     size_t step = 4 * ctx->tuning.work_group_size;
-    size_t units = ctx->info.compute_units ? ctx->info.compute_units : 1;
-    size_t target = ctx->tuning.waves * ctx->tuning.resident_per_unit * units;
+    size_t resident = ctx->tuning.resident_per_unit * (ctx->info.compute_units ? ctx->info.compute_units : 1);
     size_t g_max = (vocab + 2 * step - 1) / (2 * step);
     if (g_max > 4095)
         g_max = 4095;
-    size_t g = (target + rows - 1) / rows;
-    if (g > g_max)
-        g = g_max;
-    if (g < 1)
-        g = 1;
-    size_t c = (vocab + g - 1) / g;
+    size_t best_g = 1;
+    double best_cost = 0;
+    for (size_t g = 1; g <= (g_max ? g_max : 1); g++) {
+        double waves = (double)((rows * g + resident - 1) / resident);
+        double cost = waves * ((double)((vocab + g - 1) / g) + 2.0 * (double)step);
+        if (g == 1 || cost < best_cost) {
+            best_cost = cost;
+            best_g = g;
+        }
+    }
+    size_t c = (vocab + best_g - 1) / best_g;
     c = (c + 3) / 4 * 4;
     *chunk = (cl_uint)c;
     *groups = (cl_uint)((vocab + c - 1) / c);

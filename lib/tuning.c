@@ -48,7 +48,6 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
     }
     psr_tuning t = {.work_group_size = r->work_group_size,
                     .resident_per_unit = r->resident_per_unit,
-                    .waves = 2,
                     .rule = r->name,
                     .mulhi = true,
                     .two_pass = false,
