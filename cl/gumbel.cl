@@ -44,6 +44,7 @@ typedef float psr_acc_t;
 #define PSR_ROW_NO_FINITE 1u
 #define PSR_ROW_BAD_POSITION 2u
 #define PSR_ROW_BAD_TEMPERATURE 4u
+#define PSR_ROW_BAD_INDEX 8u
 
 /* One kernel per launch: with 64-bit atomics, the work-groups of a row
  * fold their results into words of [count:12][value:32][~index:20] by
@@ -53,7 +54,13 @@ typedef float psr_acc_t;
  * relies on ordering between locations. To keep contention low the fold
  * has two levels: groups fold into their bucket's word (fold_width groups
  * each), and each bucket's last group folds into the row's top word. */
-#if defined(cl_khr_int64_base_atomics) && !USE_FP64
+/* The host defines PSR_INT64_ATOMICS only for devices that list
+ * cl_khr_int64_base_atomics; a compiler that then lacks it fails the build
+ * loudly instead of leaving rows unfinished. */
+#ifndef PSR_INT64_ATOMICS
+#define PSR_INT64_ATOMICS 0
+#endif
+#if PSR_INT64_ATOMICS && !USE_FP64
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
 #define PSR_ROW_WORDS 1
 #define PSR_KEY_BITS 52
@@ -180,14 +187,27 @@ inline void psr_reduce_best(__local psr_acc_t *lv, __local uint *li, uint lid)
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* Checks a row's inputs; returns its flags (0: fine). */
-inline uint psr_row_check(long pos, float t)
+/* A row's request (*req, -1 for padding) and the flags of its inputs;
+ * 0 means the row is sampled. Indices are checked before any use. */
+inline uint psr_row_status(uint row_id, __global const int *row_request, uint requests,
+                           __global const float *temperatures, __global const long *positions,
+                           __global const float *draft_cache, __global const int *draft_cache_rows,
+                           uint draft_cache_rows_total, int *req)
 {
+    *req = row_request ? row_request[row_id] : (int)row_id;
+    if (*req < 0)
+        return 0;
+    if (*req >= (int)requests)
+        return PSR_ROW_BAD_INDEX;
     uint flags = 0;
+    long pos = positions[row_id];
+    float t = temperatures[*req];
     if (pos < 0 || pos >= PSR_MAX_POSITION)
         flags |= PSR_ROW_BAD_POSITION;
     if (!(t == 0.0f || (isnormal(t) && t > 0.0f)))
         flags |= PSR_ROW_BAD_TEMPERATURE;
+    if (draft_cache && draft_cache_rows && draft_cache_rows[row_id] >= (int)draft_cache_rows_total)
+        flags |= PSR_ROW_BAD_INDEX;
     return flags;
 }
 
@@ -278,20 +298,23 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
                        uint groups_per_row, uint chunk, __global psr_acc_t *part_value,
                        __global uint *part_index, __global int *tokens, __global uint *row_flags,
                        __global float *draft_cache, __global const int *draft_cache_rows,
-                       ulong draft_cache_stride, __global ulong *row_words, uint fold_width)
+                       ulong draft_cache_stride, __global ulong *row_words, uint fold_width,
+                       uint requests, uint draft_cache_rows_total)
 {
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
     uint lid = get_local_id(0);
     uint row_id = get_group_id(0) / groups_per_row;
     uint part = get_group_id(0) % groups_per_row;
-    int req = row_request ? row_request[row_id] : (int)row_id;
+    int req;
+    uint flags = psr_row_status(row_id, row_request, requests, temperatures, positions, draft_cache,
+                                draft_cache_rows, draft_cache_rows_total, &req);
+    bool active = req >= 0 && !flags;
 
     uint start = part * chunk; /* chunk is a multiple of 4 */
     uint end = min(start + chunk, vocab);
     psr_acc_t best = PSR_ACC_NEG_INF;
     uint best_i = start + 4 * lid < end ? start + 4 * lid : 0xffffffffu;
-    uint flags = 0;
 
     psr_row row;
     row.t = 1.0f;
@@ -301,16 +324,12 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     row.floor = PSR_ACC_NEG_INF;
     __global const psr_logit_t *src = logits;
     __global float *cache = 0;
-    bool active = req >= 0;
     if (active) {
         row.t = temperatures[req];
-        long pos = positions[row_id];
-        flags = psr_row_check(pos, row.t);
-        active = flags == 0;
         row.greedy = row.t == 0.0f;
-        row.key = psr_row_key((ulong)seeds[req], (ulong)pos);
+        row.key = psr_row_key((ulong)seeds[req], (ulong)positions[row_id]);
 #if PSR_DETERMINISTIC
-        if (active && !row.greedy)
+        if (!row.greedy)
             row.r = psr_det_recip(row.t);
 #endif
         src = logits + logits_offset + (ulong)row_id * row_stride;
@@ -396,7 +415,9 @@ __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_gumbel_finalize(uint groups_per_row, __global const psr_acc_t *part_value,
                          __global const uint *part_index, __global const int *row_request,
                          __global const float *temperatures, __global const long *positions,
-                         __global int *tokens, __global uint *row_flags)
+                         __global int *tokens, __global uint *row_flags, uint requests,
+                         __global const float *draft_cache, __global const int *draft_cache_rows,
+                         uint draft_cache_rows_total)
 {
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
@@ -416,16 +437,14 @@ void psr_gumbel_finalize(uint groups_per_row, __global const psr_acc_t *part_val
     psr_reduce_best(lv, li, lid);
     if (lid != 0)
         return;
-    int req = row_request ? row_request[row] : (int)row;
-    uint flags = 0;
+    int req;
+    uint flags = psr_row_status(row, row_request, requests, temperatures, positions, draft_cache,
+                                draft_cache_rows, draft_cache_rows_total, &req);
     int token = -1;
-    if (req >= 0) {
-        flags = psr_row_check(positions[row], temperatures[req]);
-        if (!flags) {
-            token = (int)li[0];
-            if (!(lv[0] > PSR_ACC_NEG_INF))
-                flags |= PSR_ROW_NO_FINITE;
-        }
+    if (req >= 0 && !flags) {
+        token = (int)li[0];
+        if (!(lv[0] > PSR_ACC_NEG_INF))
+            flags |= PSR_ROW_NO_FINITE;
     }
     tokens[row] = token;
     if (row_flags)

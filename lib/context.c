@@ -94,8 +94,12 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
     if (mulhi && *mulhi)
         ctx->tuning.mulhi = strcmp(mulhi, "0") != 0;
     ctx->tuning.two_pass = psr_env_flag("PSR_TUNE_TWO_PASS");
-    if (extra)
-        ctx->tuning.extra_options = extra;
+    if (extra && psr_strlcpy(ctx->tuning.extra_options, extra, sizeof ctx->tuning.extra_options) >=
+                     sizeof ctx->tuning.extra_options) {
+        psr_log(ctx, PSR_LOG_WARNING, "PSR_TUNE_BUILD_OPTIONS is longer than %zu bytes: ignored",
+                sizeof ctx->tuning.extra_options - 1);
+        ctx->tuning.extra_options[0] = '\0';
+    }
     if (wg || resident || mulhi || extra || ctx->tuning.two_pass)
         psr_log(ctx, PSR_LOG_INFO,
                 "tuning from the environment: work-group %zu, resident %zu, mul_hi %d, two-pass %d, "

@@ -67,7 +67,7 @@ typedef struct psr_tuning {
     const char *rule;          /* which table entry chose these */
     bool mulhi;                /* Random123 multiplies through mul_hi (else a 64-bit product) */
     bool two_pass;             /* always finish rows in a second kernel (PSR_TUNE_TWO_PASS) */
-    const char *extra_options; /* appended to every build (PSR_TUNE_BUILD_OPTIONS), or "" */
+    char extra_options[256];   /* appended to every build (PSR_TUNE_BUILD_OPTIONS), or "" */
 } psr_tuning;
 
 psr_tuning psr_tuning_for(const psr_device_info *info);

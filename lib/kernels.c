@@ -80,8 +80,9 @@ void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, 
 {
     char extra[96] = "";
     if (psr_kernel_set_uses_logits(v->set))
-        snprintf(extra, sizeof extra, " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d", (int)v->dtype,
-                 v->fast_math ? 0 : 1);
+        snprintf(extra, sizeof extra, " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d%s", (int)v->dtype,
+                 v->fast_math ? 0 : 1,
+                 ctx->info.capabilities & PSR_CAP_INT64_ATOMICS ? " -DPSR_INT64_ATOMICS=1" : "");
     /* mul_hi is core OpenCL C, and Random123 otherwise builds its 32-bit
      * multiply from a 64-bit product (9-12% slower on NVIDIA). Its 64-bit
      * path wins over the intrinsic unless R123_USE_64BIT=0 (psr uses only

@@ -194,9 +194,9 @@ psr_status psr_program_get(psr_context *ctx, const psr_variant *v, cl_program *o
                         "(cl_khr_fp64); use fp32 noise, or a device with fp64",
                         ctx->info.name, ctx->info.platform_name);
     const char *set_name = psr_kernel_set_name(v->set);
-    char options[512];
+    char options[1024];
     psr_build_options(ctx, v, options, sizeof options);
-    char mem_key[600];
+    char mem_key[1100];
     snprintf(mem_key, sizeof mem_key, "%s|%s", set_name, options);
     for (size_t i = 0; i < ctx->program_count; i++)
         if (strcmp(ctx->programs[i].key, mem_key) == 0) {

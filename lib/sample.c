@@ -64,6 +64,10 @@ static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
     REQUIRE(a->positions, PSR_ERR_NULL_ARGUMENT, "args->positions is NULL");
     REQUIRE(a->tokens, PSR_ERR_NULL_ARGUMENT, "args->tokens is NULL");
     REQUIRE(a->requests > 0, PSR_ERR_INVALID_ARGUMENT, "args->requests is 0");
+    REQUIRE(a->requests <= INT32_MAX, PSR_ERR_INVALID_ARGUMENT, "args->requests %zu is too large",
+            a->requests);
+    REQUIRE(a->draft_cache_rows_total <= INT32_MAX, PSR_ERR_INVALID_ARGUMENT,
+            "args->draft_cache_rows_total %zu is too large", a->draft_cache_rows_total);
     REQUIRE(a->row_request || a->requests >= a->rows, PSR_ERR_INVALID_ARGUMENT,
             "args->requests %zu < args->rows %zu, and there is no args->row_request", a->requests,
             a->rows);
@@ -108,7 +112,8 @@ void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *
      * device runs `resident` groups at once, so rows * G groups take
      * ceil(rows * G / resident) waves, each as long as one chunk of
      * vocab / G tokens plus a fixed cost per group (reductions, the fold),
-     * counted as two steps of tokens. Chunks stay at least two steps long. */
+     * counted as two steps of tokens. Rows split into at most
+     * vocab / (2 steps) groups, so chunks are about two steps or longer. */
     size_t step = 4 * ctx->tuning.work_group_size;
     size_t resident = ctx->tuning.resident_per_unit * (ctx->info.compute_units ? ctx->info.compute_units : 1);
     size_t g_max = (vocab + 2 * step - 1) / (2 * step);
@@ -209,13 +214,16 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     cl_uint vocab = (cl_uint)a->vocab;
     cl_ulong cache_stride = a->vocab;
     const size_t ms = sizeof(cl_mem);
-    const size_t sizes[] = {ms, 8, 8, 4, ms, ms, ms, ms, 4, 4, ms, ms, ms, ms, ms, ms, 8, ms, 4};
+    cl_uint requests = (cl_uint)a->requests;
+    cl_uint cache_rows = (cl_uint)(a->draft_cache_rows ? a->draft_cache_rows_total : a->rows);
+    const size_t sizes[] = {ms, 8, 8, 4, ms, ms, ms, ms, 4, 4, ms, ms, ms, ms, ms, ms, 8, ms, 4, 4, 4};
     const void *values[] = {&a->logits,      &offset,         &stride,       &vocab,
                             &a->row_request, &a->seeds,       &a->temperatures, &a->positions,
                             &groups,         &chunk,          &part_value,   &part_index,
                             &a->tokens,      &a->row_flags,   &a->draft_cache, &a->draft_cache_rows,
-                            &cache_stride,   &row_words,      &fold_width};
-    st = set_args(ctx, sample, "psr_gumbel_sample", 19, sizes, values);
+                            &cache_stride,   &row_words,      &fold_width,   &requests,
+                            &cache_rows};
+    st = set_args(ctx, sample, "psr_gumbel_sample", 21, sizes, values);
     if (st != PSR_OK)
         return st;
     cl_event ev_sample = NULL;
@@ -233,10 +241,11 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
         return st;
     }
 
-    const size_t fsizes[] = {4, ms, ms, ms, ms, ms, ms, ms};
-    const void *fvalues[] = {&groups,          &part_value,   &part_index, &a->row_request,
-                             &a->temperatures, &a->positions, &a->tokens,  &a->row_flags};
-    st = set_args(ctx, finalize, "psr_gumbel_finalize", 8, fsizes, fvalues);
+    const size_t fsizes[] = {4, ms, ms, ms, ms, ms, ms, ms, 4, ms, ms, 4};
+    const void *fvalues[] = {&groups,          &part_value,     &part_index,          &a->row_request,
+                             &a->temperatures, &a->positions,   &a->tokens,           &a->row_flags,
+                             &requests,        &a->draft_cache, &a->draft_cache_rows, &cache_rows};
+    st = set_args(ctx, finalize, "psr_gumbel_finalize", 12, fsizes, fvalues);
     if (st == PSR_OK)
         st = enqueue(ctx, finalize, "psr_gumbel_finalize", a->rows, 0, NULL, last);
     if (first)
@@ -281,6 +290,15 @@ psr_status psr_sample_host(psr_context *ctx, const void *logits, psr_dtype dtype
     size_t stride = row_stride ? row_stride : vocab;
     REQUIRE(stride >= vocab, PSR_ERR_INVALID_ARGUMENT,
             "psr_sample_host: row_stride %zu is smaller than vocab %zu", stride, vocab);
+    REQUIRE(vocab <= INT32_MAX, PSR_ERR_INVALID_ARGUMENT,
+            "psr_sample_host: vocab %zu does not fit an int32 token id", vocab);
+    REQUIRE(!(flags & ~(PSR_SAMPLE_DRAFTING | PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_FAST_MATH)),
+            PSR_ERR_INVALID_ARGUMENT, "psr_sample_host: flags has unknown bits 0x%x", flags);
+    if ((flags & PSR_SAMPLE_FP64_NOISE) && !(ctx->info.capabilities & PSR_CAP_FP64))
+        return psr_fail(ctx, PSR_ERR_FP64_UNSUPPORTED,
+                        "psr_sample_host: PSR_SAMPLE_FP64_NOISE was requested but device \"%s\" "
+                        "has no fp64",
+                        ctx->info.name);
     for (size_t r = 0; r < rows; r++) {
         REQUIRE(positions[r] >= 0 && positions[r] < PSR_MAX_POSITION, PSR_ERR_POSITION_RANGE,
                 "psr_sample_host: positions[%zu] = %lld is outside [0, 2^30)", r,

@@ -107,6 +107,17 @@ static void test_create_from_cl(void **state)
     assert_non_null(strstr(psr_last_error(NULL), "another cl_context"));
     assert_null(ctx);
 
+    /* psr shares scratch between launches and relies on queue order. */
+    cl_command_queue ooo = clCreateCommandQueue(app, dev, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    if (err == CL_SUCCESS) {
+        assert_int_equal(psr_context_create_from_cl(app, dev, ooo, NULL, &ctx), PSR_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(psr_last_error(NULL), "out-of-order"));
+        assert_null(ctx);
+        clReleaseCommandQueue(ooo);
+    } else {
+        print_message("this device has no out-of-order queues; that check is skipped\n");
+    }
+
     cl_uint before = reference_count(app);
     psr_context_options o;
     psr_context_options_init(&o);

@@ -427,6 +427,26 @@ static void test_device_api(void **state)
             assert_memory_equal(cache + cache_rows[r] * V, row, V * 4);
     }
 
+    /* Indices past the arrays they index are flagged, never followed. */
+    cl_int bad_request[ROWS] = {1, -1, 2, 0, 0};
+    cl_int bad_cache_rows[ROWS] = {2, -1, 0, 3, 1};
+    clEnqueueWriteBuffer(ctx->queue, dr, CL_TRUE, 0, sizeof bad_request, bad_request, 0, NULL, NULL);
+    clEnqueueWriteBuffer(ctx->queue, dc, CL_TRUE, 0, sizeof bad_cache_rows, bad_cache_rows, 0, NULL, NULL);
+    for (int two_pass = 0; two_pass <= 1; two_pass++) {
+        ctx->tuning.two_pass = two_pass;
+        assert_int_equal(psr_sample(ctx, &a, NULL), PSR_OK);
+        clEnqueueReadBuffer(ctx->queue, dtok, CL_TRUE, 0, sizeof tokens, tokens, 0, NULL, NULL);
+        clEnqueueReadBuffer(ctx->queue, dflags, CL_TRUE, 0, sizeof flags, flags, 0, NULL, NULL);
+        assert_int_equal(tokens[2], -1);
+        assert_int_equal(flags[2], PSR_ROW_BAD_INDEX);  /* request 2 of 2 */
+        assert_int_equal(tokens[3], -1);
+        assert_true(flags[3] & PSR_ROW_BAD_INDEX);      /* cache row 3 of 3 (and a bad position) */
+        assert_true(tokens[0] >= 0 && tokens[4] >= 0);
+        assert_int_equal(tokens[1], -1);
+        assert_int_equal(flags[1], 0);
+    }
+    ctx->tuning.two_pass = false;
+
     /* Argument checks: nothing is enqueued, the context stays usable. */
     a.vocab = V + 1;
     assert_int_equal(psr_sample(ctx, &a, NULL), PSR_ERR_BUFFER_TOO_SMALL);

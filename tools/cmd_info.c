@@ -62,6 +62,8 @@ static void json_device(json_writer *w, const psr_device_info *d)
     json_bool(w, d->capabilities & PSR_CAP_FP16);
     json_key(w, "subgroups");
     json_bool(w, d->capabilities & PSR_CAP_SUBGROUPS);
+    json_key(w, "int64_atomics");
+    json_bool(w, d->capabilities & PSR_CAP_INT64_ATOMICS);
     json_end_object(w);
 }
 
@@ -76,9 +78,10 @@ static void text_device(const psr_device_info *d)
            d->opencl_c_version);
     printf("        %u compute units at %u MHz, work-group up to %zu, local memory %s, global %s\n",
            d->compute_units, d->max_clock_mhz, d->max_work_group_size, local, global);
-    printf("        fp64 %s, fp16 %s, subgroups %s\n", d->capabilities & PSR_CAP_FP64 ? "yes" : "no",
-           d->capabilities & PSR_CAP_FP16 ? "yes" : "no",
-           d->capabilities & PSR_CAP_SUBGROUPS ? "yes" : "no");
+    printf("        fp64 %s, fp16 %s, subgroups %s, 64-bit atomics %s\n",
+           d->capabilities & PSR_CAP_FP64 ? "yes" : "no", d->capabilities & PSR_CAP_FP16 ? "yes" : "no",
+           d->capabilities & PSR_CAP_SUBGROUPS ? "yes" : "no",
+           d->capabilities & PSR_CAP_INT64_ATOMICS ? "yes" : "no");
 }
 
 /* Resolves a selector to "P:D name", or the error it gives. */

@@ -231,9 +231,11 @@ typedef enum psr_dtype {
                                           device in the last bits (default: deterministic) */
 
 /* Per-row result flags (psr_sample_args.row_flags). */
-#define PSR_ROW_NO_FINITE (1u << 0)       /* no finite logit: token is still in range */
+#define PSR_ROW_NO_FINITE (1u << 0)       /* every logit is NaN or -inf: token still in range */
 #define PSR_ROW_BAD_POSITION (1u << 1)    /* position out of range: token -1 */
 #define PSR_ROW_BAD_TEMPERATURE (1u << 2) /* temperature invalid: token -1 */
+#define PSR_ROW_BAD_INDEX (1u << 3)       /* row_request >= requests, or draft_cache_rows >=
+                                             draft_cache_rows_total: token -1 */
 
 /* Gumbel-max sampling of `rows` rows of logits already on the device:
  *   token = argmax_i (logit_i / T + g_i)   (T = 0: plain argmax)
