@@ -93,6 +93,33 @@ static double copy_bandwidth(psr_context *ctx, size_t bytes)
     return 2.0 * (double)bytes / (times[10] * 1e-6);
 }
 
+/* Median span of a kernel that does nothing: the device's fixed cost per
+ * launch as its profiling events see it, under every figure below. */
+static double empty_kernel_us(psr_context *ctx)
+{
+    psr_variant v = {.set = PSR_KERNELS_STREAM};
+    cl_kernel k;
+    if (psr_kernel_get(ctx, &v, "psr_philox_kat", &k) != PSR_OK)
+        return -1;
+    cl_mem none = NULL;
+    cl_uint zero = 0;
+    clSetKernelArg(k, 0, sizeof none, &none);
+    clSetKernelArg(k, 1, sizeof none, &none);
+    clSetKernelArg(k, 2, sizeof zero, &zero);
+    double times[55];
+    size_t one = 1;
+    for (int i = 0; i < 55; i++) {
+        cl_event ev;
+        if (clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &one, NULL, 0, NULL, &ev) != CL_SUCCESS)
+            return -1;
+        clWaitForEvents(1, &ev);
+        times[i] = event_span_us(ev, ev);
+        clReleaseEvent(ev);
+    }
+    qsort(times + 5, 50, sizeof times[0], cmp_double);
+    return times[5 + 25];
+}
+
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static double uniform01(void)
 {
@@ -181,6 +208,7 @@ static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, 
         return CLI_FAILED;
     }
 
+    double empty_us = empty_kernel_us(ctx);
     float *host = malloc(max_bytes);
     if (!host)
         return cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
@@ -188,8 +216,8 @@ static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, 
     size_t nresults = 0;
     int rc = CLI_OK;
     if (!as_json) {
-        printf("device: %s (%s), copy bandwidth %.0f GB/s, logits %s\n", info.name,
-               info.platform_name, bw / 1e9, peaked ? "peaked" : "N(0,3)");
+        printf("device: %s (%s), copy bandwidth %.0f GB/s, empty kernel %.1f us, logits %s\n",
+               info.name, info.platform_name, bw / 1e9, empty_us, peaked ? "peaked" : "N(0,3)");
         printf("%-14s %-10s %10s %10s %10s %8s %10s %8s\n", "shape", "variant", "us", "piped_us",
                "floor_us", "xfloor", "vllm_us", "xvllm");
     }
@@ -310,6 +338,8 @@ static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, 
         json_string(&w, info.driver_version);
         json_key(&w, "copy_bandwidth_gbs");
         json_double(&w, bw / 1e9);
+        json_key(&w, "empty_kernel_us");
+        json_double(&w, empty_us);
         json_key(&w, "logits");
         json_string(&w, peaked ? "peaked" : "normal");
         json_key(&w, "iterations");
