@@ -20,12 +20,6 @@
 #ifndef PSR_DETERMINISTIC
 #define PSR_DETERMINISTIC 1
 #endif
-#ifndef PSR_STEPS
-#define PSR_STEPS 1 /* steps of 4 tokens per loop iteration */
-#endif
-#ifndef PSR_CLZ_BOUND
-#define PSR_CLZ_BOUND 0 /* noise bound from the integer word instead of the float */
-#endif
 
 #if PSR_LOGIT_DTYPE == 0
 typedef float psr_logit_t;
@@ -122,7 +116,7 @@ inline bool psr_fold_row(__global ulong *words, float v, uint idx, uint part, ui
 
 /* Gumbel noise of one token from its words, and an upper bound on it that
  * needs no log, plus a margin far above the rounding of the computed g.
- *   fp32: g = -log(-log1p(-u)) <= -log(u)     <= -floor(log2 u) * ln 2
+ *   fp32: g = -log(-log1p(-u)) <= -log(u)     <= (1 + clz(s)) * ln 2
  *   fp64: g = -log(-log(u))    <= -log(1 - u) <= -floor(log2 (1 - u)) * ln 2
  * For fp64, 1 - u >= (2^64 - 1 - bits - 2^11) * 2^-64: converting the 64
  * bits to double moves them by at most 2^11. */
@@ -148,16 +142,12 @@ inline double psr_noise(uint2 w)
 #else
 inline float psr_noise_bound(uint2 w)
 {
-#if PSR_CLZ_BOUND
-    /* From the integer: u >= s * 2^-32 >= 2^(-1 - clz(s)), s the folded word. */
+    /* Straight from the word, s = the folded int of u32(): u >= s * 2^-32
+     * >= 2^(-1 - clz(s)), a few operations cheaper than reading the
+     * exponent of u (measured: 3-4% at large batch on the H200). */
     int s = as_int(w.x);
     uint folded = (uint)(s < 0 ? ~s : s);
     return (float)(1 + (int)clz(folded)) * 0x1.62e430p-1f + 1e-3f;
-#else
-    float u = psr_u32(w.x);
-    int e = (int)((as_uint(u) >> 23) & 0xffu) - 127; /* u >= 2^e */
-    return -(float)e * 0x1.62e430p-1f + 1e-3f;
-#endif
 }
 inline float psr_noise(uint2 w)
 {
@@ -374,20 +364,6 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         row.floor = lv[0];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-#if PSR_STEPS > 1
-    /* Two steps per iteration: both loads are in flight before either is used. */
-    for (; active && i + 4 * PSR_WG_SIZE < end; i += 8 * PSR_WG_SIZE) {
-        uint j = i + 4 * PSR_WG_SIZE;
-        float4 x = psr_load4(src, i, end, aligned);
-        float4 y = psr_load4(src, j, end, aligned);
-        if (cache) {
-            psr_store_cache(cache, i, end, x);
-            psr_store_cache(cache, j, end, y);
-        }
-        psr_consider4(&row, x, i, &best, &best_i);
-        psr_consider4(&row, y, j, &best, &best_i);
-    }
-#endif
     for (; active && i < end; i += 4 * PSR_WG_SIZE) {
         float4 x = psr_load4(src, i, end, aligned);
         if (cache)
