@@ -19,6 +19,9 @@ void cli_format_bytes(unsigned long long bytes, char *buf, size_t len);
 const char *cli_device_type_name(psr_device_type type);
 /* The log level of PSR_LOG_LEVEL (debug, info, warning, error; default warning). */
 psr_log_level cli_log_level(void);
+/* A context on the selected device (NULL: $PSR_DEVICE or auto) that logs
+ * to stderr; NULL after reporting the failure. */
+psr_context *cli_open_context(const char *device, bool profiling);
 /* A log callback that prints psr's messages to stderr with their level. */
 void cli_log_to_stderr(psr_log_level level, const char *message, void *user_data);
 

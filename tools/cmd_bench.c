@@ -426,16 +426,9 @@ int cmd_bench(int argc, char **argv)
     if (!parse_shapes(shapes, rows, vocab, 32, &n))
         return cli_usage_error("bench sample", "--shapes \"%s\" is not a list like 1x128256,64x32000",
                                shapes);
-    psr_context_options o;
-    psr_context_options_init(&o);
-    o.device = device;
-    o.profiling = 1;
-    o.log = cli_log_to_stderr;
-    o.log_level = cli_log_level();
-    psr_context *ctx;
-    psr_status st = psr_context_create(&o, &ctx);
-    if (st != PSR_OK)
-        return cli_report(st, NULL);
+    psr_context *ctx = cli_open_context(device, true);
+    if (!ctx)
+        return CLI_FAILED;
     int rc = run_bench(ctx, rows, vocab, n, variant_list, peaked, iters, as_json);
     psr_context_free(ctx);
     return rc;

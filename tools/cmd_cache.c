@@ -42,24 +42,20 @@ void cli_cache_summary(const char *dir, unsigned long long *files, unsigned long
 
 static int cache_warm(int argc, char **argv)
 {
-    psr_context_options o;
-    psr_context_options_init(&o);
-    o.log = cli_log_to_stderr;
-    o.log_level = cli_log_level();
+    const char *device = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
-            o.device = argv[++i];
+            device = argv[++i];
         else if (strcmp(argv[i], "--device") == 0)
             return cli_usage_error("cache warm", "--device needs a selector");
         else
             return cli_usage_error("cache warm", "unknown argument \"%s\"", argv[i]);
     }
-    psr_context *ctx;
-    psr_status st = psr_context_create(&o, &ctx);
-    if (st != PSR_OK)
-        return cli_report(st, NULL);
+    psr_context *ctx = cli_open_context(device, false);
+    if (!ctx)
+        return CLI_FAILED;
     size_t variants = 0;
-    st = psr_context_warm(ctx, &variants);
+    psr_status st = psr_context_warm(ctx, &variants);
     if (st != PSR_OK) {
         int rc = cli_report(st, ctx);
         psr_context_free(ctx);

@@ -147,19 +147,13 @@ int cmd_sample(int argc, char **argv)
         goto out;
     }
 
-    psr_context_options o;
-    psr_context_options_init(&o);
-    o.device = device;
-    o.log = cli_log_to_stderr;
-    o.log_level = cli_log_level();
-    psr_context *ctx;
-    psr_status st = psr_context_create(&o, &ctx);
-    if (st != PSR_OK) {
-        rc = cli_report(st, NULL);
+    psr_context *ctx = cli_open_context(device, false);
+    if (!ctx) {
+        rc = CLI_FAILED;
         goto out;
     }
     size_t no_finite = 0;
-    st = psr_sample_host(ctx, logits.data, logits.dtype == NPY_F2 ? PSR_DTYPE_F16 : PSR_DTYPE_F32,
+    psr_status st = psr_sample_host(ctx, logits.data, logits.dtype == NPY_F2 ? PSR_DTYPE_F16 : PSR_DTYPE_F32,
                          rows, vocab, 0, seeds, positions, temps, flags, tokens, row_flags, &no_finite);
     if (st != PSR_OK) {
         rc = cli_report(st, ctx);
@@ -221,15 +215,10 @@ int cmd_demo(int argc, char **argv)
             return cli_usage_error("demo", "unknown arguments");
     }
     enum { ROWS = 8, VOCAB = 32000 };
-    psr_context_options o;
-    psr_context_options_init(&o);
-    o.device = argc == 3 ? argv[2] : NULL;
-    o.log = cli_log_to_stderr;
-    o.log_level = cli_log_level();
-    psr_context *ctx;
-    psr_status st = psr_context_create(&o, &ctx);
-    if (st != PSR_OK)
-        return cli_report(st, NULL);
+    psr_context *ctx = cli_open_context(argc == 3 ? argv[2] : NULL, false);
+    if (!ctx)
+        return CLI_FAILED;
+    psr_status st = PSR_OK;
     psr_device_info info;
     psr_context_device_info(ctx, &info);
     printf("psr %s on %u:%u %s (%s)\n", psr_version(), info.platform_index, info.device_index,

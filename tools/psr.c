@@ -105,6 +105,21 @@ psr_log_level cli_log_level(void)
     return strcmp(v, "error") == 0 ? PSR_LOG_ERROR : PSR_LOG_WARNING;
 }
 
+psr_context *cli_open_context(const char *device, bool profiling)
+{
+    psr_context_options o;
+    psr_context_options_init(&o);
+    o.device = device;
+    o.profiling = profiling;
+    o.log = cli_log_to_stderr;
+    o.log_level = cli_log_level();
+    psr_context *ctx = NULL;
+    psr_status st = psr_context_create(&o, &ctx);
+    if (st != PSR_OK)
+        cli_report(st, NULL);
+    return ctx;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
