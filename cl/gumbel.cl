@@ -352,8 +352,23 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         psr_consider4(&row, x, i, &best, &best_i);
     }
     i += 4 * PSR_WG_SIZE;
-    if (start + 4 * PSR_WG_SIZE < end) {
-        /* Every work-item reaches this barrier: the condition is uniform. */
+    if (active && row.greedy) {
+        /* Greedy rows only stream memory: keep two loads in flight. (The
+         * sampling path gains nothing from this and loses registers.) */
+        for (; i + 4 * PSR_WG_SIZE < end; i += 8 * PSR_WG_SIZE) {
+            uint j = i + 4 * PSR_WG_SIZE;
+            float4 x = psr_load4(src, i, end, aligned);
+            float4 y = psr_load4(src, j, end, aligned);
+            if (cache) {
+                psr_store_cache(cache, i, end, x);
+                psr_store_cache(cache, j, end, y);
+            }
+            psr_consider4(&row, x, i, &best, &best_i);
+            psr_consider4(&row, y, j, &best, &best_i);
+        }
+    } else if (start + 4 * PSR_WG_SIZE < end) {
+        /* Every work-item reaches this barrier: the condition is uniform
+         * (greedy is a property of the row, and rows span whole groups). */
         lv[lid] = best;
         for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
             barrier(CLK_LOCAL_MEM_FENCE);
