@@ -7,6 +7,7 @@
  *   PSR_LOGIT_DTYPE    0 fp32, 1 fp16, 2 bf16
  *   PSR_DETERMINISTIC  1: detmath.cl (same bits on every device); 0: native logs
  *   IS_DRAFTING, USE_FP64 as in stream.cl
+ *   USE_WIDE           1: wide-tail fp32 noise from 64 random bits (docs/statistics.md)
  *
  * A row is split into groups_per_row chunks of `chunk` tokens, one
  * work-group each. Each group writes its best (value, index); with one
@@ -19,6 +20,9 @@
 #endif
 #ifndef PSR_DETERMINISTIC
 #define PSR_DETERMINISTIC 1
+#endif
+#ifndef USE_WIDE
+#define USE_WIDE 0 /* wide-tail fp32 noise (no double anywhere) */
 #endif
 
 #if PSR_LOGIT_DTYPE == 0
@@ -119,7 +123,9 @@ inline bool psr_fold_row(__global ulong *words, float v, uint idx, uint part, ui
  *   fp32: g = -log(-log1p(-u)) <= -log(u)     <= (1 + clz(s)) * ln 2
  *   fp64: g = -log(-log(u))    <= -log(1 - u) <= -floor(log2 (1 - u)) * ln 2
  * For fp64, 1 - u >= (2^64 - 1 - bits - 2^11) * 2^-64: converting the 64
- * bits to double moves them by at most 2^11. */
+ * bits to double moves them by at most 2^11.
+ *   wide: g = -log(E) <= -log(V) <= (1 + clz(2^64 - bits)) * ln 2, as E >= V
+ * below (and g <= -log(log 2) when u < 1/2). */
 #if USE_FP64
 inline double psr_noise_bound(uint2 w)
 {
@@ -138,6 +144,31 @@ inline double psr_noise(uint2 w)
 #else
     return -log(-log(u));
 #endif
+}
+#elif USE_WIDE
+/* Wide-tail noise: E = -log(u) for the 64-bit uniform u = bits * 2^-64 of
+ * the fp64 path, in fp32 and integer arithmetic only. Where u >= 1/2 it
+ * works from V = 1 - u = (2^64 - bits) * 2^-64, exact as an integer and
+ * within half an ulp as a float, so E = -log1p(-V) resolves down to 2^-64:
+ * tokens far below 2^-24 keep their chance, as with fp64 noise. */
+inline float psr_wide_e(uint2 w)
+{
+    ulong bits = ((ulong)w.y << 32) | (ulong)w.x;
+    if (bits >> 63) {
+        float v = (float)(~bits + 1UL) * 0x1p-64f; /* in [2^-64, 1/2] */
+        return -psr_det_log1p_neg(v);
+    }
+    float u = max((float)bits * 0x1p-64f, 0x1p-64f); /* in [2^-64, 1/2] */
+    return -psr_det_log(u);
+}
+inline float psr_noise_bound(uint2 w)
+{
+    ulong rest = ~(((ulong)w.y << 32) | (ulong)w.x) + 1UL; /* 2^64 - bits (0 for bits = 0) */
+    return (float)(1 + (int)clz(rest)) * 0x1.62e430p-1f + 1e-3f;
+}
+inline float psr_noise(uint2 w)
+{
+    return -psr_det_log(psr_wide_e(w));
 }
 #else
 inline float psr_noise_bound(uint2 w)
@@ -478,4 +509,44 @@ __kernel void psr_gumbel_noise_kat(__global const long *seeds, __global const lo
         return;
     uint key = psr_row_key((ulong)seeds[i], (ulong)positions[i]);
     noise[i] = psr_noise(psr_token_words(key, tokens[i]));
+}
+
+/* Lower-tail census of the noise option this program was built with:
+ * counts[0] += draws with E < 2^-24, counts[1] += draws with E < 2^-32,
+ * where E is the exponential variate behind the Gumbel noise (g = -log E).
+ * Draw k of work-item i is token i * per_item + k of the row key `key`.
+ * top_slice = 1 keeps only the words whose 64-bit uniform lies in its top
+ * 2^-32 (w1 = 0xffffffff): the draws that should give E < 2^-32. */
+__kernel void psr_tail_count(uint key, uint per_item, uint top_slice, __global uint *counts)
+{
+    __local uint l24, l32;
+    if (get_local_id(0) == 0)
+        l24 = l32 = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint c24 = 0, c32 = 0;
+    for (uint k = 0; k < per_item; k++) {
+        uint2 w = psr_token_words(key, (uint)get_global_id(0) * per_item + k);
+        if (top_slice)
+            w.y = 0xffffffffu;
+#if USE_FP64
+        double e = -psr_det_log_d(psr_u64(w.x, w.y));
+        c24 += e < 0x1p-24;
+        c32 += e < 0x1p-32;
+#elif USE_WIDE
+        float e = psr_wide_e(w);
+        c24 += e < 0x1p-24f;
+        c32 += e < 0x1p-32f;
+#else
+        float e = -psr_det_log1p_neg(psr_u32(w.x));
+        c24 += e < 0x1p-24f;
+        c32 += e < 0x1p-32f;
+#endif
+    }
+    atomic_add(&l24, c24);
+    atomic_add(&l32, c32);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (get_local_id(0) == 0) {
+        atomic_add(&counts[0], l24);
+        atomic_add(&counts[1], l32);
+    }
 }

@@ -30,6 +30,9 @@ static psr_status check_options(const psr_context_options *o)
     if ((unsigned)o->log_level > PSR_LOG_ERROR)
         return psr_fail(NULL, PSR_ERR_INVALID_ARGUMENT, "options->log_level %d is not a psr_log_level",
                         (int)o->log_level);
+    if ((unsigned)o->fp64_policy > PSR_FP64_WIDE)
+        return psr_fail(NULL, PSR_ERR_INVALID_ARGUMENT,
+                        "options->fp64_policy %d is not a psr_fp64_policy", (int)o->fp64_policy);
     if ((unsigned)o->disk_cache > PSR_DISK_CACHE_OFF)
         return psr_fail(NULL, PSR_ERR_INVALID_ARGUMENT,
                         "options->disk_cache %d is not a psr_disk_cache_mode", (int)o->disk_cache);
@@ -120,6 +123,7 @@ static psr_context *new_context(const psr_context_options *o)
         ctx->log = o->log;
         ctx->log_user_data = o->log_user_data;
         ctx->log_level = o->log_level;
+        ctx->fp64_policy = o->fp64_policy;
     }
     return ctx;
 }
@@ -327,6 +331,17 @@ psr_status psr_context_cache_stats(const psr_context *ctx, psr_cache_stats *out)
     return PSR_OK;
 }
 
+psr_status psr_context_last_sample_flags(const psr_context *ctx, unsigned *flags)
+{
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_last_sample_flags: ctx is NULL");
+    if (!flags)
+        return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT,
+                        "psr_context_last_sample_flags: flags is NULL");
+    *flags = ctx->last_sample_flags;
+    return PSR_OK;
+}
+
 psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
 {
     if (!ctx)
@@ -348,13 +363,20 @@ psr_status psr_warm_sets(psr_context *ctx, unsigned set_mask, size_t *variants)
         bool logits = psr_kernel_set_uses_logits((psr_kernel_set)set);
         int max_dtype = logits ? PSR_DTYPE_BF16 : PSR_DTYPE_F32;
         int max_fast = logits ? 1 : 0;
+        /* noise: 0 fp32, 1 fp64 (devices with fp64), 2 wide (sets that draw noise) */
+        int max_noise = logits ? 2 : max_fp64;
         for (int drafting = 0; drafting <= 1; drafting++)
-            for (int fp64 = 0; fp64 <= max_fp64; fp64++)
+            for (int noise = 0; noise <= max_noise; noise++)
                 for (int dtype = 0; dtype <= max_dtype; dtype++)
                     for (int fast = 0; fast <= max_fast; fast++) {
+                        if (noise == 1 && !max_fp64)
+                            continue;
+                        if (noise == 2 && fast)
+                            continue; /* wide noise is always the deterministic math */
                         psr_variant v = {.set = (psr_kernel_set)set,
                                          .drafting = drafting,
-                                         .fp64 = fp64,
+                                         .fp64 = noise == 1,
+                                         .wide = noise == 2,
                                          .dtype = (psr_dtype)dtype,
                                          .fast_math = fast};
                         cl_program p;

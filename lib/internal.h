@@ -84,6 +84,7 @@ typedef struct psr_variant {
     psr_kernel_set set;
     bool drafting;     /* IS_DRAFTING */
     bool fp64;         /* USE_FP64 */
+    bool wide;         /* USE_WIDE (sets that draw noise) */
     psr_dtype dtype;   /* PSR_LOGIT_DTYPE (sets that read logits) */
     bool fast_math;    /* PSR_DETERMINISTIC=0 */
 } psr_variant;
@@ -115,6 +116,8 @@ psr_status psr_program_build_source(psr_context *ctx, const char *label, const c
 /* ---- sampling (sample.c) ---- */
 
 size_t psr_dtype_size(psr_dtype dtype);
+/* Checks PSR_SAMPLE_* flags and applies the fp64 policy: the flags to use. */
+psr_status psr_resolve_flags(psr_context *ctx, unsigned flags, const char *name, unsigned *out);
 /* Fails with PSR_ERR_BUFFER_TOO_SMALL unless buf holds `need` bytes. */
 psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const char *name);
 /* How a row is split over work-groups: `groups` chunks of `chunk` tokens
@@ -124,6 +127,15 @@ void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *
  * *last the last one's (the same event with one kernel). Either may be NULL. */
 psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *args, cl_event *first,
                               cl_event *last);
+
+/* ---- the lower-tail census (tail.c) ---- */
+
+/* Counts draws of the exponential variate E behind one noise option's
+ * Gumbel noise that fall below 2^-24 (*c24) and 2^-32 (*c32), over `draws`
+ * draws (rounded down to whole launches). top_slice: only words whose
+ * 64-bit uniform is in its top 2^-32, where E < 2^-32 needs all 64 bits. */
+psr_status psr_tail_census(psr_context *ctx, unsigned flags, unsigned long long draws,
+                           bool top_slice, unsigned long long *c24, unsigned long long *c32);
 
 /* ---- disk cache (disk_cache.c) ---- */
 
@@ -209,6 +221,10 @@ struct psr_context {
     psr_scratch part_index; /* per (row, work-group) best index */
     psr_scratch row_words;  /* per row: the one-pass fold word, zero between launches */
 
+    psr_fp64_policy fp64_policy;
+    bool fp64_fallback_said;     /* the log has said once that fp64 became wide */
+    unsigned last_sample_flags;
+
     char *build_log;
     char error[PSR_ERROR_MAX];
 };
@@ -227,9 +243,13 @@ float psr_oracle_div(float a, float b, float r);
 double psr_oracle_log_d(double x);
 float psr_oracle_gumbel32(uint32_t row_key, uint32_t token);
 double psr_oracle_gumbel64(uint32_t row_key, uint32_t token);
+typedef enum psr_noise_kind { PSR_NOISE_FP32, PSR_NOISE_FP64, PSR_NOISE_WIDE } psr_noise_kind;
+/* E = -log(u) of the 64-bit uniform, in fp32 only (cl/gumbel.cl, USE_WIDE). */
+float psr_oracle_wide_e(uint32_t w0, uint32_t w1);
+float psr_oracle_gumbel_wide(uint32_t row_key, uint32_t token);
 /* The token the deterministic Gumbel kernel picks for one fp32 row. */
 int32_t psr_oracle_sample_row(const float *logits, size_t vocab, float temperature, int64_t seed,
-                              int64_t pos, bool drafting, bool fp64, bool *no_finite);
+                              int64_t pos, bool drafting, psr_noise_kind noise, bool *no_finite);
 
 /* ---- sha256.c ---- */
 

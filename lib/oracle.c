@@ -178,8 +178,28 @@ double psr_oracle_gumbel64(uint32_t row_key, uint32_t token)
     return -psr_oracle_log_d(-psr_oracle_log_d(u));
 }
 
+float psr_oracle_wide_e(uint32_t w0, uint32_t w1)
+{
+    uint64_t bits = ((uint64_t)w1 << 32) | w0;
+    if (bits >> 63) {
+        float v = (float)(~bits + 1u) * 0x1p-64f;
+        return -psr_oracle_log1p_neg(v);
+    }
+    float u = (float)bits * 0x1p-64f;
+    if (!(u > 0x1p-64f))
+        u = 0x1p-64f;
+    return -psr_oracle_log(u);
+}
+
+float psr_oracle_gumbel_wide(uint32_t row_key, uint32_t token)
+{
+    uint32_t w[4];
+    psr_oracle_draw(row_key, token, w);
+    return -psr_oracle_log(psr_oracle_wide_e(w[0], w[1]));
+}
+
 int32_t psr_oracle_sample_row(const float *logits, size_t vocab, float temperature, int64_t seed,
-                              int64_t pos, bool drafting, bool fp64, bool *no_finite)
+                              int64_t pos, bool drafting, psr_noise_kind noise, bool *no_finite)
 {
     bool greedy = temperature == 0.0f;
     uint32_t key = psr_oracle_row_key((uint64_t)seed, (uint64_t)pos, drafting);
@@ -193,8 +213,10 @@ int32_t psr_oracle_sample_row(const float *logits, size_t vocab, float temperatu
             v = -INFINITY;
         else if (greedy || isinf(x))
             v = x;
-        else if (fp64)
+        else if (noise == PSR_NOISE_FP64)
             v = (double)psr_oracle_div(x, temperature, r) + psr_oracle_gumbel64(key, i);
+        else if (noise == PSR_NOISE_WIDE)
+            v = (double)(psr_oracle_div(x, temperature, r) + psr_oracle_gumbel_wide(key, i));
         else
             v = (double)(psr_oracle_div(x, temperature, r) + psr_oracle_gumbel32(key, i));
         if (v > best) {

@@ -40,6 +40,38 @@ psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const cha
             return psr_fail(ctx, status, __VA_ARGS__); \
     } while (0)
 
+#define PSR_SAMPLE_ALL_FLAGS \
+    (PSR_SAMPLE_DRAFTING | PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_FAST_MATH | PSR_SAMPLE_WIDE_NOISE)
+
+psr_status psr_resolve_flags(psr_context *ctx, unsigned flags, const char *name, unsigned *out)
+{
+    REQUIRE(!(flags & ~PSR_SAMPLE_ALL_FLAGS), PSR_ERR_INVALID_ARGUMENT, "%s has unknown bits 0x%x",
+            name, flags & ~PSR_SAMPLE_ALL_FLAGS);
+    REQUIRE(!((flags & PSR_SAMPLE_FP64_NOISE) && (flags & PSR_SAMPLE_WIDE_NOISE)),
+            PSR_ERR_INVALID_ARGUMENT,
+            "%s asks for both PSR_SAMPLE_FP64_NOISE and PSR_SAMPLE_WIDE_NOISE: choose one", name);
+    if ((flags & PSR_SAMPLE_FP64_NOISE) && !(ctx->info.capabilities & PSR_CAP_FP64)) {
+        if (ctx->fp64_policy != PSR_FP64_WIDE)
+            return psr_fail(ctx, PSR_ERR_FP64_UNSUPPORTED,
+                            "%s asks for fp64 noise but device \"%s\" has no fp64; use "
+                            "PSR_SAMPLE_WIDE_NOISE, or fp64_policy = PSR_FP64_WIDE",
+                            name, ctx->info.name);
+        flags = (flags & ~PSR_SAMPLE_FP64_NOISE) | PSR_SAMPLE_WIDE_NOISE;
+        if (!ctx->fp64_fallback_said) {
+            psr_log(ctx, PSR_LOG_WARNING,
+                    "device \"%s\" has no fp64: fp64 noise is replaced by wide-tail noise "
+                    "(fp64_policy = PSR_FP64_WIDE)",
+                    ctx->info.name);
+            ctx->fp64_fallback_said = true;
+        }
+    }
+    /* Wide-tail noise is built from the deterministic operations only. */
+    if (flags & PSR_SAMPLE_WIDE_NOISE)
+        flags &= ~PSR_SAMPLE_FAST_MATH;
+    *out = flags;
+    return PSR_OK;
+}
+
 static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
 {
     REQUIRE(a->struct_size == sizeof *a, PSR_ERR_INVALID_ARGUMENT,
@@ -53,8 +85,10 @@ static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
             "args->vocab %zu does not fit an int32 token id", a->vocab);
     REQUIRE((unsigned)a->logits_dtype <= PSR_DTYPE_BF16, PSR_ERR_INVALID_ARGUMENT,
             "args->logits_dtype %d is not a psr_dtype", (int)a->logits_dtype);
-    REQUIRE(!(a->flags & ~(PSR_SAMPLE_DRAFTING | PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_FAST_MATH)),
-            PSR_ERR_INVALID_ARGUMENT, "args->flags has unknown bits 0x%x", a->flags);
+    unsigned flags;
+    psr_status fst = psr_resolve_flags(ctx, a->flags, "args->flags", &flags);
+    if (fst != PSR_OK)
+        return fst;
     size_t stride = a->row_stride ? a->row_stride : a->vocab;
     REQUIRE(stride >= a->vocab, PSR_ERR_INVALID_ARGUMENT,
             "args->row_stride %zu is smaller than args->vocab %zu", stride, a->vocab);
@@ -74,10 +108,7 @@ static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
     REQUIRE(a->num_events_in_wait_list == 0 || a->event_wait_list, PSR_ERR_NULL_ARGUMENT,
             "args->event_wait_list is NULL but args->num_events_in_wait_list is %u",
             a->num_events_in_wait_list);
-    if ((a->flags & PSR_SAMPLE_FP64_NOISE) && !(ctx->info.capabilities & PSR_CAP_FP64))
-        return psr_fail(ctx, PSR_ERR_FP64_UNSUPPORTED,
-                        "PSR_SAMPLE_FP64_NOISE was requested but device \"%s\" has no fp64",
-                        ctx->info.name);
+    (void)flags;
 
     size_t esize = psr_dtype_size(a->logits_dtype);
     size_t last = a->logits_offset + (a->rows - 1) * stride + a->vocab;
@@ -169,11 +200,14 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     psr_status st = check_args(ctx, a);
     if (st != PSR_OK)
         return st;
+    unsigned flags;
+    psr_resolve_flags(ctx, a->flags, "args->flags", &flags); /* checked above */
     psr_variant v = {.set = PSR_KERNELS_GUMBEL,
-                     .drafting = (a->flags & PSR_SAMPLE_DRAFTING) != 0,
-                     .fp64 = (a->flags & PSR_SAMPLE_FP64_NOISE) != 0,
+                     .drafting = (flags & PSR_SAMPLE_DRAFTING) != 0,
+                     .fp64 = (flags & PSR_SAMPLE_FP64_NOISE) != 0,
+                     .wide = (flags & PSR_SAMPLE_WIDE_NOISE) != 0,
                      .dtype = a->logits_dtype,
-                     .fast_math = (a->flags & PSR_SAMPLE_FAST_MATH) != 0};
+                     .fast_math = (flags & PSR_SAMPLE_FAST_MATH) != 0};
     cl_kernel sample, finalize = NULL;
     st = psr_kernel_get(ctx, &v, "psr_gumbel_sample", &sample);
     if (st != PSR_OK)
@@ -229,6 +263,11 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     cl_event ev_sample = NULL;
     st = enqueue(ctx, sample, "psr_gumbel_sample", parts, a->num_events_in_wait_list,
                  a->event_wait_list, (first || last) ? &ev_sample : NULL);
+    if (st == PSR_OK) {
+        ctx->last_sample_flags = flags;
+        if (a->effective_flags)
+            *a->effective_flags = flags;
+    }
     if (st != PSR_OK || groups == 1 || one_pass) {
         if (first && ev_sample) {
             *first = ev_sample;
@@ -292,13 +331,10 @@ psr_status psr_sample_host(psr_context *ctx, const void *logits, psr_dtype dtype
             "psr_sample_host: row_stride %zu is smaller than vocab %zu", stride, vocab);
     REQUIRE(vocab <= INT32_MAX, PSR_ERR_INVALID_ARGUMENT,
             "psr_sample_host: vocab %zu does not fit an int32 token id", vocab);
-    REQUIRE(!(flags & ~(PSR_SAMPLE_DRAFTING | PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_FAST_MATH)),
-            PSR_ERR_INVALID_ARGUMENT, "psr_sample_host: flags has unknown bits 0x%x", flags);
-    if ((flags & PSR_SAMPLE_FP64_NOISE) && !(ctx->info.capabilities & PSR_CAP_FP64))
-        return psr_fail(ctx, PSR_ERR_FP64_UNSUPPORTED,
-                        "psr_sample_host: PSR_SAMPLE_FP64_NOISE was requested but device \"%s\" "
-                        "has no fp64",
-                        ctx->info.name);
+    unsigned resolved;
+    psr_status fst = psr_resolve_flags(ctx, flags, "psr_sample_host: flags", &resolved);
+    if (fst != PSR_OK)
+        return fst;
     for (size_t r = 0; r < rows; r++) {
         REQUIRE(positions[r] >= 0 && positions[r] < PSR_MAX_POSITION, PSR_ERR_POSITION_RANGE,
                 "psr_sample_host: positions[%zu] = %lld is outside [0, 2^30)", r,

@@ -91,6 +91,16 @@ if have_device:
         ta = json.loads(a.stdout)["tokens"] if a.returncode == 0 else None
         check(ta is not None and ta == json.loads(b.stdout)["tokens"], "seeds/positions files equal flags")
         check(all(0 <= t < 5 for t in ta or [-1]), "sampled tokens in range")
+        a = run("sample", "--logits", f32, "--noise", "wide", "--json")
+        check(a.returncode == 0 and json.loads(a.stdout)["noise"] == "wide", "--noise wide")
+        check(run("sample", "--logits", f32, "--noise", "fp16").returncode == 2, "bad --noise is a usage error")
+        r = run("verify", "lower-tail", "--draws", "1e6", "--json")
+        out = json.loads(r.stdout) if r.returncode == 0 else []
+        check(len(out) >= 2 and all(o["top_slice_below_2^-32"] == (0 if o["noise"] == "fp32" else o["top_slice_draws"]) for o in out),
+              "verify lower-tail --json")
+        r = run("verify", "tail", "--noise", "wide", "--trials", "200", "--tail-tokens", "1000", "--gap", "3", "--json")
+        out = json.loads(r.stdout) if r.returncode == 0 else {}
+        check(set(out) == {"noise", "trials", "tail_tokens", "gap", "expected", "observed", "p_value"}, "verify tail --json fields")
         r = run("sample", "--logits", f32, "--pos", str(2**30))
         check(r.returncode == 1 and "PSR_ERR_POSITION_RANGE" in r.stderr, "position 2^30 rejected")
         r = run("sample", "--logits", f32, "--temperature", "-1")
@@ -116,7 +126,7 @@ if have_device:
     out = json.loads(r.stdout) if r.returncode == 0 else {}
     check(len(out.get("results", [])) >= 3, "bench sample --json")
     check(run("bench", "sample", "--shapes", "2by3").returncode == 2, "bad --shapes is a usage error")
-for cmd in (["sample"], ["bench"], ["demo"]):
+for cmd in (["sample"], ["bench"], ["demo"], ["verify"]):
     r = run(*cmd, "--help")
     check(r.returncode == 0 and "usage: psr" in r.stdout, f"psr {' '.join(cmd)} --help")
 

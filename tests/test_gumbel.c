@@ -41,11 +41,22 @@ static float normal(void)
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
+static psr_noise_kind noise_of(unsigned flags)
+{
+    return flags & PSR_SAMPLE_FP64_NOISE   ? PSR_NOISE_FP64
+           : flags & PSR_SAMPLE_WIDE_NOISE ? PSR_NOISE_WIDE
+                                           : PSR_NOISE_FP32;
+}
+
 /* ---- noise, bit for bit ---- */
 
-static size_t noise_mismatches(bool drafting, bool fp64, size_t n)
+static size_t noise_mismatches(bool drafting, psr_noise_kind kind, size_t n)
 {
-    psr_variant v = {.set = PSR_KERNELS_GUMBEL, .drafting = drafting, .fp64 = fp64};
+    bool fp64 = kind == PSR_NOISE_FP64;
+    psr_variant v = {.set = PSR_KERNELS_GUMBEL,
+                     .drafting = drafting,
+                     .fp64 = fp64,
+                     .wide = kind == PSR_NOISE_WIDE};
     cl_kernel k;
     assert_int_equal(psr_kernel_get(ctx, &v, "psr_gumbel_noise_kat", &k), PSR_OK);
     cl_long *seeds = malloc(n * 8), *pos = malloc(n * 8);
@@ -80,7 +91,8 @@ static size_t noise_mismatches(bool drafting, bool fp64, size_t n)
             double want = psr_oracle_gumbel64(key, tokens[i]);
             same = memcmp(&want, (double *)noise + i, 8) == 0;
         } else {
-            float want = psr_oracle_gumbel32(key, tokens[i]);
+            float want = kind == PSR_NOISE_WIDE ? psr_oracle_gumbel_wide(key, tokens[i])
+                                                : psr_oracle_gumbel32(key, tokens[i]);
             same = memcmp(&want, (float *)noise + i, 4) == 0;
         }
         if (!same && bad++ < 3)
@@ -98,10 +110,11 @@ static size_t noise_mismatches(bool drafting, bool fp64, size_t n)
 static void test_noise_bit_exact(void **state)
 {
     (void)state;
-    assert_int_equal(noise_mismatches(false, false, 1000000), 0);
-    assert_int_equal(noise_mismatches(true, false, 200000), 0);
+    assert_int_equal(noise_mismatches(false, PSR_NOISE_FP32, 1000000), 0);
+    assert_int_equal(noise_mismatches(true, PSR_NOISE_FP32, 200000), 0);
+    assert_int_equal(noise_mismatches(false, PSR_NOISE_WIDE, 300000), 0);
     if (has_fp64)
-        assert_int_equal(noise_mismatches(false, true, 300000), 0);
+        assert_int_equal(noise_mismatches(false, PSR_NOISE_FP64, 300000), 0);
 }
 
 /* ---- known answers ---- */
@@ -159,8 +172,7 @@ static void check_against_oracle(size_t rows, size_t vocab, float sigma, float t
         fail_msg("%s: %s", psr_status_string(st), psr_last_error(ctx));
     for (size_t r = 0; r < rows; r++) {
         int32_t want = psr_oracle_sample_row(logits + r * vocab, vocab, temp, seeds[r], pos[r],
-                                             flags & PSR_SAMPLE_DRAFTING,
-                                             flags & PSR_SAMPLE_FP64_NOISE, NULL);
+                                             flags & PSR_SAMPLE_DRAFTING, noise_of(flags), NULL);
         if (tokens[r] != want)
             fail_msg("vocab %zu temp %g flags %u row %zu: token %d, oracle %d", vocab, (double)temp,
                      flags, r, tokens[r], want);
@@ -186,7 +198,7 @@ static void check_ramp(size_t rows, size_t vocab)
                      PSR_OK);
     for (size_t r = 0; r < rows; r++)
         assert_int_equal(tokens[r], psr_oracle_sample_row(logits + r * vocab, vocab, 1.0f, seeds[r],
-                                                          pos[r], false, false, NULL));
+                                                          pos[r], false, PSR_NOISE_FP32, NULL));
     free(logits), free(seeds), free(pos), free(temps), free(tokens);
 }
 
@@ -234,6 +246,8 @@ static void test_tokens_equal_oracle(void **state)
     check_against_oracle(16, 32000, 0.5f, 0.7f, 0);
     /* Adversarial for pruning: rising logits keep raising the best. */
     check_ramp(4, 70000);
+    check_against_oracle(32, 4097, 3.0f, 1.0f, PSR_SAMPLE_WIDE_NOISE);
+    check_against_oracle(2, 262144, 3.0f, 0.7f, PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_DRAFTING);
     if (has_fp64) {
         check_against_oracle(32, 4097, 3.0f, 1.0f, PSR_SAMPLE_FP64_NOISE);
         check_against_oracle(2, 262144, 3.0f, 1.0f, PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_DRAFTING);
@@ -347,9 +361,9 @@ static void test_half_and_bf16_with_stride(void **state)
                      PSR_OK);
     for (size_t r = 0; r < rows; r++) {
         assert_int_equal(th[r], psr_oracle_sample_row(as_f + r * vocab, vocab, temps[r], seeds[r],
-                                                      pos[r], false, false, NULL));
+                                                      pos[r], false, PSR_NOISE_FP32, NULL));
         assert_int_equal(tb[r], psr_oracle_sample_row(as_b + r * vocab, vocab, temps[r], seeds[r],
-                                                      pos[r], false, false, NULL));
+                                                      pos[r], false, PSR_NOISE_FP32, NULL));
     }
     free(h), free(b), free(as_f), free(as_b);
 }
@@ -420,7 +434,7 @@ static void test_device_api(void **state)
         } else {
             int q = row_request[r];
             assert_int_equal(tokens[r], psr_oracle_sample_row(row, V, temps[q], seeds[q], pos[r],
-                                                              true, false, NULL));
+                                                              true, PSR_NOISE_FP32, NULL));
             assert_int_equal(flags[r], 0);
         }
         if (cache_rows[r] >= 0 && row_request[r] >= 0 && pos[r] < PSR_MAX_POSITION)
@@ -526,6 +540,85 @@ static void test_host_api_rejects_bad_values(void **state)
     assert_int_equal(tokens[1], -7);
 }
 
+/* Wide-tail and fp64 noise draw on the same 64-bit uniform: their tokens
+ * agree except where rounding decides a near-tie. */
+static void test_wide_agrees_with_fp64(void **state)
+{
+    (void)state;
+    if (!has_fp64)
+        skip();
+    const size_t rows = 20000, vocab = 500;
+    float *logits = malloc(rows * vocab * sizeof *logits);
+    int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
+    float *temps = malloc(rows * 4);
+    int32_t *wide = malloc(rows * 4), *fp64 = malloc(rows * 4);
+    for (size_t i = 0; i < rows * vocab; i++)
+        logits[i] = 2.0f * normal();
+    for (size_t r = 0; r < rows; r++) {
+        seeds[r] = (int64_t)rnd();
+        pos[r] = (int64_t)r;
+        temps[r] = 1.0f;
+    }
+    assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
+                                     PSR_SAMPLE_WIDE_NOISE, wide, NULL, NULL),
+                     PSR_OK);
+    assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
+                                     PSR_SAMPLE_FP64_NOISE, fp64, NULL, NULL),
+                     PSR_OK);
+    size_t differ = 0;
+    for (size_t r = 0; r < rows; r++)
+        differ += wide[r] != fp64[r];
+    print_message("wide and fp64 noise pick different tokens on %zu of %zu rows\n", differ, rows);
+    assert_true(differ * 1000 <= rows); /* at least 99.9% agree */
+    /* Control: classic fp32 noise is another stream of uniforms, so it agrees
+     * only by chance. */
+    assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps, 0,
+                                     wide, NULL, NULL),
+                     PSR_OK);
+    differ = 0;
+    for (size_t r = 0; r < rows; r++)
+        differ += wide[r] != fp64[r];
+    assert_true(differ * 2 > rows);
+    free(logits), free(seeds), free(pos), free(temps), free(wide), free(fp64);
+}
+
+/* With fp64_policy = PSR_FP64_WIDE, an fp64 request on a device without
+ * fp64 samples with wide-tail noise, and says so. */
+static void test_fp64_policy_wide(void **state)
+{
+    (void)state;
+    psr_context_options o;
+    psr_context_options_init(&o);
+    o.disk_cache = PSR_DISK_CACHE_OFF;
+    o.hide_capabilities = PSR_CAP_FP64;
+    o.fp64_policy = PSR_FP64_WIDE;
+    o.log = capture_log;
+    captured_log[0] = '\0';
+    psr_context *c;
+    assert_int_equal(psr_context_create(&o, &c), PSR_OK);
+    float l[3000];
+    for (size_t i = 0; i < 3000; i++)
+        l[i] = normal();
+    int64_t seed = 5, pos = 6;
+    float t = 1.0f;
+    int32_t token = -7;
+    assert_int_equal(psr_sample_host(c, l, PSR_DTYPE_F32, 1, 3000, 0, &seed, &pos, &t,
+                                     PSR_SAMPLE_FP64_NOISE, &token, NULL, NULL),
+                     PSR_OK);
+    unsigned used = 0;
+    assert_int_equal(psr_context_last_sample_flags(c, &used), PSR_OK);
+    assert_int_equal(used, PSR_SAMPLE_WIDE_NOISE);
+    assert_non_null(strstr(captured_log, "wide-tail"));
+    assert_int_equal(token, psr_oracle_sample_row(l, 3000, 1.0f, 5, 6, false, PSR_NOISE_WIDE, NULL));
+    /* Both noise options at once is a mistake, whatever the policy. */
+    assert_int_equal(psr_sample_host(c, l, PSR_DTYPE_F32, 1, 3000, 0, &seed, &pos, &t,
+                                     PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_WIDE_NOISE, &token, NULL, NULL),
+                     PSR_ERR_INVALID_ARGUMENT);
+    psr_context_free(c);
+    o.fp64_policy = (psr_fp64_policy)9;
+    assert_int_equal(psr_context_create(&o, &c), PSR_ERR_INVALID_ARGUMENT);
+}
+
 static void test_fp64_refused_without_fp64(void **state)
 {
     (void)state;
@@ -566,6 +659,8 @@ int main(void)
         cmocka_unit_test(test_device_api),
         cmocka_unit_test(test_host_api_rejects_bad_values),
         cmocka_unit_test(test_fp64_refused_without_fp64),
+        cmocka_unit_test(test_wide_agrees_with_fp64),
+        cmocka_unit_test(test_fp64_policy_wide),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -209,6 +209,38 @@ static void test_impossible_and_certain_tokens(void **state)
     free(counts);
 }
 
+/* The lower tail of E (the exponential behind the Gumbel noise): all three
+ * options match Exp(1) where fp32 resolves it, but only fp64 and wide-tail
+ * noise reach below 2^-32. Drawing 2^32 times to see one such E is too
+ * slow for CI, so the check conditions on the words whose 64-bit uniform is
+ * in its top 2^-32 slice: exactly the draws that must give E < 2^-32. */
+static void test_lower_tail(void **state)
+{
+    (void)state;
+    psr_device_info info;
+    psr_context_device_info(ctx, &info);
+    const struct {
+        unsigned flags;
+        bool resolves;
+    } options[] = {{0, false}, {PSR_SAMPLE_WIDE_NOISE, true}, {PSR_SAMPLE_FP64_NOISE, true}};
+    for (int k = 0; k < 3; k++) {
+        if ((options[k].flags & PSR_SAMPLE_FP64_NOISE) && !(info.capabilities & PSR_CAP_FP64))
+            continue;
+        unsigned long long c24, c32, s24, s32;
+        const unsigned long long draws = 1ull << 26, slice = 1ull << 16;
+        assert_int_equal(psr_tail_census(ctx, options[k].flags, draws, false, &c24, &c32), PSR_OK);
+        assert_int_equal(psr_tail_census(ctx, options[k].flags, slice, true, &s24, &s32), PSR_OK);
+        print_message("flags %u: %llu draws: E < 2^-24 %llu (expected 4), E < 2^-32 %llu; top slice: "
+                      "%llu of %llu below 2^-32\n",
+                      options[k].flags, draws, c24, c32, s32, slice);
+        assert_true(c24 <= 20); /* Poisson(4): 20 is beyond 5 sigma */
+        if (options[k].resolves)
+            assert_int_equal(s32, slice);
+        else
+            assert_int_equal(s32, 0); /* the control: classic fp32 cannot get there */
+    }
+}
+
 int main(void)
 {
     if (!have_device()) {
@@ -220,6 +252,7 @@ int main(void)
         cmocka_unit_test(test_head_tail),
         cmocka_unit_test(test_draft_stream),
         cmocka_unit_test(test_impossible_and_certain_tokens),
+        cmocka_unit_test(test_lower_tail),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -33,5 +33,6 @@ int cmd_cache(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
 
 #endif

@@ -30,6 +30,7 @@ static const variant_def variants[] = {
     {"fp32", 0, false},
     {"fp32-fast", PSR_SAMPLE_FAST_MATH, false},
     {"fp64", PSR_SAMPLE_FP64_NOISE, false},
+    {"wide", PSR_SAMPLE_WIDE_NOISE, false},
     {"greedy", 0, true},
 };
 
@@ -47,7 +48,7 @@ static void bench_usage(FILE *out)
             "of us to it, and on NVIDIA the ratio of us to vLLM's Triton kernel on an H200.\n"
             "\n"
             "  --shapes     default %s\n"
-            "  --variants   any of fp32, fp32-fast, fp64, greedy (default: all the\n"
+            "  --variants   any of fp32, fp32-fast, fp64, wide, greedy (default: all the\n"
             "               device can run); fp32 is the default deterministic mode\n"
             "  --logits     normal: N(0, 3); peaked: N(0, 1) with one logit 25 above\n"
             "  --iters      timed runs per line (at least 50 recommended)\n",
@@ -212,7 +213,7 @@ static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, 
     float *host = malloc(max_bytes);
     if (!host)
         return cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
-    result *results = calloc(nshapes * 4, sizeof *results);
+    result *results = calloc(nshapes * (sizeof variants / sizeof variants[0]), sizeof *results);
     size_t nresults = 0;
     int rc = CLI_OK;
     if (!as_json) {

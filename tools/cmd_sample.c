@@ -14,7 +14,8 @@ static void sample_usage(FILE *out)
 {
     fprintf(out,
             "usage: psr sample --logits FILE.npy [--temperature T] [--seed S | --seeds FILE.npy]\n"
-            "                  [--pos P | --positions FILE.npy] [--drafting] [--fp64] [--fast]\n"
+            "                  [--pos P | --positions FILE.npy] [--drafting]\n"
+            "                  [--noise fp32|fp64|wide] [--fp64] [--fast]\n"
             "                  [--device SEL] [--json]\n"
             "\n"
             "Gumbel-max sampling with vLLM's random stream: one token per row of logits.\n"
@@ -27,7 +28,9 @@ static void sample_usage(FILE *out)
             "  --positions    int64 .npy with one position per row (or one for all);\n"
             "                 positions are in [0, 2^30)\n"
             "  --drafting     the draft stream (positions salted by 2^30)\n"
-            "  --fp64         fp64 noise (needs a device with fp64)\n"
+            "  --noise        fp32 (default), fp64 (needs a device with fp64) or wide\n"
+            "                 (fp64-grade tail in fp32 arithmetic; docs/statistics.md)\n"
+            "  --fp64         short for --noise fp64\n"
             "  --fast         native logs instead of the deterministic ones\n"
             "  --json         {\"tokens\": [...], \"device\": ..., ...} instead of one token a line\n");
 }
@@ -84,6 +87,15 @@ int cmd_sample(int argc, char **argv)
             flags |= PSR_SAMPLE_FAST_MATH;
         } else if (!val) {
             return cli_usage_error("sample", "%s needs a value", arg);
+        } else if (strcmp(arg, "--noise") == 0) {
+            flags &= ~(PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_WIDE_NOISE);
+            if (strcmp(val, "fp64") == 0)
+                flags |= PSR_SAMPLE_FP64_NOISE;
+            else if (strcmp(val, "wide") == 0)
+                flags |= PSR_SAMPLE_WIDE_NOISE;
+            else if (strcmp(val, "fp32") != 0)
+                return cli_usage_error("sample", "--noise is fp32, fp64 or wide, not \"%s\"", val);
+            i++;
         } else if (strcmp(arg, "--logits") == 0) {
             logits_path = val, i++;
         } else if (strcmp(arg, "--seeds") == 0) {
@@ -177,7 +189,11 @@ int cmd_sample(int argc, char **argv)
         json_key(&w, "vocab");
         json_uint(&w, vocab);
         json_key(&w, "noise");
-        json_string(&w, flags & PSR_SAMPLE_FP64_NOISE ? "fp64" : "fp32");
+        unsigned used = flags;
+        psr_context_last_sample_flags(ctx, &used);
+        json_string(&w, used & PSR_SAMPLE_FP64_NOISE   ? "fp64"
+                        : used & PSR_SAMPLE_WIDE_NOISE ? "wide"
+                                                       : "fp32");
         json_key(&w, "deterministic");
         json_bool(&w, !(flags & PSR_SAMPLE_FAST_MATH));
         json_key(&w, "drafting");
@@ -267,7 +283,8 @@ int cmd_demo(int argc, char **argv)
             printf(" %5d", tokens[r]);
             agree += tokens[r] == psr_oracle_sample_row(logits + (size_t)r * VOCAB, VOCAB, runs[k].temp,
                                                         seeds[r], pos[r],
-                                                        runs[k].flags & PSR_SAMPLE_DRAFTING, false, NULL);
+                                                        runs[k].flags & PSR_SAMPLE_DRAFTING, PSR_NOISE_FP32,
+                                                        NULL);
         }
         double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
         printf("   oracle agrees %d/%d (%.2f ms, copies included)\n", agree, ROWS, ms);

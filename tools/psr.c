@@ -15,6 +15,7 @@ static const struct {
     {"sample", cmd_sample, "sample tokens from logits in a .npy file"},
     {"info", cmd_info, "platforms, devices, capabilities, the auto choice and the cache"},
     {"cache", cmd_cache, "warm, list or clear the kernel cache"},
+    {"verify", cmd_verify, "statistical self-tests of the noise on this device"},
     {"bench", cmd_bench, "time the kernels against the memory floor (and vLLM on NVIDIA)"},
 };
 

@@ -161,6 +161,13 @@ typedef enum psr_disk_cache_mode {
     PSR_DISK_CACHE_OFF = 2
 } psr_disk_cache_mode;
 
+/* What a request for fp64 noise does on a device without fp64. */
+typedef enum psr_fp64_policy {
+    PSR_FP64_ERROR = 0, /* fail with PSR_ERR_FP64_UNSUPPORTED (the default) */
+    PSR_FP64_WIDE = 1   /* use wide-tail noise instead; said once through the log callback
+                           (warning) and in the effective flags of every call */
+} psr_fp64_policy;
+
 typedef struct psr_context_options {
     size_t struct_size;          /* set by psr_context_options_init() */
     const char *device;          /* selector (psr_device_select); create() only */
@@ -173,6 +180,7 @@ typedef struct psr_context_options {
     /* Testing aid: PSR_CAP_* bits to treat as absent on this device, so the
      * paths for devices without fp64 (or fp16) can be exercised anywhere. */
     uint32_t hide_capabilities;
+    psr_fp64_policy fp64_policy; /* what PSR_SAMPLE_FP64_NOISE does without fp64 */
 } psr_context_options;
 
 /* Fills *options with the defaults. Always call it before setting fields. */
@@ -227,8 +235,11 @@ typedef enum psr_dtype {
 /* psr_sample_args.flags */
 #define PSR_SAMPLE_DRAFTING (1u << 0)  /* the draft stream (IS_DRAFTING): position + 2^30 */
 #define PSR_SAMPLE_FP64_NOISE (1u << 1) /* fp64 uniforms and argmax (needs cl_khr_fp64) */
-#define PSR_SAMPLE_FAST_MATH (1u << 2) /* native logs: faster, but noise may differ by
-                                          device in the last bits (default: deterministic) */
+#define PSR_SAMPLE_FAST_MATH (1u << 2) /* native logs: noise may differ by device in the
+                                          last bits (default: deterministic) */
+#define PSR_SAMPLE_WIDE_NOISE (1u << 3) /* wide-tail noise: the fp64 path's 64-bit uniform in
+                                           fp32 arithmetic, for devices without fp64
+                                           (docs/statistics.md); not with FP64_NOISE */
 
 /* Per-row result flags (psr_sample_args.row_flags). */
 #define PSR_ROW_NO_FINITE (1u << 0)       /* every logit is NaN or -inf: token still in range */
@@ -264,6 +275,8 @@ typedef struct psr_sample_args {
                                  NULL: row i goes to cache row i */
     size_t draft_cache_rows_total;
     unsigned flags;           /* PSR_SAMPLE_* */
+    unsigned *effective_flags; /* optional out, written before psr_sample returns: the flags
+                                  used, after the context's fp64 policy */
     cl_uint num_events_in_wait_list;
     const cl_event *event_wait_list;
 } psr_sample_args;
@@ -290,6 +303,10 @@ PSR_API psr_status psr_sample_host(psr_context *ctx, const void *logits, psr_dty
                                    const int64_t *seeds, const int64_t *positions,
                                    const float *temperatures, unsigned flags, int32_t *tokens,
                                    uint32_t *row_flags, size_t *no_finite_rows);
+
+/* The effective flags of the context's last sampling call (see
+ * psr_context_options.fp64_policy); 0 before the first. */
+PSR_API psr_status psr_context_last_sample_flags(const psr_context *ctx, unsigned *flags);
 
 /* Device memory psr holds for this context beyond the caller's buffers
  * (scratch for per-row partial results): O(rows x work-groups per row). */

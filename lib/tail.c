@@ -1,0 +1,55 @@
+/* The lower-tail census of the noise options (cl/gumbel.cl psr_tail_count). */
+#include "internal.h"
+
+psr_status psr_tail_census(psr_context *ctx, unsigned flags, unsigned long long draws,
+                           bool top_slice, unsigned long long *c24, unsigned long long *c32)
+{
+    unsigned resolved;
+    psr_status st = psr_resolve_flags(ctx, flags, "noise flags", &resolved);
+    if (st != PSR_OK)
+        return st;
+    psr_variant v = {.set = PSR_KERNELS_GUMBEL,
+                     .fp64 = (resolved & PSR_SAMPLE_FP64_NOISE) != 0,
+                     .wide = (resolved & PSR_SAMPLE_WIDE_NOISE) != 0};
+    cl_kernel k;
+    st = psr_kernel_get(ctx, &v, "psr_tail_count", &k);
+    if (st != PSR_OK)
+        return st;
+    cl_int err;
+    cl_mem counts = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, 8, NULL, &err);
+    if (err != CL_SUCCESS)
+        return psr_fail(ctx, PSR_ERR_OPENCL, "cannot allocate counters: %s", psr_cl_error_name(err));
+    *c24 = *c32 = 0;
+    /* Launches of 2^24 work-items x 256 draws (2^32 draws) at the most. */
+    cl_uint per_item = 256, key = 0, slice = top_slice;
+    unsigned long long done = 0;
+    while (st == PSR_OK && done < draws) {
+        unsigned long long left = draws - done;
+        size_t items = left / per_item > (1u << 24) ? (1u << 24) : (size_t)(left / per_item);
+        if (items == 0)
+            break;
+        size_t local = 64;
+        items = items / local * local;
+        if (items == 0)
+            break;
+        cl_uint zero[2] = {0, 0}, got[2];
+        key++; /* a new row key per launch keeps every draw distinct */
+        err = clEnqueueWriteBuffer(ctx->queue, counts, CL_FALSE, 0, 8, zero, 0, NULL, NULL);
+        clSetKernelArg(k, 0, sizeof key, &key);
+        clSetKernelArg(k, 1, sizeof per_item, &per_item);
+        clSetKernelArg(k, 2, sizeof slice, &slice);
+        clSetKernelArg(k, 3, sizeof counts, &counts);
+        if (err == CL_SUCCESS)
+            err = clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &items, &local, 0, NULL, NULL);
+        if (err == CL_SUCCESS)
+            err = clEnqueueReadBuffer(ctx->queue, counts, CL_TRUE, 0, 8, got, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            st = psr_fail(ctx, PSR_ERR_OPENCL, "lower-tail census failed: %s", psr_cl_error_name(err));
+        *c24 += got[0];
+        *c32 += got[1];
+        done += (unsigned long long)items * per_item;
+    }
+    clReleaseMemObject(counts);
+    return st;
+}
+
