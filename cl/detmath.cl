@@ -57,6 +57,27 @@ inline float psr_det_log1p_neg(float u)
     return psr_det_log(1.0f - u);
 }
 
+/* e^y for y <= 0 (0 below about -87, where the result would be
+ * subnormal): y = k ln 2 + r with |r| <= ln 2 / 2, then e^r by its Taylor
+ * series to r^7 (error under 0.1 ulp), scaled by an exact power of two. */
+inline float psr_det_exp_neg(float y)
+{
+    if (!(y > -87.0f))
+        return 0.0f;
+    float k = rint(y * 0x1.715476p+0f);
+    float r = fma(-k, PSR_LN2_HI, y);
+    r = fma(-k, PSR_LN2_LO, r);
+    float p = 0x1.a01a02p-13f; /* 1/7! */
+    p = fma(p, r, 0x1.6c16c2p-10f); /* 1/6! */
+    p = fma(p, r, 0x1.111112p-7f);  /* 1/5! */
+    p = fma(p, r, 0x1.555556p-5f);  /* 1/4! */
+    p = fma(p, r, 0x1.555556p-3f);  /* 1/3! */
+    p = fma(p, r, 0.5f);
+    p = fma(p, r, 1.0f);
+    p = fma(p, r, 1.0f);
+    return p * as_float((uint)((int)k + 127) << 23);
+}
+
 /* 1/b for a positive normal b, within 1 ulp: a bit-trick seed and four
  * Newton steps, each residual computed exactly by fma. */
 inline float psr_det_recip(float b)

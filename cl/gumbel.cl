@@ -8,6 +8,12 @@
  *   PSR_DETERMINISTIC  1: detmath.cl (same bits on every device); 0: native logs
  *   IS_DRAFTING, USE_FP64 as in stream.cl
  *   USE_WIDE           1: wide-tail fp32 noise from 64 random bits (docs/statistics.md)
+ *   PSR_METHOD         0 Gumbel-max, 1 exponential race over logits, 2 over probabilities
+ *
+ * The exponential race picks argmax p_i / E_i with E_i = exp(-g_i), the
+ * same variate as the Gumbel noise, so it picks the Gumbel token up to
+ * rounding. Over logits, p_i = exp(x_i / T - m) with m the work-group's
+ * largest scaled logit; groups then compare m + log(best score).
  *
  * A row is split into groups_per_row chunks of `chunk` tokens, one
  * work-group each. Each group writes its best (value, index); with one
@@ -24,6 +30,11 @@
 #ifndef USE_WIDE
 #define USE_WIDE 0 /* wide-tail fp32 noise (no double anywhere) */
 #endif
+/* 0: Gumbel-max over logits; 1: exponential race over softmax(logits / T),
+ * fused; 2: exponential race over probabilities (fp32). */
+#ifndef PSR_METHOD
+#define PSR_METHOD 0
+#endif
 
 #if PSR_LOGIT_DTYPE == 0
 typedef float psr_logit_t;
@@ -38,9 +49,14 @@ inline float psr_load_logit(__global const ushort *p, ulong i) { return as_float
 
 #if USE_FP64
 typedef double psr_acc_t;
-#define PSR_ACC_NEG_INF (-INFINITY)
 #else
 typedef float psr_acc_t;
+#endif
+/* The value of "nothing can win here": race scores over probabilities are
+ * linear and start at 0; everything else compares on a log scale. */
+#if PSR_METHOD == 2
+#define PSR_ACC_NEG_INF 0.0f
+#else
 #define PSR_ACC_NEG_INF (-INFINITY)
 #endif
 
@@ -252,8 +268,84 @@ typedef struct psr_row {
     bool greedy;
     psr_acc_t floor; /* a value some token of this group reaches: anything
                         whose bound is below it cannot win */
+    float shift;     /* race over logits: the group's largest scaled logit */
 } psr_row;
 
+#if PSR_METHOD != 0
+/* The race's E for a token's words, and the exponent of a power of two
+ * below it (E >= 2^-k), which bounds the score p / E without any log. */
+#if USE_FP64
+inline double psr_race_e(uint2 w)
+{
+    return -psr_det_log_d(psr_u64(w.x, w.y));
+}
+inline int psr_race_e_shift(uint2 w) /* E >= 1 - u >= 2^-k; 1100: no bound */
+{
+    ulong rest = ~(((ulong)w.y << 32) | (ulong)w.x);
+    return rest < 4096 ? 1100 : 64 - (63 - (int)clz(rest - 2048));
+}
+#elif USE_WIDE
+inline float psr_race_e(uint2 w)
+{
+    return psr_wide_e(w);
+}
+inline int psr_race_e_shift(uint2 w) /* E >= V >= 2^-(1 + clz(2^64 - bits)) */
+{
+    return 1 + (int)clz(~(((ulong)w.y << 32) | (ulong)w.x) + 1UL);
+}
+#else
+inline float psr_race_e(uint2 w)
+{
+    return -psr_det_log1p_neg(psr_u32(w.x));
+}
+inline int psr_race_e_shift(uint2 w) /* E >= u >= 2^-(1 + clz(s)) */
+{
+    int s = as_int(w.x);
+    return 1 + (int)clz((uint)(s < 0 ? ~s : s));
+}
+#endif
+
+/* The race over one token: score p / E as p * (1/E) (fp64: in double). */
+inline void psr_consider(const psr_row *row, float x, uint i, psr_acc_t *best, uint *best_i)
+{
+    if (isnan(x))
+        return;
+    psr_acc_t v;
+#if PSR_METHOD == 2
+    if (!(x > 0.0f))
+        return; /* a probability that is 0, negative or NaN never wins */
+    float p = x;
+#else
+    float p;
+    if (row->greedy)
+        p = x;
+    else if (isinf(x))
+        p = x > 0.0f ? INFINITY : 0.0f;
+    else
+        p = psr_det_exp_neg(psr_scale(x, row->t, row->r) - row->shift);
+#endif
+    if (row->greedy) {
+        v = p;
+    } else {
+        if (!(p > 0.0f))
+            return;
+        uint2 w = psr_token_words(row->key, i);
+        int k = psr_race_e_shift(w);
+        /* Exact pruning: p * 2^k (exact) bounds the score; 1.001 covers rounding. */
+        if (k < 1000 && (psr_acc_t)ldexp(p, min(k, 200)) * (psr_acc_t)1.001f < row->floor)
+            return;
+#if USE_FP64
+        v = (double)p * (1.0 / psr_race_e(w));
+#else
+        v = p * psr_det_recip(psr_race_e(w));
+#endif
+    }
+    if (v > *best) {
+        *best = v;
+        *best_i = i;
+    }
+}
+#else
 /* Folds token i with logit x into the running (best, best_i). Tokens go in
  * increasing order, so a strict > keeps the lowest index on ties. */
 inline void psr_consider(const psr_row *row, float x, uint i, psr_acc_t *best, uint *best_i)
@@ -276,6 +368,7 @@ inline void psr_consider(const psr_row *row, float x, uint i, psr_acc_t *best, u
         *best_i = i;
     }
 }
+#endif
 
 /* Logits i .. i+3 of a row, or NaN (ignored) past its end. */
 inline float4 psr_load4(__global const psr_logit_t *src, uint i, uint end, bool aligned)
@@ -356,6 +449,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     row.key = 0;
     row.greedy = true;
     row.floor = PSR_ACC_NEG_INF;
+    row.shift = 0.0f;
     __global const psr_logit_t *src = logits;
     __global float *cache = 0;
     if (active) {
@@ -374,6 +468,30 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         }
     }
     bool aligned = ((logits_offset + (ulong)row_id * row_stride) & 3) == 0;
+
+#if PSR_METHOD == 1
+    if (active && !row.greedy) {
+        /* The race's scale: the group's largest scaled logit (a uniform
+         * condition, so every work-item reaches the barriers). */
+        float m = -INFINITY;
+        for (uint j = start + 4 * lid; j < end; j += 4 * PSR_WG_SIZE) {
+            float4 x = psr_load4(src, j, end, aligned);
+            float xs[4] = {x.s0, x.s1, x.s2, x.s3};
+            for (int k = 0; k < 4; k++)
+                if (!isnan(xs[k]))
+                    m = fmax(m, isinf(xs[k]) ? xs[k] : psr_scale(xs[k], row.t, row.r));
+        }
+        lv[lid] = m;
+        for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (lid < s)
+                lv[lid] = max(lv[lid], lv[lid + s]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        row.shift = (float)lv[0];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#endif
 
     uint i = start + 4 * lid;
     if (active) {
@@ -424,6 +542,19 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         return;
     psr_acc_t final_v = lv[0];
     uint final_i = li[0];
+#if PSR_METHOD == 1
+    if (active && !row.greedy) {
+        /* Back to a scale all groups share: m + log(score). */
+#if USE_FP64
+        final_v = final_v > 0.0 ? (isinf(final_v) ? final_v : (double)row.shift + psr_det_log_d(final_v))
+                                : -INFINITY;
+#else
+        final_v = final_v > 0.0f
+                      ? (isinf(final_v) ? final_v : row.shift + psr_det_log(fmax(final_v, FLT_MIN)))
+                      : -INFINITY;
+#endif
+    }
+#endif
     bool finish = groups_per_row == 1;
 #if PSR_ROW_WORDS
     if (!finish && row_words) {
@@ -437,7 +568,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
                                   groups_per_row, fold_width, &key);
             final_i = 0xfffffu - (uint)(key & 0xfffffu);
             uint ord = (uint)(key >> 20);
-            final_v = ord > psr_ordered(-INFINITY) ? 0.0f : PSR_ACC_NEG_INF;
+            final_v = ord > psr_ordered((float)PSR_ACC_NEG_INF) ? (psr_acc_t)INFINITY : PSR_ACC_NEG_INF;
         }
     }
 #endif
@@ -454,7 +585,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         if (row_flags)
             row_flags[row_id] = flags;
     } else if (!row_words) {
-        part_value[get_group_id(0)] = lv[0];
+        part_value[get_group_id(0)] = final_v;
         part_index[get_group_id(0)] = li[0];
     }
 }

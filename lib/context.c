@@ -353,38 +353,45 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
     return PSR_OK;
 }
 
+/* Is this combination one psr_sample can ask for? (It strips fast math
+ * from wide noise and the race, and reads probabilities only in fp32.) */
+static bool variant_used(const psr_variant *v)
+{
+    if (!psr_kernel_set_uses_logits(v->set))
+        return v->method == 0 && !v->wide && !v->fast_math && v->dtype == PSR_DTYPE_F32;
+    if (v->fast_math && (v->wide || v->method != 0))
+        return false;
+    return v->method != 2 || v->dtype == PSR_DTYPE_F32;
+}
+
 psr_status psr_warm_sets(psr_context *ctx, unsigned set_mask, size_t *variants)
 {
     size_t ready = 0;
-    int max_fp64 = ctx->info.capabilities & PSR_CAP_FP64 ? 1 : 0;
+    bool fp64_ok = ctx->info.capabilities & PSR_CAP_FP64;
     for (int set = 0; set < PSR_KERNEL_SET_COUNT; set++) {
         if (!(set_mask & (1u << set)))
             continue;
-        bool logits = psr_kernel_set_uses_logits((psr_kernel_set)set);
-        int max_dtype = logits ? PSR_DTYPE_BF16 : PSR_DTYPE_F32;
-        int max_fast = logits ? 1 : 0;
-        /* noise: 0 fp32, 1 fp64 (devices with fp64), 2 wide (sets that draw noise) */
-        int max_noise = logits ? 2 : max_fp64;
-        for (int drafting = 0; drafting <= 1; drafting++)
-            for (int noise = 0; noise <= max_noise; noise++)
-                for (int dtype = 0; dtype <= max_dtype; dtype++)
-                    for (int fast = 0; fast <= max_fast; fast++) {
-                        if (noise == 1 && !max_fp64)
-                            continue;
-                        if (noise == 2 && fast)
-                            continue; /* wide noise is always the deterministic math */
-                        psr_variant v = {.set = (psr_kernel_set)set,
-                                         .drafting = drafting,
-                                         .fp64 = noise == 1,
-                                         .wide = noise == 2,
-                                         .dtype = (psr_dtype)dtype,
-                                         .fast_math = fast};
-                        cl_program p;
-                        psr_status st = psr_program_get(ctx, &v, &p);
-                        if (st != PSR_OK)
-                            return st;
-                        ready++;
-                    }
+        /* noise: 0 fp32, 1 fp64, 2 wide */
+        for (int method = 0; method <= 2; method++)
+            for (int drafting = 0; drafting <= 1; drafting++)
+                for (int noise = 0; noise <= 2; noise++)
+                    for (int dtype = 0; dtype <= PSR_DTYPE_BF16; dtype++)
+                        for (int fast = 0; fast <= 1; fast++) {
+                            psr_variant v = {.set = (psr_kernel_set)set,
+                                             .drafting = drafting,
+                                             .fp64 = noise == 1,
+                                             .wide = noise == 2,
+                                             .dtype = (psr_dtype)dtype,
+                                             .fast_math = fast,
+                                             .method = method};
+                            if (!variant_used(&v) || (v.fp64 && !fp64_ok))
+                                continue;
+                            cl_program p;
+                            psr_status st = psr_program_get(ctx, &v, &p);
+                            if (st != PSR_OK)
+                                return st;
+                            ready++;
+                        }
     }
     if (variants)
         *variants = ready;

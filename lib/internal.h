@@ -85,6 +85,7 @@ typedef struct psr_variant {
     bool drafting;     /* IS_DRAFTING */
     bool fp64;         /* USE_FP64 */
     bool wide;         /* USE_WIDE (sets that draw noise) */
+    int method;        /* PSR_METHOD: 0 Gumbel, 1 race over logits, 2 race over probabilities */
     psr_dtype dtype;   /* PSR_LOGIT_DTYPE (sets that read logits) */
     bool fast_math;    /* PSR_DETERMINISTIC=0 */
 } psr_variant;
@@ -250,6 +251,11 @@ float psr_oracle_gumbel_wide(uint32_t row_key, uint32_t token);
 /* The token the deterministic Gumbel kernel picks for one fp32 row. */
 int32_t psr_oracle_sample_row(const float *logits, size_t vocab, float temperature, int64_t seed,
                               int64_t pos, bool drafting, psr_noise_kind noise, bool *no_finite);
+
+/* The token the exponential race over probabilities picks (PSR_SAMPLE_RACE |
+ * PSR_SAMPLE_PROBS): argmax p * (1/E), fp32 or (fp64) double. */
+int32_t psr_oracle_race_row(const float *probs, size_t vocab, float temperature, int64_t seed,
+                            int64_t pos, bool drafting, psr_noise_kind noise, bool *no_positive);
 
 /* ---- sha256.c ---- */
 

@@ -228,3 +228,44 @@ int32_t psr_oracle_sample_row(const float *logits, size_t vocab, float temperatu
         *no_finite = !(best > -INFINITY);
     return (int32_t)best_i;
 }
+
+/* E of the exponential race for one token's words, per noise option. */
+static double race_e(uint32_t w0, uint32_t w1, psr_noise_kind noise)
+{
+    if (noise == PSR_NOISE_FP64)
+        return -psr_oracle_log_d(psr_oracle_u64(w0, w1));
+    if (noise == PSR_NOISE_WIDE)
+        return psr_oracle_wide_e(w0, w1);
+    return -psr_oracle_log1p_neg(psr_oracle_u32(w0));
+}
+
+int32_t psr_oracle_race_row(const float *probs, size_t vocab, float temperature, int64_t seed,
+                            int64_t pos, bool drafting, psr_noise_kind noise, bool *no_positive)
+{
+    uint32_t key = psr_oracle_row_key((uint64_t)seed, (uint64_t)pos, drafting);
+    double best = 0;
+    uint32_t best_i = 0;
+    for (uint32_t i = 0; i < vocab; i++) {
+        float p = probs[i];
+        if (!(p > 0.0f))
+            continue;
+        double v;
+        if (temperature == 0.0f) {
+            v = p;
+        } else {
+            uint32_t w[4];
+            psr_oracle_draw(key, i, w);
+            if (noise == PSR_NOISE_FP64)
+                v = (double)p * (1.0 / race_e(w[0], w[1], noise));
+            else
+                v = (double)(p * psr_oracle_recip((float)race_e(w[0], w[1], noise)));
+        }
+        if (v > best) {
+            best = v;
+            best_i = i;
+        }
+    }
+    if (no_positive)
+        *no_positive = !(best > 0);
+    return (int32_t)best_i;
+}

@@ -40,8 +40,9 @@ psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const cha
             return psr_fail(ctx, status, __VA_ARGS__); \
     } while (0)
 
-#define PSR_SAMPLE_ALL_FLAGS \
-    (PSR_SAMPLE_DRAFTING | PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_FAST_MATH | PSR_SAMPLE_WIDE_NOISE)
+#define PSR_SAMPLE_ALL_FLAGS                                                                     \
+    (PSR_SAMPLE_DRAFTING | PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_FAST_MATH | PSR_SAMPLE_WIDE_NOISE | \
+     PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS)
 
 psr_status psr_resolve_flags(psr_context *ctx, unsigned flags, const char *name, unsigned *out)
 {
@@ -65,8 +66,12 @@ psr_status psr_resolve_flags(psr_context *ctx, unsigned flags, const char *name,
             ctx->fp64_fallback_said = true;
         }
     }
-    /* Wide-tail noise is built from the deterministic operations only. */
-    if (flags & PSR_SAMPLE_WIDE_NOISE)
+    REQUIRE(!(flags & PSR_SAMPLE_PROBS) || (flags & PSR_SAMPLE_RACE), PSR_ERR_INVALID_ARGUMENT,
+            "%s has PSR_SAMPLE_PROBS without PSR_SAMPLE_RACE: probabilities are sampled by the "
+            "exponential race",
+            name);
+    /* Wide-tail noise and the race are built from the deterministic operations only. */
+    if (flags & (PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_RACE))
         flags &= ~PSR_SAMPLE_FAST_MATH;
     *out = flags;
     return PSR_OK;
@@ -89,6 +94,8 @@ static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
     psr_status fst = psr_resolve_flags(ctx, a->flags, "args->flags", &flags);
     if (fst != PSR_OK)
         return fst;
+    REQUIRE(!(flags & PSR_SAMPLE_PROBS) || a->logits_dtype == PSR_DTYPE_F32, PSR_ERR_INVALID_ARGUMENT,
+            "args->logits_dtype must be PSR_DTYPE_F32 for probabilities (PSR_SAMPLE_PROBS)");
     size_t stride = a->row_stride ? a->row_stride : a->vocab;
     REQUIRE(stride >= a->vocab, PSR_ERR_INVALID_ARGUMENT,
             "args->row_stride %zu is smaller than args->vocab %zu", stride, a->vocab);
@@ -207,7 +214,8 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
                      .fp64 = (flags & PSR_SAMPLE_FP64_NOISE) != 0,
                      .wide = (flags & PSR_SAMPLE_WIDE_NOISE) != 0,
                      .dtype = a->logits_dtype,
-                     .fast_math = (flags & PSR_SAMPLE_FAST_MATH) != 0};
+                     .fast_math = (flags & PSR_SAMPLE_FAST_MATH) != 0,
+                     .method = !(flags & PSR_SAMPLE_RACE) ? 0 : (flags & PSR_SAMPLE_PROBS) ? 2 : 1};
     cl_kernel sample, finalize = NULL;
     st = psr_kernel_get(ctx, &v, "psr_gumbel_sample", &sample);
     if (st != PSR_OK)

@@ -1,0 +1,271 @@
+/* The exponential race on a real device: over probabilities, tokens equal
+ * the host oracle's on every row (fp32, wide and fp64 noise); over logits,
+ * the Gumbel token up to rounding; the distribution; bad input. */
+#include "common.h"
+#include "stats.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static psr_context *ctx;
+static bool has_fp64;
+
+static int setup(void **state)
+{
+    (void)state;
+    ctx = open_context(getenv("PSR_CACHE_DIR"));
+    psr_device_info info;
+    psr_context_device_info(ctx, &info);
+    has_fp64 = info.capabilities & PSR_CAP_FP64;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    psr_context_free(ctx);
+    return 0;
+}
+
+static uint64_t rng_state = 4711;
+static uint32_t rnd(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 32);
+}
+
+static float normal(void)
+{
+    double u1 = ((double)rnd() + 1.0) / 4294967297.0, u2 = (double)rnd() / 4294967296.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static void fill_rows(size_t rows, int64_t *seeds, int64_t *pos, float *temps, float temp)
+{
+    for (size_t r = 0; r < rows; r++) {
+        seeds[r] = (int64_t)((uint64_t)rnd() << 32 | rnd());
+        pos[r] = rnd() % (1u << 30);
+        temps[r] = temp;
+    }
+}
+
+static void check_probs_against_oracle(size_t rows, size_t vocab, unsigned flags, float temp)
+{
+    psr_noise_kind noise = flags & PSR_SAMPLE_FP64_NOISE   ? PSR_NOISE_FP64
+                           : flags & PSR_SAMPLE_WIDE_NOISE ? PSR_NOISE_WIDE
+                                                           : PSR_NOISE_FP32;
+    float *p = malloc(rows * vocab * sizeof *p);
+    int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
+    float *temps = malloc(rows * 4);
+    int32_t *tokens = malloc(rows * 4);
+    for (size_t i = 0; i < rows * vocab; i++) {
+        float x = expf(2.0f * normal());
+        uint32_t k = rnd() % 50;
+        p[i] = k == 0 ? 0.0f : k == 1 ? -x : k == 2 ? NAN : x; /* some zero, negative, NaN */
+    }
+    fill_rows(rows, seeds, pos, temps, temp);
+    psr_status st = psr_sample_host(ctx, p, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
+                                    flags | PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, tokens, NULL, NULL);
+    if (st != PSR_OK)
+        fail_msg("%s: %s", psr_status_string(st), psr_last_error(ctx));
+    for (size_t r = 0; r < rows; r++) {
+        int32_t want = psr_oracle_race_row(p + r * vocab, vocab, temp, seeds[r], pos[r],
+                                           flags & PSR_SAMPLE_DRAFTING, noise, NULL);
+        if (tokens[r] != want)
+            fail_msg("race over probabilities, vocab %zu flags %u row %zu: token %d, oracle %d", vocab,
+                     flags, r, tokens[r], want);
+    }
+    free(p), free(seeds), free(pos), free(temps), free(tokens);
+}
+
+static void test_probs_equal_oracle(void **state)
+{
+    (void)state;
+    check_probs_against_oracle(64, 3000, 0, 1.0f);
+    check_probs_against_oracle(64, 3000, PSR_SAMPLE_WIDE_NOISE, 1.0f);
+    check_probs_against_oracle(16, 3000, PSR_SAMPLE_DRAFTING, 0.0f); /* T = 0: argmax p */
+    check_probs_against_oracle(3, 150000, 0, 1.0f);                  /* split rows */
+    if (has_fp64) {
+        check_probs_against_oracle(64, 3000, PSR_SAMPLE_FP64_NOISE, 1.0f);
+        check_probs_against_oracle(3, 150000, PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_DRAFTING, 1.0f);
+    }
+}
+
+/* Over logits, the race and Gumbel-max pick the same token but for
+ * near-ties that rounding decides. */
+static void test_race_matches_gumbel(void **state)
+{
+    (void)state;
+    const size_t rows = 100000, vocab = 64;
+    float *logits = malloc(rows * vocab * sizeof *logits);
+    int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
+    float *temps = malloc(rows * 4);
+    int32_t *race = malloc(rows * 4), *gumbel = malloc(rows * 4);
+    for (size_t i = 0; i < rows * vocab; i++)
+        logits[i] = 2.0f * normal();
+    fill_rows(rows, seeds, pos, temps, 0.9f);
+    assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
+                                     PSR_SAMPLE_RACE, race, NULL, NULL),
+                     PSR_OK);
+    assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps, 0,
+                                     gumbel, NULL, NULL),
+                     PSR_OK);
+    size_t differ = 0;
+    double worst = 0;
+    for (size_t r = 0; r < rows; r++) {
+        if (race[r] == gumbel[r])
+            continue;
+        differ++;
+        /* The margin between the two tokens in the Gumbel domain. */
+        uint32_t key = psr_oracle_row_key((uint64_t)seeds[r], (uint64_t)pos[r], false);
+        double a = logits[r * vocab + race[r]] / 0.9 + psr_oracle_gumbel32(key, (uint32_t)race[r]);
+        double b = logits[r * vocab + gumbel[r]] / 0.9 + psr_oracle_gumbel32(key, (uint32_t)gumbel[r]);
+        double margin = fabs(a - b);
+        print_message("row %zu: race %d, gumbel %d, margin %.3g\n", r, race[r], gumbel[r], margin);
+        if (margin > worst)
+            worst = margin;
+    }
+    print_message("race and Gumbel differ on %zu of %zu rows (largest margin %.3g)\n", differ, rows,
+                  worst);
+    assert_true(differ * 10000 <= rows); /* at least 99.99% agree */
+    assert_true(worst < 1e-4);           /* and every difference is a near-tie */
+    free(logits), free(seeds), free(pos), free(temps), free(race), free(gumbel);
+}
+
+/* Rows split over many work-groups compare m + log(score) across groups,
+ * in one kernel or two: still the Gumbel token. */
+static void test_split_rows_match_gumbel(void **state)
+{
+    (void)state;
+    psr_context *saved = ctx;
+    setenv("PSR_TUNE_RESIDENT", "64", 1);
+    for (int two_pass = 0; two_pass <= 1; two_pass++) {
+        ctx = open_context(NULL);
+        ctx->tuning.two_pass = two_pass;
+        const size_t rows = 16, vocab = 20000;
+        cl_uint chunk, groups;
+        psr_split_rows(ctx, rows, vocab, &chunk, &groups);
+        assert_true(groups > 1);
+        float *logits = malloc(rows * vocab * sizeof *logits);
+        int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
+        float *temps = malloc(rows * 4);
+        int32_t *race = malloc(rows * 4), *gumbel = malloc(rows * 4);
+        for (size_t i = 0; i < rows * vocab; i++)
+            logits[i] = 3.0f * normal();
+        fill_rows(rows, seeds, pos, temps, 1.3f);
+        unsigned noises[] = {0, PSR_SAMPLE_WIDE_NOISE, PSR_SAMPLE_FP64_NOISE};
+        for (int n = 0; n < (has_fp64 ? 3 : 2); n++) {
+            assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos,
+                                             temps, PSR_SAMPLE_RACE | noises[n], race, NULL, NULL),
+                             PSR_OK);
+            assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos,
+                                             temps, noises[n], gumbel, NULL, NULL),
+                             PSR_OK);
+            assert_memory_equal(race, gumbel, rows * 4);
+        }
+        free(logits), free(seeds), free(pos), free(temps), free(race), free(gumbel);
+        psr_context_free(ctx);
+    }
+    unsetenv("PSR_TUNE_RESIDENT");
+    ctx = saved;
+}
+
+static void test_race_distribution(void **state)
+{
+    (void)state;
+    const size_t vocab = 999, n = 20000;
+    float *p = malloc(vocab * sizeof *p), *batch = malloc(n * vocab * sizeof *batch);
+    double *expected = malloc(vocab * sizeof *expected), *wrong = malloc(vocab * sizeof *wrong);
+    double sum = 0;
+    for (size_t i = 0; i < vocab; i++) {
+        p[i] = expf(1.5f * normal());
+        sum += p[i];
+    }
+    for (size_t i = 0; i < vocab; i++) {
+        expected[i] = p[i] / sum;
+        wrong[i] = 1.0 / (double)vocab; /* the control: uniform */
+    }
+    for (size_t r = 0; r < n; r++)
+        memcpy(batch + r * vocab, p, vocab * sizeof *p);
+    int64_t *seeds = malloc(n * 8), *pos = malloc(n * 8);
+    float *temps = malloc(n * 4);
+    int32_t *tokens = malloc(n * 4);
+    for (size_t r = 0; r < n; r++) {
+        seeds[r] = 77;
+        pos[r] = (int64_t)r;
+        temps[r] = 1.0f;
+    }
+    assert_int_equal(psr_sample_host(ctx, batch, PSR_DTYPE_F32, n, vocab, 0, seeds, pos, temps,
+                                     PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, tokens, NULL, NULL),
+                     PSR_OK);
+    uint64_t *counts = calloc(vocab, sizeof *counts);
+    for (size_t r = 0; r < n; r++)
+        counts[tokens[r]]++;
+    chi2_result ok = chi2_test(counts, expected, vocab, n), bad = chi2_test(counts, wrong, vocab, n);
+    print_message("race over probabilities: chi2 %.1f (threshold %.1f); control chi2 %.1f\n", ok.chi2,
+                  ok.threshold, bad.chi2);
+    assert_true(ok.chi2 < ok.threshold);
+    assert_true(bad.chi2 >= bad.threshold);
+    free(p), free(batch), free(expected), free(wrong), free(seeds), free(pos), free(temps),
+        free(tokens), free(counts);
+}
+
+static void test_bad_probabilities(void **state)
+{
+    (void)state;
+    float p[6] = {0.0f, -1.0f, NAN, 0.0f, -0.0f, 0.0f};
+    int64_t seed = 1, pos = 2;
+    float t = 1.0f;
+    int32_t token = -7;
+    uint32_t flags = 0;
+    /* No positive probability: an in-range token, flagged. */
+    assert_int_equal(psr_sample_host(ctx, p, PSR_DTYPE_F32, 1, 6, 0, &seed, &pos, &t,
+                                     PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, &token, &flags, NULL),
+                     PSR_OK);
+    assert_true(token >= 0 && token < 6);
+    assert_int_equal(flags, PSR_ROW_NO_FINITE);
+    /* An infinite probability wins; zero, negative and NaN ones never do. */
+    p[4] = INFINITY;
+    p[5] = 0.5f;
+    assert_int_equal(psr_sample_host(ctx, p, PSR_DTYPE_F32, 1, 6, 0, &seed, &pos, &t,
+                                     PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, &token, &flags, NULL),
+                     PSR_OK);
+    assert_int_equal(token, 4);
+    p[4] = 0.0f;
+    for (int k = 0; k < 20; k++) {
+        seed = k;
+        assert_int_equal(psr_sample_host(ctx, p, PSR_DTYPE_F32, 1, 6, 0, &seed, &pos, &t,
+                                         PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, &token, NULL, NULL),
+                         PSR_OK);
+        assert_int_equal(token, 5);
+    }
+    /* Probabilities need the race, and fp32. */
+    token = -7;
+    assert_int_equal(psr_sample_host(ctx, p, PSR_DTYPE_F32, 1, 6, 0, &seed, &pos, &t, PSR_SAMPLE_PROBS,
+                                     &token, NULL, NULL),
+                     PSR_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(psr_last_error(ctx), "PSR_SAMPLE_PROBS"));
+    uint16_t half[6] = {0};
+    assert_int_equal(psr_sample_host(ctx, half, PSR_DTYPE_F16, 1, 6, 0, &seed, &pos, &t,
+                                     PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, &token, NULL, NULL),
+                     PSR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(token, -7);
+}
+
+int main(void)
+{
+    if (!have_device()) {
+        fprintf(stderr, "no OpenCL device: skipping\n");
+        return TEST_SKIP;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_probs_equal_oracle),
+        cmocka_unit_test(test_race_matches_gumbel),
+        cmocka_unit_test(test_split_rows_match_gumbel),
+        cmocka_unit_test(test_race_distribution),
+        cmocka_unit_test(test_bad_probabilities),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
