@@ -94,6 +94,11 @@ if have_device:
         a = run("sample", "--logits", f32, "--noise", "wide", "--json")
         check(a.returncode == 0 and json.loads(a.stdout)["noise"] == "wide", "--noise wide")
         check(run("sample", "--logits", f32, "--noise", "fp16").returncode == 2, "bad --noise is a usage error")
+        a = run("sample", "--logits", f32, "--method", "race", "--json")
+        b = run("sample", "--logits", f32, "--json")
+        check(a.returncode == 0 and json.loads(a.stdout)["method"] == "race"
+              and json.loads(a.stdout)["tokens"] == json.loads(b.stdout)["tokens"], "--method race picks the Gumbel tokens")
+        check(run("sample", "--logits", f32, "--method", "coin").returncode == 2, "bad --method is a usage error")
         r = run("verify", "lower-tail", "--draws", "1e6", "--json")
         out = json.loads(r.stdout) if r.returncode == 0 else []
         check(len(out) >= 2 and all(o["top_slice_below_2^-32"] == (0 if o["noise"] == "fp32" else o["top_slice_draws"]) for o in out),
@@ -124,7 +129,10 @@ if have_device:
     check(r.returncode == 0 and "every token matches" in r.stdout, "psr demo")
     r = run("bench", "sample", "--shapes", "2x3000", "--iters", "3", "--json")
     out = json.loads(r.stdout) if r.returncode == 0 else {}
-    check(len(out.get("results", [])) >= 3, "bench sample --json")
+    check(len(out.get("results", [])) >= 6, "bench sample --json")
+    r = run("bench", "sample", "--shapes", "2x3000", "--iters", "3", "--variants", "race,fp32", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(sorted(x["variant"] for x in out.get("results", [])) == ["fp32", "race"], "bench --variants picks exact names")
     check(run("bench", "sample", "--shapes", "2by3").returncode == 2, "bad --shapes is a usage error")
 for cmd in (["sample"], ["bench"], ["demo"], ["verify"]):
     r = run(*cmd, "--help")

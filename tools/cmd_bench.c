@@ -31,6 +31,9 @@ static const variant_def variants[] = {
     {"fp32-fast", PSR_SAMPLE_FAST_MATH, false},
     {"fp64", PSR_SAMPLE_FP64_NOISE, false},
     {"wide", PSR_SAMPLE_WIDE_NOISE, false},
+    {"race", PSR_SAMPLE_RACE, false},
+    {"race-wide", PSR_SAMPLE_RACE | PSR_SAMPLE_WIDE_NOISE, false},
+    {"race-fp64", PSR_SAMPLE_RACE | PSR_SAMPLE_FP64_NOISE, false},
     {"greedy", 0, true},
 };
 
@@ -48,7 +51,8 @@ static void bench_usage(FILE *out)
             "of us to it, and on NVIDIA the ratio of us to vLLM's Triton kernel on an H200.\n"
             "\n"
             "  --shapes     default %s\n"
-            "  --variants   any of fp32, fp32-fast, fp64, wide, greedy (default: all the\n"
+            "  --variants   any of fp32, fp32-fast, fp64, wide, race, race-wide, race-fp64,\n"
+            "               greedy (default: all the\n"
             "               device can run); fp32 is the default deterministic mode\n"
             "  --logits     normal: N(0, 3); peaked: N(0, 1) with one logit 25 above\n"
             "  --iters      timed runs per line (at least 50 recommended)\n",
@@ -131,6 +135,22 @@ static double uniform01(void)
 static float gaussian(void)
 {
     return (float)(sqrt(-2.0 * log(uniform01())) * cos(6.283185307179586 * uniform01()));
+}
+
+/* Is `name` one of the comma-separated words of `list`? */
+static bool in_list(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0)
+            return true;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    return false;
 }
 
 typedef struct result {
@@ -253,20 +273,8 @@ static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, 
         double floor_us = (double)(B * V * 4) / bw * 1e6;
         for (size_t vi = 0; vi < sizeof variants / sizeof variants[0] && rc == CLI_OK; vi++) {
             const variant_def *vd = &variants[vi];
-            if (variant_list && !strstr(variant_list, vd->name))
+            if (variant_list && !in_list(variant_list, vd->name))
                 continue;
-            if (variant_list && strcmp(vd->name, "fp32") == 0) {
-                /* "fp32" must not match inside "fp32-fast" only */
-                const char *p = variant_list;
-                bool exact = false;
-                while ((p = strstr(p, "fp32"))) {
-                    if (p[4] != '-')
-                        exact = true;
-                    p += 4;
-                }
-                if (!exact)
-                    continue;
-            }
             if ((vd->flags & PSR_SAMPLE_FP64_NOISE) && !(info.capabilities & PSR_CAP_FP64))
                 continue;
             psr_sample_args a;

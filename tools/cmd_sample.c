@@ -15,7 +15,7 @@ static void sample_usage(FILE *out)
     fprintf(out,
             "usage: psr sample --logits FILE.npy [--temperature T] [--seed S | --seeds FILE.npy]\n"
             "                  [--pos P | --positions FILE.npy] [--drafting]\n"
-            "                  [--noise fp32|fp64|wide] [--fp64] [--fast]\n"
+            "                  [--method gumbel|race] [--noise fp32|fp64|wide] [--fp64] [--fast]\n"
             "                  [--device SEL] [--json]\n"
             "\n"
             "Gumbel-max sampling with vLLM's random stream: one token per row of logits.\n"
@@ -28,6 +28,9 @@ static void sample_usage(FILE *out)
             "  --positions    int64 .npy with one position per row (or one for all);\n"
             "                 positions are in [0, 2^30)\n"
             "  --drafting     the draft stream (positions salted by 2^30)\n"
+            "  --method       gumbel (default) or race: the exponential race over\n"
+            "                 softmax(logits / T), computed inside psr; the same token up\n"
+            "                 to rounding\n"
             "  --noise        fp32 (default), fp64 (needs a device with fp64) or wide\n"
             "                 (fp64-grade tail in fp32 arithmetic; docs/statistics.md)\n"
             "  --fp64         short for --noise fp64\n"
@@ -87,6 +90,14 @@ int cmd_sample(int argc, char **argv)
             flags |= PSR_SAMPLE_FAST_MATH;
         } else if (!val) {
             return cli_usage_error("sample", "%s needs a value", arg);
+        } else if (strcmp(arg, "--method") == 0) {
+            if (strcmp(val, "race") == 0)
+                flags |= PSR_SAMPLE_RACE;
+            else if (strcmp(val, "gumbel") == 0)
+                flags &= ~PSR_SAMPLE_RACE;
+            else
+                return cli_usage_error("sample", "--method is gumbel or race, not \"%s\"", val);
+            i++;
         } else if (strcmp(arg, "--noise") == 0) {
             flags &= ~(PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_WIDE_NOISE);
             if (strcmp(val, "fp64") == 0)
@@ -194,8 +205,10 @@ int cmd_sample(int argc, char **argv)
         json_string(&w, used & PSR_SAMPLE_FP64_NOISE   ? "fp64"
                         : used & PSR_SAMPLE_WIDE_NOISE ? "wide"
                                                        : "fp32");
+        json_key(&w, "method");
+        json_string(&w, used & PSR_SAMPLE_RACE ? "race" : "gumbel");
         json_key(&w, "deterministic");
-        json_bool(&w, !(flags & PSR_SAMPLE_FAST_MATH));
+        json_bool(&w, !(used & PSR_SAMPLE_FAST_MATH));
         json_key(&w, "drafting");
         json_bool(&w, flags & PSR_SAMPLE_DRAFTING);
         json_key(&w, "no_finite_rows");
