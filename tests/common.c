@@ -1,6 +1,7 @@
 #include "common.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,4 +236,28 @@ void vector_logits(uint32_t vcase, uint32_t row, size_t vocab, float *out)
         h ^= h >> 13;
         out[i] = (float)(h >> 8) * 0x1p-20f - 8.0f;
     }
+}
+
+static uint64_t test_rng = 12345;
+
+void test_seed(uint64_t seed)
+{
+    test_rng = seed;
+}
+
+uint32_t rnd(void)
+{
+    test_rng = test_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(test_rng >> 32);
+}
+
+double uniform(void)
+{
+    uint64_t hi = rnd(), lo = rnd();
+    return ((double)((hi << 21) ^ lo) + 0.5) * 0x1p-53;
+}
+
+float normal(void)
+{
+    return (float)(sqrt(-2.0 * log(uniform())) * cos(6.283185307179586 * uniform()));
 }

@@ -47,6 +47,14 @@ psr_context *open_context(const char *cache_dir);
 extern char captured_log[8192];
 void capture_log(psr_log_level level, const char *message, void *user_data);
 
+/* A small deterministic generator for test data (not the sampler's stream):
+ * test_seed() restarts it, rnd() gives 32 random bits, uniform() a double in
+ * (0, 1), normal() a standard normal float. */
+void test_seed(uint64_t seed);
+uint32_t rnd(void);
+double uniform(void);
+float normal(void);
+
 /* The logits of gumbel_tokens.tsv, from the formula in its header. */
 void vector_logits(uint32_t vcase, uint32_t row, size_t vocab, float *out);
 

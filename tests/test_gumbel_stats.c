@@ -15,6 +15,7 @@ enum { BATCH = 2000 };
 static int setup(void **state)
 {
     (void)state;
+    test_seed(777);
     ctx = open_context(getenv("PSR_CACHE_DIR"));
     return 0;
 }
@@ -24,18 +25,6 @@ static int teardown(void **state)
     (void)state;
     psr_context_free(ctx);
     return 0;
-}
-
-static uint64_t rng_state = 777;
-static double uniform(void)
-{
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return ((double)(rng_state >> 11) + 0.5) * 0x1p-53;
-}
-
-static float normal(void)
-{
-    return (float)(sqrt(-2.0 * log(uniform())) * cos(6.283185307179586 * uniform()));
 }
 
 /* Samples one row of logits `trials` times (one seed, positions

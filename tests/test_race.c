@@ -15,6 +15,7 @@ static bool has_fp64;
 static int setup(void **state)
 {
     (void)state;
+    test_seed(4711);
     ctx = open_context(getenv("PSR_CACHE_DIR"));
     psr_device_info info;
     psr_context_device_info(ctx, &info);
@@ -27,19 +28,6 @@ static int teardown(void **state)
     (void)state;
     psr_context_free(ctx);
     return 0;
-}
-
-static uint64_t rng_state = 4711;
-static uint32_t rnd(void)
-{
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(rng_state >> 32);
-}
-
-static float normal(void)
-{
-    double u1 = ((double)rnd() + 1.0) / 4294967297.0, u2 = (double)rnd() / 4294967296.0;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
 static void fill_rows(size_t rows, int64_t *seeds, int64_t *pos, float *temps, float temp)
