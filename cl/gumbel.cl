@@ -317,12 +317,14 @@ inline void psr_consider(const psr_row *row, float x, uint i, psr_acc_t *best, u
     float p = x;
 #else
     float p;
-    if (row->greedy)
+    if (row->greedy) {
         p = x;
-    else if (isinf(x))
-        p = x > 0.0f ? INFINITY : 0.0f;
-    else
-        p = psr_det_exp_neg(psr_scale(x, row->t, row->r) - row->shift);
+    } else {
+        /* An infinite scaled logit (also one that overflowed x / T) is an
+         * infinite weight, as it is an infinite value for Gumbel-max. */
+        float xs = isinf(x) ? x : psr_scale(x, row->t, row->r);
+        p = isinf(xs) ? (xs > 0.0f ? INFINITY : 0.0f) : psr_det_exp_neg(xs - row->shift);
+    }
 #endif
     if (row->greedy) {
         v = p;

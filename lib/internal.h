@@ -133,10 +133,12 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *args, cl_
 
 /* Counts draws of the exponential variate E behind one noise option's
  * Gumbel noise that fall below 2^-24 (*c24) and 2^-32 (*c32), over `draws`
- * draws (rounded down to whole launches). top_slice: only words whose
- * 64-bit uniform is in its top 2^-32, where E < 2^-32 needs all 64 bits. */
+ * draws rounded down to whole work-groups (*done: how many were drawn).
+ * top_slice: only words whose 64-bit uniform is in its top 2^-32, where
+ * E < 2^-32 needs all 64 bits. */
 psr_status psr_tail_census(psr_context *ctx, unsigned flags, unsigned long long draws,
-                           bool top_slice, unsigned long long *c24, unsigned long long *c32);
+                           bool top_slice, unsigned long long *done, unsigned long long *c24,
+                           unsigned long long *c32);
 
 /* ---- disk cache (disk_cache.c) ---- */
 

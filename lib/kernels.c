@@ -78,7 +78,7 @@ static int opencl_c_version(const psr_device_info *info)
 
 void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, size_t len)
 {
-    char extra[96] = "";
+    char extra[160] = "";
     if (psr_kernel_set_uses_logits(v->set))
         snprintf(extra, sizeof extra,
                  " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d -DUSE_WIDE=%d -DPSR_METHOD=%d%s",

@@ -197,6 +197,14 @@ static psr_status enqueue(psr_context *ctx, cl_kernel k, const char *name, size_
     return PSR_OK;
 }
 
+/* After a launch is fully enqueued: the flags it used. */
+static void record_flags(psr_context *ctx, const psr_sample_args *a, unsigned flags)
+{
+    ctx->last_sample_flags = flags;
+    if (a->effective_flags)
+        *a->effective_flags = flags;
+}
+
 psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_event *first,
                               cl_event *last)
 {
@@ -271,12 +279,9 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     cl_event ev_sample = NULL;
     st = enqueue(ctx, sample, "psr_gumbel_sample", parts, a->num_events_in_wait_list,
                  a->event_wait_list, (first || last) ? &ev_sample : NULL);
-    if (st == PSR_OK) {
-        ctx->last_sample_flags = flags;
-        if (a->effective_flags)
-            *a->effective_flags = flags;
-    }
     if (st != PSR_OK || groups == 1 || one_pass) {
+        if (st == PSR_OK)
+            record_flags(ctx, a, flags);
         if (first && ev_sample) {
             *first = ev_sample;
             clRetainEvent(ev_sample);
@@ -295,6 +300,8 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     st = set_args(ctx, finalize, "psr_gumbel_finalize", 12, fsizes, fvalues);
     if (st == PSR_OK)
         st = enqueue(ctx, finalize, "psr_gumbel_finalize", a->rows, 0, NULL, last);
+    if (st == PSR_OK)
+        record_flags(ctx, a, flags);
     if (first)
         *first = ev_sample;
     else if (ev_sample)

@@ -2,7 +2,8 @@
 #include "internal.h"
 
 psr_status psr_tail_census(psr_context *ctx, unsigned flags, unsigned long long draws,
-                           bool top_slice, unsigned long long *c24, unsigned long long *c32)
+                           bool top_slice, unsigned long long *done_out, unsigned long long *c24,
+                           unsigned long long *c32)
 {
     unsigned resolved;
     psr_status st = psr_resolve_flags(ctx, flags, "noise flags", &resolved);
@@ -35,21 +36,29 @@ psr_status psr_tail_census(psr_context *ctx, unsigned flags, unsigned long long 
         cl_uint zero[2] = {0, 0}, got[2];
         key++; /* a new row key per launch keeps every draw distinct */
         err = clEnqueueWriteBuffer(ctx->queue, counts, CL_FALSE, 0, 8, zero, 0, NULL, NULL);
-        clSetKernelArg(k, 0, sizeof key, &key);
-        clSetKernelArg(k, 1, sizeof per_item, &per_item);
-        clSetKernelArg(k, 2, sizeof slice, &slice);
-        clSetKernelArg(k, 3, sizeof counts, &counts);
+        if (err == CL_SUCCESS)
+            err = clSetKernelArg(k, 0, sizeof key, &key);
+        if (err == CL_SUCCESS)
+            err = clSetKernelArg(k, 1, sizeof per_item, &per_item);
+        if (err == CL_SUCCESS)
+            err = clSetKernelArg(k, 2, sizeof slice, &slice);
+        if (err == CL_SUCCESS)
+            err = clSetKernelArg(k, 3, sizeof counts, &counts);
         if (err == CL_SUCCESS)
             err = clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &items, &local, 0, NULL, NULL);
         if (err == CL_SUCCESS)
             err = clEnqueueReadBuffer(ctx->queue, counts, CL_TRUE, 0, 8, got, 0, NULL, NULL);
-        if (err != CL_SUCCESS)
+        if (err != CL_SUCCESS) {
             st = psr_fail(ctx, PSR_ERR_OPENCL, "lower-tail census failed: %s", psr_cl_error_name(err));
+            break;
+        }
         *c24 += got[0];
         *c32 += got[1];
         done += (unsigned long long)items * per_item;
     }
     clReleaseMemObject(counts);
+    if (done_out)
+        *done_out = done;
     return st;
 }
 

@@ -215,10 +215,12 @@ static void test_lower_tail(void **state)
     for (int k = 0; k < 3; k++) {
         if ((options[k].flags & PSR_SAMPLE_FP64_NOISE) && !(info.capabilities & PSR_CAP_FP64))
             continue;
-        unsigned long long c24, c32, s24, s32;
+        unsigned long long c24, c32, s24, s32, done, slice_done;
         const unsigned long long draws = 1ull << 26, slice = 1ull << 16;
-        assert_int_equal(psr_tail_census(ctx, options[k].flags, draws, false, &c24, &c32), PSR_OK);
-        assert_int_equal(psr_tail_census(ctx, options[k].flags, slice, true, &s24, &s32), PSR_OK);
+        assert_int_equal(psr_tail_census(ctx, options[k].flags, draws, false, &done, &c24, &c32), PSR_OK);
+        assert_int_equal(psr_tail_census(ctx, options[k].flags, slice, true, &slice_done, &s24, &s32),
+                         PSR_OK);
+        assert_true(done == draws && slice_done == slice);
         print_message("flags %u: %llu draws: E < 2^-24 %llu (expected 4), E < 2^-32 %llu; top slice: "
                       "%llu of %llu below 2^-32\n",
                       options[k].flags, draws, c24, c32, s32, slice);

@@ -229,6 +229,21 @@ static void test_bad_probabilities(void **state)
                          PSR_OK);
         assert_int_equal(token, 5);
     }
+    /* A logit whose x / T overflows is an infinite weight, as for Gumbel-max. */
+    float l[3] = {1.0f, 3e38f, 2.0f};
+    t = 0.5f;
+    int32_t gumbel = -7;
+    assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 1, 3, 0, &seed, &pos, &t, PSR_SAMPLE_RACE,
+                                     &token, &flags, NULL),
+                     PSR_OK);
+    assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 1, 3, 0, &seed, &pos, &t, 0, &gumbel, NULL,
+                                     NULL),
+                     PSR_OK);
+    assert_int_equal(token, 1);
+    assert_int_equal(gumbel, 1);
+    assert_int_equal(flags, 0);
+    t = 1.0f;
+
     /* Probabilities need the race, and fp32. */
     token = -7;
     assert_int_equal(psr_sample_host(ctx, p, PSR_DTYPE_F32, 1, 6, 0, &seed, &pos, &t, PSR_SAMPLE_PROBS,

@@ -87,14 +87,15 @@ static int run_tail(psr_context *ctx, const char *noise, unsigned flags, unsigne
         seeds[r] = 20240611;
         temps[r] = 1.0f;
     }
-    cl_int err;
+    cl_int err, e1 = CL_SUCCESS, e2 = CL_SUCCESS, e3 = CL_SUCCESS, e4 = CL_SUCCESS;
     cl_mem dl = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY, batch * vocab * 4, NULL, &err);
     for (size_t r = 0; err == CL_SUCCESS && r < batch; r++)
         err = clEnqueueWriteBuffer(ctx->queue, dl, CL_FALSE, r * vocab * 4, vocab * 4, row, 0, NULL, NULL);
-    cl_mem ds = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, batch * 8, seeds, &err);
-    cl_mem dt = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, batch * 4, temps, &err);
-    cl_mem dp = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, batch * 8, NULL, &err);
-    cl_mem dk = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, batch * 4, NULL, &err);
+    cl_mem ds = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, batch * 8, seeds, &e1);
+    cl_mem dt = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, batch * 4, temps, &e2);
+    cl_mem dp = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, batch * 8, NULL, &e3);
+    cl_mem dk = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, batch * 4, NULL, &e4);
+    err = err != CL_SUCCESS ? err : e1 != CL_SUCCESS ? e1 : e2 != CL_SUCCESS ? e2 : e3 != CL_SUCCESS ? e3 : e4;
     int rc = CLI_OK;
     if (err != CL_SUCCESS) {
         fprintf(stderr, "psr verify tail: cannot allocate %zu rows of %zu logits: %s\n", batch, vocab,
@@ -273,21 +274,21 @@ int cmd_verify(int argc, char **argv)
                        r.noise, r.trials, r.tail_tokens, r.gap, r.observed, r.expected, r.p_value);
             }
         } else {
-            unsigned long long c24, c32, s24, s32;
-            psr_status st = psr_tail_census(ctx, noises[n].flags, draws, false, &c24, &c32);
+            unsigned long long done = 0, slice = 0, c24, c32, s24, s32;
+            psr_status st = psr_tail_census(ctx, noises[n].flags, draws, false, &done, &c24, &c32);
             if (st == PSR_OK) /* the top 2^-32 slice of the uniform: E < 2^-32 needs 64 bits */
-                st = psr_tail_census(ctx, noises[n].flags, 1u << 20, true, &s24, &s32);
+                st = psr_tail_census(ctx, noises[n].flags, 1u << 20, true, &slice, &s24, &s32);
             if (st != PSR_OK) {
                 rc = cli_report(st, ctx);
                 break;
             }
-            double e24 = (double)draws * 0x1p-24, e32 = (double)draws * 0x1p-32;
+            double e24 = (double)done * 0x1p-24, e32 = (double)done * 0x1p-32;
             if (as_json) {
                 json_begin_object(&w);
                 json_key(&w, "noise");
                 json_string(&w, noises[n].name);
                 json_key(&w, "draws");
-                json_uint(&w, draws);
+                json_uint(&w, done);
                 json_key(&w, "below_2^-24");
                 json_uint(&w, c24);
                 json_key(&w, "expected_below_2^-24");
@@ -297,7 +298,7 @@ int cmd_verify(int argc, char **argv)
                 json_key(&w, "expected_below_2^-32");
                 json_double(&w, e32);
                 json_key(&w, "top_slice_draws");
-                json_uint(&w, 1u << 20);
+                json_uint(&w, slice);
                 json_key(&w, "top_slice_below_2^-32");
                 json_uint(&w, s32);
                 json_end_object(&w);
@@ -305,7 +306,7 @@ int cmd_verify(int argc, char **argv)
                 printf("lower-tail %-5s %llu draws: E < 2^-24: %llu (expected %.2f), E < 2^-32: %llu "
                        "(expected %.3g); of %u draws from the top 2^-32 of the uniform, %llu give "
                        "E < 2^-32\n",
-                       noises[n].name, draws, c24, e24, c32, e32, 1u << 20, s32);
+                       noises[n].name, done, c24, e24, c32, e32, (unsigned)slice, s32);
             }
         }
     }

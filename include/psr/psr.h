@@ -243,8 +243,8 @@ typedef enum psr_dtype {
 #define PSR_SAMPLE_RACE (1u << 4)  /* exponential race argmax p / E instead of Gumbel-max: the
                                       same token up to rounding; over softmax(logits / T) */
 #define PSR_SAMPLE_PROBS (1u << 5) /* with RACE: `logits` holds fp32 probabilities (any
-                                      scale; 0, negative and NaN never win); T = 0 is argmax,
-                                      other temperatures are not applied */
+                                      scale below 2^64; 0, negative and NaN never win); T = 0
+                                      is argmax, other temperatures are not applied */
 
 /* Per-row result flags (psr_sample_args.row_flags). */
 #define PSR_ROW_NO_FINITE (1u << 0)       /* every logit is NaN or -inf: token still in range */
