@@ -89,6 +89,8 @@ typedef float psr_acc_t;
 /* An fp32 value as an unsigned integer of the same order. */
 inline uint psr_ordered(float v)
 {
+    if (v == 0.0f)
+        v = 0.0f; /* -0 equals +0 everywhere else: the lowest index must win */
     uint b = as_uint(v);
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
@@ -469,7 +471,9 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
                 cache = draft_cache + (ulong)crow * draft_cache_stride;
         }
     }
-    bool aligned = ((logits_offset + (ulong)row_id * row_stride) & 3) == 0;
+    /* Vector loads need the row's real address aligned (a buffer made from
+     * a host pointer need not be): test the pointer, not the offset. */
+    bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
 
 #if PSR_METHOD == 1
     if (active && !row.greedy) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void psr_context_options_init(psr_context_options *options)
@@ -66,6 +67,17 @@ static void setup_disk_cache(psr_context *ctx, const psr_context_options *o)
     if (err) {
         psr_log(ctx, PSR_LOG_WARNING, "kernel cache: disk tier off: cannot create %s: %s",
                 ctx->cache_dir, strerror(err));
+        ctx->cache_dir[0] = '\0';
+        return;
+    }
+    /* Binaries become device code (native code on CPU devices): use only a
+     * directory that no one but its owner can write. */
+    struct stat st;
+    if (stat(ctx->cache_dir, &st) != 0 || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        psr_log(ctx, PSR_LOG_WARNING,
+                "kernel cache: disk tier off: %s is writable by group or others; use a "
+                "directory only its owner can write (mode 0700 or 0755)",
+                ctx->cache_dir);
         ctx->cache_dir[0] = '\0';
         return;
     }

@@ -151,39 +151,39 @@ static void parse_meta(const char *text, size_t len, psr_cache_meta *m)
     }
 }
 
-/* Reads a whole file; NULL with errno set on failure. */
+/* Largest binary psr reads: anything bigger is not one of its programs. */
+#define MAX_FILE_BYTES ((size_t)256 << 20)
+
+/* Reads a whole regular file; NULL with errno set on failure. Symbolic
+ * links, FIFOs and devices are refused (EINVAL) and never block. */
 static unsigned char *read_all(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
         return NULL;
-    unsigned char *data = NULL;
-    size_t cap = 0, n = 0;
-    for (;;) {
-        if (n == cap) {
-            size_t grown = cap ? cap * 2 : 65536;
-            unsigned char *p = realloc(data, grown);
-            if (!p) {
-                free(data);
-                fclose(f);
-                errno = ENOMEM;
-                return NULL;
-            }
-            data = p;
-            cap = grown;
-        }
-        size_t got = fread(data + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    int failed = ferror(f);
-    fclose(f);
-    if (failed) {
-        free(data);
-        errno = EIO;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > MAX_FILE_BYTES) {
+        close(fd);
+        errno = EINVAL;
         return NULL;
     }
+    size_t size = (size_t)st.st_size;
+    unsigned char *data = malloc(size ? size : 1);
+    if (!data) {
+        close(fd);
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t n = 0;
+    while (n < size) {
+        ssize_t got = read(fd, data + n, size - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break; /* shorter than fstat said: the checks below call it truncated */
+        n += (size_t)got;
+    }
+    close(fd);
     *len = n;
     return data;
 }
@@ -230,8 +230,14 @@ psr_cache_read psr_cache_read_file(const char *path, const uint8_t key[32], unsi
     size_t len = 0;
     unsigned char *data = read_all(path, &len);
     if (!data) {
-        *why = errno == ENOENT ? "missing" : strerror(errno);
-        return errno == ENOENT ? PSR_CACHE_READ_MISSING : PSR_CACHE_READ_UNREADABLE;
+        if (errno == ENOENT)
+            return *why = "missing", PSR_CACHE_READ_MISSING;
+        if (errno == EINVAL || errno == ELOOP) {
+            *why = "not a regular file, or too large to be a psr binary";
+            return PSR_CACHE_READ_INVALID;
+        }
+        *why = strerror(errno);
+        return PSR_CACHE_READ_UNREADABLE;
     }
     size_t at = 0, plen = 0;
     *why = check_file(data, len, key, meta, &at, &plen);
@@ -330,7 +336,7 @@ static bool is_ours(const char *dir, const char *name)
     char path[PSR_PATH_MAX * 2];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     struct stat st;
-    return stat(path, &st) == 0 && time(NULL) - st.st_mtime > STALE_TMP_SECONDS;
+    return lstat(path, &st) == 0 && time(NULL) - st.st_mtime > STALE_TMP_SECONDS;
 }
 
 static psr_status open_cache_dir(const char *dir, char *resolved, size_t len, DIR **out)
@@ -381,19 +387,19 @@ psr_status psr_cache_list(const char *dir, psr_cache_entry *entries, size_t capa
     for (struct dirent *e; d && (e = readdir(d));) {
         if (!has_suffix(e->d_name, SUFFIX))
             continue;
+        char entry_path[PSR_PATH_MAX * 2];
+        snprintf(entry_path, sizeof entry_path, "%s/%s", path, e->d_name);
+        struct stat lst;
+        if (lstat(entry_path, &lst) != 0 || !S_ISREG(lst.st_mode))
+            continue; /* psr only ever writes regular files */
         if (n < capacity) {
             psr_cache_entry *out = &entries[n];
             memset(out, 0, sizeof *out);
             psr_strlcpy(out->file, e->d_name, sizeof out->file);
-            char file[PSR_PATH_MAX * 2];
-            snprintf(file, sizeof file, "%s/%s", path, e->d_name);
-            struct stat sb;
-            if (stat(file, &sb) == 0) {
-                out->bytes = (uint64_t)sb.st_size;
-                out->mtime = (int64_t)sb.st_mtime;
-            }
+            out->bytes = (uint64_t)lst.st_size;
+            out->mtime = (int64_t)lst.st_mtime;
             size_t len = 0, at, plen;
-            unsigned char *data = read_all(file, &len);
+            unsigned char *data = read_all(entry_path, &len);
             psr_cache_meta meta;
             if (data && !check_file(data, len, NULL, &meta, &at, &plen)) {
                 out->valid = 1;
@@ -428,6 +434,9 @@ psr_status psr_cache_clear(const char *dir, size_t *removed)
             continue;
         char file[PSR_PATH_MAX * 2];
         snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+        struct stat lst;
+        if (lstat(file, &lst) != 0 || !S_ISREG(lst.st_mode))
+            continue;
         if (unlink(file) == 0) {
             n++;
         } else if (errno != ENOENT && !failure) {

@@ -117,6 +117,8 @@ psr_status psr_program_build_source(psr_context *ctx, const char *label, const c
 /* ---- sampling (sample.c) ---- */
 
 size_t psr_dtype_size(psr_dtype dtype);
+/* Bytes of logits a shape reads, or 0 when that overflows a size_t. */
+size_t psr_logits_bytes(size_t offset, size_t rows, size_t stride, size_t vocab, size_t esize);
 /* Checks PSR_SAMPLE_* flags and applies the fp64 policy: the flags to use. */
 psr_status psr_resolve_flags(psr_context *ctx, unsigned flags, const char *name, unsigned *out);
 /* Fails with PSR_ERR_BUFFER_TOO_SMALL unless buf holds `need` bytes. */

@@ -20,6 +20,19 @@ size_t psr_dtype_size(psr_dtype dtype)
     return dtype == PSR_DTYPE_F32 ? 4 : 2;
 }
 
+/* Bytes of logits a shape reads: (offset + (rows - 1) * stride + vocab) *
+ * esize, or 0 when that does not fit a size_t. */
+size_t psr_logits_bytes(size_t offset, size_t rows, size_t stride, size_t vocab, size_t esize)
+{
+    size_t span;
+    if (rows == 0 || (stride && rows - 1 > (SIZE_MAX - vocab) / stride))
+        return 0;
+    span = (rows - 1) * stride + vocab;
+    if (span > SIZE_MAX - offset || offset + span > SIZE_MAX / esize)
+        return 0;
+    return (offset + span) * esize;
+}
+
 /* Fails unless buf holds at least `need` bytes. */
 psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const char *name)
 {
@@ -117,9 +130,12 @@ static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
             a->num_events_in_wait_list);
     (void)flags;
 
-    size_t esize = psr_dtype_size(a->logits_dtype);
-    size_t last = a->logits_offset + (a->rows - 1) * stride + a->vocab;
-    psr_status st = psr_check_buffer(ctx, a->logits, last * esize, "args->logits");
+    size_t logits_bytes =
+        psr_logits_bytes(a->logits_offset, a->rows, stride, a->vocab, psr_dtype_size(a->logits_dtype));
+    REQUIRE(logits_bytes > 0, PSR_ERR_INVALID_ARGUMENT,
+            "args->logits_offset %zu + (rows - 1) x row_stride %zu overflows the address space",
+            a->logits_offset, stride);
+    psr_status st = psr_check_buffer(ctx, a->logits, logits_bytes, "args->logits");
     if (st == PSR_OK)
         st = psr_check_buffer(ctx, a->seeds, a->requests * 8, "args->seeds");
     if (st == PSR_OK)
@@ -138,6 +154,8 @@ static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
         size_t cache_rows = a->draft_cache_rows ? a->draft_cache_rows_total : a->rows;
         REQUIRE(cache_rows > 0, PSR_ERR_INVALID_ARGUMENT,
                 "args->draft_cache_rows_total is 0 with args->draft_cache_rows set");
+        REQUIRE(cache_rows <= SIZE_MAX / 4 / a->vocab, PSR_ERR_INVALID_ARGUMENT,
+                "args->draft_cache_rows_total %zu x vocab overflows the address space", cache_rows);
         st = psr_check_buffer(ctx, a->draft_cache, cache_rows * a->vocab * 4, "args->draft_cache");
     }
     return st;
@@ -302,7 +320,7 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
         st = enqueue(ctx, finalize, "psr_gumbel_finalize", a->rows, 0, NULL, last);
     if (st == PSR_OK)
         record_flags(ctx, a, flags);
-    if (first)
+    if (first && st == PSR_OK)
         *first = ev_sample;
     else if (ev_sample)
         clReleaseEvent(ev_sample);
@@ -359,7 +377,11 @@ psr_status psr_sample_host(psr_context *ctx, const void *logits, psr_dtype dtype
                 (double)temperatures[r]);
     }
 
-    size_t logits_bytes = ((rows - 1) * stride + vocab) * psr_dtype_size(dtype);
+    REQUIRE(rows <= UINT32_MAX / 64, PSR_ERR_INVALID_ARGUMENT, "psr_sample_host: rows %zu is too large",
+            rows);
+    size_t logits_bytes = psr_logits_bytes(0, rows, stride, vocab, psr_dtype_size(dtype));
+    REQUIRE(logits_bytes > 0, PSR_ERR_INVALID_ARGUMENT,
+            "psr_sample_host: rows x row_stride %zu overflows the address space", stride);
     cl_int err = CL_SUCCESS;
     cl_mem bufs[6] = {NULL};
     const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
@@ -405,7 +427,7 @@ psr_status psr_sample_host(psr_context *ctx, const void *logits, psr_dtype dtype
         st = psr_sample(ctx, &a, NULL);
     }
     if (st == PSR_OK) {
-        err = clEnqueueReadBuffer(ctx->queue, bufs[4], CL_FALSE, 0, rows * 4, tok, 0, NULL, NULL);
+        err = clEnqueueReadBuffer(ctx->queue, bufs[4], CL_TRUE, 0, rows * 4, tok, 0, NULL, NULL);
         if (err == CL_SUCCESS)
             err = clEnqueueReadBuffer(ctx->queue, bufs[5], CL_TRUE, 0, rows * 4, fl, 0, NULL, NULL);
         if (err != CL_SUCCESS)

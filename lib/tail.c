@@ -35,7 +35,7 @@ psr_status psr_tail_census(psr_context *ctx, unsigned flags, unsigned long long 
             break;
         cl_uint zero[2] = {0, 0}, got[2];
         key++; /* a new row key per launch keeps every draw distinct */
-        err = clEnqueueWriteBuffer(ctx->queue, counts, CL_FALSE, 0, 8, zero, 0, NULL, NULL);
+        err = clEnqueueWriteBuffer(ctx->queue, counts, CL_TRUE, 0, 8, zero, 0, NULL, NULL);
         if (err == CL_SUCCESS)
             err = clSetKernelArg(k, 0, sizeof key, &key);
         if (err == CL_SUCCESS)

@@ -13,7 +13,7 @@ failures = []
 
 
 def run(*args, env=None):
-    return subprocess.run([PSR, *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run([PSR, *args], capture_output=True, text=True, env=env, timeout=1500)
 
 
 def check(cond, what):

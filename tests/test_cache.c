@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const psr_variant plain = {.set = PSR_KERNELS_STREAM};
@@ -193,6 +194,25 @@ static void test_uncreatable_dir_only_loses_disk_tier(void **state)
     remove_tree(dir);
 }
 
+/* Cached binaries become device code: a directory others can write is not used. */
+static void test_shared_writable_dir_refused(void **state)
+{
+    (void)state;
+    char dir[512];
+    make_temp_dir(dir, sizeof dir);
+    assert_int_equal(chmod(dir, 0777), 0);
+    captured_log[0] = '\0';
+    psr_context *ctx = open_context(dir);
+    assert_non_null(strstr(captured_log, "writable by group or others"));
+    assert_false(stats_of(ctx).disk_enabled);
+    cl_program p;
+    assert_int_equal(psr_program_get(ctx, &plain, &p), PSR_OK);
+    assert_int_equal(count_files(dir, ""), 0);
+    psr_context_free(ctx);
+    chmod(dir, 0700);
+    remove_tree(dir);
+}
+
 int main(void)
 {
     if (!have_device()) {
@@ -207,6 +227,7 @@ int main(void)
         cmocka_unit_test(test_refused_rebuilt),
         cmocka_unit_test(test_psr_cache_0),
         cmocka_unit_test(test_uncreatable_dir_only_loses_disk_tier),
+        cmocka_unit_test(test_shared_writable_dir_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 #include <utime.h>
@@ -248,6 +249,36 @@ static void test_list_and_clear(void **state)
     remove_tree(dir);
 }
 
+/* Only regular files are psr's: a FIFO or a symbolic link named like a
+ * binary is skipped by list and clear, and refused (not waited on) by reads. */
+static void test_special_files_refused(void **state)
+{
+    (void)state;
+    char dir[512], fifo[700], link_path[700], path[700];
+    make_temp_dir(dir, sizeof dir);
+    write_sample(dir, key_a);
+    psr_cache_path(dir, key_a, path, sizeof path);
+    snprintf(fifo, sizeof fifo, "%s/fifo.psrbin", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(link_path, sizeof link_path, "%s/link.psrbin", dir);
+    assert_int_equal(symlink(path, link_path), 0);
+    size_t n = 0;
+    assert_int_equal(psr_cache_list(dir, NULL, 0, &n), PSR_OK);
+    assert_int_equal(n, 1);
+    const char *why = NULL;
+    unsigned char *payload = NULL;
+    size_t len = 0;
+    assert_int_equal(psr_cache_read_file(fifo, key_a, &payload, &len, NULL, &why), PSR_CACHE_READ_INVALID);
+    assert_int_equal(psr_cache_read_file(link_path, key_a, &payload, &len, NULL, &why),
+                     PSR_CACHE_READ_INVALID);
+    size_t removed = 0;
+    assert_int_equal(psr_cache_clear(dir, &removed), PSR_OK);
+    assert_int_equal(removed, 1);
+    unlink(fifo);
+    unlink(link_path);
+    remove_tree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -257,6 +288,7 @@ int main(void)
         cmocka_unit_test(test_mkdir_p),
         cmocka_unit_test(test_directory_resolution),
         cmocka_unit_test(test_list_and_clear),
+        cmocka_unit_test(test_special_files_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -488,6 +488,83 @@ static void test_device_api(void **state)
     free(cache);
 }
 
+/* A buffer over a host pointer that is 4- but not 16-byte aligned (a
+ * numpy view, say): the kernel must not use vector loads on it. */
+static void test_unaligned_host_buffer(void **state)
+{
+    (void)state;
+    enum { ROWS = 4, V = 32000 };
+    float *mem = malloc((ROWS * V + 8) * sizeof *mem);
+    float *logits = mem + ((((uintptr_t)mem) & 15) == 0 ? 1 : 0); /* 4 mod 16 or other */
+    while (((uintptr_t)logits & 15) == 0)
+        logits++;
+    for (size_t i = 0; i < ROWS * V; i++)
+        logits[i] = 2.0f * normal();
+    cl_long seeds[ROWS] = {1, 2, 3, 4}, pos[ROWS] = {5, 6, 7, 8};
+    cl_float temps[ROWS] = {1.0f, 0.0f, 0.5f, 1.0f};
+    cl_int err;
+    cl_mem dl = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, ROWS * V * 4, logits, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_mem ds = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof seeds, seeds, &err);
+    cl_mem dt = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof temps, temps, &err);
+    cl_mem dp = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof pos, pos, &err);
+    cl_mem dk = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, ROWS * 4, NULL, &err);
+    psr_sample_args a;
+    psr_sample_args_init(&a);
+    a.rows = ROWS;
+    a.vocab = V;
+    a.logits = dl;
+    a.requests = ROWS;
+    a.seeds = ds;
+    a.temperatures = dt;
+    a.positions = dp;
+    a.tokens = dk;
+    assert_int_equal(psr_sample(ctx, &a, NULL), PSR_OK);
+    cl_int tokens[ROWS];
+    assert_int_equal(clEnqueueReadBuffer(ctx->queue, dk, CL_TRUE, 0, sizeof tokens, tokens, 0, NULL, NULL),
+                     CL_SUCCESS);
+    for (int r = 0; r < ROWS; r++)
+        assert_int_equal(tokens[r], psr_oracle_sample_row(logits + (size_t)r * V, V, temps[r], seeds[r],
+                                                          pos[r], false, PSR_NOISE_FP32, NULL));
+    /* A stride that wraps the size arithmetic is refused, not followed. */
+    a.row_stride = (size_t)1 << 61;
+    assert_int_equal(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(psr_last_error(ctx), "overflows"));
+    clReleaseMemObject(dl);
+    clReleaseMemObject(ds);
+    clReleaseMemObject(dt);
+    clReleaseMemObject(dp);
+    clReleaseMemObject(dk);
+    free(mem);
+}
+
+/* -0 and +0 are equal logits: the lowest index wins, however the row is split. */
+static void test_signed_zeros_tie(void **state)
+{
+    (void)state;
+    psr_context *saved = ctx;
+    setenv("PSR_TUNE_RESIDENT", "64", 1);
+    float l[4096];
+    for (size_t i = 0; i < 4096; i++)
+        l[i] = -INFINITY;
+    l[0] = -0.0f;
+    l[3000] = 0.0f;
+    for (int two_pass = 0; two_pass <= 1; two_pass++) {
+        ctx = open_context(NULL);
+        ctx->tuning.two_pass = two_pass;
+        int64_t seed = 1, pos = 1;
+        float t = 0.0f;
+        int32_t token = -7;
+        assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 1, 4096, 0, &seed, &pos, &t, 0, &token,
+                                         NULL, NULL),
+                         PSR_OK);
+        assert_int_equal(token, 0);
+        psr_context_free(ctx);
+    }
+    unsetenv("PSR_TUNE_RESIDENT");
+    ctx = saved;
+}
+
 static void test_host_api_rejects_bad_values(void **state)
 {
     (void)state;
@@ -646,6 +723,8 @@ int main(void)
         cmocka_unit_test(test_half_and_bf16_with_stride),
         cmocka_unit_test(test_device_api),
         cmocka_unit_test(test_host_api_rejects_bad_values),
+        cmocka_unit_test(test_unaligned_host_buffer),
+        cmocka_unit_test(test_signed_zeros_tie),
         cmocka_unit_test(test_fp64_refused_without_fp64),
         cmocka_unit_test(test_wide_agrees_with_fp64),
         cmocka_unit_test(test_fp64_policy_wide),

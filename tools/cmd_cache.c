@@ -32,8 +32,9 @@ void cli_cache_summary(const char *dir, unsigned long long *files, unsigned long
     psr_cache_entry *e = calloc(n, sizeof *e);
     if (!e)
         return;
-    if (psr_cache_list(dir, e, n, &n) == PSR_OK)
-        for (size_t i = 0; i < n; i++) {
+    size_t cap = n;
+    if (psr_cache_list(dir, e, cap, &n) == PSR_OK)
+        for (size_t i = 0; i < n && i < cap; i++) {
             (*files)++;
             *bytes += e[i].bytes;
         }
@@ -94,11 +95,14 @@ static int cache_list(int argc, char **argv)
     psr_cache_entry *e = calloc(n ? n : 1, sizeof *e);
     if (!e)
         return cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
-    st = psr_cache_list(dir, e, n, &n);
+    size_t cap = n;
+    st = psr_cache_list(dir, e, cap, &n);
     if (st != PSR_OK) {
         free(e);
         return cli_report(st, NULL);
     }
+    if (n > cap)
+        n = cap; /* entries written while we listed: show what we read */
     time_t now = time(NULL);
     if (as_json) {
         json_writer w;

@@ -117,11 +117,14 @@ int cmd_info(int argc, char **argv)
     psr_device_info *devices = calloc(n ? n : 1, sizeof *devices);
     if (!devices)
         return cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
-    st = psr_device_list(devices, n, &n);
+    size_t cap = n;
+    st = psr_device_list(devices, cap, &n);
     if (st != PSR_OK) {
         free(devices);
         return cli_report(st, NULL);
     }
+    if (n > cap)
+        n = cap;
 
     char auto_choice[1024], env_choice[1024] = "";
     bool auto_ok = false, env_ok = false;

@@ -90,7 +90,7 @@ static int run_tail(psr_context *ctx, const char *noise, unsigned flags, unsigne
     cl_int err, e1 = CL_SUCCESS, e2 = CL_SUCCESS, e3 = CL_SUCCESS, e4 = CL_SUCCESS;
     cl_mem dl = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY, batch * vocab * 4, NULL, &err);
     for (size_t r = 0; err == CL_SUCCESS && r < batch; r++)
-        err = clEnqueueWriteBuffer(ctx->queue, dl, CL_FALSE, r * vocab * 4, vocab * 4, row, 0, NULL, NULL);
+        err = clEnqueueWriteBuffer(ctx->queue, dl, CL_TRUE, r * vocab * 4, vocab * 4, row, 0, NULL, NULL);
     cl_mem ds = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, batch * 8, seeds, &e1);
     cl_mem dt = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, batch * 4, temps, &e2);
     cl_mem dp = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, batch * 8, NULL, &e3);
@@ -119,7 +119,7 @@ static int run_tail(psr_context *ctx, const char *noise, unsigned flags, unsigne
         a.tokens = dk;
         a.flags = flags;
         psr_status st = PSR_OK;
-        err = clEnqueueWriteBuffer(ctx->queue, dp, CL_FALSE, 0, n * 8, pos, 0, NULL, NULL);
+        err = clEnqueueWriteBuffer(ctx->queue, dp, CL_TRUE, 0, n * 8, pos, 0, NULL, NULL);
         if (err == CL_SUCCESS)
             st = psr_sample(ctx, &a, NULL);
         if (err == CL_SUCCESS && st == PSR_OK)
