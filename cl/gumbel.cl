@@ -430,7 +430,8 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
                        __global uint *part_index, __global int *tokens, __global uint *row_flags,
                        __global float *draft_cache, __global const int *draft_cache_rows,
                        ulong draft_cache_stride, __global ulong *row_words, uint fold_width,
-                       uint requests, uint draft_cache_rows_total)
+                       uint requests, uint draft_cache_rows_total, uint draft_cache_k,
+                       uint draft_step)
 {
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
@@ -466,7 +467,10 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
 #endif
         src = logits + logits_offset + (ulong)row_id * row_stride;
         if (draft_cache) {
-            int crow = draft_cache_rows ? draft_cache_rows[row_id] : (int)row_id;
+            /* [requests, K, vocab] with K = draft_cache_k, else one row per row */
+            int crow = draft_cache_rows ? draft_cache_rows[row_id]
+                       : draft_cache_k  ? req * (int)draft_cache_k + (int)draft_step
+                                        : (int)row_id;
             if (crow >= 0)
                 cache = draft_cache + (ulong)crow * draft_cache_stride;
         }

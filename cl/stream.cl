@@ -25,7 +25,11 @@
 
 /* Draft rows shift their position by 2^30 so the draft and target streams
  * never share a Philox counter for positions below 2^30. */
+#ifdef PSR_TEST_DISABLE_DRAFT_SALT
+#define PSR_DRAFT_SALT 0UL /* test only: the control that shows why the salt exists */
+#else
 #define PSR_DRAFT_SALT 0x40000000UL
+#endif
 
 /* philox4x32_10(ctr = {lo(offset), hi(offset), 0, 0}, key = {lo(seed), hi(seed)}). */
 inline uint4 psr_draw(ulong seed, ulong offset)

@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -285,6 +286,13 @@ void psr_context_free(psr_context *ctx)
         clReleaseMemObject(ctx->part_index.buffer);
     if (ctx->row_words.buffer)
         clReleaseMemObject(ctx->row_words.buffer);
+    for (int i = 0; i < 6; i++)
+        if (ctx->verify[i].buffer)
+            clReleaseMemObject(ctx->verify[i].buffer);
+    for (int i = 0; i < 2; i++)
+        if (ctx->verify_layout[i])
+            clReleaseMemObject(ctx->verify_layout[i]);
+    free(ctx->verify_cu);
     for (size_t i = 0; i < ctx->program_count; i++) {
         clReleaseProgram(ctx->programs[i].program);
         free(ctx->programs[i].key);
@@ -362,6 +370,8 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
         return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT,
                         "psr_context_scratch_bytes: bytes is NULL");
     *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->row_words.bytes;
+    for (int i = 0; i < 6; i++)
+        *bytes += ctx->verify[i].bytes;
     return PSR_OK;
 }
 
@@ -373,6 +383,8 @@ static bool variant_used(const psr_variant *v)
         return v->method == 0 && !v->wide && !v->fast_math && v->dtype == PSR_DTYPE_F32;
     if (v->fast_math && (v->wide || v->method != 0))
         return false;
+    if (v->set == PSR_KERNELS_VERIFY) /* the target stream, Gumbel-max, deterministic */
+        return !v->drafting && v->method == 0 && !v->fast_math;
     return v->method != 2 || v->dtype == PSR_DTYPE_F32;
 }
 
@@ -415,4 +427,19 @@ psr_status psr_context_warm(psr_context *ctx, size_t *variants)
     if (!ctx)
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_warm: ctx is NULL");
     return psr_warm_sets(ctx, ~0u, variants);
+}
+
+psr_status psr_context_add_build_options(psr_context *ctx, const char *options)
+{
+    if (ctx->program_count)
+        return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT,
+                        "build options must be added before the context builds any program");
+    size_t used = strlen(ctx->tuning.extra_options);
+    int n = snprintf(ctx->tuning.extra_options + used, sizeof ctx->tuning.extra_options - used, "%s%s",
+                     used ? " " : "", options);
+    if (n < 0 || (size_t)n >= sizeof ctx->tuning.extra_options - used) {
+        ctx->tuning.extra_options[used] = '\0';
+        return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT, "build options \"%s\" do not fit", options);
+    }
+    return PSR_OK;
 }

@@ -71,12 +71,16 @@ typedef struct psr_tuning {
 } psr_tuning;
 
 psr_tuning psr_tuning_for(const psr_device_info *info);
+/* Appends -D options to every build of this context (tests and the
+ * unbiasedness control); only before its first build. */
+psr_status psr_context_add_build_options(psr_context *ctx, const char *options);
 
 /* ---- kernels and programs (kernels.c, program.c) ---- */
 
 typedef enum psr_kernel_set {
     PSR_KERNELS_STREAM = 0, /* Philox and the random stream (cl/stream.cl) */
     PSR_KERNELS_GUMBEL = 1, /* Gumbel-max sampling (cl/gumbel.cl) */
+    PSR_KERNELS_VERIFY = 2, /* verification of speculative drafts (cl/verify.cl) */
     PSR_KERNEL_SET_COUNT
 } psr_kernel_set;
 
@@ -126,6 +130,12 @@ psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const cha
 /* How a row is split over work-groups: `groups` chunks of `chunk` tokens
  * (a multiple of 4). */
 void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *chunk, cl_uint *groups);
+/* clSetKernelArg for arguments 0 .. n-1, failing with the kernel's name. */
+psr_status psr_set_kernel_args(psr_context *ctx, cl_kernel k, const char *name, int n,
+                               const size_t *sizes, const void *const *values);
+/* Enqueues `groups` work-groups of `local` work-items. */
+psr_status psr_enqueue_groups(psr_context *ctx, cl_kernel k, const char *name, size_t groups,
+                              size_t local, cl_uint nwait, const cl_event *wait, cl_event *event);
 /* psr_sample with both ends exposed: *first is the first kernel's event,
  * *last the last one's (the same event with one kernel). Either may be NULL. */
 psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *args, cl_event *first,
@@ -225,6 +235,10 @@ struct psr_context {
     psr_scratch part_value; /* per (row, work-group) best value */
     psr_scratch part_index; /* per (row, work-group) best index */
     psr_scratch row_words;  /* per row: the one-pass fold word, zero between launches */
+    psr_scratch verify[6];  /* psr_verify's per-row statistics, walks and status (verify.c) */
+    cl_mem verify_layout[2]; /* the last cu and row-to-request map uploaded, and */
+    int32_t *verify_cu;      /* a host copy of that cu, to reuse them when it repeats */
+    size_t verify_requests;
 
     psr_fp64_policy fp64_policy;
     bool fp64_fallback_said;     /* the log has said once that fp64 became wide */
@@ -260,6 +274,59 @@ int32_t psr_oracle_sample_row(const float *logits, size_t vocab, float temperatu
  * PSR_SAMPLE_PROBS): argmax p * (1/E), fp32 or (fp64) double. */
 int32_t psr_oracle_race_row(const float *probs, size_t vocab, float temperature, int64_t seed,
                             int64_t pos, bool drafting, psr_noise_kind noise, bool *no_positive);
+
+float psr_oracle_exp_neg(float y);
+
+/* psr_verify on the host (lib/oracle_verify.c), for fp32 target logits. */
+typedef struct psr_oracle_verify_in {
+    size_t requests, rows, vocab, max_drafts;
+    const int32_t *cu;           /* [requests + 1] */
+    const float *target;         /* [rows, vocab] */
+    const float *draft_cache;    /* [requests, cache_k, vocab] or NULL (one-hot drafts) */
+    size_t cache_k;
+    const int32_t *draft_tokens; /* [rows] */
+    const int64_t *seeds;        /* [requests] */
+    const float *temperatures;   /* [requests] */
+    const int64_t *positions;    /* [rows] */
+    bool greedy_all;
+    psr_noise_kind noise;
+} psr_oracle_verify_in;
+/* tokens: [requests, max_drafts + 1]; num_sampled: [requests]. */
+void psr_oracle_verify(const psr_oracle_verify_in *in, int32_t *tokens, int32_t *num_sampled);
+
+/* ---- goodness of fit (chi2.c) ---- */
+
+typedef struct psr_chi2_result {
+    double chi2;
+    size_t df;
+    double threshold; /* df + 10 * sqrt(2 df) */
+} psr_chi2_result;
+/* Pearson's chi-square of observed counts against expected probabilities
+ * (n trials). Bins whose expected count is below 5 are merged, smallest
+ * first, until each merged bin expects at least 5. A hit on a
+ * zero-probability bin makes chi2 infinite. */
+psr_chi2_result psr_chi2_test(const uint64_t *observed, const double *p, size_t bins, uint64_t n);
+/* softmax(logits / t) in double precision; -inf and NaN get 0. */
+void psr_softmax(const float *logits, size_t n, double t, double *p);
+
+/* ---- the unbiasedness experiment (unbiased.c) ---- */
+
+#define PSR_UNBIASED_VOCAB 16
+#define PSR_UNBIASED_MAX_K 8
+typedef struct psr_unbiased_result {
+    size_t k, trials;
+    double p[PSR_UNBIASED_VOCAB]; /* the target distribution, softmax(randn(16)) */
+    double q[PSR_UNBIASED_VOCAB]; /* the draft's, softmax(-target) */
+    uint64_t counts[PSR_UNBIASED_MAX_K + 1][PSR_UNBIASED_VOCAB]; /* output tokens per position */
+    uint64_t reached[PSR_UNBIASED_MAX_K + 1]; /* requests that output a token there */
+    uint64_t accepted;                        /* drafts accepted, all positions */
+} psr_unbiased_result;
+/* `trials` requests of k drafts, drawn by the salted draft sampler from q
+ * (with the draft cache), verified against p at T = 1. Every position's
+ * output should be distributed as p. A context built with
+ * -DPSR_TEST_DISABLE_DRAFT_SALT=1 runs the control. */
+psr_status psr_unbiased_run(psr_context *ctx, size_t k, size_t trials, uint64_t seed,
+                            psr_unbiased_result *out);
 
 /* ---- sha256.c ---- */
 

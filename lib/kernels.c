@@ -16,11 +16,14 @@ static const kernel_set_def sets[PSR_KERNEL_SET_COUNT] = {
     [PSR_KERNELS_STREAM] = {"stream", {"random123/philox.h", "stream.cl", NULL}},
     [PSR_KERNELS_GUMBEL] = {"gumbel",
                             {"random123/philox.h", "stream.cl", "detmath.cl", "gumbel.cl", NULL}},
+    [PSR_KERNELS_VERIFY] = {"verify",
+                            {"random123/philox.h", "stream.cl", "detmath.cl", "gumbel.cl",
+                             "verify.cl", NULL}},
 };
 
 bool psr_kernel_set_uses_logits(psr_kernel_set set)
 {
-    return set == PSR_KERNELS_GUMBEL;
+    return set == PSR_KERNELS_GUMBEL || set == PSR_KERNELS_VERIFY;
 }
 
 unsigned psr_variant_code(const psr_variant *v)

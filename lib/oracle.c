@@ -114,6 +114,24 @@ float psr_oracle_log1p_neg(float u)
     return psr_oracle_log(1.0f - u);
 }
 
+float psr_oracle_exp_neg(float y)
+{
+    if (!(y > -87.0f))
+        return 0.0f;
+    float k = rintf(y * 0x1.715476p+0f);
+    float r = fmaf(-k, 0x1.62e000p-1f, y);
+    r = fmaf(-k, 0x1.0bfbe8p-15f, r);
+    float p = 0x1.a01a02p-13f;
+    p = fmaf(p, r, 0x1.6c16c2p-10f);
+    p = fmaf(p, r, 0x1.111112p-7f);
+    p = fmaf(p, r, 0x1.555556p-5f);
+    p = fmaf(p, r, 0x1.555556p-3f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    return p * as_float((uint32_t)((int)k + 127) << 23);
+}
+
 float psr_oracle_recip(float b)
 {
     float y = as_float(0x7ef311c3u - as_uint(b));

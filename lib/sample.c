@@ -150,8 +150,17 @@ static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
         st = psr_check_buffer(ctx, a->row_flags, a->rows * 4, "args->row_flags");
     if (st == PSR_OK && a->draft_cache_rows)
         st = psr_check_buffer(ctx, a->draft_cache_rows, a->rows * 4, "args->draft_cache_rows");
+    REQUIRE(!a->draft_cache_k || !a->draft_cache_rows, PSR_ERR_INVALID_ARGUMENT,
+            "args->draft_cache_k and args->draft_cache_rows are both set: choose one layout");
+    REQUIRE(a->draft_step < a->draft_cache_k || (!a->draft_cache_k && !a->draft_step),
+            PSR_ERR_INVALID_ARGUMENT, "args->draft_step %zu is not below args->draft_cache_k %zu",
+            a->draft_step, a->draft_cache_k);
+    REQUIRE(a->draft_cache_k <= INT32_MAX / a->requests, PSR_ERR_INVALID_ARGUMENT,
+            "args->requests x draft_cache_k is too large");
     if (st == PSR_OK && a->draft_cache) {
-        size_t cache_rows = a->draft_cache_rows ? a->draft_cache_rows_total : a->rows;
+        size_t cache_rows = a->draft_cache_rows ? a->draft_cache_rows_total
+                            : a->draft_cache_k  ? a->requests * a->draft_cache_k
+                                                : a->rows;
         REQUIRE(cache_rows > 0, PSR_ERR_INVALID_ARGUMENT,
                 "args->draft_cache_rows_total is 0 with args->draft_cache_rows set");
         REQUIRE(cache_rows <= SIZE_MAX / 4 / a->vocab, PSR_ERR_INVALID_ARGUMENT,
@@ -191,8 +200,8 @@ void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *
     *groups = (cl_uint)((vocab + c - 1) / c);
 }
 
-static psr_status set_args(psr_context *ctx, cl_kernel k, const char *name, int n, const size_t *sizes,
-                           const void *const *values)
+psr_status psr_set_kernel_args(psr_context *ctx, cl_kernel k, const char *name, int n,
+                               const size_t *sizes, const void *const *values)
 {
     for (int i = 0; i < n; i++) {
         cl_int err = clSetKernelArg(k, (cl_uint)i, sizes[i], values[i]);
@@ -203,10 +212,9 @@ static psr_status set_args(psr_context *ctx, cl_kernel k, const char *name, int 
     return PSR_OK;
 }
 
-static psr_status enqueue(psr_context *ctx, cl_kernel k, const char *name, size_t groups,
-                          cl_uint nwait, const cl_event *wait, cl_event *event)
+psr_status psr_enqueue_groups(psr_context *ctx, cl_kernel k, const char *name, size_t groups,
+                              size_t local, cl_uint nwait, const cl_event *wait, cl_event *event)
 {
-    size_t local = ctx->tuning.work_group_size;
     size_t global = groups * local;
     cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, &local, nwait, wait, event);
     if (err != CL_SUCCESS)
@@ -284,18 +292,20 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     const size_t ms = sizeof(cl_mem);
     cl_uint requests = (cl_uint)a->requests;
     cl_uint cache_rows = (cl_uint)(a->draft_cache_rows ? a->draft_cache_rows_total : a->rows);
-    const size_t sizes[] = {ms, 8, 8, 4, ms, ms, ms, ms, 4, 4, ms, ms, ms, ms, ms, ms, 8, ms, 4, 4, 4};
+    cl_uint cache_k = (cl_uint)a->draft_cache_k, draft_step = (cl_uint)a->draft_step;
+    const size_t sizes[] = {ms, 8, 8, 4, ms, ms, ms, ms, 4, 4, ms, ms, ms, ms, ms, ms, 8, ms, 4, 4, 4, 4, 4};
     const void *values[] = {&a->logits,      &offset,         &stride,       &vocab,
                             &a->row_request, &a->seeds,       &a->temperatures, &a->positions,
                             &groups,         &chunk,          &part_value,   &part_index,
                             &a->tokens,      &a->row_flags,   &a->draft_cache, &a->draft_cache_rows,
                             &cache_stride,   &row_words,      &fold_width,   &requests,
-                            &cache_rows};
-    st = set_args(ctx, sample, "psr_gumbel_sample", 21, sizes, values);
+                            &cache_rows,     &cache_k,        &draft_step};
+    st = psr_set_kernel_args(ctx, sample, "psr_gumbel_sample", 23, sizes, values);
     if (st != PSR_OK)
         return st;
     cl_event ev_sample = NULL;
-    st = enqueue(ctx, sample, "psr_gumbel_sample", parts, a->num_events_in_wait_list,
+    st = psr_enqueue_groups(ctx, sample, "psr_gumbel_sample", parts, ctx->tuning.work_group_size,
+                            a->num_events_in_wait_list,
                  a->event_wait_list, (first || last) ? &ev_sample : NULL);
     if (st != PSR_OK || groups == 1 || one_pass) {
         if (st == PSR_OK)
@@ -315,9 +325,10 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     const void *fvalues[] = {&groups,          &part_value,     &part_index,          &a->row_request,
                              &a->temperatures, &a->positions,   &a->tokens,           &a->row_flags,
                              &requests,        &a->draft_cache, &a->draft_cache_rows, &cache_rows};
-    st = set_args(ctx, finalize, "psr_gumbel_finalize", 12, fsizes, fvalues);
+    st = psr_set_kernel_args(ctx, finalize, "psr_gumbel_finalize", 12, fsizes, fvalues);
     if (st == PSR_OK)
-        st = enqueue(ctx, finalize, "psr_gumbel_finalize", a->rows, 0, NULL, last);
+        st = psr_enqueue_groups(ctx, finalize, "psr_gumbel_finalize", a->rows,
+                                ctx->tuning.work_group_size, 0, NULL, last);
     if (st == PSR_OK)
         record_flags(ctx, a, flags);
     if (first && st == PSR_OK)

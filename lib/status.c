@@ -26,6 +26,8 @@ const char *psr_status_string(psr_status status)
     case PSR_ERR_BUFFER_TOO_SMALL: return "PSR_ERR_BUFFER_TOO_SMALL: a buffer is too small for the shape";
     case PSR_ERR_POSITION_RANGE: return "PSR_ERR_POSITION_RANGE: a position is outside [0, 2^30)";
     case PSR_ERR_TEMPERATURE: return "PSR_ERR_TEMPERATURE: a temperature is not 0 or a positive normal number";
+    case PSR_ERR_TOKEN_RANGE: return "PSR_ERR_TOKEN_RANGE: a token id is outside [-1, vocab)";
+    case PSR_ERR_NOT_SUPPORTED: return "PSR_ERR_NOT_SUPPORTED: the feature is not built into this library";
     }
     return "PSR_ERR_UNKNOWN: not a psr status code";
 }

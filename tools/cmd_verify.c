@@ -20,10 +20,16 @@ static const struct {
 static void verify_usage(FILE *out)
 {
     fprintf(out,
-            "usage: psr verify tail [--noise fp32|fp64|wide] [--trials N] [--tail-tokens M]\n"
+            "usage: psr verify [--device SEL] [--json]\n"
+            "       psr verify unbiased [--k K] [--trials N] [--control] [--device SEL] [--json]\n"
+            "       psr verify tail [--noise fp32|fp64|wide] [--trials N] [--tail-tokens M]\n"
             "                       [--gap G] [--device SEL] [--json]\n"
             "       psr verify lower-tail [--draws N] [--device SEL] [--json]\n"
             "\n"
+            "(none)      every quick self-test, PASS or FAIL each: the stream's known\n"
+            "            answers, tokens against the host oracle, a goodness-of-fit test\n"
+            "            and a quick unbiasedness test of speculative decoding.\n"
+            "unbiased    speculative decoding's unbiasedness test (psr verify unbiased --help).\n"
             "tail        the many-tail experiment: one head token and M tail tokens G nats\n"
             "            below it, sampled N times (Gumbel-max, T = 1). Prints the observed\n"
             "            and expected tail hits and a two-sided Poisson p-value. Defaults\n"
@@ -175,14 +181,30 @@ static bool parse_ull(const char *s, unsigned long long *out)
 
 int cmd_verify(int argc, char **argv)
 {
-    if (argc < 2 || cli_is_help(argv[1])) {
-        verify_usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? CLI_USAGE : CLI_OK;
+    if (argc >= 2 && cli_is_help(argv[1])) {
+        verify_usage(stdout);
+        return CLI_OK;
+    }
+    if (argc < 2 || argv[1][0] == '-') {
+        const char *device = NULL;
+        bool as_json = false;
+        for (int i = 1; i < argc; i++) {
+            if (strcmp(argv[i], "--json") == 0)
+                as_json = true;
+            else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+                device = argv[++i];
+            else
+                return cli_usage_error("verify", "bad argument \"%s\"", argv[i]);
+        }
+        return verify_all(device, as_json);
     }
     const char *what = argv[1];
+    if (strcmp(what, "unbiased") == 0)
+        return verify_unbiased(argc, argv);
     bool tail = strcmp(what, "tail") == 0, lower = strcmp(what, "lower-tail") == 0;
     if (!tail && !lower)
-        return cli_usage_error("verify", "unknown check \"%s\" (try: tail, lower-tail)", what);
+        return cli_usage_error("verify", "unknown check \"%s\" (try: unbiased, tail, lower-tail)",
+                               what);
     const char *noise = NULL, *device = NULL;
     unsigned long long trials = 100000, tail_tokens = 262144, draws = 1ull << 28;
     double gap = 20.5;

@@ -58,7 +58,9 @@ typedef enum psr_status {
     PSR_ERR_CACHE_IO = 10,         /* the cache directory cannot be read or changed */
     PSR_ERR_BUFFER_TOO_SMALL = 11, /* an array, string or cl_mem is smaller than the shape needs */
     PSR_ERR_POSITION_RANGE = 12,   /* a position is negative or at/past PSR_MAX_POSITION */
-    PSR_ERR_TEMPERATURE = 13       /* a temperature is negative, NaN, infinite or subnormal */
+    PSR_ERR_TEMPERATURE = 13,      /* a temperature is negative, NaN, infinite or subnormal */
+    PSR_ERR_TOKEN_RANGE = 14,      /* a token id is below -1 or at/past the vocabulary */
+    PSR_ERR_NOT_SUPPORTED = 15     /* the feature was not built into this library (e.g. CLBlast) */
 } psr_status;
 
 /* A short, constant name for a status ("PSR_ERR_NO_DEVICE: ..."). Never NULL. */
@@ -279,6 +281,11 @@ typedef struct psr_sample_args {
     cl_mem draft_cache_rows;  /* optional int32 [rows]: cache row of each row, -1 = skip;
                                  NULL: row i goes to cache row i */
     size_t draft_cache_rows_total;
+    size_t draft_cache_k;     /* with draft_cache and no draft_cache_rows: the cache is
+                                 [requests, draft_cache_k, vocab] (psr_verify's layout) and
+                                 the row of request q goes to cache row q * draft_cache_k +
+                                 draft_step; 0: row i goes to cache row i */
+    size_t draft_step;        /* which draft of the request this call samples, < draft_cache_k */
     unsigned flags;           /* PSR_SAMPLE_* */
     unsigned *effective_flags; /* optional out, written before psr_sample returns: the flags
                                   used, after the context's fp64 policy */
@@ -316,6 +323,108 @@ PSR_API psr_status psr_context_last_sample_flags(const psr_context *ctx, unsigne
 /* Device memory psr holds for this context beyond the caller's buffers
  * (scratch for per-row partial results): O(rows x work-groups per row). */
 PSR_API psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes);
+
+/* ------------------------------------------------------------------ */
+/* Speculative decoding: verification of draft tokens                  */
+/* ------------------------------------------------------------------ */
+/* How drafts are judged (docs/speculative.md). */
+typedef enum psr_verify_method {
+    PSR_VERIFY_PROBABILISTIC = 0, /* rejection sampling; requests at temperature 0 are greedy */
+    PSR_VERIFY_GREEDY = 1         /* every request greedy: accept while draft == target argmax */
+} psr_verify_method;
+
+typedef enum psr_token_dtype {
+    PSR_TOKENS_I32 = 0,
+    PSR_TOKENS_I64 = 1
+} psr_token_dtype;
+
+/* Bits of psr_verify_args.status: input errors only the device can see.
+ * Any of them means the call wrote nothing to tokens and num_sampled. */
+#define PSR_VERIFY_BAD_TOKEN (1u << 0)       /* a draft token is below -1 or >= vocab */
+#define PSR_VERIFY_BAD_POSITION (1u << 1)    /* a position is outside [0, PSR_MAX_POSITION) */
+#define PSR_VERIFY_BAD_TEMPERATURE (1u << 2) /* a temperature is not 0 or a positive normal */
+
+/* Verification of speculative drafts, vLLM's rejection sampler. Request r
+ * owns target rows cu[r] .. cu[r+1] - 1: n = cu[r+1] - cu[r] >= 1 rows,
+ * the first n - 1 scored at its draft tokens, the last the bonus row.
+ * Per request, drafts are walked in order:
+ *  - greedy: accept while draft == argmax of its target row; the first
+ *    rejected row emits its argmax; if all pass, the bonus row's argmax;
+ *  - probabilistic: accept iff log p(d) > log u + log q(d), p = softmax(
+ *    target / T), q = softmax(draft / T) from the draft cache (log q = 0
+ *    without a cache: one-hot drafts), u = the fp32 uniform of word 0 of
+ *    draw(seed, position) (the target row key). A -1 draft is rejected.
+ *    The first rejected row samples the residual log max(p - q, 0) by
+ *    Gumbel-max on the target stream (no salt, no temperature re-applied);
+ *    if all pass, the bonus row is sampled as psr_sample would.
+ * Output: request r's accepted drafts, then the sampled token, then -1,
+ * in row r of tokens; num_sampled[r] = accepted + 1. Nothing waits on the
+ * host. */
+typedef struct psr_verify_args {
+    size_t struct_size;         /* set by psr_verify_args_init() */
+    size_t requests;            /* R */
+    const int32_t *cu;          /* host [R + 1]: cu[0] = 0, cu[r + 1] > cu[r], cu[R] = rows;
+                                   copied, so it may change after the call */
+    size_t rows;                /* target rows: sum of the requests' rows */
+    size_t max_drafts;          /* K: tokens has K + 1 columns; every request has <= K drafts */
+    size_t vocab;
+    cl_mem target_logits;       /* [cu[R], row_stride] of target_dtype, already processed */
+    psr_dtype target_dtype;
+    size_t target_offset;       /* elements before row 0 */
+    size_t target_row_stride;   /* 0 means vocab */
+    cl_mem draft_cache;         /* optional float32 [R, draft_cache_k, vocab]: the pre-
+                                   temperature draft logits (psr_sample_args.draft_cache_k);
+                                   NULL: drafts are one-hot (greedy or n-gram drafting) */
+    size_t draft_cache_k;       /* drafts per request the cache holds, >= each request's */
+    cl_mem draft_tokens;        /* int32 [cu[R]]: the draft token scored at each row, -1 for
+                                   a placeholder; the bonus row's entry is not read */
+    cl_mem seeds;               /* int64 [R] */
+    cl_mem temperatures;        /* float32 [R]; 0 = greedy */
+    cl_mem positions;           /* int64 [cu[R]], each in [0, PSR_MAX_POSITION) */
+    psr_verify_method method;
+    unsigned flags;             /* 0, PSR_SAMPLE_FP64_NOISE or PSR_SAMPLE_WIDE_NOISE: the noise
+                                   of the residual and bonus sampling */
+    cl_mem tokens;              /* out: [R, K + 1] of tokens_dtype */
+    psr_token_dtype tokens_dtype;
+    cl_mem num_sampled;         /* out: int32 [R] */
+    cl_mem status;              /* optional out: uint32 [1], PSR_VERIFY_* bits (0: all good) */
+    unsigned *effective_flags;  /* optional out: the noise flags used after the fp64 policy */
+    cl_uint num_events_in_wait_list;
+    const cl_event *event_wait_list;
+} psr_verify_args;
+
+PSR_API void psr_verify_args_init(psr_verify_args *args);
+
+/* Validates shapes, cu, buffer sizes and flags (a failure returns its
+ * status and enqueues nothing), then enqueues verification. Draft tokens,
+ * positions and temperatures live on the device: if any is bad, nothing
+ * is written to tokens or num_sampled and args->status says why.
+ * *event (may be NULL) receives an event the caller releases. */
+PSR_API psr_status psr_verify(psr_context *ctx, const psr_verify_args *args, cl_event *event);
+
+/* ------------------------------------------------------------------ */
+/* LM head (CLBlast)                                                   */
+/* ------------------------------------------------------------------ */
+/* logits [B, V] = hidden [B, H] x weights^T, weights [V, H], row-major,
+ * through CLBlast: fp32, or fp16 inputs where the device has cl_khr_fp16
+ * (the output dtype follows the inputs). The result feeds psr_sample
+ * directly. Without CLBlast in the build: PSR_ERR_NOT_SUPPORTED. */
+typedef struct psr_lm_head_args {
+    size_t struct_size;   /* set by psr_lm_head_args_init() */
+    size_t batch;         /* B */
+    size_t hidden_size;   /* H */
+    size_t vocab;         /* V */
+    psr_dtype dtype;      /* PSR_DTYPE_F32 or PSR_DTYPE_F16, for all three buffers */
+    cl_mem hidden;        /* [B, H] */
+    cl_mem weights;       /* [V, H] */
+    cl_mem logits;        /* out: [B, V] */
+    cl_uint num_events_in_wait_list;
+    const cl_event *event_wait_list;
+} psr_lm_head_args;
+
+PSR_API void psr_lm_head_args_init(psr_lm_head_args *args);
+PSR_API psr_status psr_logits_from_hidden(psr_context *ctx, const psr_lm_head_args *args,
+                                          cl_event *event);
 
 /* ------------------------------------------------------------------ */
 /* Kernel cache                                                        */

@@ -1,4 +1,6 @@
-#include "stats.h"
+/* Goodness of fit (DESIGN section 8): Pearson chi-square with small bins
+ * merged, used by the tests and by `psr verify`. */
+#include "internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -14,9 +16,11 @@ static int by_expected(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-chi2_result chi2_test(const uint64_t *observed, const double *p, size_t bins, uint64_t n)
+psr_chi2_result psr_chi2_test(const uint64_t *observed, const double *p, size_t bins, uint64_t n)
 {
-    bin *b = malloc(bins * sizeof *b);
+    bin *b = malloc((bins ? bins : 1) * sizeof *b);
+    if (!b)
+        return (psr_chi2_result){INFINITY, 0, 0};
     size_t nb = 0;
     double impossible = 0; /* hits on zero-probability tokens */
     for (size_t i = 0; i < bins; i++) {
@@ -46,7 +50,7 @@ chi2_result chi2_test(const uint64_t *observed, const double *p, size_t bins, ui
         b[out - 1].expected += acc_e;
         b[out - 1].observed += acc_o;
     }
-    chi2_result r = {0, out > 0 ? out - 1 : 0, 0};
+    psr_chi2_result r = {0, out > 0 ? out - 1 : 0, 0};
     for (size_t i = 0; i < out; i++) {
         double d = b[i].observed - b[i].expected;
         r.chi2 += d * d / b[i].expected;
@@ -58,7 +62,7 @@ chi2_result chi2_test(const uint64_t *observed, const double *p, size_t bins, ui
     return r;
 }
 
-void softmax(const float *logits, size_t n, double t, double *p)
+void psr_softmax(const float *logits, size_t n, double t, double *p)
 {
     double m = -INFINITY;
     for (size_t i = 0; i < n; i++)

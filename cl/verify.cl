@@ -1,0 +1,544 @@
+/* Verification of speculative drafts (docs/speculative.md). Needs
+ * stream.cl, detmath.cl and gumbel.cl (built with PSR_METHOD 0 and
+ * IS_DRAFTING 0: everything here is on the target stream) before it.
+ *
+ * Three launches:
+ *  psr_verify_stats     per (row, super-block): the target row's argmax and
+ *                       log-sum-exp partials, and those of the draft row;
+ *                       group 0 also checks the device-side inputs.
+ *  psr_verify_sample    per (request, chunk): walks the request's drafts
+ *                       from the partials, then samples the residual or
+ *                       bonus row (Gumbel-max with exact pruning); the
+ *                       request's last group writes its output row.
+ *  psr_verify_finalize  only without 64-bit atomics (or with fp64 noise):
+ *                       combines the chunks and writes the outputs.
+ *
+ * Log-sum-exp has a fixed reduction order that depends on neither the
+ * work-group size nor the split, so every device (and lib/oracle_verify.c)
+ * gets the same bits: a row is cut into super-blocks of PSR_SB tokens;
+ * within one, logical lane l (of 256) folds tokens 4l + 1024k + c for
+ * k = 0..15, c = 0..3 in that order, the lanes merge pairwise (l with
+ * l + s for s = 128, 64, ..., 1), and super-blocks merge left to right.
+ */
+
+#define PSR_LANES 256
+#define PSR_SB_STEPS 16
+#define PSR_SB (4 * PSR_LANES * PSR_SB_STEPS) /* tokens per super-block */
+#define PSR_VWG (PSR_WG_SIZE < PSR_LANES ? PSR_WG_SIZE : PSR_LANES)
+
+/* As PSR_VERIFY_* in psr.h. */
+#define PSR_VERIFY_BAD_TOKEN 1u
+#define PSR_VERIFY_BAD_POSITION 2u
+#define PSR_VERIFY_BAD_TEMPERATURE 4u
+
+/* A running log-sum-exp: (m, s) stands for log(s) + m. */
+inline float2 psr_lse_push(float2 a, float x)
+{
+    if (!(x > -INFINITY))
+        return a; /* NaN and -inf add nothing */
+    if (x > a.x)
+        return (float2)(x, a.y * psr_det_exp_neg(a.x - x) + 1.0f);
+    return (float2)(a.x, a.y + (x == a.x ? 1.0f : psr_det_exp_neg(x - a.x)));
+}
+
+inline float2 psr_lse_merge(float2 a, float2 b)
+{
+    float m = fmax(a.x, b.x);
+    if (m == -INFINITY)
+        return (float2)(m, 0.0f);
+    float ea = a.x == m ? 1.0f : psr_det_exp_neg(a.x - m);
+    float eb = b.x == m ? 1.0f : psr_det_exp_neg(b.x - m);
+    return (float2)(m, a.y * ea + b.y * eb);
+}
+
+inline float psr_lse_value(float2 a)
+{
+    return isinf(a.x) ? a.x : a.x + psr_det_log(a.y);
+}
+
+/* A logit scaled by the temperature (infinities stay). */
+inline float psr_scaled(float x, float t, float r)
+{
+    return isinf(x) ? x : psr_scale(x, t, r);
+}
+
+inline float4 psr_load4_f32(__global const float *src, uint i, uint end, bool aligned)
+{
+    if (aligned && i + 3 < end)
+        return *(__global const float4 *)(src + i);
+    float4 x = (float4)(NAN);
+    if (i < end)
+        x.s0 = src[i];
+    if (i + 1 < end)
+        x.s1 = src[i + 1];
+    if (i + 2 < end)
+        x.s2 = src[i + 2];
+    if (i + 3 < end)
+        x.s3 = src[i + 3];
+    return x;
+}
+
+/* Where request r's rows are, and which draft row j of it is. */
+inline __global const float *psr_cache_row(__global const float *cache, uint req, uint cache_k, uint j,
+                                           uint vocab)
+{
+    return cache + ((ulong)req * cache_k + j) * vocab;
+}
+
+/* Steps of a lane starting at `first` that reach into the row. */
+inline uint psr_steps_left(uint first, uint vocab)
+{
+    return first < vocab ? min((uint)PSR_SB_STEPS, (vocab - first + 4 * PSR_LANES - 1) / (4 * PSR_LANES)) : 0u;
+}
+
+/* Folds the 4 values of one step into a lane's (lse, argmax). */
+inline void psr_stats_push4(float4 x, uint i, bool scale, float t, float r, float2 *lse, float *bv,
+                            uint *bi)
+{
+    float xs[4] = {x.s0, x.s1, x.s2, x.s3};
+    for (int c = 0; c < 4; c++) {
+        float v = xs[c];
+        if (isnan(v))
+            continue;
+        if (v > *bv) {
+            *bv = v;
+            *bi = i + c;
+        }
+        if (scale)
+            *lse = psr_lse_push(*lse, psr_scaled(v, t, r));
+    }
+}
+
+/* Checks the inputs only the device holds; one group, the result in *status. */
+inline void psr_verify_check(uint lid, uint rows, uint requests, uint vocab, __global const int *row_req,
+                             __global const int *cu, __global const int *draft_tokens,
+                             __global const long *positions, __global const float *temperatures,
+                             __global uint *status, __local uint *flags)
+{
+    if (lid == 0)
+        *flags = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint mine = 0;
+    for (uint row = lid; row < rows; row += PSR_VWG) {
+        int req = row_req[row];
+        long pos = positions[row];
+        if (pos < 0 || pos >= PSR_MAX_POSITION)
+            mine |= PSR_VERIFY_BAD_POSITION;
+        if (row + 1 < (uint)cu[req + 1]) { /* a draft row */
+            int d = draft_tokens[row];
+            if (d < -1 || d >= (int)vocab)
+                mine |= PSR_VERIFY_BAD_TOKEN;
+        }
+    }
+    for (uint r = lid; r < requests; r += PSR_VWG) {
+        float t = temperatures[r];
+        if (!(t == 0.0f || (isnormal(t) && t > 0.0f)))
+            mine |= PSR_VERIFY_BAD_TEMPERATURE;
+    }
+    if (mine)
+        atomic_or(flags, mine);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0)
+        *status = *flags;
+}
+
+/* One group per (row, super-block): the target row's argmax partial and,
+ * unless the request is greedy, its log-sum-exp of logits / T; for draft
+ * rows with a cache, the draft row's log-sum-exp too. */
+__kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
+void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                      uint vocab, uint rows, uint requests, uint nsb, __global const int *row_req,
+                      __global const int *cu, __global const float *temperatures, uint greedy_all,
+                      __global const float *draft_cache, uint cache_k, __global const int *draft_tokens,
+                      __global const long *positions, __global float2 *t_lse, __global float *t_best,
+                      __global uint *t_best_i, __global float2 *q_lse, __global uint *status)
+{
+    __local float2 ls[PSR_LANES];
+    __local float lbv[PSR_LANES];
+    __local uint lbi[PSR_LANES];
+    __local uint lflags;
+    uint lid = get_local_id(0);
+    uint row = get_group_id(0) / nsb;
+    uint sb = get_group_id(0) % nsb;
+    if (get_group_id(0) == 0)
+        psr_verify_check(lid, rows, requests, vocab, row_req, cu, draft_tokens, positions,
+                         temperatures, status, &lflags);
+
+    int req = row_req[row];
+    float t = temperatures[req];
+    bool scale = !greedy_all && isnormal(t) && t > 0.0f;
+    float r = scale ? psr_det_recip(t) : 1.0f;
+    uint j = row - (uint)cu[req];
+    bool draft_row = row + 1 < (uint)cu[req + 1];
+    uint base = sb * PSR_SB;
+
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
+    bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
+    for (uint lane = lid; lane < PSR_LANES; lane += PSR_VWG) {
+        float2 lse = (float2)(-INFINITY, 0.0f);
+        uint first = base + 4 * lane;
+        float bv = -INFINITY;
+        uint bi = first < vocab ? first : 0xffffffffu;
+        /* Steps past the row's end would push only NaN: skip them (a
+         * full super-block keeps the fixed trip count the compiler unrolls). */
+        uint steps = base + PSR_SB <= vocab ? PSR_SB_STEPS : psr_steps_left(first, vocab);
+        for (uint k = 0; k < steps; k++) {
+            uint i = first + k * 4 * PSR_LANES;
+            psr_stats_push4(psr_load4(src, i, vocab, aligned), i, scale, t, r, &lse, &bv, &bi);
+        }
+        ls[lane] = lse;
+        lbv[lane] = bv;
+        lbi[lane] = bi;
+    }
+    for (uint s = PSR_LANES / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint l = lid; l < s; l += PSR_VWG) {
+            ls[l] = psr_lse_merge(ls[l], ls[l + s]);
+            if (psr_better(lbv[l + s], lbi[l + s], lbv[l], lbi[l])) {
+                lbv[l] = lbv[l + s];
+                lbi[l] = lbi[l + s];
+            }
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong at = (ulong)row * nsb + sb;
+    if (lid == 0) {
+        t_lse[at] = ls[0];
+        t_best[at] = lbv[0];
+        t_best_i[at] = lbi[0];
+    }
+    if (!(draft_cache && draft_row && scale))
+        return; /* uniform across the group */
+
+    __global const float *q = psr_cache_row(draft_cache, (uint)req, cache_k, j, vocab);
+    bool q_aligned = ((size_t)q & 15) == 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint lane = lid; lane < PSR_LANES; lane += PSR_VWG) {
+        float2 lse = (float2)(-INFINITY, 0.0f);
+        float bv = -INFINITY;
+        uint bi = 0;
+        uint steps = base + PSR_SB <= vocab ? PSR_SB_STEPS : psr_steps_left(base + 4 * lane, vocab);
+        for (uint k = 0; k < steps; k++) {
+            uint i = base + 4 * lane + k * 4 * PSR_LANES;
+            psr_stats_push4(psr_load4_f32(q, i, vocab, q_aligned), i, true, t, r, &lse, &bv, &bi);
+        }
+        ls[lane] = lse;
+    }
+    for (uint s = PSR_LANES / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint l = lid; l < s; l += PSR_VWG)
+            ls[l] = psr_lse_merge(ls[l], ls[l + s]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0)
+        q_lse[at] = ls[0];
+}
+
+inline float psr_row_lse(__global const float2 *lse, uint row, uint nsb)
+{
+    float2 a = lse[(ulong)row * nsb];
+    for (uint sb = 1; sb < nsb; sb++)
+        a = psr_lse_merge(a, lse[(ulong)row * nsb + sb]);
+    return psr_lse_value(a);
+}
+
+inline uint psr_row_argmax(__global const float *best, __global const uint *best_i, uint row, uint nsb)
+{
+    float bv = best[(ulong)row * nsb];
+    uint bi = best_i[(ulong)row * nsb];
+    for (uint sb = 1; sb < nsb; sb++) {
+        ulong at = (ulong)row * nsb + sb;
+        if (psr_better(best[at], best_i[at], bv, bi)) {
+            bv = best[at];
+            bi = best_i[at];
+        }
+    }
+    return bi;
+}
+
+/* The residual of one rejected row: log max(p - q, 0) + g. */
+typedef struct psr_residual {
+    float t, r;        /* temperature and its reciprocal */
+    float lse_p, lse_q; /* log-sum-exp of target / T and draft / T */
+    uint key;          /* the row's (target) Philox key */
+    bool cache;        /* q from the draft cache; else one-hot at `masked` */
+    uint masked;
+    psr_acc_t floor;   /* pruning, as psr_row.floor */
+} psr_residual;
+
+inline void psr_consider_residual(const psr_residual *res, float x, float y, uint i, psr_acc_t *best,
+                                  uint *best_i)
+{
+    if (isnan(x))
+        return;
+    float lp = psr_scaled(x, res->t, res->r) - res->lse_p; /* log p, up to rounding */
+    if (!(lp > -87.0f))
+        return; /* p = 0 (also NaN from an infinite logit): nothing to sample */
+    uint2 w = psr_token_words(res->key, i);
+    /* Exact pruning: log(p - q) <= log p <= lp + rounding, far below 1e-3. */
+    if ((psr_acc_t)(lp + 1e-3f) + psr_noise_bound(w) < res->floor)
+        return;
+    float p = psr_det_exp_neg(lp);
+    float q;
+    if (res->cache)
+        q = psr_det_exp_neg(psr_scaled(y, res->t, res->r) - res->lse_q); /* NaN, -inf: 0 */
+    else
+        q = i == res->masked ? 1.0f : 0.0f;
+    float d = p - q;
+    if (!(d >= FLT_MIN))
+        return; /* q takes all of p here */
+    psr_acc_t v = (psr_acc_t)psr_det_log(d) + psr_noise(w);
+    if (v > *best) {
+        *best = v;
+        *best_i = i;
+    }
+}
+
+/* What the walk decided for one request, shared by its groups. */
+typedef struct psr_walk {
+    int accepted; /* drafts accepted */
+    int token;    /* the final token when already known (greedy), else -1 */
+    int mode;     /* 0 known, 1 residual, 2 bonus */
+    uint row;     /* the row sampled */
+} psr_walk;
+
+/* Is draft j of request req accepted? */
+inline bool psr_accept(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                       uint vocab, uint nsb, uint req, uint j, uint row, bool greedy, float t, float r,
+                       long seed, __global const long *positions, __global const int *draft_tokens,
+                       __global const float *draft_cache, uint cache_k, __global const float2 *t_lse,
+                       __global const float *t_best, __global const uint *t_best_i,
+                       __global const float2 *q_lse)
+{
+    int d = draft_tokens[row];
+    if (d < 0 || d >= (int)vocab)
+        return false; /* a placeholder (or a bad id: nothing is written then) */
+    if (greedy)
+        return (uint)d == psr_row_argmax(t_best, t_best_i, row, nsb);
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
+    float tl = psr_scaled(psr_load_logit(src, (ulong)d), t, r) - psr_row_lse(t_lse, row, nsb);
+    float dl = 0.0f;
+    if (draft_cache) {
+        float y = psr_cache_row(draft_cache, req, cache_k, j, vocab)[d];
+        dl = psr_scaled(y, t, r) - psr_row_lse(q_lse, row, nsb);
+    }
+    float u = psr_u32(psr_row_key((ulong)seed, (ulong)positions[row]));
+    return tl > psr_det_log(u) + dl;
+}
+
+/* Writes request req's output row: accepted drafts, the token, then -1. */
+inline void psr_write_output(uint req, const psr_walk *walk, int token, uint lid, uint cols,
+                             uint first_row, __global const int *draft_tokens, __global int *tokens,
+                             uint tokens64, __global int *num_sampled)
+{
+    for (uint c = lid; c < cols; c += PSR_WG_SIZE) {
+        int v = (int)c < walk->accepted ? draft_tokens[first_row + c]
+                                        : (int)c == walk->accepted ? token : -1;
+        ulong at = (ulong)req * cols + c;
+        if (tokens64)
+            ((__global long *)tokens)[at] = v;
+        else
+            tokens[at] = v;
+    }
+    if (lid == 0)
+        num_sampled[req] = walk->accepted + 1;
+}
+
+/* One step of 4 tokens of the row being sampled: bonus (mode 2) or residual. */
+inline void psr_verify_step(int mode, const psr_row *row, const psr_residual *res,
+                            __global const psr_logit_t *src, __global const float *q, uint i, uint end,
+                            bool aligned, bool q_aligned, psr_acc_t *best, uint *best_i)
+{
+    float4 x = psr_load4(src, i, end, aligned);
+    if (mode == 2) {
+        psr_consider4(row, x, i, best, best_i);
+        return;
+    }
+    float4 y = res->cache ? psr_load4_f32(q, i, end, q_aligned) : (float4)(NAN);
+    psr_consider_residual(res, x.s0, y.s0, i, best, best_i);
+    psr_consider_residual(res, x.s1, y.s1, i + 1, best, best_i);
+    psr_consider_residual(res, x.s2, y.s2, i + 2, best, best_i);
+    psr_consider_residual(res, x.s3, y.s3, i + 3, best, best_i);
+}
+
+__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
+void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                       uint vocab, uint nsb, __global const int *cu, __global const int *draft_tokens,
+                       __global const long *seeds, __global const float *temperatures,
+                       __global const long *positions, uint greedy_all,
+                       __global const float *draft_cache, uint cache_k, __global const float2 *t_lse,
+                       __global const float *t_best, __global const uint *t_best_i,
+                       __global const float2 *q_lse, uint groups_per_row, uint chunk,
+                       __global ulong *row_words, uint fold_width, __global psr_acc_t *part_value,
+                       __global uint *part_index, __global int4 *walks, __global const uint *status,
+                       __global uint *user_status, uint cols, __global int *tokens, uint tokens64,
+                       __global int *num_sampled)
+{
+    __local psr_acc_t lv[PSR_WG_SIZE];
+    __local uint li[PSR_WG_SIZE];
+    __local int first_reject;
+    __local psr_walk lwalk;
+    __local float lres[2];
+    __local int lfinish;
+    uint lid = get_local_id(0);
+    uint req = get_group_id(0) / groups_per_row;
+    uint part = get_group_id(0) % groups_per_row;
+    uint first_row = (uint)cu[req];
+    uint n = (uint)cu[req + 1] - first_row;
+    float t = temperatures[req];
+    bool greedy = greedy_all || !(isnormal(t) && t > 0.0f);
+    float r = greedy ? 1.0f : psr_det_recip(t);
+    long seed = seeds[req];
+    bool bad = *status != 0;
+    if (get_group_id(0) == 0 && lid == 0 && user_status)
+        *user_status = *status;
+
+    /* The walk: every draft in parallel, then the first rejection. */
+    if (lid == 0)
+        first_reject = (int)n - 1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint j = lid; j + 1 < n && !bad; j += PSR_WG_SIZE)
+        if (!psr_accept(logits, logits_offset, row_stride, vocab, nsb, req, j, first_row + j, greedy, t,
+                        r, seed, positions, draft_tokens, draft_cache, cache_k, t_lse, t_best,
+                        t_best_i, q_lse))
+            atomic_min(&first_reject, (int)j);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) {
+        lwalk.accepted = first_reject;
+        lwalk.row = first_row + (uint)first_reject;
+        lwalk.mode = greedy || bad ? 0 : first_reject + 1 < (int)n ? 1 : 2;
+        lwalk.token = lwalk.mode == 0 ? (int)psr_row_argmax(t_best, t_best_i, lwalk.row, nsb) : -1;
+        lres[0] = lwalk.mode == 1 ? psr_row_lse(t_lse, lwalk.row, nsb) : 0.0f;
+        lres[1] = lwalk.mode == 1 && draft_cache ? psr_row_lse(q_lse, lwalk.row, nsb) : 0.0f;
+        if (part == 0 && walks)
+            walks[req] = (int4)(lwalk.accepted, lwalk.token, 0, 0);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    psr_walk walk = lwalk;
+    bool active = walk.mode != 0;
+
+    uint start = part * chunk;
+    uint end = min(start + chunk, vocab);
+    psr_acc_t best = PSR_ACC_NEG_INF;
+    uint best_i = start + 4 * lid < end ? start + 4 * lid : 0xffffffffu;
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)walk.row * row_stride;
+    bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
+    uint key = psr_row_key((ulong)seed, (ulong)positions[walk.row]);
+
+    psr_row row; /* the bonus row: exactly psr_gumbel_sample's scan */
+    row.t = t;
+    row.r = r;
+    row.key = key;
+    row.greedy = false;
+    row.floor = PSR_ACC_NEG_INF;
+    row.shift = 0.0f;
+    psr_residual res;
+    res.t = t;
+    res.r = r;
+    res.lse_p = lres[0];
+    res.lse_q = lres[1];
+    res.key = key;
+    res.cache = draft_cache != 0;
+    res.masked = 0xffffffffu;
+    res.floor = PSR_ACC_NEG_INF;
+    __global const float *q = draft_cache;
+    bool q_aligned = false;
+    if (walk.mode == 1) {
+        uint j = walk.row - first_row;
+        int d = draft_tokens[walk.row];
+        /* A -1 draft has no draft distribution: the residual is p itself. */
+        res.cache = draft_cache && d >= 0;
+        if (res.cache) {
+            q = psr_cache_row(draft_cache, req, cache_k, j, vocab);
+            q_aligned = ((size_t)q & 15) == 0;
+        } else {
+            res.masked = d >= 0 ? (uint)d : 0xffffffffu;
+        }
+    }
+
+    uint i = start + 4 * lid;
+    if (active)
+        psr_verify_step(walk.mode, &row, &res, src, q, i, end, aligned, q_aligned, &best, &best_i);
+    i += 4 * PSR_WG_SIZE;
+    if (active && start + 4 * PSR_WG_SIZE < end) {
+        /* After one step the group's best so far prunes the rest (a
+         * uniform condition: every work-item reaches the barriers). */
+        lv[lid] = best;
+        for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (lid < s)
+                lv[lid] = max(lv[lid], lv[lid + s]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        row.floor = res.floor = lv[0];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (; active && i < end; i += 4 * PSR_WG_SIZE)
+        psr_verify_step(walk.mode, &row, &res, src, q, i, end, aligned, q_aligned, &best, &best_i);
+
+    lv[lid] = best;
+    li[lid] = best_i;
+    psr_reduce_best(lv, li, lid);
+    psr_acc_t final_v = lv[0];
+    uint final_i = li[0];
+    bool finish = groups_per_row == 1 || !active;
+    if (!active && part != 0)
+        return;
+#if PSR_ROW_WORDS
+    if (!finish && row_words) {
+        if (lid == 0) {
+            ulong fkey;
+            uint words_per_row = 1 + (groups_per_row + fold_width - 1) / fold_width;
+            lfinish = psr_fold_row(row_words + (ulong)req * words_per_row, final_v, final_i, part,
+                                   groups_per_row, fold_width, &fkey);
+            li[0] = 0xfffffu - (uint)(fkey & 0xfffffu);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        finish = lfinish;
+        final_i = li[0];
+    }
+#endif
+    if (finish) {
+        if (!bad)
+            psr_write_output(req, &walk, walk.mode == 0 ? walk.token : (int)final_i, lid, cols,
+                             first_row, draft_tokens, tokens, tokens64, num_sampled);
+    } else if (!row_words && lid == 0) {
+        part_value[get_group_id(0)] = final_v;
+        part_index[get_group_id(0)] = final_i;
+    }
+}
+
+/* Without the one-kernel fold: combines each request's chunks and writes
+ * its output row. One group per request. */
+__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
+void psr_verify_finalize(uint groups_per_row, __global const psr_acc_t *part_value,
+                         __global const uint *part_index, __global const int4 *walks,
+                         __global const int *cu, __global const int *draft_tokens,
+                         __global const uint *status, uint cols, __global int *tokens, uint tokens64,
+                         __global int *num_sampled)
+{
+    __local psr_acc_t lv[PSR_WG_SIZE];
+    __local uint li[PSR_WG_SIZE];
+    uint lid = get_local_id(0);
+    uint req = get_group_id(0);
+    psr_acc_t best = PSR_ACC_NEG_INF;
+    uint best_i = 0xffffffffu;
+    for (uint g = lid; g < groups_per_row; g += PSR_WG_SIZE) {
+        ulong at = (ulong)req * groups_per_row + g;
+        if (psr_better(part_value[at], part_index[at], best, best_i)) {
+            best = part_value[at];
+            best_i = part_index[at];
+        }
+    }
+    lv[lid] = best;
+    li[lid] = best_i;
+    psr_reduce_best(lv, li, lid);
+    if (*status != 0)
+        return;
+    int4 w = walks[req];
+    psr_walk walk;
+    walk.accepted = w.x;
+    walk.token = w.y;
+    psr_write_output(req, &walk, w.y >= 0 ? w.y : (int)li[0], lid, cols, (uint)cu[req], draft_tokens,
+                     tokens, tokens64, num_sampled);
+}

@@ -1,0 +1,293 @@
+/* Host side of speculative-draft verification (cl/verify.cl): argument
+ * checks, the batch layout upload and the three launches. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Must match cl/verify.cl. */
+#define VERIFY_SB 16384u   /* tokens per super-block of the log-sum-exp */
+#define VERIFY_LANES 256u  /* largest work-group of psr_verify_stats */
+
+/* ctx->verify[] scratch. */
+enum { T_LSE, T_BEST, T_BEST_I, Q_LSE, WALKS, STATUS };
+
+void psr_verify_args_init(psr_verify_args *args)
+{
+    if (!args)
+        return;
+    memset(args, 0, sizeof *args);
+    args->struct_size = sizeof *args;
+    args->target_dtype = PSR_DTYPE_F32;
+    args->tokens_dtype = PSR_TOKENS_I32;
+}
+
+#define REQUIRE(cond, status, ...)                    \
+    do {                                              \
+        if (!(cond))                                  \
+            return psr_fail(ctx, status, __VA_ARGS__); \
+    } while (0)
+
+static psr_status check_cu(psr_context *ctx, const psr_verify_args *a)
+{
+    REQUIRE(a->cu[0] == 0, PSR_ERR_INVALID_ARGUMENT, "args->cu[0] is %d, expected 0", (int)a->cu[0]);
+    for (size_t r = 0; r < a->requests; r++) {
+        int64_t n = (int64_t)a->cu[r + 1] - a->cu[r];
+        REQUIRE(n >= 1, PSR_ERR_INVALID_ARGUMENT,
+                "args->cu is not increasing at request %zu (cu[%zu] = %d, cu[%zu] = %d): every "
+                "request needs its bonus row",
+                r, r, (int)a->cu[r], r + 1, (int)a->cu[r + 1]);
+        REQUIRE((uint64_t)(n - 1) <= a->max_drafts, PSR_ERR_INVALID_ARGUMENT,
+                "request %zu has %lld drafts (args->cu), more than args->max_drafts %zu", r,
+                (long long)(n - 1), a->max_drafts);
+        REQUIRE(!a->draft_cache || (uint64_t)(n - 1) <= a->draft_cache_k, PSR_ERR_INVALID_ARGUMENT,
+                "request %zu has %lld drafts (args->cu), more than the draft cache holds "
+                "(args->draft_cache_k %zu)",
+                r, (long long)(n - 1), a->draft_cache_k);
+    }
+    REQUIRE((size_t)a->cu[a->requests] == a->rows, PSR_ERR_INVALID_ARGUMENT,
+            "args->cu[%zu] = %d, but args->rows is %zu", a->requests, (int)a->cu[a->requests],
+            a->rows);
+    return PSR_OK;
+}
+
+static psr_status check_args(psr_context *ctx, const psr_verify_args *a, unsigned *flags)
+{
+    REQUIRE(a->struct_size == sizeof *a, PSR_ERR_INVALID_ARGUMENT,
+            "args->struct_size is %zu, expected %zu: call psr_verify_args_init() first",
+            a->struct_size, sizeof *a);
+    REQUIRE(a->requests > 0, PSR_ERR_INVALID_ARGUMENT, "args->requests is 0");
+    REQUIRE(a->requests < INT32_MAX / 64, PSR_ERR_INVALID_ARGUMENT, "args->requests %zu is too large",
+            a->requests);
+    REQUIRE(a->rows > 0, PSR_ERR_INVALID_ARGUMENT, "args->rows is 0");
+    REQUIRE(a->rows < INT32_MAX / 64, PSR_ERR_INVALID_ARGUMENT, "args->rows %zu is too large", a->rows);
+    REQUIRE(a->max_drafts < INT32_MAX / 2, PSR_ERR_INVALID_ARGUMENT,
+            "args->max_drafts %zu is too large", a->max_drafts);
+    REQUIRE(a->vocab > 0, PSR_ERR_INVALID_ARGUMENT, "args->vocab is 0");
+    REQUIRE(a->vocab <= INT32_MAX, PSR_ERR_INVALID_ARGUMENT,
+            "args->vocab %zu does not fit an int32 token id", a->vocab);
+    REQUIRE((unsigned)a->target_dtype <= PSR_DTYPE_BF16, PSR_ERR_INVALID_ARGUMENT,
+            "args->target_dtype %d is not a psr_dtype", (int)a->target_dtype);
+    REQUIRE((unsigned)a->tokens_dtype <= PSR_TOKENS_I64, PSR_ERR_INVALID_ARGUMENT,
+            "args->tokens_dtype %d is not a psr_token_dtype", (int)a->tokens_dtype);
+    REQUIRE((unsigned)a->method <= PSR_VERIFY_GREEDY, PSR_ERR_INVALID_ARGUMENT,
+            "args->method %d is not a psr_verify_method", (int)a->method);
+    REQUIRE(!(a->flags & ~(PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_WIDE_NOISE)), PSR_ERR_INVALID_ARGUMENT,
+            "args->flags 0x%x: verification takes only PSR_SAMPLE_FP64_NOISE or "
+            "PSR_SAMPLE_WIDE_NOISE",
+            a->flags);
+    psr_status st = psr_resolve_flags(ctx, a->flags, "args->flags", flags);
+    if (st != PSR_OK)
+        return st;
+    size_t stride = a->target_row_stride ? a->target_row_stride : a->vocab;
+    REQUIRE(stride >= a->vocab, PSR_ERR_INVALID_ARGUMENT,
+            "args->target_row_stride %zu is smaller than args->vocab %zu", stride, a->vocab);
+    REQUIRE(a->cu, PSR_ERR_NULL_ARGUMENT, "args->cu is NULL");
+    REQUIRE(a->target_logits, PSR_ERR_NULL_ARGUMENT, "args->target_logits is NULL");
+    REQUIRE(a->draft_tokens, PSR_ERR_NULL_ARGUMENT, "args->draft_tokens is NULL");
+    REQUIRE(a->seeds, PSR_ERR_NULL_ARGUMENT, "args->seeds is NULL");
+    REQUIRE(a->temperatures, PSR_ERR_NULL_ARGUMENT, "args->temperatures is NULL");
+    REQUIRE(a->positions, PSR_ERR_NULL_ARGUMENT, "args->positions is NULL");
+    REQUIRE(a->tokens, PSR_ERR_NULL_ARGUMENT, "args->tokens is NULL");
+    REQUIRE(a->num_sampled, PSR_ERR_NULL_ARGUMENT, "args->num_sampled is NULL");
+    REQUIRE(!a->draft_cache || a->draft_cache_k > 0, PSR_ERR_INVALID_ARGUMENT,
+            "args->draft_cache_k is 0 with args->draft_cache set");
+    REQUIRE(a->num_events_in_wait_list == 0 || a->event_wait_list, PSR_ERR_NULL_ARGUMENT,
+            "args->event_wait_list is NULL but args->num_events_in_wait_list is %u",
+            a->num_events_in_wait_list);
+    st = check_cu(ctx, a);
+    if (st != PSR_OK)
+        return st;
+
+    size_t logits_bytes = psr_logits_bytes(a->target_offset, a->rows, stride, a->vocab,
+                                           psr_dtype_size(a->target_dtype));
+    REQUIRE(logits_bytes > 0, PSR_ERR_INVALID_ARGUMENT,
+            "args->target_offset %zu + (rows - 1) x target_row_stride %zu overflows the address "
+            "space",
+            a->target_offset, stride);
+    size_t cols = a->max_drafts + 1;
+    size_t tsize = a->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4;
+    REQUIRE(cols <= SIZE_MAX / tsize / a->requests, PSR_ERR_INVALID_ARGUMENT,
+            "args->requests x (max_drafts + 1) overflows the address space");
+    st = psr_check_buffer(ctx, a->target_logits, logits_bytes, "args->target_logits");
+    if (st == PSR_OK)
+        st = psr_check_buffer(ctx, a->draft_tokens, a->rows * 4, "args->draft_tokens");
+    if (st == PSR_OK)
+        st = psr_check_buffer(ctx, a->seeds, a->requests * 8, "args->seeds");
+    if (st == PSR_OK)
+        st = psr_check_buffer(ctx, a->temperatures, a->requests * 4, "args->temperatures");
+    if (st == PSR_OK)
+        st = psr_check_buffer(ctx, a->positions, a->rows * 8, "args->positions");
+    if (st == PSR_OK)
+        st = psr_check_buffer(ctx, a->tokens, a->requests * cols * tsize, "args->tokens");
+    if (st == PSR_OK)
+        st = psr_check_buffer(ctx, a->num_sampled, a->requests * 4, "args->num_sampled");
+    if (st == PSR_OK && a->status)
+        st = psr_check_buffer(ctx, a->status, 4, "args->status");
+    if (st == PSR_OK && a->draft_cache) {
+        REQUIRE(a->draft_cache_k <= SIZE_MAX / 4 / a->vocab / a->requests, PSR_ERR_INVALID_ARGUMENT,
+                "args->requests x draft_cache_k x vocab overflows the address space");
+        st = psr_check_buffer(ctx, a->draft_cache, a->requests * a->draft_cache_k * a->vocab * 4,
+                              "args->draft_cache");
+    }
+    return st;
+}
+
+/* Uploads cu and the row-to-request map, or reuses the last upload when
+ * cu is the same (steady decoding repeats its layout). The buffers are
+ * never written after creation, so reuse is safe while kernels run. */
+static psr_status upload_layout(psr_context *ctx, const psr_verify_args *a)
+{
+    size_t cu_bytes = (a->requests + 1) * sizeof(int32_t);
+    if (ctx->verify_cu && ctx->verify_requests == a->requests &&
+        memcmp(ctx->verify_cu, a->cu, cu_bytes) == 0)
+        return PSR_OK;
+    int32_t *cu = malloc(cu_bytes);
+    int32_t *row_req = malloc(a->rows * sizeof *row_req);
+    if (!cu || !row_req) {
+        free(cu);
+        free(row_req);
+        return psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "psr_verify: out of memory");
+    }
+    memcpy(cu, a->cu, cu_bytes);
+    for (size_t r = 0; r < a->requests; r++)
+        for (int32_t row = cu[r]; row < cu[r + 1]; row++)
+            row_req[row] = (int32_t)r;
+    cl_int err;
+    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+    cl_mem bufs[2] = {NULL, NULL};
+    bufs[0] = clCreateBuffer(ctx->cl_ctx, in, cu_bytes, cu, &err);
+    if (err == CL_SUCCESS)
+        bufs[1] = clCreateBuffer(ctx->cl_ctx, in, a->rows * sizeof *row_req, row_req, &err);
+    free(row_req);
+    if (err != CL_SUCCESS) {
+        if (bufs[0])
+            clReleaseMemObject(bufs[0]);
+        free(cu);
+        return psr_fail(ctx, PSR_ERR_OPENCL, "psr_verify: uploading args->cu failed: %s (%d)",
+                        psr_cl_error_name(err), err);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (ctx->verify_layout[i])
+            clReleaseMemObject(ctx->verify_layout[i]);
+        ctx->verify_layout[i] = bufs[i];
+    }
+    free(ctx->verify_cu);
+    ctx->verify_cu = cu;
+    ctx->verify_requests = a->requests;
+    return PSR_OK;
+}
+
+psr_status psr_verify(psr_context *ctx, const psr_verify_args *a, cl_event *event)
+{
+    if (event)
+        *event = NULL;
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_verify: ctx is NULL");
+    if (!a)
+        return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_verify: args is NULL");
+    unsigned flags;
+    psr_status st = check_args(ctx, a, &flags);
+    if (st != PSR_OK)
+        return st;
+    psr_variant v = {.set = PSR_KERNELS_VERIFY,
+                     .fp64 = (flags & PSR_SAMPLE_FP64_NOISE) != 0,
+                     .wide = (flags & PSR_SAMPLE_WIDE_NOISE) != 0,
+                     .dtype = a->target_dtype};
+    cl_kernel stats, sample, finalize = NULL;
+    st = psr_kernel_get(ctx, &v, "psr_verify_stats", &stats);
+    if (st == PSR_OK)
+        st = psr_kernel_get(ctx, &v, "psr_verify_sample", &sample);
+    if (st != PSR_OK)
+        return st;
+
+    cl_uint vocab = (cl_uint)a->vocab;
+    cl_uint rows = (cl_uint)a->rows, requests = (cl_uint)a->requests;
+    cl_uint nsb = (vocab + VERIFY_SB - 1) / VERIFY_SB;
+    cl_uint chunk, groups;
+    psr_split_rows(ctx, a->requests, a->vocab, &chunk, &groups);
+    bool one_pass = groups > 1 && !v.fp64 && (ctx->info.capabilities & PSR_CAP_INT64_ATOMICS) &&
+                    a->vocab <= (1u << 20) && groups < 4096 && !ctx->tuning.two_pass;
+    cl_uint fold_width = 1;
+    while (fold_width * fold_width < groups)
+        fold_width++;
+    size_t words_per_row = 1 + (groups + fold_width - 1) / fold_width;
+    size_t acc = v.fp64 ? sizeof(cl_double) : sizeof(cl_float);
+    size_t parts = a->requests * groups;
+    size_t stat_n = a->rows * nsb;
+    const size_t need[6] = {stat_n * 8, stat_n * 4, stat_n * 4, stat_n * 8, a->requests * 16, 4};
+    for (int i = 0; i < 6 && st == PSR_OK; i++)
+        st = psr_scratch_reserve(ctx, &ctx->verify[i], need[i]);
+    cl_mem row_words = NULL, part_value = NULL, part_index = NULL;
+    if (st == PSR_OK && one_pass) {
+        st = psr_scratch_reserve(ctx, &ctx->row_words, a->requests * words_per_row * sizeof(cl_ulong));
+        row_words = ctx->row_words.buffer;
+    } else if (st == PSR_OK && groups > 1) {
+        st = psr_kernel_get(ctx, &v, "psr_verify_finalize", &finalize);
+        if (st == PSR_OK)
+            st = psr_scratch_reserve(ctx, &ctx->part_value, parts * acc);
+        if (st == PSR_OK)
+            st = psr_scratch_reserve(ctx, &ctx->part_index, parts * sizeof(cl_uint));
+        part_value = ctx->part_value.buffer;
+        part_index = ctx->part_index.buffer;
+    }
+    if (st == PSR_OK)
+        st = upload_layout(ctx, a);
+    if (st != PSR_OK)
+        return st;
+
+    cl_mem cu = ctx->verify_layout[0], row_req = ctx->verify_layout[1];
+    cl_mem t_lse = ctx->verify[T_LSE].buffer, t_best = ctx->verify[T_BEST].buffer;
+    cl_mem t_best_i = ctx->verify[T_BEST_I].buffer, q_lse = ctx->verify[Q_LSE].buffer;
+    cl_mem walks = ctx->verify[WALKS].buffer, status = ctx->verify[STATUS].buffer;
+    cl_ulong offset = a->target_offset;
+    cl_ulong stride = a->target_row_stride ? a->target_row_stride : a->vocab;
+    cl_uint greedy_all = a->method == PSR_VERIFY_GREEDY;
+    cl_uint cache_k = (cl_uint)a->draft_cache_k;
+    cl_uint cols = (cl_uint)(a->max_drafts + 1);
+    cl_uint tokens64 = a->tokens_dtype == PSR_TOKENS_I64;
+    const size_t ms = sizeof(cl_mem);
+
+    const size_t ssizes[] = {ms, 8, 8, 4, 4, 4, 4, ms, ms, ms, 4, ms, 4, ms, ms, ms, ms, ms, ms, ms};
+    const void *svalues[] = {&a->target_logits, &offset,      &stride,         &vocab,
+                             &rows,             &requests,    &nsb,            &row_req,
+                             &cu,               &a->temperatures, &greedy_all, &a->draft_cache,
+                             &cache_k,          &a->draft_tokens, &a->positions, &t_lse,
+                             &t_best,           &t_best_i,    &q_lse,          &status};
+    st = psr_set_kernel_args(ctx, stats, "psr_verify_stats", 20, ssizes, svalues);
+    size_t stats_local = ctx->tuning.work_group_size < VERIFY_LANES ? ctx->tuning.work_group_size
+                                                                    : VERIFY_LANES;
+    if (st == PSR_OK)
+        st = psr_enqueue_groups(ctx, stats, "psr_verify_stats", stat_n, stats_local,
+                                a->num_events_in_wait_list, a->event_wait_list, NULL);
+    if (st != PSR_OK)
+        return st;
+
+    cl_mem walks_arg = finalize ? walks : NULL;
+    const size_t psizes[] = {ms, 8, 8, 4, 4, ms, ms, ms, ms, ms, 4, ms, 4, ms, ms, ms,
+                             ms, 4, 4, ms, 4, ms, ms, ms, ms, ms, 4, ms, 4, ms};
+    const void *pvalues[] = {&a->target_logits, &offset,      &stride,        &vocab,
+                             &nsb,              &cu,          &a->draft_tokens, &a->seeds,
+                             &a->temperatures,  &a->positions, &greedy_all,   &a->draft_cache,
+                             &cache_k,          &t_lse,       &t_best,        &t_best_i,
+                             &q_lse,            &groups,      &chunk,         &row_words,
+                             &fold_width,       &part_value,  &part_index,    &walks_arg,
+                             &status,           &a->status,   &cols,          &a->tokens,
+                             &tokens64,         &a->num_sampled};
+    st = psr_set_kernel_args(ctx, sample, "psr_verify_sample", 30, psizes, pvalues);
+    if (st == PSR_OK)
+        st = psr_enqueue_groups(ctx, sample, "psr_verify_sample", parts, ctx->tuning.work_group_size,
+                                0, NULL, finalize ? NULL : event);
+    if (st == PSR_OK && finalize) {
+        const size_t fsizes[] = {4, ms, ms, ms, ms, ms, ms, 4, ms, 4, ms};
+        const void *fvalues[] = {&groups, &part_value, &part_index, &walks,    &cu,        &a->draft_tokens,
+                                 &status, &cols,       &a->tokens,  &tokens64, &a->num_sampled};
+        st = psr_set_kernel_args(ctx, finalize, "psr_verify_finalize", 11, fsizes, fvalues);
+        if (st == PSR_OK)
+            st = psr_enqueue_groups(ctx, finalize, "psr_verify_finalize", a->requests,
+                                    ctx->tuning.work_group_size, 0, NULL, event);
+    }
+    if (st == PSR_OK && a->effective_flags)
+        *a->effective_flags = flags;
+    return st;
+}

@@ -1,0 +1,692 @@
+/* Speculative-draft verification on a real device: tokens equal the host
+ * oracle's on every request (greedy and probabilistic, with and without a
+ * draft cache, every noise option), the narrow unbiasedness test and its
+ * control, the acceptance rate, streams, edge cases and bad input. */
+#include "common.h"
+#include "stats.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static psr_context *ctx;
+static bool has_fp64;
+/* The long suite (PSR_TEST_LONG=1) runs the statistical tests at full size. */
+static bool long_run;
+
+static int setup(void **state)
+{
+    (void)state;
+    test_seed(2718);
+    long_run = getenv("PSR_TEST_LONG") && strcmp(getenv("PSR_TEST_LONG"), "1") == 0;
+    ctx = open_context(getenv("PSR_CACHE_DIR"));
+    psr_device_info info;
+    psr_context_device_info(ctx, &info);
+    has_fp64 = info.capabilities & PSR_CAP_FP64;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    psr_context_free(ctx);
+    return 0;
+}
+
+/* One verification batch in host memory. */
+typedef struct vcase {
+    size_t requests, rows, vocab, max_drafts, cache_k, stride;
+    int32_t *cu;
+    float *target;  /* [rows, vocab] */
+    float *cache;   /* [requests, cache_k, vocab] or NULL */
+    int32_t *drafts; /* [rows] */
+    int64_t *seeds, *positions;
+    float *temps;
+} vcase;
+
+static void free_case(vcase *c)
+{
+    free(c->cu), free(c->target), free(c->cache), free(c->drafts);
+    free(c->seeds), free(c->positions), free(c->temps);
+}
+
+static int32_t host_argmax(const float *x, size_t n)
+{
+    int32_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (x[i] > x[best] || (isnan(x[best]) && !isnan(x[i])))
+            best = (int32_t)i;
+    return best;
+}
+
+/* Random requests of 0..max_drafts drafts. Drafts are often the target's
+ * argmax (so greedy accepts some), sometimes random, sometimes -1; some
+ * rows are all NaN; temperatures mix 0.7, 1 and 0 (greedy). */
+static vcase make_case(size_t requests, size_t vocab, size_t max_drafts, bool cache)
+{
+    vcase c = {.requests = requests, .vocab = vocab, .max_drafts = max_drafts, .cache_k = max_drafts};
+    c.cu = malloc((requests + 1) * 4);
+    c.cu[0] = 0;
+    for (size_t r = 0; r < requests; r++)
+        c.cu[r + 1] = c.cu[r] + 1 + (int32_t)(rnd() % (max_drafts + 1));
+    c.rows = (size_t)c.cu[requests];
+    c.target = malloc(c.rows * vocab * 4);
+    c.drafts = malloc(c.rows * 4);
+    c.positions = malloc(c.rows * 8);
+    c.seeds = malloc(requests * 8);
+    c.temps = malloc(requests * 4);
+    c.cache = cache && max_drafts ? malloc(requests * max_drafts * vocab * 4) : NULL;
+    for (size_t i = 0; i < c.rows * vocab; i++)
+        c.target[i] = 3.0f * normal();
+    for (size_t r = 0; r < requests; r++) {
+        c.seeds[r] = (int64_t)((uint64_t)rnd() << 32 | rnd());
+        uint32_t k = rnd() % 4;
+        c.temps[r] = k == 0 ? 0.0f : k == 1 ? 0.7f : 1.0f;
+        int64_t pos = rnd() % (1u << 29);
+        for (int32_t row = c.cu[r]; row < c.cu[r + 1]; row++) {
+            size_t j = (size_t)(row - c.cu[r]);
+            float *x = c.target + (size_t)row * vocab;
+            c.positions[row] = pos + (int64_t)j;
+            if (rnd() % 20 == 0)
+                for (size_t i = 0; i < vocab; i++)
+                    x[i] = NAN;
+            uint32_t pick = rnd() % 10;
+            c.drafts[row] = pick == 0 ? -1 : pick < 6 ? host_argmax(x, vocab) : (int32_t)(rnd() % vocab);
+            if (c.cache && row + 1 < c.cu[r + 1]) {
+                float *y = c.cache + (r * max_drafts + j) * vocab;
+                for (size_t i = 0; i < vocab; i++)
+                    y[i] = isnan(x[i]) ? normal() : 0.8f * x[i] + normal();
+            }
+        }
+    }
+    return c;
+}
+
+static cl_mem buffer(size_t bytes, const void *host)
+{
+    cl_context cl;
+    psr_context_cl(ctx, &cl, NULL, NULL);
+    cl_int err;
+    cl_mem m = clCreateBuffer(cl, host ? CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE,
+                              bytes, (void *)host, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    return m;
+}
+
+static void read_buffer(cl_mem m, size_t bytes, void *host)
+{
+    cl_command_queue q;
+    psr_context_cl(ctx, NULL, NULL, &q);
+    assert_int_equal(clEnqueueReadBuffer(q, m, CL_TRUE, 0, bytes, host, 0, NULL, NULL), CL_SUCCESS);
+}
+
+#define SENTINEL 0x5a5a5a5a
+
+typedef struct vrun {
+    psr_verify_method method;
+    unsigned flags;
+    psr_token_dtype tokens_dtype;
+    psr_dtype dtype;
+    void (*tamper)(psr_verify_args *); /* bad-input tests change the arguments */
+} vrun;
+
+static uint16_t to_bf16(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    return (uint16_t)(b >> 16);
+}
+
+static float from_bf16(uint16_t h)
+{
+    uint32_t b = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &b, 4);
+    return x;
+}
+
+/* Runs psr_verify on a case: tokens [requests, max_drafts + 1] and
+ * num_sampled come back (SENTINEL where nothing was written), *status the
+ * device-side status word. bf16 runs round the case's logits first. */
+static psr_status run_verify(vcase *c, const vrun *run, int32_t *tokens, int32_t *num, uint32_t *status)
+{
+    size_t cols = c->max_drafts + 1, stride = c->stride ? c->stride : c->vocab;
+    size_t esize = run->dtype == PSR_DTYPE_BF16 ? 2 : 4;
+    unsigned char *logits = calloc(c->rows * stride, esize);
+    for (size_t row = 0; row < c->rows; row++)
+        for (size_t i = 0; i < c->vocab; i++) {
+            float *x = c->target + row * c->vocab + i;
+            if (run->dtype == PSR_DTYPE_BF16) {
+                uint16_t h = to_bf16(*x);
+                *x = from_bf16(h);
+                memcpy(logits + (row * stride + i) * 2, &h, 2);
+            } else {
+                memcpy(logits + (row * stride + i) * 4, x, 4);
+            }
+        }
+    size_t tsize = run->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4;
+    unsigned char *out = malloc(c->requests * cols * tsize);
+    memset(out, 0x5a, c->requests * cols * tsize);
+    int32_t *nfill = malloc(c->requests * 4);
+    for (size_t r = 0; r < c->requests; r++)
+        nfill[r] = SENTINEL;
+    uint32_t sfill = SENTINEL;
+
+    cl_mem bt = buffer(c->rows * stride * esize, logits);
+    cl_mem bc = c->cache ? buffer(c->requests * c->cache_k * c->vocab * 4, c->cache) : NULL;
+    cl_mem bd = buffer(c->rows * 4, c->drafts), bs = buffer(c->requests * 8, c->seeds);
+    cl_mem btemp = buffer(c->requests * 4, c->temps), bp = buffer(c->rows * 8, c->positions);
+    cl_mem bo = buffer(c->requests * cols * tsize, out), bn = buffer(c->requests * 4, nfill);
+    cl_mem bst = buffer(4, &sfill);
+
+    psr_verify_args a;
+    psr_verify_args_init(&a);
+    a.requests = c->requests;
+    a.cu = c->cu;
+    a.rows = c->rows;
+    a.max_drafts = c->max_drafts;
+    a.vocab = c->vocab;
+    a.target_logits = bt;
+    a.target_dtype = run->dtype;
+    a.target_row_stride = c->stride;
+    a.draft_cache = bc;
+    a.draft_cache_k = c->cache_k;
+    a.draft_tokens = bd;
+    a.seeds = bs;
+    a.temperatures = btemp;
+    a.positions = bp;
+    a.method = run->method;
+    a.flags = run->flags;
+    a.tokens = bo;
+    a.tokens_dtype = run->tokens_dtype;
+    a.num_sampled = bn;
+    a.status = bst;
+    if (run->tamper)
+        run->tamper(&a);
+    cl_event ev = NULL;
+    psr_status st = psr_verify(ctx, &a, &ev);
+    if (ev) {
+        assert_int_equal(clWaitForEvents(1, &ev), CL_SUCCESS);
+        clReleaseEvent(ev);
+    }
+    read_buffer(bo, c->requests * cols * tsize, out);
+    read_buffer(bn, c->requests * 4, num);
+    read_buffer(bst, 4, status);
+    for (size_t i = 0; i < c->requests * cols; i++) {
+        if (tsize == 8) {
+            int64_t v;
+            memcpy(&v, out + i * 8, 8);
+            tokens[i] = v == (int64_t)0x5a5a5a5a5a5a5a5aLL ? SENTINEL : (int32_t)v;
+            if (v != (int64_t)0x5a5a5a5a5a5a5a5aLL && v != (int64_t)tokens[i])
+                fail_msg("int64 token %lld does not fit int32", (long long)v);
+        } else {
+            memcpy(&tokens[i], out + i * 4, 4);
+        }
+    }
+    cl_mem all[] = {bt, bc, bd, bs, btemp, bp, bo, bn, bst};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+    free(logits), free(out), free(nfill);
+    return st;
+}
+
+static psr_noise_kind noise_of(unsigned flags)
+{
+    return flags & PSR_SAMPLE_FP64_NOISE ? PSR_NOISE_FP64
+           : flags & PSR_SAMPLE_WIDE_NOISE ? PSR_NOISE_WIDE
+                                           : PSR_NOISE_FP32;
+}
+
+/* Device == oracle on every request; returns how many drafts were accepted. */
+static size_t check_against_oracle(vcase *c, const vrun *run)
+{
+    size_t cols = c->max_drafts + 1;
+    int32_t *tokens = malloc(c->requests * cols * 4), *num = malloc(c->requests * 4);
+    int32_t *want = malloc(c->requests * cols * 4), *want_num = malloc(c->requests * 4);
+    uint32_t status;
+    psr_status st = run_verify(c, run, tokens, num, &status);
+    if (st != PSR_OK)
+        fail_msg("psr_verify: %s: %s", psr_status_string(st), psr_last_error(ctx));
+    assert_int_equal(status, 0);
+    psr_oracle_verify_in in = {.requests = c->requests, .rows = c->rows, .vocab = c->vocab,
+                               .max_drafts = c->max_drafts, .cu = c->cu, .target = c->target,
+                               .draft_cache = c->cache, .cache_k = c->cache_k, .draft_tokens = c->drafts,
+                               .seeds = c->seeds, .temperatures = c->temps, .positions = c->positions,
+                               .greedy_all = run->method == PSR_VERIFY_GREEDY,
+                               .noise = noise_of(run->flags)};
+    psr_oracle_verify(&in, want, want_num);
+    size_t accepted = 0;
+    for (size_t r = 0; r < c->requests; r++) {
+        if (num[r] != want_num[r])
+            fail_msg("vocab %zu request %zu (T %g, %d rows): num_sampled %d, oracle %d", c->vocab, r,
+                     (double)c->temps[r], c->cu[r + 1] - c->cu[r], num[r], want_num[r]);
+        for (size_t j = 0; j < cols; j++)
+            if (tokens[r * cols + j] != want[r * cols + j])
+                fail_msg("vocab %zu request %zu column %zu: token %d, oracle %d", c->vocab, r, j,
+                         tokens[r * cols + j], want[r * cols + j]);
+        for (size_t j = 0; j < (size_t)num[r]; j++)
+            assert_true(tokens[r * cols + j] >= 0 && (size_t)tokens[r * cols + j] < c->vocab);
+        accepted += (size_t)num[r] - 1;
+    }
+    free(tokens), free(num), free(want), free(want_num);
+    return accepted;
+}
+
+static void test_matches_oracle(void **state)
+{
+    (void)state;
+    const vrun prob = {PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_F32, NULL};
+    size_t accepted = 0;
+    for (int cache = 0; cache <= 1; cache++) {
+        vcase c = make_case(96, 1000, 4, cache);
+        accepted += check_against_oracle(&c, &prob);
+        free_case(&c);
+        /* Two super-blocks and rows split over several work-groups. */
+        c = make_case(12, 20000, 3, cache);
+        accepted += check_against_oracle(&c, &prob);
+        free_case(&c);
+    }
+    assert_true(accepted > 20); /* the walk really accepts, not just rejects */
+
+    vcase c = make_case(64, 777, 5, true);
+    const vrun greedy = {PSR_VERIFY_GREEDY, 0, PSR_TOKENS_I64, PSR_DTYPE_F32, NULL};
+    assert_true(check_against_oracle(&c, &greedy) > 10);
+    const vrun wide = {PSR_VERIFY_PROBABILISTIC, PSR_SAMPLE_WIDE_NOISE, PSR_TOKENS_I64, PSR_DTYPE_F32,
+                       NULL};
+    check_against_oracle(&c, &wide);
+    if (has_fp64) {
+        const vrun fp64 = {PSR_VERIFY_PROBABILISTIC, PSR_SAMPLE_FP64_NOISE, PSR_TOKENS_I32,
+                           PSR_DTYPE_F32, NULL};
+        check_against_oracle(&c, &fp64);
+    }
+    const vrun bf16 = {PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_BF16, NULL};
+    check_against_oracle(&c, &bf16);
+    c.stride = c.vocab + 13;
+    check_against_oracle(&c, &prob);
+    free_case(&c);
+}
+
+/* The bonus token is psr_sample's token for the bonus row, and greedy
+ * requests follow the target's argmax exactly. */
+static void test_bonus_and_greedy(void **state)
+{
+    (void)state;
+    const size_t R = 8, V = 3000, K = 3;
+    vcase c = make_case(R, V, K, false);
+    /* Every request: K drafts equal to the argmax (greedy accepts all), T = 0. */
+    c.cu[0] = 0;
+    for (size_t r = 0; r < R; r++) {
+        c.cu[r + 1] = (int32_t)((r + 1) * (K + 1));
+        c.temps[r] = 0.0f;
+    }
+    free(c.target), free(c.drafts), free(c.positions);
+    c.rows = R * (K + 1);
+    c.target = malloc(c.rows * V * 4);
+    c.drafts = malloc(c.rows * 4);
+    c.positions = malloc(c.rows * 8);
+    for (size_t i = 0; i < c.rows * V; i++)
+        c.target[i] = normal();
+    for (size_t row = 0; row < c.rows; row++) {
+        c.drafts[row] = host_argmax(c.target + row * V, V);
+        c.positions[row] = (int64_t)(100 + row);
+    }
+    /* Request r's draft r % K is wrong: greedy stops there and emits the argmax. */
+    for (size_t r = 0; r < R / 2; r++)
+        c.drafts[r * (K + 1) + r % K] = (c.drafts[r * (K + 1) + r % K] + 1) % (int32_t)V;
+    int32_t tokens[8 * 4], num[8];
+    uint32_t status;
+    const vrun greedy = {PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_F32, NULL};
+    assert_int_equal(run_verify(&c, &greedy, tokens, num, &status), PSR_OK);
+    for (size_t r = 0; r < R; r++) {
+        size_t stop = r < R / 2 ? r % K : K;
+        assert_int_equal(num[r], (int)stop + 1);
+        for (size_t j = 0; j <= K; j++) {
+            int32_t want = j < stop ? c.drafts[r * (K + 1) + j]
+                           : j == stop ? host_argmax(c.target + (r * (K + 1) + j) * V, V)
+                                       : -1;
+            assert_int_equal(tokens[r * (K + 1) + j], want);
+        }
+    }
+    /* Sampled bonus: K = 0 requests at T = 1 get psr_sample's token. */
+    vcase b = make_case(R, V, 0, false);
+    for (size_t r = 0; r < R; r++)
+        b.temps[r] = 1.0f;
+    int32_t btokens[8], bnum[8], sampled[8];
+    assert_int_equal(run_verify(&b, &greedy, btokens, bnum, &status), PSR_OK);
+    assert_int_equal(psr_sample_host(ctx, b.target, PSR_DTYPE_F32, R, V, 0, b.seeds, b.positions,
+                                     b.temps, 0, sampled, NULL, NULL),
+                     PSR_OK);
+    for (size_t r = 0; r < R; r++) {
+        assert_int_equal(bnum[r], 1);
+        assert_int_equal(btokens[r], sampled[r]);
+    }
+    free_case(&c);
+    free_case(&b);
+}
+
+/* One-hot drafts never re-emit a rejected draft (the residual masks it),
+ * -1 drafts are rejected, all-NaN rows stay in range. */
+static void test_edge_cases(void **state)
+{
+    (void)state;
+    const size_t R = 200, V = 50;
+    vcase c = make_case(R, V, 2, false);
+    for (size_t r = 0; r < R; r++)
+        c.temps[r] = 1.0f;
+    int32_t *tokens = malloc(R * 3 * 4), num[200];
+    uint32_t status;
+    const vrun prob = {PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_F32, NULL};
+    assert_int_equal(run_verify(&c, &prob, tokens, num, &status), PSR_OK);
+    size_t rejections = 0;
+    for (size_t r = 0; r < R; r++) {
+        size_t n = (size_t)(c.cu[r + 1] - c.cu[r]), a = (size_t)num[r] - 1;
+        assert_true(a + 1 <= n);
+        for (size_t j = 0; j < a; j++)
+            assert_int_not_equal(c.drafts[c.cu[r] + (int32_t)j], -1);
+        int32_t last = tokens[r * 3 + a];
+        assert_true(last >= 0 && last < (int32_t)V);
+        if (a + 1 < n) { /* rejected: never the rejected one-hot draft itself */
+            int32_t d = c.drafts[c.cu[r] + (int32_t)a];
+            const float *x = c.target + (size_t)(c.cu[r] + (int32_t)a) * V;
+            if (!isnan(x[0]))
+                assert_int_not_equal(last, d);
+            rejections++;
+        }
+        for (size_t j = a + 1; j < 3; j++)
+            assert_int_equal(tokens[r * 3 + j], -1);
+    }
+    assert_true(rejections > 10);
+    free(tokens);
+    free_case(&c);
+}
+
+static void print_positions(const char *what, const psr_unbiased_result *res, chi2_result *out)
+{
+    for (size_t j = 0; j <= res->k; j++) {
+        out[j] = chi2_test(res->counts[j], res->p, PSR_UNBIASED_VOCAB, res->reached[j]);
+        print_message("%s k=%zu position %zu: chi2 %.1f (df %zu, threshold %.1f) over %llu\n", what,
+                      res->k, j, out[j].chi2, out[j].df, out[j].threshold,
+                      (unsigned long long)res->reached[j]);
+    }
+}
+
+/* DESIGN section 8: with the salt every position is distributed as p;
+ * built without it, position 0 must fail (vLLM saw about 1500 against 70
+ * at 200,000 trials; the control's chi2 grows with the trials, so the
+ * quick size still fails it by a wide margin). */
+static void test_unbiased_and_control(void **state)
+{
+    (void)state;
+    psr_context *control = NULL;
+    psr_context_options o;
+    psr_context_options_init(&o);
+    o.disk_cache = 0;
+    assert_int_equal(psr_context_create(&o, &control), PSR_OK);
+    assert_int_equal(psr_context_add_build_options(control, "-DPSR_TEST_DISABLE_DRAFT_SALT=1"), PSR_OK);
+    psr_unbiased_result *res = malloc(sizeof *res);
+    chi2_result chi[PSR_UNBIASED_MAX_K + 1];
+    const size_t ks[] = {1, 3};
+    const size_t trials = long_run ? 200000 : 50000;
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(psr_unbiased_run(ctx, ks[i], trials, 11, res), PSR_OK);
+        print_positions("salted", res, chi);
+        for (size_t j = 0; j <= ks[i]; j++)
+            if (!(chi[j].chi2 < chi[j].threshold))
+                fail_msg("k=%zu position %zu: chi2 %.1f >= %.1f", ks[i], j, chi[j].chi2, chi[j].threshold);
+        assert_int_equal(res->reached[0], trials);
+        assert_int_equal(psr_unbiased_run(control, ks[i], trials, 11, res), PSR_OK);
+        print_positions("control", res, chi);
+        if (chi[0].chi2 < chi[0].threshold)
+            fail_msg("control k=%zu: chi2 %.1f passes (threshold %.1f): the test cannot fail", ks[i],
+                     chi[0].chi2, chi[0].threshold);
+    }
+    free(res);
+    psr_context_free(control);
+}
+
+/* The acceptance rate is sum min(p, q), within 5 sigma over 10^6 trials
+ * (250,000 in the quick suite). */
+static void test_acceptance_rate(void **state)
+{
+    (void)state;
+    psr_unbiased_result *res = malloc(sizeof *res);
+    const size_t trials = long_run ? 1000000 : 250000;
+    assert_int_equal(psr_unbiased_run(ctx, 1, trials, 23, res), PSR_OK);
+    double want = 0;
+    for (int i = 0; i < PSR_UNBIASED_VOCAB; i++)
+        want += fmin(res->p[i], res->q[i]);
+    double got = (double)res->accepted / (double)trials;
+    double sigma = sqrt(want * (1 - want) / (double)trials);
+    print_message("acceptance %.5f, sum min(p, q) %.5f, %.2f sigma\n", got, want, (got - want) / sigma);
+    assert_true(fabs(got - want) < 5 * sigma);
+    free(res);
+}
+
+/* The draft stream is reproducible and differs from the target stream. */
+static void test_streams(void **state)
+{
+    (void)state;
+    const size_t rows = 2000, V = 64;
+    float *x = malloc(rows * V * 4);
+    int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
+    float *temps = malloc(rows * 4);
+    int32_t *a = malloc(rows * 4), *b = malloc(rows * 4), *t = malloc(rows * 4);
+    for (size_t i = 0; i < rows * V; i++)
+        x[i] = normal();
+    for (size_t r = 0; r < rows; r++) {
+        seeds[r] = (int64_t)r;
+        pos[r] = (int64_t)(r % 1000);
+        temps[r] = 1.0f;
+    }
+    assert_int_equal(psr_sample_host(ctx, x, PSR_DTYPE_F32, rows, V, 0, seeds, pos, temps,
+                                     PSR_SAMPLE_DRAFTING, a, NULL, NULL), PSR_OK);
+    assert_int_equal(psr_sample_host(ctx, x, PSR_DTYPE_F32, rows, V, 0, seeds, pos, temps,
+                                     PSR_SAMPLE_DRAFTING, b, NULL, NULL), PSR_OK);
+    assert_int_equal(psr_sample_host(ctx, x, PSR_DTYPE_F32, rows, V, 0, seeds, pos, temps, 0, t, NULL,
+                                     NULL), PSR_OK);
+    size_t same = 0;
+    for (size_t r = 0; r < rows; r++) {
+        assert_int_equal(a[r], b[r]);
+        same += a[r] == t[r];
+    }
+    /* Independent streams agree with probability sum p^2 (about 4% here). */
+    print_message("draft and target tokens agree on %zu of %zu rows\n", same, rows);
+    assert_true(same < rows / 5);
+    free(x), free(seeds), free(pos), free(temps), free(a), free(b), free(t);
+}
+
+/* psr_sample's [requests, K, vocab] cache layout is the one psr_verify reads. */
+static void test_draft_cache_layout(void **state)
+{
+    (void)state;
+    const size_t R = 5, K = 3, V = 40;
+    float *x = malloc(R * V * 4), *cache = malloc(R * K * V * 4);
+    int64_t seeds[5], pos[5];
+    float temps[5];
+    for (size_t i = 0; i < R * V; i++)
+        x[i] = normal();
+    for (size_t i = 0; i < R * K * V; i++)
+        cache[i] = -1234.0f;
+    for (size_t r = 0; r < R; r++)
+        seeds[r] = (int64_t)r, pos[r] = 7, temps[r] = 0.5f;
+    cl_mem bx = buffer(R * V * 4, x), bc = buffer(R * K * V * 4, cache), bs = buffer(R * 8, seeds);
+    cl_mem bp = buffer(R * 8, pos), bt = buffer(R * 4, temps), bo = buffer(R * 4, NULL);
+    psr_sample_args s;
+    psr_sample_args_init(&s);
+    s.rows = R;
+    s.vocab = V;
+    s.logits = bx;
+    s.requests = R;
+    s.seeds = bs;
+    s.temperatures = bt;
+    s.positions = bp;
+    s.tokens = bo;
+    s.draft_cache = bc;
+    s.draft_cache_k = K;
+    s.draft_step = 1;
+    s.flags = PSR_SAMPLE_DRAFTING;
+    assert_int_equal(psr_sample(ctx, &s, NULL), PSR_OK);
+    read_buffer(bc, R * K * V * 4, cache);
+    for (size_t r = 0; r < R; r++)
+        for (size_t j = 0; j < K; j++)
+            for (size_t i = 0; i < V; i++)
+                assert_true(cache[(r * K + j) * V + i] == (j == 1 ? x[r * V + i] : -1234.0f));
+    s.draft_step = K; /* past the cache */
+    assert_int_equal(psr_sample(ctx, &s, NULL), PSR_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(psr_last_error(ctx), "draft_step"));
+    cl_mem all[] = {bx, bc, bs, bp, bt, bo};
+    for (size_t i = 0; i < 6; i++)
+        clReleaseMemObject(all[i]);
+    free(x), free(cache);
+}
+
+/* ---- bad input: a status naming the argument, and nothing written ---- */
+
+static vcase bad_case(void)
+{
+    return make_case(4, 100, 2, true);
+}
+
+static void expect_rejected(void (*tamper)(psr_verify_args *), psr_status want, const char *needle)
+{
+    vcase c = bad_case();
+    int32_t tokens[4 * 3], num[4];
+    uint32_t status;
+    const vrun run = {PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_F32, tamper};
+    psr_status st = run_verify(&c, &run, tokens, num, &status);
+    if (st != want)
+        fail_msg("want %s, got %s: %s", psr_status_string(want), psr_status_string(st), psr_last_error(ctx));
+    if (!strstr(psr_last_error(ctx), needle))
+        fail_msg("message \"%s\" does not name %s", psr_last_error(ctx), needle);
+    for (size_t i = 0; i < 12; i++)
+        assert_int_equal(tokens[i], SENTINEL);
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(num[i], SENTINEL);
+    assert_int_equal(status, SENTINEL);
+    free_case(&c);
+}
+
+static int32_t bad_cu[5];
+static void cu_decreasing(psr_verify_args *a)
+{
+    memcpy(bad_cu, a->cu, sizeof bad_cu);
+    bad_cu[2] = bad_cu[1];
+    a->cu = bad_cu;
+}
+static void cu_past_rows(psr_verify_args *a) { a->rows -= 1; }
+static void cu_not_zero(psr_verify_args *a)
+{
+    memcpy(bad_cu, a->cu, sizeof bad_cu);
+    bad_cu[0] = 1;
+    a->cu = bad_cu;
+}
+static void k_past_cache(psr_verify_args *a) { a->draft_cache_k = 0; }
+static void k_past_cache2(psr_verify_args *a)
+{
+    memcpy(bad_cu, a->cu, sizeof bad_cu);
+    for (int r = 0; r < 4; r++)
+        bad_cu[r + 1] = bad_cu[r] + 3; /* 2 drafts each = max_drafts */
+    a->cu = bad_cu;
+    a->rows = (size_t)bad_cu[4];
+    a->draft_cache_k = 1;
+}
+static void too_many_drafts(psr_verify_args *a) { a->max_drafts = 0; }
+static void vocab_past_buffer(psr_verify_args *a) { a->vocab = 101; }
+static void no_tokens(psr_verify_args *a) { a->tokens = NULL; }
+static void bad_flags(psr_verify_args *a) { a->flags = PSR_SAMPLE_DRAFTING; }
+static void bad_method(psr_verify_args *a) { a->method = (psr_verify_method)7; }
+static void bad_tokens_dtype(psr_verify_args *a) { a->tokens_dtype = (psr_token_dtype)2; }
+static void small_stride(psr_verify_args *a) { a->target_row_stride = 99; }
+static void no_init(psr_verify_args *a) { a->struct_size = 3; }
+
+static void test_bad_input_host(void **state)
+{
+    (void)state;
+    expect_rejected(cu_decreasing, PSR_ERR_INVALID_ARGUMENT, "cu");
+    expect_rejected(cu_past_rows, PSR_ERR_INVALID_ARGUMENT, "args->rows");
+    expect_rejected(cu_not_zero, PSR_ERR_INVALID_ARGUMENT, "cu[0]");
+    expect_rejected(k_past_cache, PSR_ERR_INVALID_ARGUMENT, "draft_cache_k");
+    expect_rejected(k_past_cache2, PSR_ERR_INVALID_ARGUMENT, "draft_cache_k");
+    expect_rejected(too_many_drafts, PSR_ERR_INVALID_ARGUMENT, "max_drafts");
+    expect_rejected(vocab_past_buffer, PSR_ERR_BUFFER_TOO_SMALL, "target_logits");
+    expect_rejected(no_tokens, PSR_ERR_NULL_ARGUMENT, "args->tokens");
+    expect_rejected(bad_flags, PSR_ERR_INVALID_ARGUMENT, "args->flags");
+    expect_rejected(bad_method, PSR_ERR_INVALID_ARGUMENT, "args->method");
+    expect_rejected(bad_tokens_dtype, PSR_ERR_INVALID_ARGUMENT, "tokens_dtype");
+    expect_rejected(small_stride, PSR_ERR_INVALID_ARGUMENT, "target_row_stride");
+    expect_rejected(no_init, PSR_ERR_INVALID_ARGUMENT, "psr_verify_args_init");
+    assert_int_equal(psr_verify(ctx, NULL, NULL), PSR_ERR_NULL_ARGUMENT);
+    assert_int_equal(psr_verify(NULL, NULL, NULL), PSR_ERR_NULL_ARGUMENT);
+}
+
+/* Values only the device sees: the status word says which, and the
+ * outputs keep their old contents. The context stays usable. */
+static void expect_device_rejected(vcase *c, uint32_t want)
+{
+    int32_t tokens[4 * 3], num[4];
+    uint32_t status;
+    const vrun run = {PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_F32, NULL};
+    assert_int_equal(run_verify(c, &run, tokens, num, &status), PSR_OK);
+    assert_int_equal(status, want);
+    for (size_t i = 0; i < 12; i++)
+        assert_int_equal(tokens[i], SENTINEL);
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(num[i], SENTINEL);
+}
+
+static void test_bad_input_device(void **state)
+{
+    (void)state;
+    vcase c = bad_case();
+    c.drafts[0] = (int32_t)c.vocab; /* row 0 is a draft row: cu[1] >= 1 ... */
+    if (c.cu[1] == 1) /* ... unless request 0 has no drafts: use one that has */
+        for (size_t r = 1; r < 4; r++)
+            if (c.cu[r + 1] - c.cu[r] > 1) {
+                c.drafts[c.cu[r]] = (int32_t)c.vocab;
+                break;
+            }
+    bool any_draft = false;
+    for (size_t r = 0; r < 4; r++)
+        any_draft |= c.cu[r + 1] - c.cu[r] > 1;
+    if (any_draft)
+        expect_device_rejected(&c, PSR_VERIFY_BAD_TOKEN);
+    free_case(&c);
+
+    c = bad_case();
+    c.drafts[c.rows - 1] = 999999; /* a bonus row's entry is not read */
+    check_against_oracle(&c, &(vrun){PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_F32, NULL});
+    c.positions[c.rows - 1] = PSR_MAX_POSITION;
+    expect_device_rejected(&c, PSR_VERIFY_BAD_POSITION);
+    c.positions[c.rows - 1] = 0;
+    c.temps[2] = -1.0f;
+    expect_device_rejected(&c, PSR_VERIFY_BAD_TEMPERATURE);
+    c.temps[2] = NAN;
+    c.positions[0] = -1;
+    expect_device_rejected(&c, PSR_VERIFY_BAD_TEMPERATURE | PSR_VERIFY_BAD_POSITION);
+    c.temps[2] = 1.0f;
+    c.positions[0] = 0;
+    check_against_oracle(&c, &(vrun){PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_F32, NULL});
+    free_case(&c);
+}
+
+int main(void)
+{
+    if (!have_device()) {
+        fprintf(stderr, "no OpenCL device: skipped\n");
+        return TEST_SKIP;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matches_oracle),
+        cmocka_unit_test(test_bonus_and_greedy),
+        cmocka_unit_test(test_edge_cases),
+        cmocka_unit_test(test_streams),
+        cmocka_unit_test(test_draft_cache_layout),
+        cmocka_unit_test(test_bad_input_host),
+        cmocka_unit_test(test_bad_input_device),
+        cmocka_unit_test(test_acceptance_rate),
+        cmocka_unit_test(test_unbiased_and_control),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
