@@ -141,6 +141,11 @@ psr_status psr_enqueue_groups(psr_context *ctx, cl_kernel k, const char *name, s
 psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *args, cl_event *first,
                               cl_event *last);
 
+/* psr_verify with both ends exposed (for psr bench): *first is the first
+ * kernel's event, *last the last one's. Either may be NULL. */
+psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *args, cl_event *first,
+                              cl_event *last);
+
 /* ---- the lower-tail census (tail.c) ---- */
 
 /* Counts draws of the exponential variate E behind one noise option's

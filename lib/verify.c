@@ -186,6 +186,16 @@ psr_status psr_verify(psr_context *ctx, const psr_verify_args *a, cl_event *even
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_verify: ctx is NULL");
     if (!a)
         return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_verify: args is NULL");
+    return psr_verify_enqueue(ctx, a, NULL, event);
+}
+
+psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_event *first,
+                              cl_event *event)
+{
+    if (first)
+        *first = NULL;
+    if (event)
+        *event = NULL;
     unsigned flags;
     psr_status st = check_args(ctx, a, &flags);
     if (st != PSR_OK)
@@ -259,7 +269,7 @@ psr_status psr_verify(psr_context *ctx, const psr_verify_args *a, cl_event *even
                                                                     : VERIFY_LANES;
     if (st == PSR_OK)
         st = psr_enqueue_groups(ctx, stats, "psr_verify_stats", stat_n, stats_local,
-                                a->num_events_in_wait_list, a->event_wait_list, NULL);
+                                a->num_events_in_wait_list, a->event_wait_list, first);
     if (st != PSR_OK)
         return st;
 
@@ -289,5 +299,9 @@ psr_status psr_verify(psr_context *ctx, const psr_verify_args *a, cl_event *even
     }
     if (st == PSR_OK && a->effective_flags)
         *a->effective_flags = flags;
+    if (st != PSR_OK && first && *first) {
+        clReleaseEvent(*first);
+        *first = NULL;
+    }
     return st;
 }

@@ -1,0 +1,19 @@
+/* Timing helpers shared by the psr bench subcommands (bench_util.c). */
+#ifndef PSR_CLI_BENCH_H
+#define PSR_CLI_BENCH_H
+
+#include "internal.h"
+
+/* qsort comparator of doubles, ascending. */
+int cmp_double(const void *a, const void *b);
+/* Microseconds from the start of `first` to the end of `last` (profiling queue). */
+double event_span_us(cl_event first, cl_event last);
+/* Device copy bandwidth in bytes/s, counting bytes read plus written. */
+double copy_bandwidth(psr_context *ctx, size_t bytes);
+/* Median span of a kernel that does nothing: the fixed cost per launch. */
+double empty_kernel_us(psr_context *ctx);
+
+/* psr bench verify (bench_verify.c). */
+int bench_verify(int argc, char **argv);
+
+#endif
