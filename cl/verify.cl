@@ -15,10 +15,12 @@
  *
  * Log-sum-exp has a fixed reduction order that depends on neither the
  * work-group size nor the split, so every device (and lib/oracle_verify.c)
- * gets the same bits: a row is cut into super-blocks of PSR_SB tokens;
- * within one, logical lane l (of 256) folds tokens 4l + 1024k + c for
- * k = 0..15, c = 0..3 in that order, the lanes merge pairwise (l with
- * l + s for s = 128, 64, ..., 1), and super-blocks merge left to right.
+ * gets the same bits: a row is cut into super-blocks of PSR_SB = 16384
+ * tokens. In each, M is the largest scaled logit; token base + L + 1024k
+ * (k = 0..15) adds exp(x / T - M) to lane L's sum in order of k; the 1024
+ * lane sums add pairwise (L + s into L for s = 512, 256, ..., 1); and the
+ * super-blocks' (M, sum) merge left to right. Lanes are independent, so
+ * each work-item runs four exp chains side by side.
  */
 
 #define PSR_LANES 256
@@ -31,16 +33,7 @@
 #define PSR_VERIFY_BAD_POSITION 2u
 #define PSR_VERIFY_BAD_TEMPERATURE 4u
 
-/* A running log-sum-exp: (m, s) stands for log(s) + m. */
-inline float2 psr_lse_push(float2 a, float x)
-{
-    if (!(x > -INFINITY))
-        return a; /* NaN and -inf add nothing */
-    if (x > a.x)
-        return (float2)(x, a.y * psr_det_exp_neg(a.x - x) + 1.0f);
-    return (float2)(a.x, a.y + (x == a.x ? 1.0f : psr_det_exp_neg(x - a.x)));
-}
-
+/* (m, s) stands for m + log(s); merging two is exact up to rounding. */
 inline float2 psr_lse_merge(float2 a, float2 b)
 {
     float m = fmax(a.x, b.x);
@@ -91,22 +84,57 @@ inline uint psr_steps_left(uint first, uint vocab)
     return first < vocab ? min((uint)PSR_SB_STEPS, (vocab - first + 4 * PSR_LANES - 1) / (4 * PSR_LANES)) : 0u;
 }
 
-/* Folds the 4 values of one step into a lane's (lse, argmax). */
-inline void psr_stats_push4(float4 x, uint i, bool scale, float t, float r, float2 *lse, float *bv,
-                            uint *bi)
+/* exp(x - m) of a scaled logit against the super-block's max (m finite or
+ * +inf); NaN adds nothing, and x == m is exactly 1 (also for +inf). */
+inline float psr_exp_term(float x, float m)
 {
-    float xs[4] = {x.s0, x.s1, x.s2, x.s3};
-    for (int c = 0; c < 4; c++) {
-        float v = xs[c];
-        if (isnan(v))
-            continue;
-        if (v > *bv) {
-            *bv = v;
-            *bi = i + c;
-        }
-        if (scale)
-            *lse = psr_lse_push(*lse, psr_scaled(v, t, r));
+    return isnan(x) ? 0.0f : x == m ? 1.0f : psr_det_exp_neg(x - m);
+}
+
+inline float4 psr_exp_terms(float4 x, float m)
+{
+    return (float4)(psr_exp_term(x.s0, m), psr_exp_term(x.s1, m), psr_exp_term(x.s2, m),
+                    psr_exp_term(x.s3, m));
+}
+
+inline float4 psr_scaled4(float4 x, float t, float r)
+{
+    return (float4)(psr_scaled(x.s0, t, r), psr_scaled(x.s1, t, r), psr_scaled(x.s2, t, r),
+                    psr_scaled(x.s3, t, r));
+}
+
+#define PSR_LPT (PSR_LANES / PSR_VWG) /* lanes of 4 tokens per work-item */
+
+/* The (max, sum) of one super-block of scaled values already in v (NaN
+ * where there is no token), reduced over the group; the result is valid
+ * in every work-item. lm and ls are scratch. */
+inline float2 psr_superblock_lse(const float4 *v, float m, uint lid, __local float *lm, __local float *ls)
+{
+    lm[lid] = m;
+    for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < s)
+            lm[lid] = fmax(lm[lid], lm[lid + s]);
     }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float big = lm[0];
+    if (big == -INFINITY)
+        return (float2)(big, 0.0f); /* uniform: nothing to add */
+    for (uint j = 0; j < PSR_LPT; j++) {
+        float4 sum = (float4)(0.0f);
+        for (uint k = 0; k < PSR_SB_STEPS; k++)
+            sum += psr_exp_terms(v[j * PSR_SB_STEPS + k], big);
+        vstore4(sum, lid + j * PSR_VWG, ls); /* lanes 4l .. 4l + 3 */
+    }
+    for (uint s = 2 * PSR_LANES; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint l = lid; l < s; l += PSR_VWG)
+            ls[l] += ls[l + s];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float total = ls[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return (float2)(big, total);
 }
 
 /* Checks the inputs only the device holds; one group, the result in *status. */
@@ -144,7 +172,9 @@ inline void psr_verify_check(uint lid, uint rows, uint requests, uint vocab, __g
 
 /* One group per (row, super-block): the target row's argmax partial and,
  * unless the request is greedy, its log-sum-exp of logits / T; for draft
- * rows with a cache, the draft row's log-sum-exp too. */
+ * rows with a cache, the draft row's log-sum-exp too. Each work-item loads
+ * all its tokens first (16 independent loads per lane), then the group
+ * finds the max and sums the exps from registers. */
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
 void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                       uint vocab, uint rows, uint requests, uint nsb, __global const int *row_req,
@@ -153,9 +183,9 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
                       __global const long *positions, __global float2 *t_lse, __global float *t_best,
                       __global uint *t_best_i, __global float2 *q_lse, __global uint *status)
 {
-    __local float2 ls[PSR_LANES];
-    __local float lbv[PSR_LANES];
-    __local uint lbi[PSR_LANES];
+    __local float ls[4 * PSR_LANES];
+    __local float lm[PSR_VWG];
+    __local uint li[PSR_VWG];
     __local uint lflags;
     uint lid = get_local_id(0);
     uint row = get_group_id(0) / nsb;
@@ -168,70 +198,79 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
     float t = temperatures[req];
     bool scale = !greedy_all && isnormal(t) && t > 0.0f;
     float r = scale ? psr_det_recip(t) : 1.0f;
-    uint j = row - (uint)cu[req];
+    uint j0 = row - (uint)cu[req];
     bool draft_row = row + 1 < (uint)cu[req + 1];
     uint base = sb * PSR_SB;
+    bool full = base + PSR_SB <= vocab;
 
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    for (uint lane = lid; lane < PSR_LANES; lane += PSR_VWG) {
-        float2 lse = (float2)(-INFINITY, 0.0f);
-        uint first = base + 4 * lane;
-        float bv = -INFINITY;
-        uint bi = first < vocab ? first : 0xffffffffu;
-        /* Steps past the row's end would push only NaN: skip them (a
-         * full super-block keeps the fixed trip count the compiler unrolls). */
-        uint steps = base + PSR_SB <= vocab ? PSR_SB_STEPS : psr_steps_left(first, vocab);
-        for (uint k = 0; k < steps; k++) {
+    float4 v[PSR_LPT * PSR_SB_STEPS];
+    float m = -INFINITY, bv = -INFINITY;
+    uint bi = base + 4 * lid < vocab ? base + 4 * lid : 0xffffffffu;
+    for (uint j = 0; j < PSR_LPT; j++) {
+        uint first = base + 4 * (lid + j * PSR_VWG);
+        uint steps = full ? PSR_SB_STEPS : psr_steps_left(first, vocab);
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
             uint i = first + k * 4 * PSR_LANES;
-            psr_stats_push4(psr_load4(src, i, vocab, aligned), i, scale, t, r, &lse, &bv, &bi);
+            float4 x = k < steps ? psr_load4(src, i, vocab, aligned) : (float4)(NAN);
+            /* A work-item's tokens are not in increasing order when it has
+             * several lanes: compare indices on ties (NaN never wins). */
+            if (psr_better(x.s0, i, bv, bi))
+                bv = x.s0, bi = i;
+            if (psr_better(x.s1, i + 1, bv, bi))
+                bv = x.s1, bi = i + 1;
+            if (psr_better(x.s2, i + 2, bv, bi))
+                bv = x.s2, bi = i + 2;
+            if (psr_better(x.s3, i + 3, bv, bi))
+                bv = x.s3, bi = i + 3;
+            float4 xs = scale ? psr_scaled4(x, t, r) : x;
+            v[j * PSR_SB_STEPS + k] = xs;
+            m = fmax(m, fmax(fmax(xs.s0, xs.s1), fmax(xs.s2, xs.s3)));
         }
-        ls[lane] = lse;
-        lbv[lane] = bv;
-        lbi[lane] = bi;
     }
-    for (uint s = PSR_LANES / 2; s > 0; s >>= 1) {
+    /* Argmax over the group, ties to the lowest index. */
+    lm[lid] = bv;
+    li[lid] = bi;
+    for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint l = lid; l < s; l += PSR_VWG) {
-            ls[l] = psr_lse_merge(ls[l], ls[l + s]);
-            if (psr_better(lbv[l + s], lbi[l + s], lbv[l], lbi[l])) {
-                lbv[l] = lbv[l + s];
-                lbi[l] = lbi[l + s];
-            }
+        if (lid < s && psr_better(lm[lid + s], li[lid + s], lm[lid], li[lid])) {
+            lm[lid] = lm[lid + s];
+            li[lid] = li[lid + s];
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     ulong at = (ulong)row * nsb + sb;
     if (lid == 0) {
-        t_lse[at] = ls[0];
-        t_best[at] = lbv[0];
-        t_best_i[at] = lbi[0];
-    }
-    if (!(draft_cache && draft_row && scale))
-        return; /* uniform across the group */
-
-    __global const float *q = psr_cache_row(draft_cache, (uint)req, cache_k, j, vocab);
-    bool q_aligned = ((size_t)q & 15) == 0;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint lane = lid; lane < PSR_LANES; lane += PSR_VWG) {
-        float2 lse = (float2)(-INFINITY, 0.0f);
-        float bv = -INFINITY;
-        uint bi = 0;
-        uint steps = base + PSR_SB <= vocab ? PSR_SB_STEPS : psr_steps_left(base + 4 * lane, vocab);
-        for (uint k = 0; k < steps; k++) {
-            uint i = base + 4 * lane + k * 4 * PSR_LANES;
-            psr_stats_push4(psr_load4_f32(q, i, vocab, q_aligned), i, true, t, r, &lse, &bv, &bi);
-        }
-        ls[lane] = lse;
-    }
-    for (uint s = PSR_LANES / 2; s > 0; s >>= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint l = lid; l < s; l += PSR_VWG)
-            ls[l] = psr_lse_merge(ls[l], ls[l + s]);
+        t_best[at] = lm[0];
+        t_best_i[at] = li[0];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+    if (!scale)
+        return; /* greedy: no probabilities (uniform across the group) */
+    float2 lse = psr_superblock_lse(v, m, lid, lm, ls);
     if (lid == 0)
-        q_lse[at] = ls[0];
+        t_lse[at] = lse;
+    if (!(draft_cache && draft_row))
+        return;
+
+    __global const float *q = psr_cache_row(draft_cache, (uint)req, cache_k, j0, vocab);
+    bool q_aligned = ((size_t)q & 15) == 0;
+    m = -INFINITY;
+    for (uint j = 0; j < PSR_LPT; j++) {
+        uint first = base + 4 * (lid + j * PSR_VWG);
+        uint steps = full ? PSR_SB_STEPS : psr_steps_left(first, vocab);
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
+            uint i = first + k * 4 * PSR_LANES;
+            float4 y = k < steps ? psr_load4_f32(q, i, vocab, q_aligned) : (float4)(NAN);
+            float4 ys = psr_scaled4(y, t, r);
+            v[j * PSR_SB_STEPS + k] = ys;
+            m = fmax(m, fmax(fmax(ys.s0, ys.s1), fmax(ys.s2, ys.s3)));
+        }
+    }
+    lse = psr_superblock_lse(v, m, lid, lm, ls);
+    if (lid == 0)
+        q_lse[at] = lse;
 }
 
 inline float psr_row_lse(__global const float2 *lse, uint row, uint nsb)

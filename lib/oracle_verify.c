@@ -14,15 +14,6 @@ typedef struct lse {
     float m, s;
 } lse;
 
-static lse lse_push(lse a, float x)
-{
-    if (!(x > -INFINITY))
-        return a;
-    if (x > a.m)
-        return (lse){x, a.s * psr_oracle_exp_neg(a.m - x) + 1.0f};
-    return (lse){a.m, a.s + (x == a.m ? 1.0f : psr_oracle_exp_neg(x - a.m))};
-}
-
 static lse lse_merge(lse a, lse b)
 {
     float m = fmaxf(a.m, b.m);
@@ -38,27 +29,39 @@ static float scaled(float x, float t, float r)
     return isinf(x) ? x : psr_oracle_div(x, t, r);
 }
 
-/* log-sum-exp of x / T over a row, in the kernel's fixed order. */
+/* log-sum-exp of x / T over a row, in the kernel's fixed order: per
+ * super-block its max M, lane L's sum over k of exp(x_{L + 1024k} / T - M),
+ * the 1024 lane sums added pairwise, super-blocks merged left to right. */
 static float row_lse(const float *x, size_t vocab, float t, float r)
 {
-    lse lanes[LANES];
+    float sums[4 * LANES];
     lse acc = {-INFINITY, 0.0f};
     size_t nsb = (vocab + SB - 1) / SB;
     for (size_t sb = 0; sb < nsb; sb++) {
-        for (size_t l = 0; l < LANES; l++) {
-            lse a = {-INFINITY, 0.0f};
-            for (size_t k = 0; k < SB_STEPS; k++)
-                for (size_t c = 0; c < 4; c++) {
-                    size_t i = sb * SB + k * 4 * LANES + 4 * l + c;
-                    if (i < vocab && !isnan(x[i]))
-                        a = lse_push(a, scaled(x[i], t, r));
+        size_t base = sb * SB, end = base + SB < vocab ? base + SB : vocab;
+        float big = -INFINITY;
+        for (size_t i = base; i < end; i++)
+            if (!isnan(x[i]))
+                big = fmaxf(big, scaled(x[i], t, r));
+        lse part = {big, 0.0f};
+        if (big > -INFINITY) {
+            for (size_t l = 0; l < 4 * LANES; l++) {
+                float s = 0.0f;
+                for (size_t k = 0; k < SB_STEPS; k++) {
+                    size_t i = base + l + k * 4 * LANES;
+                    if (i < end && !isnan(x[i])) {
+                        float xs = scaled(x[i], t, r);
+                        s = s + (xs == big ? 1.0f : psr_oracle_exp_neg(xs - big));
+                    }
                 }
-            lanes[l] = a;
+                sums[l] = s;
+            }
+            for (size_t s = 2 * LANES; s > 0; s >>= 1)
+                for (size_t l = 0; l < s; l++)
+                    sums[l] = sums[l] + sums[l + s];
+            part.s = sums[0];
         }
-        for (size_t s = LANES / 2; s > 0; s >>= 1)
-            for (size_t l = 0; l < s; l++)
-                lanes[l] = lse_merge(lanes[l], lanes[l + s]);
-        acc = sb == 0 ? lanes[0] : lse_merge(acc, lanes[0]);
+        acc = sb == 0 ? part : lse_merge(acc, part);
     }
     return isinf(acc.m) ? acc.m : acc.m + psr_oracle_log(acc.s);
 }

@@ -134,6 +134,72 @@ if have_device:
     out = json.loads(r.stdout) if r.returncode == 0 else {}
     check(sorted(x["variant"] for x in out.get("results", [])) == ["fp32", "race"], "bench --variants picks exact names")
     check(run("bench", "sample", "--shapes", "2by3").returncode == 2, "bad --shapes is a usage error")
+
+
+# The LM head: `psr sample --hidden --weights` samples the tokens that
+# `psr sample --logits` does on the product computed here. Halves and
+# eighths keep every product and partial sum exact in fp32 and fp16, so
+# the device's logits equal these bit for bit, whatever the GEMM's order.
+def lm_head_checks(d):
+    chosen = (info.get("psr_device") or {}).get("device") or info["auto"]
+    dev = [x for x in info["devices"] if x["index"] == chosen.split(" ")[0]]
+    fp16 = bool(dev) and dev[0]["fp16"]
+    B, H, V = 6, 9, 40
+    hid = [[((r * 7 + k * 3) % 9 - 4) / 2 for k in range(H)] for r in range(B)]
+    wts = [[((v * k * 3 + v + 2 * k) % 13 - 6) / 8 for k in range(H)] for v in range(V)]
+    lg = [[sum(a * b for a, b in zip(hr, wr)) for wr in wts] for hr in hid]
+
+    def mat(name, rows, code, descr):
+        flat = [x for r in rows for x in r]
+        return write(d, name, npy_bytes(descr, (len(rows), len(rows[0])), struct.pack(f"<{len(flat)}{code}", *flat)))
+
+    h32, w32, l32 = mat("h32.npy", hid, "f", "<f4"), mat("w32.npy", wts, "f", "<f4"), mat("lg.npy", lg, "f", "<f4")
+    h16, w16 = mat("h16.npy", hid, "e", "<f2"), mat("w16.npy", wts, "e", "<f2")
+    seeds = write(d, "lm_seeds.npy", npy_bytes("<i8", (B,), struct.pack(f"<{B}q", *range(100, 100 + B))))
+    if not info["clblast"]:
+        r = run("sample", "--hidden", h32, "--weights", w32)
+        check(r.returncode == 1 and "PSR_ERR_NOT_SUPPORTED" in r.stderr, "sample --hidden without CLBlast")
+        r = run("bench", "gemm", "--batch", "2", "--hidden", "8", "--vocab", "16", "--iters", "1")
+        check(r.returncode == 1 and "PSR_ERR_NOT_SUPPORTED" in r.stderr, "bench gemm without CLBlast")
+        return
+    for opts in ([], ["--temperature", "0"], ["--temperature", "2", "--method", "race"],
+                 ["--drafting", "--noise", "wide", "--pos", "77"]):
+        a = run("sample", "--hidden", h32, "--weights", w32, "--seeds", seeds, "--json", *opts)
+        b = run("sample", "--logits", l32, "--seeds", seeds, "--json", *opts)
+        ta = json.loads(a.stdout) if a.returncode == 0 else {}
+        tb = json.loads(b.stdout)["tokens"] if b.returncode == 0 else None
+        check(ta.get("tokens") == tb and tb is not None and ta.get("hidden_size") == H and ta.get("vocab") == V,
+              f"sample --hidden --weights {' '.join(opts)} equals sampling the host product")
+    r = run("sample", "--hidden", h16, "--weights", w16, "--seeds", seeds, "--json")
+    if fp16:
+        b = run("sample", "--logits", l32, "--seeds", seeds, "--json")
+        check(r.returncode == 0 and json.loads(r.stdout)["tokens"] == json.loads(b.stdout)["tokens"],
+              "sample --hidden float16 equals sampling the host product")
+    else:
+        check(r.returncode == 1 and "cl_khr_fp16" in r.stderr, "float16 --hidden without cl_khr_fp16 is refused")
+    check(run("sample", "--hidden", h32).returncode == 2, "--hidden without --weights is a usage error")
+    check(run("sample", "--logits", l32, "--hidden", h32, "--weights", w32).returncode == 2,
+          "--logits with --hidden is a usage error")
+    wide = mat("w_wide.npy", [r + [0.0] for r in wts], "f", "<f4")
+    r = run("sample", "--hidden", h32, "--weights", wide)
+    check(r.returncode == 1 and "hidden size" in r.stderr, "mismatched hidden sizes are a clear error")
+    r = run("sample", "--hidden", h32, "--weights", w16)
+    check(r.returncode == 1 and "dtype" in r.stderr, "mismatched dtypes are a clear error")
+    r = run("sample", "--hidden", h32, "--weights", w32, "--pos", str(2**30))
+    check(r.returncode == 1 and "PSR_ERR_POSITION_RANGE" in r.stderr, "--hidden: position 2^30 rejected")
+    r = run("bench", "gemm", "--batch", "3", "--hidden", "17", "--vocab", "1000", "--iters", "2", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(out.get("batch") == 3 and out.get("us", 0) > 0 and out.get("tflops", 0) > 0, "bench gemm --json")
+    check(run("bench", "gemm", "--dtype", "f8").returncode == 2, "bad bench gemm --dtype is a usage error")
+
+
+if have_device:
+    with tempfile.TemporaryDirectory() as d:
+        lm_head_checks(d)
+r = run("bench", "gemm", "--help")
+check(r.returncode == 0 and "usage: psr bench gemm" in r.stdout, "psr bench gemm --help")
+
+
 for cmd in (["sample"], ["bench"], ["demo"], ["verify"]):
     r = run(*cmd, "--help")
     check(r.returncode == 0 and "usage: psr" in r.stdout, f"psr {' '.join(cmd)} --help")

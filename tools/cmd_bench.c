@@ -1,5 +1,6 @@
 /* psr bench sample: kernel time from OpenCL profiling events, against the
  * memory floor measured in the same run and, on NVIDIA, vLLM's figures. */
+#include "bench.h"
 #include "cli.h"
 #include "internal.h"
 #include "json.h"
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* vLLM's Triton Gumbel kernel on an H200 (DESIGN.md section 9), in us. */
 static const struct {
@@ -55,74 +57,10 @@ static void bench_usage(FILE *out)
             "               greedy (default: all the\n"
             "               device can run); fp32 is the default deterministic mode\n"
             "  --logits     normal: N(0, 3); peaked: N(0, 1) with one logit 25 above\n"
-            "  --iters      timed runs per line (at least 50 recommended)\n",
+            "  --iters      timed runs per line (at least 50 recommended)\n"
+            "\n"
+            "psr bench verify --help and psr bench gemm --help describe the others.\n",
             default_shapes);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double event_span_us(cl_event first, cl_event last)
-{
-    cl_ulong start = 0, end = 0;
-    clGetEventProfilingInfo(first, CL_PROFILING_COMMAND_START, sizeof start, &start, NULL);
-    clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
-    return (double)(end - start) / 1000.0;
-}
-
-/* Device copy bandwidth in bytes/s, counting bytes read plus written. */
-static double copy_bandwidth(psr_context *ctx, size_t bytes)
-{
-    cl_int err;
-    cl_mem a = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
-    cl_mem b = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
-    if (err != CL_SUCCESS)
-        return 0;
-    cl_uint zero = 0;
-    clEnqueueFillBuffer(ctx->queue, a, &zero, sizeof zero, 0, bytes, 0, NULL, NULL);
-    double times[20];
-    for (int i = 0; i < 23; i++) {
-        cl_event ev;
-        clEnqueueCopyBuffer(ctx->queue, a, b, 0, 0, bytes, 0, NULL, &ev);
-        clWaitForEvents(1, &ev);
-        if (i >= 3)
-            times[i - 3] = event_span_us(ev, ev);
-        clReleaseEvent(ev);
-    }
-    qsort(times, 20, sizeof times[0], cmp_double);
-    clReleaseMemObject(a);
-    clReleaseMemObject(b);
-    return 2.0 * (double)bytes / (times[10] * 1e-6);
-}
-
-/* Median span of a kernel that does nothing: the device's fixed cost per
- * launch as its profiling events see it, under every figure below. */
-static double empty_kernel_us(psr_context *ctx)
-{
-    psr_variant v = {.set = PSR_KERNELS_STREAM};
-    cl_kernel k;
-    if (psr_kernel_get(ctx, &v, "psr_philox_kat", &k) != PSR_OK)
-        return -1;
-    cl_mem none = NULL;
-    cl_uint zero = 0;
-    clSetKernelArg(k, 0, sizeof none, &none);
-    clSetKernelArg(k, 1, sizeof none, &none);
-    clSetKernelArg(k, 2, sizeof zero, &zero);
-    double times[55];
-    size_t one = 1;
-    for (int i = 0; i < 55; i++) {
-        cl_event ev;
-        if (clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &one, NULL, 0, NULL, &ev) != CL_SUCCESS)
-            return -1;
-        clWaitForEvents(1, &ev);
-        times[i] = event_span_us(ev, ev);
-        clReleaseEvent(ev);
-    }
-    qsort(times + 5, 50, sizeof times[0], cmp_double);
-    return times[5 + 25];
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -392,14 +330,231 @@ static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, 
     return rc;
 }
 
+/* ---- psr bench gemm: the LM head's GEMM alone ---- */
+
+static void gemm_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: psr bench gemm [--batch B] [--hidden H] [--vocab V] [--dtype f32|f16]\n"
+            "                      [--iters N] [--device SEL] [--json]\n"
+            "\n"
+            "Times psr_logits_from_hidden (CLBlast's GEMM: logits [B, V] = hidden [B, H] x\n"
+            "weights [V, H]^T) with OpenCL profiling events: warm-up (the first call builds\n"
+            "CLBlast's kernels), then the median of N runs, each waited for alone (us),\n"
+            "and all N enqueued back to back, timed on the host (piped_us). Prints the\n"
+            "achieved TFLOP/s, 2 B H V / us, and the bandwidth of reading the inputs and\n"
+            "writing the logits once (GB/s): at small B the weights dominate.\n"
+            "\n"
+            "  --batch   B (default 64)\n"
+            "  --hidden  H (default 4096)\n"
+            "  --vocab   V (default 32000)\n"
+            "  --dtype   f32 (default) or f16 (needs cl_khr_fp16)\n"
+            "  --iters   timed runs (default 10)\n");
+}
+
+static bool parse_size(const char *s, size_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    *out = (size_t)v;
+    return end != s && *end == '\0' && v > 0 && s[0] != '-' && v <= INT32_MAX;
+}
+
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+/* One timed GEMM: from a marker (the queue reaching the call) to the end
+ * of CLBlast's last kernel, which may follow pre-processing kernels. */
+static psr_status gemm_once(psr_context *ctx, const psr_lm_head_args *a, double *us)
+{
+    cl_event mark = NULL, done = NULL;
+    cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &mark);
+    if (err != CL_SUCCESS)
+        return psr_fail(ctx, PSR_ERR_OPENCL, "clEnqueueMarkerWithWaitList failed: %s (%d)",
+                        psr_cl_error_name(err), err);
+    psr_status st = psr_logits_from_hidden(ctx, a, &done);
+    if (st == PSR_OK) {
+        clWaitForEvents(1, &done);
+        cl_ulong start = 0, end = 0;
+        clGetEventProfilingInfo(mark, CL_PROFILING_COMMAND_END, sizeof start, &start, NULL);
+        clGetEventProfilingInfo(done, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
+        *us = (double)(end - start) / 1000.0;
+        clReleaseEvent(done);
+    }
+    clReleaseEvent(mark);
+    return st;
+}
+
+static int run_gemm_bench(psr_context *ctx, size_t B, size_t H, size_t V, psr_dtype dtype, int iters,
+                          bool as_json)
+{
+    psr_device_info info;
+    psr_context_device_info(ctx, &info);
+    size_t es = psr_dtype_size(dtype);
+    if (H > SIZE_MAX / es / (B > V ? B : V) || V > SIZE_MAX / es / B) {
+        fprintf(stderr, "psr bench gemm: %zu x %zu x %zu overflows a size_t\n", B, H, V);
+        return CLI_FAILED;
+    }
+    size_t bytes[3] = {B * H * es, V * H * es, B * V * es};
+    cl_mem bufs[3] = {NULL};
+    /* Small values so nothing overflows or goes subnormal: 2^-6 in either dtype. */
+    const cl_float f32 = 0x1p-6f;
+    const cl_half f16 = 0x2400;
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < 3 && err == CL_SUCCESS; i++) {
+        bufs[i] = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes[i], NULL, &err);
+        if (err == CL_SUCCESS)
+            err = clEnqueueFillBuffer(ctx->queue, bufs[i], dtype == PSR_DTYPE_F16 ? (const void *)&f16
+                                                                                  : (const void *)&f32,
+                                      es, 0, bytes[i], 0, NULL, NULL);
+    }
+    int rc = CLI_OK;
+    if (err != CL_SUCCESS) {
+        fprintf(stderr, "psr bench gemm: cannot allocate the %zu x %zu x %zu buffers: %s\n", B, H, V,
+                psr_cl_error_name(err));
+        rc = CLI_FAILED;
+    }
+    psr_lm_head_args a;
+    psr_lm_head_args_init(&a);
+    a.batch = B, a.hidden_size = H, a.vocab = V, a.dtype = dtype;
+    a.hidden = bufs[0], a.weights = bufs[1], a.logits = bufs[2];
+
+    double *times = calloc((size_t)iters, sizeof *times);
+    double piped_us = 0;
+    if (!times && rc == CLI_OK)
+        rc = cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
+    for (int it = -2; it < iters && rc == CLI_OK; it++) {
+        double us = 0;
+        psr_status st = gemm_once(ctx, &a, &us);
+        if (st != PSR_OK)
+            rc = cli_report(st, ctx);
+        else if (it >= 0)
+            times[it] = us;
+    }
+    if (rc == CLI_OK) {
+        double t0 = now_us();
+        for (int it = 0; it < iters && rc == CLI_OK; it++) {
+            psr_status st = psr_logits_from_hidden(ctx, &a, NULL);
+            if (st != PSR_OK)
+                rc = cli_report(st, ctx);
+        }
+        clFinish(ctx->queue);
+        piped_us = (now_us() - t0) / iters;
+    }
+    if (rc == CLI_OK) {
+        qsort(times, (size_t)iters, sizeof *times, cmp_double);
+        double us = times[iters / 2];
+        double tflops = 2.0 * (double)B * (double)H * (double)V / (us * 1e-6) / 1e12;
+        double gbs = (double)(bytes[0] + bytes[1] + bytes[2]) / (us * 1e-6) / 1e9;
+        const char *dname = dtype == PSR_DTYPE_F16 ? "f16" : "f32";
+        if (as_json) {
+            json_writer w;
+            json_init(&w, stdout);
+            json_begin_object(&w);
+            json_key(&w, "device");
+            json_string(&w, info.name);
+            json_key(&w, "platform");
+            json_string(&w, info.platform_name);
+            json_key(&w, "batch");
+            json_uint(&w, B);
+            json_key(&w, "hidden");
+            json_uint(&w, H);
+            json_key(&w, "vocab");
+            json_uint(&w, V);
+            json_key(&w, "dtype");
+            json_string(&w, dname);
+            json_key(&w, "iterations");
+            json_int(&w, iters);
+            json_key(&w, "us");
+            json_double(&w, us);
+            json_key(&w, "piped_us");
+            json_double(&w, piped_us);
+            json_key(&w, "tflops");
+            json_double(&w, tflops);
+            json_key(&w, "gbs");
+            json_double(&w, gbs);
+            json_end_object(&w);
+            json_finish(&w);
+        } else {
+            printf("device: %s (%s), CLBlast GEMM, %d runs\n", info.name, info.platform_name, iters);
+            printf("%-22s %-5s %12s %12s %9s %9s\n", "BxHxV", "dtype", "us", "piped_us", "TFLOP/s",
+                   "GB/s");
+            char shape[64];
+            snprintf(shape, sizeof shape, "%zux%zux%zu", B, H, V);
+            printf("%-22s %-5s %12.1f %12.1f %9.4f %9.1f\n", shape, dname, us, piped_us, tflops, gbs);
+        }
+    }
+    free(times);
+    for (int i = 0; i < 3; i++)
+        if (bufs[i])
+            clReleaseMemObject(bufs[i]);
+    return rc;
+}
+
+static int bench_gemm(int argc, char **argv)
+{
+    size_t B = 64, H = 4096, V = 32000;
+    psr_dtype dtype = PSR_DTYPE_F32;
+    const char *device = NULL;
+    bool as_json = false;
+    int iters = 10;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (cli_is_help(arg)) {
+            gemm_usage(stdout);
+            return CLI_OK;
+        } else if (strcmp(arg, "--json") == 0) {
+            as_json = true;
+        } else if (!val) {
+            return cli_usage_error("bench gemm", "%s needs a value", arg);
+        } else if (strcmp(arg, "--batch") == 0 || strcmp(arg, "--hidden") == 0 ||
+                   strcmp(arg, "--vocab") == 0) {
+            size_t *dim = arg[2] == 'b' ? &B : arg[2] == 'h' ? &H : &V;
+            if (!parse_size(val, dim))
+                return cli_usage_error("bench gemm", "%s \"%s\" is not a size in 1 .. 2^31 - 1", arg, val);
+            i++;
+        } else if (strcmp(arg, "--dtype") == 0) {
+            if (strcmp(val, "f32") == 0)
+                dtype = PSR_DTYPE_F32;
+            else if (strcmp(val, "f16") == 0)
+                dtype = PSR_DTYPE_F16;
+            else
+                return cli_usage_error("bench gemm", "--dtype is f32 or f16, not \"%s\"", val);
+            i++;
+        } else if (strcmp(arg, "--iters") == 0) {
+            iters = atoi(val), i++;
+            if (iters < 1)
+                return cli_usage_error("bench gemm", "--iters must be at least 1");
+        } else if (strcmp(arg, "--device") == 0) {
+            device = val, i++;
+        } else {
+            return cli_usage_error("bench gemm", "unknown argument \"%s\"", arg);
+        }
+    }
+    psr_context *ctx = cli_open_context(device, true);
+    if (!ctx)
+        return CLI_FAILED;
+    int rc = run_gemm_bench(ctx, B, H, V, dtype, iters, as_json);
+    psr_context_free(ctx);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     if (argc < 2 || cli_is_help(argv[1])) {
         bench_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
+    if (strcmp(argv[1], "gemm") == 0)
+        return bench_gemm(argc - 1, argv + 1);
+    if (strcmp(argv[1], "verify") == 0)
+        return bench_verify(argc - 1, argv + 1);
     if (strcmp(argv[1], "sample") != 0)
-        return cli_usage_error("bench", "unknown benchmark \"%s\" (try: sample)", argv[1]);
+        return cli_usage_error("bench", "unknown benchmark \"%s\" (try: sample, verify, gemm)", argv[1]);
     const char *shapes = default_shapes, *variant_list = NULL, *device = NULL;
     bool as_json = false, peaked = false;
     int iters = 50;

@@ -1,4 +1,5 @@
-/* psr sample: sample tokens from logits in .npy files; psr demo. */
+/* psr sample: sample tokens from logits in .npy files, or from hidden
+ * states through the LM head; psr demo. */
 #include "cli.h"
 #include "internal.h"
 #include "json.h"
@@ -13,7 +14,8 @@
 static void sample_usage(FILE *out)
 {
     fprintf(out,
-            "usage: psr sample --logits FILE.npy [--temperature T] [--seed S | --seeds FILE.npy]\n"
+            "usage: psr sample (--logits FILE.npy | --hidden FILE.npy --weights FILE.npy)\n"
+            "                  [--temperature T] [--seed S | --seeds FILE.npy]\n"
             "                  [--pos P | --positions FILE.npy] [--drafting]\n"
             "                  [--method gumbel|race] [--noise fp32|fp64|wide] [--fp64] [--fast]\n"
             "                  [--device SEL] [--json]\n"
@@ -21,6 +23,10 @@ static void sample_usage(FILE *out)
             "Gumbel-max sampling with vLLM's random stream: one token per row of logits.\n"
             "\n"
             "  --logits       2-D .npy of float32 or float16, C order: [rows, vocab]\n"
+            "  --hidden       instead of --logits: hidden states [rows, hidden] (.npy, float32\n"
+            "                 or float16), with\n"
+            "  --weights      the LM head [vocab, hidden] of the same dtype: the device computes\n"
+            "                 logits = hidden x weights^T (CLBlast) and samples them there\n"
             "  --temperature  for every row (default 1; 0 is greedy argmax)\n"
             "  --seed S       int64 seed of every row (default 0), or\n"
             "  --seeds        int64 .npy with one seed per row (or one for all)\n"
@@ -68,9 +74,122 @@ static bool parse_int64(const char *s, int64_t *out)
     return end != s && *end == '\0';
 }
 
+/* A 2-D float .npy (float32 or float16), or a message in err. */
+static int read_matrix(const char *path, const char *what, npy_array *a, char *err, size_t len)
+{
+    if (npy_read(path, a, err, len))
+        return 1;
+    if (a->ndim != 2 || a->dtype == NPY_I8 || a->shape[0] == 0 || a->shape[1] == 0) {
+        snprintf(err, len, "%s: expected a non-empty 2-D float32 or float16 array %s", path, what);
+        npy_free(a);
+        return 1;
+    }
+    return 0;
+}
+
+static bool temperature_ok(float t)
+{
+    return t == 0.0f || (isnormal(t) && t > 0.0f);
+}
+
+/* The LM head path: logits = hidden x weights^T on the device, sampled
+ * there without a trip through the host. Fails like psr_sample_host on a
+ * bad position or temperature. */
+static psr_status sample_hidden(psr_context *ctx, const npy_array *hidden, const npy_array *weights,
+                                const int64_t *seeds, const int64_t *positions, const float *temps,
+                                unsigned flags, int32_t *tokens, uint32_t *row_flags)
+{
+    size_t rows = hidden->shape[0], hsize = hidden->shape[1], vocab = weights->shape[0];
+    for (size_t r = 0; r < rows; r++) {
+        if (positions[r] < 0 || positions[r] >= PSR_MAX_POSITION)
+            return psr_fail(ctx, PSR_ERR_POSITION_RANGE, "positions[%zu] = %lld is outside [0, 2^30)",
+                            r, (long long)positions[r]);
+        if (!temperature_ok(temps[r]))
+            return psr_fail(ctx, PSR_ERR_TEMPERATURE,
+                            "temperatures[%zu] = %g is not 0 or a positive normal number", r,
+                            (double)temps[r]);
+    }
+    psr_dtype dtype = hidden->dtype == NPY_F2 ? PSR_DTYPE_F16 : PSR_DTYPE_F32;
+    size_t es = psr_dtype_size(dtype);
+    if (vocab > SIZE_MAX / es / rows)
+        return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT, "%zu rows x %zu tokens of logits overflow a size_t",
+                        rows, vocab);
+    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+    cl_int err = CL_SUCCESS;
+    cl_mem bufs[8] = {NULL};
+    bufs[0] = clCreateBuffer(ctx->cl_ctx, in, rows * hsize * es, hidden->data, &err);
+    if (err == CL_SUCCESS)
+        bufs[1] = clCreateBuffer(ctx->cl_ctx, in, vocab * hsize * es, weights->data, &err);
+    if (err == CL_SUCCESS)
+        bufs[2] = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, rows * vocab * es, NULL, &err);
+    if (err == CL_SUCCESS)
+        bufs[3] = clCreateBuffer(ctx->cl_ctx, in, rows * 8, (void *)seeds, &err);
+    if (err == CL_SUCCESS)
+        bufs[4] = clCreateBuffer(ctx->cl_ctx, in, rows * 8, (void *)positions, &err);
+    if (err == CL_SUCCESS)
+        bufs[5] = clCreateBuffer(ctx->cl_ctx, in, rows * 4, (void *)temps, &err);
+    if (err == CL_SUCCESS)
+        bufs[6] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, rows * 4, NULL, &err);
+    if (err == CL_SUCCESS)
+        bufs[7] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, rows * 4, NULL, &err);
+    psr_status st = PSR_OK;
+    if (err != CL_SUCCESS)
+        st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating device buffers failed: %s (%d)",
+                      psr_cl_error_name(err), err);
+
+    cl_event gemm = NULL;
+    if (st == PSR_OK) {
+        psr_lm_head_args la;
+        psr_lm_head_args_init(&la);
+        la.batch = rows;
+        la.hidden_size = hsize;
+        la.vocab = vocab;
+        la.dtype = dtype;
+        la.hidden = bufs[0];
+        la.weights = bufs[1];
+        la.logits = bufs[2];
+        st = psr_logits_from_hidden(ctx, &la, &gemm);
+    }
+    if (st == PSR_OK) {
+        psr_sample_args a;
+        psr_sample_args_init(&a);
+        a.rows = rows;
+        a.vocab = vocab;
+        a.logits = bufs[2];
+        a.logits_dtype = dtype;
+        a.requests = rows;
+        a.seeds = bufs[3];
+        a.positions = bufs[4];
+        a.temperatures = bufs[5];
+        a.tokens = bufs[6];
+        a.row_flags = bufs[7];
+        a.flags = flags;
+        a.num_events_in_wait_list = 1;
+        a.event_wait_list = &gemm;
+        st = psr_sample(ctx, &a, NULL);
+    }
+    if (st == PSR_OK) {
+        err = clEnqueueReadBuffer(ctx->queue, bufs[6], CL_TRUE, 0, rows * 4, tokens, 0, NULL, NULL);
+        if (err == CL_SUCCESS)
+            err = clEnqueueReadBuffer(ctx->queue, bufs[7], CL_TRUE, 0, rows * 4, row_flags, 0, NULL,
+                                      NULL);
+        if (err != CL_SUCCESS)
+            st = psr_fail(ctx, PSR_ERR_OPENCL, "reading the tokens failed: %s (%d)",
+                          psr_cl_error_name(err), err);
+    }
+    if (gemm)
+        clReleaseEvent(gemm);
+    clFinish(ctx->queue); /* nothing may still use the buffers below */
+    for (int i = 0; i < 8; i++)
+        if (bufs[i])
+            clReleaseMemObject(bufs[i]);
+    return st;
+}
+
 int cmd_sample(int argc, char **argv)
 {
     const char *logits_path = NULL, *seeds_path = NULL, *pos_path = NULL, *device = NULL;
+    const char *hidden_path = NULL, *weights_path = NULL;
     int64_t seed = 0, pos = 0;
     float temp = 1.0f;
     unsigned flags = 0;
@@ -109,6 +228,10 @@ int cmd_sample(int argc, char **argv)
             i++;
         } else if (strcmp(arg, "--logits") == 0) {
             logits_path = val, i++;
+        } else if (strcmp(arg, "--hidden") == 0) {
+            hidden_path = val, i++;
+        } else if (strcmp(arg, "--weights") == 0) {
+            weights_path = val, i++;
         } else if (strcmp(arg, "--seeds") == 0) {
             seeds_path = val, i++;
         } else if (strcmp(arg, "--positions") == 0) {
@@ -133,22 +256,37 @@ int cmd_sample(int argc, char **argv)
             return cli_usage_error("sample", "unknown argument \"%s\"", arg);
         }
     }
-    if (!logits_path)
-        return cli_usage_error("sample", "--logits FILE.npy is required");
+    if (logits_path && (hidden_path || weights_path))
+        return cli_usage_error("sample", "give --logits, or --hidden with --weights, not both");
+    if (!logits_path && !(hidden_path && weights_path))
+        return cli_usage_error("sample", hidden_path || weights_path
+                                             ? "--hidden and --weights go together"
+                                             : "--logits FILE.npy (or --hidden and --weights) is required");
 
     char err[512];
-    npy_array logits;
-    if (npy_read(logits_path, &logits, err, sizeof err)) {
+    npy_array logits = {0}, hidden = {0}, weights = {0};
+    int bad;
+    if (logits_path)
+        bad = read_matrix(logits_path, "[rows, vocab]", &logits, err, sizeof err);
+    else
+        bad = read_matrix(hidden_path, "[rows, hidden]", &hidden, err, sizeof err) ||
+              read_matrix(weights_path, "[vocab, hidden]", &weights, err, sizeof err);
+    if (bad) {
         fprintf(stderr, "psr sample: %s\n", err);
+        npy_free(&hidden);
         return CLI_FAILED;
     }
-    if (logits.ndim != 2 || logits.dtype == NPY_I8 || logits.shape[0] == 0 || logits.shape[1] == 0) {
-        fprintf(stderr, "psr sample: %s: expected a non-empty 2-D float32 or float16 array [rows, vocab]\n",
-                logits_path);
-        npy_free(&logits);
+    if (hidden_path && (hidden.shape[1] != weights.shape[1] || hidden.dtype != weights.dtype)) {
+        fprintf(stderr, "psr sample: --hidden %s is [%zu, %zu] %s but --weights %s is [%zu, %zu] %s: "
+                "they need the same hidden size and dtype\n",
+                hidden_path, hidden.shape[0], hidden.shape[1], hidden.dtype == NPY_F2 ? "float16" : "float32",
+                weights_path, weights.shape[0], weights.shape[1],
+                weights.dtype == NPY_F2 ? "float16" : "float32");
+        npy_free(&hidden), npy_free(&weights);
         return CLI_FAILED;
     }
-    size_t rows = logits.shape[0], vocab = logits.shape[1];
+    size_t rows = logits_path ? logits.shape[0] : hidden.shape[0];
+    size_t vocab = logits_path ? logits.shape[1] : weights.shape[0];
     int64_t *seeds = malloc(rows * 8), *positions = malloc(rows * 8);
     float *temps = malloc(rows * 4);
     int32_t *tokens = malloc(rows * 4);
@@ -176,8 +314,16 @@ int cmd_sample(int argc, char **argv)
         goto out;
     }
     size_t no_finite = 0;
-    psr_status st = psr_sample_host(ctx, logits.data, logits.dtype == NPY_F2 ? PSR_DTYPE_F16 : PSR_DTYPE_F32,
-                         rows, vocab, 0, seeds, positions, temps, flags, tokens, row_flags, &no_finite);
+    psr_status st;
+    if (hidden_path) {
+        st = sample_hidden(ctx, &hidden, &weights, seeds, positions, temps, flags, tokens, row_flags);
+        for (size_t r = 0; st == PSR_OK && r < rows; r++)
+            no_finite += (row_flags[r] & PSR_ROW_NO_FINITE) != 0;
+    } else {
+        st = psr_sample_host(ctx, logits.data, logits.dtype == NPY_F2 ? PSR_DTYPE_F16 : PSR_DTYPE_F32,
+                             rows, vocab, 0, seeds, positions, temps, flags, tokens, row_flags,
+                             &no_finite);
+    }
     if (st != PSR_OK) {
         rc = cli_report(st, ctx);
     } else if (as_json) {
@@ -199,6 +345,10 @@ int cmd_sample(int argc, char **argv)
         json_uint(&w, rows);
         json_key(&w, "vocab");
         json_uint(&w, vocab);
+        if (hidden_path) {
+            json_key(&w, "hidden_size");
+            json_uint(&w, hidden.shape[1]);
+        }
         json_key(&w, "noise");
         unsigned used = flags;
         psr_context_last_sample_flags(ctx, &used);
@@ -224,7 +374,7 @@ int cmd_sample(int argc, char **argv)
     }
     psr_context_free(ctx);
 out:
-    npy_free(&logits);
+    npy_free(&logits), npy_free(&hidden), npy_free(&weights);
     free(seeds), free(positions), free(temps), free(tokens), free(row_flags);
     return rc;
 }
