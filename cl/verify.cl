@@ -78,6 +78,19 @@ inline __global const float *psr_cache_row(__global const float *cache, uint req
     return cache + ((ulong)req * cache_k + j) * vocab;
 }
 
+/* Logits i .. i + 3 where all four exist and the address is aligned. */
+inline float4 psr_load4_aligned(__global const psr_logit_t *src, uint i)
+{
+#if PSR_LOGIT_DTYPE == 0
+    return *(__global const float4 *)(src + i);
+#elif PSR_LOGIT_DTYPE == 1
+    return vload_half4(0, src + i);
+#else
+    ushort4 b = *(__global const ushort4 *)(src + i);
+    return as_float4(convert_uint4(b) << 16);
+#endif
+}
+
 /* Steps of a lane starting at `first` that reach into the row. */
 inline uint psr_steps_left(uint first, uint vocab)
 {
@@ -105,36 +118,24 @@ inline float4 psr_scaled4(float4 x, float t, float r)
 
 #define PSR_LPT (PSR_LANES / PSR_VWG) /* lanes of 4 tokens per work-item */
 
-/* The (max, sum) of one super-block of scaled values already in v (NaN
- * where there is no token), reduced over the group; the result is valid
- * in every work-item. lm and ls are scratch. */
-inline float2 psr_superblock_lse(const float4 *v, float m, uint lid, __local float *lm, __local float *ls)
+/* Adds the 1024 lane sums in ls pairwise (L + s into L for s = 512 .. 1);
+ * the total, valid in every work-item. */
+inline float psr_lane_tree(uint lid, __local float *ls)
 {
-    lm[lid] = m;
-    for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid < s)
-            lm[lid] = fmax(lm[lid], lm[lid + s]);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float big = lm[0];
-    if (big == -INFINITY)
-        return (float2)(big, 0.0f); /* uniform: nothing to add */
-    for (uint j = 0; j < PSR_LPT; j++) {
-        float4 sum = (float4)(0.0f);
-        for (uint k = 0; k < PSR_SB_STEPS; k++)
-            sum += psr_exp_terms(v[j * PSR_SB_STEPS + k], big);
-        vstore4(sum, lid + j * PSR_VWG, ls); /* lanes 4l .. 4l + 3 */
-    }
     for (uint s = 2 * PSR_LANES; s > 0; s >>= 1) {
         barrier(CLK_LOCAL_MEM_FENCE);
         for (uint l = lid; l < s; l += PSR_VWG)
             ls[l] += ls[l + s];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    float total = ls[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return (float2)(big, total);
+    return ls[0];
+}
+
+/* One lane's 4 tokens: logits i .. i + 3 of the target or the draft row. */
+inline float4 psr_stats_load(bool is_draft, __global const psr_logit_t *src, __global const float *q,
+                             uint i, uint vocab, bool aligned)
+{
+    return is_draft ? psr_load4_f32(q, i, vocab, aligned) : psr_load4(src, i, vocab, aligned);
 }
 
 /* Checks the inputs only the device holds; one group, the result in *status. */
@@ -170,11 +171,12 @@ inline void psr_verify_check(uint lid, uint rows, uint requests, uint vocab, __g
         *status = *flags;
 }
 
-/* One group per (row, super-block): the target row's argmax partial and,
- * unless the request is greedy, its log-sum-exp of logits / T; for draft
- * rows with a cache, the draft row's log-sum-exp too. Each work-item loads
- * all its tokens first (16 independent loads per lane), then the group
- * finds the max and sums the exps from registers. */
+/* One group per (row, super-block) of the target logits: the argmax
+ * partial and, unless the request is greedy, the log-sum-exp partial of
+ * logits / T; then, with a draft cache, one group per (draft row,
+ * super-block) for the draft's log-sum-exp. Each work-item loads all its
+ * tokens first (independent loads), then the group finds the max and sums
+ * the exps from registers. */
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
 void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                       uint vocab, uint rows, uint requests, uint nsb, __global const int *row_req,
@@ -184,12 +186,16 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
                       __global uint *t_best_i, __global float2 *q_lse, __global uint *status)
 {
     __local float ls[4 * PSR_LANES];
-    __local float lm[PSR_VWG];
-    __local uint li[PSR_VWG];
+    __local float lm[PSR_VWG], lbv[PSR_VWG];
+    __local uint lbi[PSR_VWG];
     __local uint lflags;
     uint lid = get_local_id(0);
-    uint row = get_group_id(0) / nsb;
-    uint sb = get_group_id(0) % nsb;
+    uint g = get_group_id(0);
+    bool is_draft = g >= rows * nsb;
+    if (is_draft)
+        g -= rows * nsb;
+    uint row = g / nsb;
+    uint sb = g % nsb;
     if (get_group_id(0) == 0)
         psr_verify_check(lid, rows, requests, vocab, row_req, cu, draft_tokens, positions,
                          temperatures, status, &lflags);
@@ -197,80 +203,123 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
     int req = row_req[row];
     float t = temperatures[req];
     bool scale = !greedy_all && isnormal(t) && t > 0.0f;
+    bool divide = scale && t != 1.0f; /* x / 1 is x: skip the division */
     float r = scale ? psr_det_recip(t) : 1.0f;
-    uint j0 = row - (uint)cu[req];
     bool draft_row = row + 1 < (uint)cu[req + 1];
+    if (is_draft && !(draft_cache && draft_row && scale))
+        return; /* uniform across the group */
     uint base = sb * PSR_SB;
     bool full = base + PSR_SB <= vocab;
 
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
-    bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    float4 v[PSR_LPT * PSR_SB_STEPS];
+    __global const float *q = is_draft ? psr_cache_row(draft_cache, (uint)req, cache_k,
+                                                       row - (uint)cu[req], vocab)
+                                       : 0;
+    bool aligned = is_draft ? ((size_t)q & 15) == 0
+                            : ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
+    uint steps[PSR_LPT];
     float m = -INFINITY, bv = -INFINITY;
     uint bi = base + 4 * lid < vocab ? base + 4 * lid : 0xffffffffu;
-    for (uint j = 0; j < PSR_LPT; j++) {
-        uint first = base + 4 * (lid + j * PSR_VWG);
-        uint steps = full ? PSR_SB_STEPS : psr_steps_left(first, vocab);
+#if PSR_LPT == 1
+    /* GPUs: one lane per work-item, its 16 steps held in registers. Every
+     * load is issued first, none waiting on another, so the memory system
+     * sees all of a work-item's requests at once. */
+    float4 v[PSR_SB_STEPS];
+    uint first = base + 4 * lid;
+    steps[0] = full ? PSR_SB_STEPS : psr_steps_left(first, vocab);
+    if (full && aligned) {
+#pragma unroll
         for (uint k = 0; k < PSR_SB_STEPS; k++) {
             uint i = first + k * 4 * PSR_LANES;
-            float4 x = k < steps ? psr_load4(src, i, vocab, aligned) : (float4)(NAN);
-            /* A work-item's tokens are not in increasing order when it has
-             * several lanes: compare indices on ties (NaN never wins). */
-            if (psr_better(x.s0, i, bv, bi))
-                bv = x.s0, bi = i;
-            if (psr_better(x.s1, i + 1, bv, bi))
-                bv = x.s1, bi = i + 1;
-            if (psr_better(x.s2, i + 2, bv, bi))
-                bv = x.s2, bi = i + 2;
-            if (psr_better(x.s3, i + 3, bv, bi))
-                bv = x.s3, bi = i + 3;
-            float4 xs = scale ? psr_scaled4(x, t, r) : x;
-            v[j * PSR_SB_STEPS + k] = xs;
-            m = fmax(m, fmax(fmax(xs.s0, xs.s1), fmax(xs.s2, xs.s3)));
+            v[k] = is_draft ? *(__global const float4 *)(q + i) : psr_load4_aligned(src, i);
         }
+    } else {
+        for (uint k = 0; k < steps[0]; k++)
+            v[k] = psr_stats_load(is_draft, src, q, first + k * 4 * PSR_LANES, vocab, aligned);
     }
-    /* Argmax over the group, ties to the lowest index. */
-    lm[lid] = bv;
-    li[lid] = bi;
+#pragma unroll
+    for (uint k = 0; k < PSR_SB_STEPS; k++) {
+        if (k >= steps[0])
+            break; /* the rest of the lane is past the row */
+        uint i = first + k * 4 * PSR_LANES;
+        float4 x = v[k];
+#else
+    /* Small work-groups (CPUs): several lanes per work-item, read twice
+     * (the second time from cache) rather than held. */
+    for (uint j = 0; j < PSR_LPT; j++) {
+        uint first = base + 4 * (lid + j * PSR_VWG);
+        steps[j] = full ? PSR_SB_STEPS : psr_steps_left(first, vocab);
+    }
+    for (uint j = 0; j < PSR_LPT; j++)
+    for (uint k = 0; k < steps[j]; k++) {
+        uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
+        float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+#endif
+        /* A work-item's tokens are not in increasing order when it has
+         * several lanes: compare indices on ties (NaN never wins). */
+        if (psr_better(x.s0, i, bv, bi))
+            bv = x.s0, bi = i;
+        if (psr_better(x.s1, i + 1, bv, bi))
+            bv = x.s1, bi = i + 1;
+        if (psr_better(x.s2, i + 2, bv, bi))
+            bv = x.s2, bi = i + 2;
+        if (psr_better(x.s3, i + 3, bv, bi))
+            bv = x.s3, bi = i + 3;
+        float4 xs = divide ? psr_scaled4(x, t, r) : x;
+#if PSR_LPT == 1
+        v[k] = xs;
+#endif
+        m = fmax(m, fmax(fmax(xs.s0, xs.s1), fmax(xs.s2, xs.s3)));
+    }
+    /* One tree for the argmax (ties to the lowest index) and the max. */
+    lm[lid] = m;
+    lbv[lid] = bv;
+    lbi[lid] = bi;
     for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid < s && psr_better(lm[lid + s], li[lid + s], lm[lid], li[lid])) {
-            lm[lid] = lm[lid + s];
-            li[lid] = li[lid + s];
+        if (lid < s) {
+            lm[lid] = fmax(lm[lid], lm[lid + s]);
+            if (psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid])) {
+                lbv[lid] = lbv[lid + s];
+                lbi[lid] = lbi[lid + s];
+            }
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     ulong at = (ulong)row * nsb + sb;
-    if (lid == 0) {
-        t_best[at] = lm[0];
-        t_best_i[at] = li[0];
+    float big = lm[0];
+    if (lid == 0 && !is_draft) {
+        t_best[at] = lbv[0];
+        t_best_i[at] = lbi[0];
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
     if (!scale)
         return; /* greedy: no probabilities (uniform across the group) */
-    float2 lse = psr_superblock_lse(v, m, lid, lm, ls);
-    if (lid == 0)
-        t_lse[at] = lse;
-    if (!(draft_cache && draft_row))
-        return;
-
-    __global const float *q = psr_cache_row(draft_cache, (uint)req, cache_k, j0, vocab);
-    bool q_aligned = ((size_t)q & 15) == 0;
-    m = -INFINITY;
-    for (uint j = 0; j < PSR_LPT; j++) {
-        uint first = base + 4 * (lid + j * PSR_VWG);
-        uint steps = full ? PSR_SB_STEPS : psr_steps_left(first, vocab);
-        for (uint k = 0; k < PSR_SB_STEPS; k++) {
-            uint i = first + k * 4 * PSR_LANES;
-            float4 y = k < steps ? psr_load4_f32(q, i, vocab, q_aligned) : (float4)(NAN);
-            float4 ys = psr_scaled4(y, t, r);
-            v[j * PSR_SB_STEPS + k] = ys;
-            m = fmax(m, fmax(fmax(ys.s0, ys.s1), fmax(ys.s2, ys.s3)));
+    float sum = 0.0f;
+    if (big > -INFINITY) { /* uniform across the group */
+        for (uint j = 0; j < PSR_LPT; j++) {
+            float4 lane = (float4)(0.0f);
+#if PSR_LPT == 1
+#pragma unroll
+            for (uint k = 0; k < PSR_SB_STEPS; k++)
+                if (k < steps[0]) /* past the row, NaN would add 0 */
+                    lane += psr_exp_terms(v[k], big);
+#else
+            for (uint k = 0; k < steps[j]; k++) {
+                uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
+                float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+                lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, big);
+            }
+#endif
+            vstore4(lane, lid + j * PSR_VWG, ls); /* lanes 4l .. 4l + 3 */
         }
+        sum = psr_lane_tree(lid, ls);
     }
-    lse = psr_superblock_lse(v, m, lid, lm, ls);
-    if (lid == 0)
-        q_lse[at] = lse;
+    if (lid == 0) {
+        if (is_draft)
+            q_lse[at] = (float2)(big, sum);
+        else
+            t_lse[at] = (float2)(big, sum);
+    }
 }
 
 inline float psr_row_lse(__global const float2 *lse, uint row, uint nsb)
