@@ -200,6 +200,41 @@ r = run("bench", "gemm", "--help")
 check(r.returncode == 0 and "usage: psr bench gemm" in r.stdout, "psr bench gemm --help")
 
 
+def verify_checks():
+    """psr verify (the umbrella), psr verify unbiased and psr bench verify."""
+    r = run("verify", "--json")
+    out = json.loads(r.stdout) if r.stdout.strip() else {}
+    names = [c.get("name") for c in out.get("checks", [])]
+    check(r.returncode == 0 and out.get("pass") is True and names == ["stream", "oracle", "fit", "unbiased"],
+          "psr verify runs every quick check and passes")
+    r = run("verify", "unbiased", "--k", "1", "--trials", "20000", "--control", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    pos = out.get("positions", [])
+    ctl = out.get("control", {}).get("positions", [])
+    check(out.get("k") == 1 and out.get("trials") == 20000 and out.get("vocab") == 16 and len(pos) == 2
+          and all(p["pass"] for p in pos) and all(k in pos[0] for k in ("chi2", "df", "threshold")),
+          "verify unbiased --json: every salted position passes")
+    check(len(ctl) == 2 and ctl[0]["pass"] is False, "verify unbiased --control: the unsalted control fails at 0")
+    r = run("verify", "unbiased", "--k", "1", "--trials", "2000")
+    check(r.returncode == 0 and "position 1" in r.stdout and "control" not in r.stdout,
+          "verify unbiased without --control prints no control")
+    check(run("verify", "unbiased", "--k", "99").returncode == 2, "verify unbiased --k 99 is a usage error")
+    check(run("verify", "unbiased", "--trials", "0").returncode == 2, "verify unbiased --trials 0 is a usage error")
+    r = run("bench", "verify", "--shapes", "2x3x5000", "--iters", "2", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    modes = sorted(x.get("mode") for x in out.get("results", []))
+    check(modes == ["greedy", "onehot", "prob"] and all(x["us"] > 0 for x in out["results"]),
+          "bench verify --json")
+    check(run("bench", "verify", "--shapes", "2x3").returncode == 2, "bad bench verify --shapes is a usage error")
+
+
+if have_device:
+    verify_checks()
+check(run("verify", "bogus").returncode == 2, "psr verify bogus is a usage error")
+for cmd in (["verify", "unbiased"], ["bench", "verify"]):
+    r = run(*cmd, "--help")
+    check(r.returncode == 0 and "usage: psr" in r.stdout, f"psr {' '.join(cmd)} --help")
+
 for cmd in (["sample"], ["bench"], ["demo"], ["verify"]):
     r = run(*cmd, "--help")
     check(r.returncode == 0 and "usage: psr" in r.stdout, f"psr {' '.join(cmd)} --help")
