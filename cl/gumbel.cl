@@ -65,6 +65,7 @@ typedef float psr_acc_t;
 #define PSR_ROW_BAD_POSITION 2u
 #define PSR_ROW_BAD_TEMPERATURE 4u
 #define PSR_ROW_BAD_INDEX 8u
+#define PSR_ROW_BAD_FILTER 16u
 
 /* One kernel per launch: with 64-bit atomics, the work-groups of a row
  * fold their results into words of [count:12][value:32][~index:20] by
@@ -307,8 +308,10 @@ inline int psr_race_e_shift(uint2 w) /* E >= u >= 2^-(1 + clz(s)) */
 }
 #endif
 
-/* The race over one token: score p / E as p * (1/E) (fp64: in double). */
-inline void psr_consider(const psr_row *row, float x, uint i, psr_acc_t *best, uint *best_i)
+/* The race over one token: score p / E as p * (1/E) (fp64: in double).
+ * A scaled logit below `cut` (filter.cl's threshold) is filtered out. */
+inline void psr_consider_cut(const psr_row *row, float x, uint i, psr_acc_t *best, uint *best_i,
+                             float cut)
 {
     if (isnan(x))
         return;
@@ -325,6 +328,8 @@ inline void psr_consider(const psr_row *row, float x, uint i, psr_acc_t *best, u
         /* An infinite scaled logit (also one that overflowed x / T) is an
          * infinite weight, as it is an infinite value for Gumbel-max. */
         float xs = isinf(x) ? x : psr_scale(x, row->t, row->r);
+        if (xs < cut)
+            return;
         p = isinf(xs) ? (xs > 0.0f ? INFINITY : 0.0f) : psr_det_exp_neg(xs - row->shift);
     }
 #endif
@@ -351,8 +356,11 @@ inline void psr_consider(const psr_row *row, float x, uint i, psr_acc_t *best, u
 }
 #else
 /* Folds token i with logit x into the running (best, best_i). Tokens go in
- * increasing order, so a strict > keeps the lowest index on ties. */
-inline void psr_consider(const psr_row *row, float x, uint i, psr_acc_t *best, uint *best_i)
+ * increasing order, so a strict > keeps the lowest index on ties. A scaled
+ * logit below `cut` (filter.cl's threshold) is filtered out; greedy rows
+ * ignore it, as the argmax is always kept. */
+inline void psr_consider_cut(const psr_row *row, float x, uint i, psr_acc_t *best, uint *best_i,
+                             float cut)
 {
     if (isnan(x))
         return;
@@ -360,7 +368,10 @@ inline void psr_consider(const psr_row *row, float x, uint i, psr_acc_t *best, u
     if (row->greedy || isinf(x)) {
         v = x;
     } else {
-        psr_acc_t xs = (psr_acc_t)psr_scale(x, row->t, row->r);
+        float xf = psr_scale(x, row->t, row->r);
+        if (xf < cut)
+            return;
+        psr_acc_t xs = (psr_acc_t)xf;
         uint2 w = psr_token_words(row->key, i);
         /* Exact pruning: skip the logs of a token that cannot win. */
         if (xs + psr_noise_bound(w) < row->floor)
@@ -373,6 +384,11 @@ inline void psr_consider(const psr_row *row, float x, uint i, psr_acc_t *best, u
     }
 }
 #endif
+
+inline void psr_consider(const psr_row *row, float x, uint i, psr_acc_t *best, uint *best_i)
+{
+    psr_consider_cut(row, x, i, best, best_i, -INFINITY);
+}
 
 /* Logits i .. i+3 of a row, or NaN (ignored) past its end. */
 inline float4 psr_load4(__global const psr_logit_t *src, uint i, uint end, bool aligned)
@@ -411,12 +427,18 @@ inline void psr_store_cache(__global float *cache, uint i, uint end, float4 x)
         cache[i + 3] = x.s3;
 }
 
+inline void psr_consider4_cut(const psr_row *row, float4 x, uint i, psr_acc_t *best,
+                              uint *best_i, float cut)
+{
+    psr_consider_cut(row, x.s0, i, best, best_i, cut);
+    psr_consider_cut(row, x.s1, i + 1, best, best_i, cut);
+    psr_consider_cut(row, x.s2, i + 2, best, best_i, cut);
+    psr_consider_cut(row, x.s3, i + 3, best, best_i, cut);
+}
+
 inline void psr_consider4(const psr_row *row, float4 x, uint i, psr_acc_t *best, uint *best_i)
 {
-    psr_consider(row, x.s0, i, best, best_i);
-    psr_consider(row, x.s1, i + 1, best, best_i);
-    psr_consider(row, x.s2, i + 2, best, best_i);
-    psr_consider(row, x.s3, i + 3, best, best_i);
+    psr_consider4_cut(row, x, i, best, best_i, -INFINITY);
 }
 
 /* Each work-item takes 4 consecutive tokens per step, the group 4 * WG.
@@ -431,7 +453,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
                        __global float *draft_cache, __global const int *draft_cache_rows,
                        ulong draft_cache_stride, __global ulong *row_words, uint fold_width,
                        uint requests, uint draft_cache_rows_total, uint draft_cache_k,
-                       uint draft_step)
+                       uint draft_step, __global const float *thresholds)
 {
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
@@ -441,6 +463,13 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     int req;
     uint flags = psr_row_status(row_id, row_request, requests, temperatures, positions, draft_cache,
                                 draft_cache_rows, draft_cache_rows_total, &req);
+    /* Filters: NaN marks bad filter values (filter.cl). */
+    float cut = -INFINITY;
+    if (thresholds && req >= 0 && !(flags & PSR_ROW_BAD_INDEX)) {
+        cut = thresholds[row_id];
+        if (isnan(cut))
+            flags |= PSR_ROW_BAD_FILTER;
+    }
     bool active = req >= 0 && !flags;
 
     uint start = part * chunk; /* chunk is a multiple of 4 */
@@ -508,7 +537,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         float4 x = psr_load4(src, i, end, aligned);
         if (cache)
             psr_store_cache(cache, i, end, x);
-        psr_consider4(&row, x, i, &best, &best_i);
+        psr_consider4_cut(&row, x, i, &best, &best_i, cut);
     }
     i += 4 * PSR_WG_SIZE;
     if (active && row.greedy) {
@@ -522,8 +551,8 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
                 psr_store_cache(cache, i, end, x);
                 psr_store_cache(cache, j, end, y);
             }
-            psr_consider4(&row, x, i, &best, &best_i);
-            psr_consider4(&row, y, j, &best, &best_i);
+            psr_consider4_cut(&row, x, i, &best, &best_i, cut);
+            psr_consider4_cut(&row, y, j, &best, &best_i, cut);
         }
     } else if (start + 4 * PSR_WG_SIZE < end) {
         /* Every work-item reaches this barrier: the condition is uniform
@@ -542,7 +571,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         float4 x = psr_load4(src, i, end, aligned);
         if (cache)
             psr_store_cache(cache, i, end, x);
-        psr_consider4(&row, x, i, &best, &best_i);
+        psr_consider4_cut(&row, x, i, &best, &best_i, cut);
     }
 
     lv[lid] = best;
@@ -607,7 +636,7 @@ void psr_gumbel_finalize(uint groups_per_row, __global const psr_acc_t *part_val
                          __global const float *temperatures, __global const long *positions,
                          __global int *tokens, __global uint *row_flags, uint requests,
                          __global const float *draft_cache, __global const int *draft_cache_rows,
-                         uint draft_cache_rows_total)
+                         uint draft_cache_rows_total, __global const float *thresholds)
 {
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
@@ -630,6 +659,8 @@ void psr_gumbel_finalize(uint groups_per_row, __global const psr_acc_t *part_val
     int req;
     uint flags = psr_row_status(row, row_request, requests, temperatures, positions, draft_cache,
                                 draft_cache_rows, draft_cache_rows_total, &req);
+    if (thresholds && req >= 0 && !(flags & PSR_ROW_BAD_INDEX) && isnan(thresholds[row]))
+        flags |= PSR_ROW_BAD_FILTER;
     int token = -1;
     if (req >= 0 && !flags) {
         token = (int)li[0];

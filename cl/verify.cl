@@ -18,8 +18,9 @@
  * gets the same bits: a row is cut into super-blocks of PSR_SB = 16384
  * tokens. In each, M is the largest scaled logit; token base + L + 1024k
  * (k = 0..15) adds exp(x / T - M) to lane L's sum in order of k; the 1024
- * lane sums add pairwise (L + s into L for s = 512, 256, ..., 1); and the
- * super-blocks' (M, sum) merge left to right. Lanes are independent, so
+ * lane sums add pairwise (L + s into L for s = 512, 256, ..., 1). The row
+ * then takes the largest M and adds each super-block's sum scaled by
+ * exp(M_i - M) in order of i (psr_row_lse). Lanes are independent, so
  * each work-item runs four exp chains side by side.
  */
 
@@ -33,26 +34,10 @@
 #define PSR_VERIFY_BAD_POSITION 2u
 #define PSR_VERIFY_BAD_TEMPERATURE 4u
 
-/* (m, s) stands for m + log(s); merging two is exact up to rounding. */
-inline float2 psr_lse_merge(float2 a, float2 b)
-{
-    float m = fmax(a.x, b.x);
-    if (m == -INFINITY)
-        return (float2)(m, 0.0f);
-    float ea = a.x == m ? 1.0f : psr_det_exp_neg(a.x - m);
-    float eb = b.x == m ? 1.0f : psr_det_exp_neg(b.x - m);
-    return (float2)(m, a.y * ea + b.y * eb);
-}
-
-inline float psr_lse_value(float2 a)
-{
-    return isinf(a.x) ? a.x : a.x + psr_det_log(a.y);
-}
-
-/* A logit scaled by the temperature (infinities stay). */
+/* A logit scaled by the temperature (infinities stay; x / 1 is x). */
 inline float psr_scaled(float x, float t, float r)
 {
-    return isinf(x) ? x : psr_scale(x, t, r);
+    return isinf(x) || t == 1.0f ? x : psr_scale(x, t, r);
 }
 
 inline float4 psr_load4_f32(__global const float *src, uint i, uint end, bool aligned)
@@ -322,12 +307,21 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
     }
 }
 
+/* A row's log-sum-exp from its super-blocks' (max, sum): M the largest
+ * max, then sum_i s_i exp(m_i - M) added in order of i. The exps are
+ * independent, so the walk waits for one, not one per super-block. */
 inline float psr_row_lse(__global const float2 *lse, uint row, uint nsb)
 {
-    float2 a = lse[(ulong)row * nsb];
-    for (uint sb = 1; sb < nsb; sb++)
-        a = psr_lse_merge(a, lse[(ulong)row * nsb + sb]);
-    return psr_lse_value(a);
+    __global const float2 *a = lse + (ulong)row * nsb;
+    float big = -INFINITY;
+    for (uint sb = 0; sb < nsb; sb++)
+        big = fmax(big, a[sb].x);
+    if (isinf(big))
+        return big; /* no finite logit, or an infinite one */
+    float sum = 0.0f;
+    for (uint sb = 0; sb < nsb; sb++)
+        sum += a[sb].x == big ? a[sb].y : a[sb].y * psr_det_exp_neg(a[sb].x - big);
+    return big + psr_det_log(sum);
 }
 
 inline uint psr_row_argmax(__global const float *best, __global const uint *best_i, uint row, uint nsb)
@@ -396,7 +390,7 @@ inline bool psr_accept(__global const psr_logit_t *logits, ulong logits_offset, 
                        long seed, __global const long *positions, __global const int *draft_tokens,
                        __global const float *draft_cache, uint cache_k, __global const float2 *t_lse,
                        __global const float *t_best, __global const uint *t_best_i,
-                       __global const float2 *q_lse)
+                       __global const float2 *q_lse, float *lse_p, float *lse_q)
 {
     int d = draft_tokens[row];
     if (d < 0 || d >= (int)vocab)
@@ -404,11 +398,13 @@ inline bool psr_accept(__global const psr_logit_t *logits, ulong logits_offset, 
     if (greedy)
         return (uint)d == psr_row_argmax(t_best, t_best_i, row, nsb);
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
-    float tl = psr_scaled(psr_load_logit(src, (ulong)d), t, r) - psr_row_lse(t_lse, row, nsb);
+    *lse_p = psr_row_lse(t_lse, row, nsb);
+    float tl = psr_scaled(psr_load_logit(src, (ulong)d), t, r) - *lse_p;
     float dl = 0.0f;
     if (draft_cache) {
         float y = psr_cache_row(draft_cache, req, cache_k, j, vocab)[d];
-        dl = psr_scaled(y, t, r) - psr_row_lse(q_lse, row, nsb);
+        *lse_q = psr_row_lse(q_lse, row, nsb);
+        dl = psr_scaled(y, t, r) - *lse_q;
     }
     float u = psr_u32(psr_row_key((ulong)seed, (ulong)positions[row]));
     return tl > psr_det_log(u) + dl;
@@ -468,6 +464,7 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     __local psr_walk lwalk;
     __local float lres[2];
     __local int lfinish;
+    __local float lwalk_lse[2 * PSR_WG_SIZE];
     uint lid = get_local_id(0);
     uint req = get_group_id(0) / groups_per_row;
     uint part = get_group_id(0) % groups_per_row;
@@ -485,19 +482,32 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     if (lid == 0)
         first_reject = (int)n - 1;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint j = lid; j + 1 < n && !bad; j += PSR_WG_SIZE)
+    for (uint j = lid; j + 1 < n && !bad; j += PSR_WG_SIZE) {
+        float lse_p = NAN, lse_q = NAN;
         if (!psr_accept(logits, logits_offset, row_stride, vocab, nsb, req, j, first_row + j, greedy, t,
                         r, seed, positions, draft_tokens, draft_cache, cache_k, t_lse, t_best,
-                        t_best_i, q_lse))
+                        t_best_i, q_lse, &lse_p, &lse_q))
             atomic_min(&first_reject, (int)j);
+        if (j < PSR_WG_SIZE) { /* kept for the residual (recomputed past the group) */
+            lwalk_lse[2 * j] = lse_p;
+            lwalk_lse[2 * j + 1] = lse_q;
+        }
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid == 0) {
         lwalk.accepted = first_reject;
         lwalk.row = first_row + (uint)first_reject;
         lwalk.mode = greedy || bad ? 0 : first_reject + 1 < (int)n ? 1 : 2;
         lwalk.token = lwalk.mode == 0 ? (int)psr_row_argmax(t_best, t_best_i, lwalk.row, nsb) : -1;
-        lres[0] = lwalk.mode == 1 ? psr_row_lse(t_lse, lwalk.row, nsb) : 0.0f;
-        lres[1] = lwalk.mode == 1 && draft_cache ? psr_row_lse(q_lse, lwalk.row, nsb) : 0.0f;
+        /* A rejected draft's log-sum-exps, computed by the walk when its
+         * accept test got that far (a -1 draft or a bad id did not). */
+        bool have = first_reject < PSR_WG_SIZE && !isnan(lwalk_lse[2 * first_reject]);
+        lres[0] = lwalk.mode != 1 ? 0.0f
+                  : have      ? lwalk_lse[2 * first_reject]
+                              : psr_row_lse(t_lse, lwalk.row, nsb);
+        lres[1] = lwalk.mode != 1 || !draft_cache ? 0.0f
+                  : have && !isnan(lwalk_lse[2 * first_reject + 1]) ? lwalk_lse[2 * first_reject + 1]
+                                                                      : psr_row_lse(q_lse, lwalk.row, nsb);
         if (part == 0 && walks)
             walks[req] = (int4)(lwalk.accepted, lwalk.token, 0, 0);
     }

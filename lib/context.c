@@ -286,9 +286,14 @@ void psr_context_free(psr_context *ctx)
         clReleaseMemObject(ctx->part_index.buffer);
     if (ctx->row_words.buffer)
         clReleaseMemObject(ctx->row_words.buffer);
+    if (ctx->filter_cut.buffer)
+        clReleaseMemObject(ctx->filter_cut.buffer);
     for (int i = 0; i < 6; i++)
         if (ctx->verify[i].buffer)
             clReleaseMemObject(ctx->verify[i].buffer);
+    for (int i = 0; i < 4; i++)
+        if (ctx->logprobs[i].buffer)
+            clReleaseMemObject(ctx->logprobs[i].buffer);
     for (int i = 0; i < 2; i++)
         if (ctx->verify_layout[i])
             clReleaseMemObject(ctx->verify_layout[i]);
@@ -369,9 +374,12 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
     if (!bytes)
         return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT,
                         "psr_context_scratch_bytes: bytes is NULL");
-    *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->row_words.bytes;
+    *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->row_words.bytes +
+             ctx->filter_cut.bytes;
     for (int i = 0; i < 6; i++)
         *bytes += ctx->verify[i].bytes;
+    for (int i = 0; i < 4; i++)
+        *bytes += ctx->logprobs[i].bytes;
     return PSR_OK;
 }
 

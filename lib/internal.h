@@ -141,6 +141,20 @@ psr_status psr_enqueue_groups(psr_context *ctx, cl_kernel k, const char *name, s
 psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *args, cl_event *first,
                               cl_event *last);
 
+/* ---- logit filters (filter.c) ---- */
+
+/* Are any of args' top_k, top_p, min_p set? */
+bool psr_filter_requested(const psr_sample_args *args);
+/* Host checks of the filter buffers (sizes; not with PSR_SAMPLE_PROBS). */
+psr_status psr_filter_check(psr_context *ctx, const psr_sample_args *args, unsigned flags);
+/* Enqueues the threshold pre-pass of variant v (after the wait list);
+ * *cut receives the per-row threshold buffer for psr_gumbel_sample. */
+psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *args, const psr_variant *v,
+                              cl_event *event, cl_mem *cut);
+/* The host check of one request's filter values: PSR_OK or PSR_ERR_FILTER_RANGE. */
+psr_status psr_filter_check_values(psr_context *ctx, const char *who, size_t index,
+                                   const int32_t *top_k, const float *top_p, const float *min_p);
+
 /* psr_verify with both ends exposed (for psr bench): *first is the first
  * kernel's event, *last the last one's. Either may be NULL. */
 psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *args, cl_event *first,
@@ -240,7 +254,9 @@ struct psr_context {
     psr_scratch part_value; /* per (row, work-group) best value */
     psr_scratch part_index; /* per (row, work-group) best index */
     psr_scratch row_words;  /* per row: the one-pass fold word, zero between launches */
+    psr_scratch filter_cut; /* per row: the filter threshold (filter.c) */
     psr_scratch verify[6];  /* psr_verify's per-row statistics, walks and status (verify.c) */
+    psr_scratch logprobs[4]; /* psr_logprobs' per-block partials (logprobs.c) */
     cl_mem verify_layout[2]; /* the last cu and row-to-request map uploaded, and */
     int32_t *verify_cu;      /* a host copy of that cu, to reuse them when it repeats */
     size_t verify_requests;
@@ -282,6 +298,22 @@ int32_t psr_oracle_race_row(const float *probs, size_t vocab, float temperature,
 
 float psr_oracle_exp_neg(float y);
 
+/* The filter threshold of cl/filter.cl for one fp32 row (lib/oracle_filter.c):
+ * keep token i iff its scaled logit psr_oracle_div(x, T) >= the result;
+ * -inf when nothing is removed, NaN for a bad top_p or min_p. top_p = 1,
+ * min_p = 0 and top_k <= 0 or >= vocab are off. */
+float psr_oracle_filter_threshold(const float *logits, size_t vocab, float temperature,
+                                  int32_t top_k, float top_p, float min_p);
+/* The scaled logit the kernels compare with the threshold (NaN stays NaN). */
+float psr_oracle_scaled(float x, float temperature);
+
+/* The log-sum-exp of x / T over a row in psr's fixed order (cl/verify.cl);
+ * r = psr_oracle_recip(t); t = 1 uses x itself. */
+float psr_oracle_row_lse(const float *x, size_t vocab, float t, float r);
+/* psr_logprobs on the host (lib/oracle_logprobs.c), one fp32 row: the
+ * token's logprob and rank, and the top_n ids and logprobs. */
+void psr_oracle_logprobs_row(const float *x, size_t vocab, float t, bool raw, int32_t token, int top_n,
+                             float *logprob, int32_t *rank, int32_t *top_ids, float *top_logprobs);
 /* psr_verify on the host (lib/oracle_verify.c), for fp32 target logits. */
 typedef struct psr_oracle_verify_in {
     size_t requests, rows, vocab, max_drafts;

@@ -5,6 +5,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 
 #define SB 16384u  /* tokens per super-block */
 #define LANES 256u
@@ -14,29 +15,22 @@ typedef struct lse {
     float m, s;
 } lse;
 
-static lse lse_merge(lse a, lse b)
-{
-    float m = fmaxf(a.m, b.m);
-    if (m == -INFINITY)
-        return (lse){m, 0.0f};
-    float ea = a.m == m ? 1.0f : psr_oracle_exp_neg(a.m - m);
-    float eb = b.m == m ? 1.0f : psr_oracle_exp_neg(b.m - m);
-    return (lse){m, a.s * ea + b.s * eb};
-}
-
 static float scaled(float x, float t, float r)
 {
-    return isinf(x) ? x : psr_oracle_div(x, t, r);
+    return isinf(x) || t == 1.0f ? x : psr_oracle_div(x, t, r);
 }
 
 /* log-sum-exp of x / T over a row, in the kernel's fixed order: per
  * super-block its max M, lane L's sum over k of exp(x_{L + 1024k} / T - M),
- * the 1024 lane sums added pairwise, super-blocks merged left to right. */
-static float row_lse(const float *x, size_t vocab, float t, float r)
+ * the 1024 lane sums added pairwise; then the row's largest M and the
+ * super-blocks' sums scaled to it, added in order. */
+float psr_oracle_row_lse(const float *x, size_t vocab, float t, float r)
 {
     float sums[4 * LANES];
-    lse acc = {-INFINITY, 0.0f};
     size_t nsb = (vocab + SB - 1) / SB;
+    lse *parts = malloc(nsb * sizeof *parts);
+    if (!parts)
+        return NAN;
     for (size_t sb = 0; sb < nsb; sb++) {
         size_t base = sb * SB, end = base + SB < vocab ? base + SB : vocab;
         float big = -INFINITY;
@@ -61,9 +55,16 @@ static float row_lse(const float *x, size_t vocab, float t, float r)
                     sums[l] = sums[l] + sums[l + s];
             part.s = sums[0];
         }
-        acc = sb == 0 ? part : lse_merge(acc, part);
+        parts[sb] = part;
     }
-    return isinf(acc.m) ? acc.m : acc.m + psr_oracle_log(acc.s);
+    float big = -INFINITY;
+    for (size_t sb = 0; sb < nsb; sb++)
+        big = fmaxf(big, parts[sb].m);
+    float sum = 0.0f;
+    for (size_t sb = 0; sb < nsb && !isinf(big); sb++)
+        sum = sum + (parts[sb].m == big ? parts[sb].s : parts[sb].s * psr_oracle_exp_neg(parts[sb].m - big));
+    free(parts);
+    return isinf(big) ? big : big + psr_oracle_log(sum);
 }
 
 /* Lowest index of the largest value, NaN ignored; 0 when nothing beats -inf. */
@@ -82,8 +83,8 @@ static uint32_t row_argmax(const float *x, size_t vocab)
 static int32_t residual_token(const psr_oracle_verify_in *in, const float *x, const float *y, int32_t d,
                               float t, float r, uint32_t key)
 {
-    float lse_p = row_lse(x, in->vocab, t, r);
-    float lse_q = y ? row_lse(y, in->vocab, t, r) : 0.0f;
+    float lse_p = psr_oracle_row_lse(x, in->vocab, t, r);
+    float lse_q = y ? psr_oracle_row_lse(y, in->vocab, t, r) : 0.0f;
     double best = -INFINITY;
     uint32_t best_i = 0;
     for (uint32_t i = 0; i < in->vocab; i++) {
@@ -130,11 +131,11 @@ void psr_oracle_verify(const psr_oracle_verify_in *in, int32_t *tokens, int32_t 
                 if (greedy) {
                     ok = (uint32_t)d == row_argmax(x, in->vocab);
                 } else {
-                    float tl = scaled(x[d], t, r) - row_lse(x, in->vocab, t, r);
+                    float tl = scaled(x[d], t, r) - psr_oracle_row_lse(x, in->vocab, t, r);
                     float dl = 0.0f;
                     if (in->draft_cache) {
                         const float *y = in->draft_cache + (req * in->cache_k + j) * in->vocab;
-                        dl = scaled(y[d], t, r) - row_lse(y, in->vocab, t, r);
+                        dl = scaled(y[d], t, r) - psr_oracle_row_lse(y, in->vocab, t, r);
                     }
                     uint32_t key = psr_oracle_row_key((uint64_t)in->seeds[req],
                                                       (uint64_t)in->positions[row], false);

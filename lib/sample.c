@@ -128,7 +128,6 @@ static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
     REQUIRE(a->num_events_in_wait_list == 0 || a->event_wait_list, PSR_ERR_NULL_ARGUMENT,
             "args->event_wait_list is NULL but args->num_events_in_wait_list is %u",
             a->num_events_in_wait_list);
-    (void)flags;
 
     size_t logits_bytes =
         psr_logits_bytes(a->logits_offset, a->rows, stride, a->vocab, psr_dtype_size(a->logits_dtype));
@@ -167,6 +166,8 @@ static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
                 "args->draft_cache_rows_total %zu x vocab overflows the address space", cache_rows);
         st = psr_check_buffer(ctx, a->draft_cache, cache_rows * a->vocab * 4, "args->draft_cache");
     }
+    if (st == PSR_OK)
+        st = psr_filter_check(ctx, a, flags);
     return st;
 }
 
@@ -255,6 +256,20 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     if (st != PSR_OK)
         return st;
 
+    /* Filters: a threshold pre-pass, only when asked for. It waits for the
+     * caller's events; the sampling kernel follows it by queue order. */
+    cl_mem cut = NULL;
+    cl_event ev_filter = NULL;
+    cl_uint nwait = a->num_events_in_wait_list;
+    const cl_event *wait = a->event_wait_list;
+    if (psr_filter_requested(a)) {
+        st = psr_filter_enqueue(ctx, a, &v, first ? &ev_filter : NULL, &cut);
+        if (st != PSR_OK)
+            return st;
+        nwait = 0;
+        wait = NULL;
+    }
+
     cl_uint chunk, groups;
     psr_split_rows(ctx, a->rows, a->vocab, &chunk, &groups);
     size_t parts = a->rows * groups;
@@ -271,7 +286,7 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     if (one_pass) {
         st = psr_scratch_reserve(ctx, &ctx->row_words, a->rows * words_per_row * sizeof(cl_ulong));
         if (st != PSR_OK)
-            return st;
+            goto fail;
         row_words = ctx->row_words.buffer;
     } else if (groups > 1) {
         st = psr_kernel_get(ctx, &v, "psr_gumbel_finalize", &finalize);
@@ -280,7 +295,7 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
         if (st == PSR_OK)
             st = psr_scratch_reserve(ctx, &ctx->part_index, parts * sizeof(cl_uint));
         if (st != PSR_OK)
-            return st;
+            goto fail;
         part_value = ctx->part_value.buffer;
         part_index = ctx->part_index.buffer;
     }
@@ -293,48 +308,55 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     cl_uint requests = (cl_uint)a->requests;
     cl_uint cache_rows = (cl_uint)(a->draft_cache_rows ? a->draft_cache_rows_total : a->rows);
     cl_uint cache_k = (cl_uint)a->draft_cache_k, draft_step = (cl_uint)a->draft_step;
-    const size_t sizes[] = {ms, 8, 8, 4, ms, ms, ms, ms, 4, 4, ms, ms, ms, ms, ms, ms, 8, ms, 4, 4, 4, 4, 4};
+    const size_t sizes[] = {ms, 8, 8, 4, ms, ms, ms, ms, 4, 4, ms, ms, ms, ms, ms, ms, 8, ms, 4, 4, 4, 4, 4, ms};
     const void *values[] = {&a->logits,      &offset,         &stride,       &vocab,
                             &a->row_request, &a->seeds,       &a->temperatures, &a->positions,
                             &groups,         &chunk,          &part_value,   &part_index,
                             &a->tokens,      &a->row_flags,   &a->draft_cache, &a->draft_cache_rows,
                             &cache_stride,   &row_words,      &fold_width,   &requests,
-                            &cache_rows,     &cache_k,        &draft_step};
-    st = psr_set_kernel_args(ctx, sample, "psr_gumbel_sample", 23, sizes, values);
+                            &cache_rows,     &cache_k,        &draft_step,   &cut};
+    st = psr_set_kernel_args(ctx, sample, "psr_gumbel_sample", 24, sizes, values);
     if (st != PSR_OK)
-        return st;
+        goto fail;
     cl_event ev_sample = NULL;
     st = psr_enqueue_groups(ctx, sample, "psr_gumbel_sample", parts, ctx->tuning.work_group_size,
-                            a->num_events_in_wait_list,
-                 a->event_wait_list, (first || last) ? &ev_sample : NULL);
-    if (st != PSR_OK || groups == 1 || one_pass) {
+                            nwait, wait, (first || last) ? &ev_sample : NULL);
+    if (st == PSR_OK && groups > 1 && !one_pass) {
+        cl_event ev_final = NULL;
+        const size_t fsizes[] = {4, ms, ms, ms, ms, ms, ms, ms, 4, ms, ms, 4, ms};
+        const void *fvalues[] = {&groups,          &part_value,     &part_index,
+                                 &a->row_request,  &a->temperatures, &a->positions,
+                                 &a->tokens,       &a->row_flags,   &requests,
+                                 &a->draft_cache,  &a->draft_cache_rows, &cache_rows,
+                                 &cut};
+        st = psr_set_kernel_args(ctx, finalize, "psr_gumbel_finalize", 13, fsizes, fvalues);
         if (st == PSR_OK)
-            record_flags(ctx, a, flags);
-        if (first && ev_sample) {
-            *first = ev_sample;
-            clRetainEvent(ev_sample);
-        }
-        if (last)
-            *last = ev_sample;
-        else if (ev_sample)
-            clReleaseEvent(ev_sample);
-        return st;
+            st = psr_enqueue_groups(ctx, finalize, "psr_gumbel_finalize", a->rows,
+                                    ctx->tuning.work_group_size, 0, NULL, last ? &ev_final : NULL);
+        /* From here ev_sample is only a candidate for *first. */
+        if (last && st == PSR_OK)
+            *last = ev_final;
+    } else if (st == PSR_OK && last && ev_sample) {
+        *last = ev_sample;
+        clRetainEvent(ev_sample);
     }
-
-    const size_t fsizes[] = {4, ms, ms, ms, ms, ms, ms, ms, 4, ms, ms, 4};
-    const void *fvalues[] = {&groups,          &part_value,     &part_index,          &a->row_request,
-                             &a->temperatures, &a->positions,   &a->tokens,           &a->row_flags,
-                             &requests,        &a->draft_cache, &a->draft_cache_rows, &cache_rows};
-    st = psr_set_kernel_args(ctx, finalize, "psr_gumbel_finalize", 12, fsizes, fvalues);
-    if (st == PSR_OK)
-        st = psr_enqueue_groups(ctx, finalize, "psr_gumbel_finalize", a->rows,
-                                ctx->tuning.work_group_size, 0, NULL, last);
-    if (st == PSR_OK)
+    if (st == PSR_OK) {
         record_flags(ctx, a, flags);
-    if (first && st == PSR_OK)
-        *first = ev_sample;
-    else if (ev_sample)
+        if (first) {
+            /* The first kernel: the pre-pass when there is one. */
+            *first = ev_filter ? ev_filter : ev_sample;
+            if (ev_filter)
+                ev_filter = NULL;
+            else
+                ev_sample = NULL;
+        }
+    }
+    if (ev_sample)
         clReleaseEvent(ev_sample);
+
+fail:
+    if (ev_filter)
+        clReleaseEvent(ev_filter);
     return st;
 }
 
@@ -358,6 +380,20 @@ psr_status psr_sample_host(psr_context *ctx, const void *logits, psr_dtype dtype
                            size_t vocab, size_t row_stride, const int64_t *seeds,
                            const int64_t *positions, const float *temperatures, unsigned flags,
                            int32_t *tokens, uint32_t *row_flags, size_t *no_finite_rows)
+{
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_sample_host: ctx is NULL");
+    return psr_sample_host_filtered(ctx, logits, dtype, rows, vocab, row_stride, seeds, positions,
+                                    temperatures, NULL, NULL, NULL, flags, tokens, row_flags,
+                                    no_finite_rows);
+}
+
+psr_status psr_sample_host_filtered(psr_context *ctx, const void *logits, psr_dtype dtype,
+                                    size_t rows, size_t vocab, size_t row_stride,
+                                    const int64_t *seeds, const int64_t *positions,
+                                    const float *temperatures, const int32_t *top_k,
+                                    const float *top_p, const float *min_p, unsigned flags,
+                                    int32_t *tokens, uint32_t *row_flags, size_t *no_finite_rows)
 {
     if (!ctx)
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_sample_host: ctx is NULL");
@@ -386,7 +422,12 @@ psr_status psr_sample_host(psr_context *ctx, const void *logits, psr_dtype dtype
         REQUIRE(temperature_ok(temperatures[r]), PSR_ERR_TEMPERATURE,
                 "psr_sample_host: temperatures[%zu] = %g is not 0 or a positive normal number", r,
                 (double)temperatures[r]);
+        psr_status vst = psr_filter_check_values(ctx, "psr_sample_host", r, top_k, top_p, min_p);
+        if (vst != PSR_OK)
+            return vst;
     }
+    REQUIRE(!(top_k || top_p || min_p) || !(resolved & PSR_SAMPLE_PROBS), PSR_ERR_INVALID_ARGUMENT,
+            "psr_sample_host: top_k, top_p and min_p filter logits: not with PSR_SAMPLE_PROBS");
 
     REQUIRE(rows <= UINT32_MAX / 64, PSR_ERR_INVALID_ARGUMENT, "psr_sample_host: rows %zu is too large",
             rows);
@@ -394,7 +435,7 @@ psr_status psr_sample_host(psr_context *ctx, const void *logits, psr_dtype dtype
     REQUIRE(logits_bytes > 0, PSR_ERR_INVALID_ARGUMENT,
             "psr_sample_host: rows x row_stride %zu overflows the address space", stride);
     cl_int err = CL_SUCCESS;
-    cl_mem bufs[6] = {NULL};
+    cl_mem bufs[9] = {NULL};
     const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
     bufs[0] = clCreateBuffer(ctx->cl_ctx, in, logits_bytes, (void *)logits, &err);
     if (err == CL_SUCCESS)
@@ -407,6 +448,10 @@ psr_status psr_sample_host(psr_context *ctx, const void *logits, psr_dtype dtype
         bufs[4] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, rows * 4, NULL, &err);
     if (err == CL_SUCCESS)
         bufs[5] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, rows * 4, NULL, &err);
+    const void *filters[3] = {top_k, top_p, min_p};
+    for (int f = 0; f < 3; f++)
+        if (err == CL_SUCCESS && filters[f])
+            bufs[6 + f] = clCreateBuffer(ctx->cl_ctx, in, rows * 4, (void *)filters[f], &err);
     psr_status st = PSR_OK;
     if (err != CL_SUCCESS)
         st = psr_fail(ctx, PSR_ERR_OPENCL, "psr_sample_host: allocating device buffers failed: %s (%d)",
@@ -434,6 +479,9 @@ psr_status psr_sample_host(psr_context *ctx, const void *logits, psr_dtype dtype
         a.temperatures = bufs[3];
         a.tokens = bufs[4];
         a.row_flags = bufs[5];
+        a.top_k = bufs[6];
+        a.top_p = bufs[7];
+        a.min_p = bufs[8];
         a.flags = flags;
         st = psr_sample(ctx, &a, NULL);
     }
@@ -457,7 +505,7 @@ psr_status psr_sample_host(psr_context *ctx, const void *logits, psr_dtype dtype
     }
     free(tok);
     free(fl);
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 9; i++)
         if (bufs[i])
             clReleaseMemObject(bufs[i]);
     return st;

@@ -28,6 +28,7 @@ const char *psr_status_string(psr_status status)
     case PSR_ERR_TEMPERATURE: return "PSR_ERR_TEMPERATURE: a temperature is not 0 or a positive normal number";
     case PSR_ERR_TOKEN_RANGE: return "PSR_ERR_TOKEN_RANGE: a token id is outside [-1, vocab)";
     case PSR_ERR_NOT_SUPPORTED: return "PSR_ERR_NOT_SUPPORTED: the feature is not built into this library";
+    case PSR_ERR_FILTER_RANGE: return "PSR_ERR_FILTER_RANGE: a top-p is outside (0, 1] or a min-p outside [0, 1]";
     }
     return "PSR_ERR_UNKNOWN: not a psr status code";
 }

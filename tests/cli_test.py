@@ -99,6 +99,16 @@ if have_device:
         check(a.returncode == 0 and json.loads(a.stdout)["method"] == "race"
               and json.loads(a.stdout)["tokens"] == json.loads(b.stdout)["tokens"], "--method race picks the Gumbel tokens")
         check(run("sample", "--logits", f32, "--method", "coin").returncode == 2, "bad --method is a usage error")
+        r = run("sample", "--logits", f32, "--top-k", "1", "--seed", "5", "--json")
+        t = json.loads(r.stdout)["tokens"] if r.returncode == 0 else []
+        check(len(t) == 3 and t[0] == 1 and t[1] in (0, 2) and t[2] == 1, "--top-k 1 keeps the top token and its ties")
+        r = run("sample", "--logits", f32, "--top-p", "0.5", "--min-p", "0.1", "--json")
+        check(r.returncode == 0 and json.loads(r.stdout)["tokens"][0] == 1, "--top-p with --min-p")
+        r = run("sample", "--logits", f32, "--top-p", "1.5")
+        check(r.returncode == 1 and "PSR_ERR_FILTER_RANGE" in r.stderr, "--top-p 1.5 rejected")
+        r = run("sample", "--logits", f32, "--min-p", "nan")
+        check(r.returncode == 1 and "PSR_ERR_FILTER_RANGE" in r.stderr, "--min-p nan rejected")
+        check(run("sample", "--logits", f32, "--top-k", "x").returncode == 2, "bad --top-k is a usage error")
         r = run("verify", "lower-tail", "--draws", "1e6", "--json")
         out = json.loads(r.stdout) if r.returncode == 0 else []
         check(len(out) >= 2 and all(o["top_slice_below_2^-32"] == (0 if o["noise"] == "fp32" else o["top_slice_draws"]) for o in out),

@@ -13,7 +13,8 @@ double copy_bandwidth(psr_context *ctx, size_t bytes);
 /* Median span of a kernel that does nothing: the fixed cost per launch. */
 double empty_kernel_us(psr_context *ctx);
 
-/* psr bench verify (bench_verify.c). */
+/* psr bench verify (bench_verify.c) and psr bench logprobs (bench_logprobs.c). */
 int bench_verify(int argc, char **argv);
+int bench_logprobs(int argc, char **argv);
 
 #endif

@@ -17,6 +17,7 @@ static void sample_usage(FILE *out)
             "usage: psr sample (--logits FILE.npy | --hidden FILE.npy --weights FILE.npy)\n"
             "                  [--temperature T] [--seed S | --seeds FILE.npy]\n"
             "                  [--pos P | --positions FILE.npy] [--drafting]\n"
+            "                  [--top-k K] [--top-p P] [--min-p M]\n"
             "                  [--method gumbel|race] [--noise fp32|fp64|wide] [--fp64] [--fast]\n"
             "                  [--device SEL] [--json]\n"
             "\n"
@@ -34,6 +35,10 @@ static void sample_usage(FILE *out)
             "  --positions    int64 .npy with one position per row (or one for all);\n"
             "                 positions are in [0, 2^30)\n"
             "  --drafting     the draft stream (positions salted by 2^30)\n"
+            "  --top-k K      keep the K most likely tokens and their ties (default 0: off)\n"
+            "  --top-p P      keep the fewest most likely tokens holding P, in (0, 1] (default 1: off)\n"
+            "  --min-p M      drop tokens below M x the top probability, in [0, 1] (default 0: off);\n"
+            "                 filters apply as min-p, top-k, top-p, after the temperature\n"
             "  --method       gumbel (default) or race: the exponential race over\n"
             "                 softmax(logits / T), computed inside psr; the same token up\n"
             "                 to rounding\n"
@@ -97,6 +102,7 @@ static bool temperature_ok(float t)
  * bad position or temperature. */
 static psr_status sample_hidden(psr_context *ctx, const npy_array *hidden, const npy_array *weights,
                                 const int64_t *seeds, const int64_t *positions, const float *temps,
+                                const int32_t *top_k, const float *top_p, const float *min_p,
                                 unsigned flags, int32_t *tokens, uint32_t *row_flags)
 {
     size_t rows = hidden->shape[0], hsize = hidden->shape[1], vocab = weights->shape[0];
@@ -108,6 +114,9 @@ static psr_status sample_hidden(psr_context *ctx, const npy_array *hidden, const
             return psr_fail(ctx, PSR_ERR_TEMPERATURE,
                             "temperatures[%zu] = %g is not 0 or a positive normal number", r,
                             (double)temps[r]);
+        psr_status fst = psr_filter_check_values(ctx, "psr sample", r, top_k, top_p, min_p);
+        if (fst != PSR_OK)
+            return fst;
     }
     psr_dtype dtype = hidden->dtype == NPY_F2 ? PSR_DTYPE_F16 : PSR_DTYPE_F32;
     size_t es = psr_dtype_size(dtype);
@@ -116,7 +125,7 @@ static psr_status sample_hidden(psr_context *ctx, const npy_array *hidden, const
                         rows, vocab);
     const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
     cl_int err = CL_SUCCESS;
-    cl_mem bufs[8] = {NULL};
+    cl_mem bufs[11] = {NULL};
     bufs[0] = clCreateBuffer(ctx->cl_ctx, in, rows * hsize * es, hidden->data, &err);
     if (err == CL_SUCCESS)
         bufs[1] = clCreateBuffer(ctx->cl_ctx, in, vocab * hsize * es, weights->data, &err);
@@ -132,6 +141,10 @@ static psr_status sample_hidden(psr_context *ctx, const npy_array *hidden, const
         bufs[6] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, rows * 4, NULL, &err);
     if (err == CL_SUCCESS)
         bufs[7] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, rows * 4, NULL, &err);
+    const void *filters[3] = {top_k, top_p, min_p};
+    for (int f = 0; f < 3; f++)
+        if (err == CL_SUCCESS && filters[f])
+            bufs[8 + f] = clCreateBuffer(ctx->cl_ctx, in, rows * 4, (void *)filters[f], &err);
     psr_status st = PSR_OK;
     if (err != CL_SUCCESS)
         st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating device buffers failed: %s (%d)",
@@ -163,6 +176,9 @@ static psr_status sample_hidden(psr_context *ctx, const npy_array *hidden, const
         a.temperatures = bufs[5];
         a.tokens = bufs[6];
         a.row_flags = bufs[7];
+        a.top_k = bufs[8];
+        a.top_p = bufs[9];
+        a.min_p = bufs[10];
         a.flags = flags;
         a.num_events_in_wait_list = 1;
         a.event_wait_list = &gemm;
@@ -180,7 +196,7 @@ static psr_status sample_hidden(psr_context *ctx, const npy_array *hidden, const
     if (gemm)
         clReleaseEvent(gemm);
     clFinish(ctx->queue); /* nothing may still use the buffers below */
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 11; i++)
         if (bufs[i])
             clReleaseMemObject(bufs[i]);
     return st;
@@ -190,8 +206,9 @@ int cmd_sample(int argc, char **argv)
 {
     const char *logits_path = NULL, *seeds_path = NULL, *pos_path = NULL, *device = NULL;
     const char *hidden_path = NULL, *weights_path = NULL;
-    int64_t seed = 0, pos = 0;
-    float temp = 1.0f;
+    int64_t seed = 0, pos = 0, top_k = 0;
+    float temp = 1.0f, top_p = 1.0f, min_p = 0.0f;
+    bool filtered = false;
     unsigned flags = 0;
     bool as_json = false;
     for (int i = 1; i < argc; i++) {
@@ -246,6 +263,17 @@ int cmd_sample(int argc, char **argv)
             if (!parse_int64(val, &pos))
                 return cli_usage_error("sample", "--pos \"%s\" is not an integer", val);
             i++;
+        } else if (strcmp(arg, "--top-k") == 0) {
+            if (!parse_int64(val, &top_k) || top_k < INT32_MIN || top_k > INT32_MAX)
+                return cli_usage_error("sample", "--top-k \"%s\" is not a 32-bit integer", val);
+            filtered = true, i++;
+        } else if (strcmp(arg, "--top-p") == 0 || strcmp(arg, "--min-p") == 0) {
+            char *end;
+            float v = strtof(val, &end);
+            if (end == val || *end)
+                return cli_usage_error("sample", "%s \"%s\" is not a number", arg, val);
+            *(arg[2] == 't' ? &top_p : &min_p) = v;
+            filtered = true, i++;
         } else if (strcmp(arg, "--temperature") == 0) {
             char *end;
             temp = strtof(val, &end);
@@ -291,8 +319,11 @@ int cmd_sample(int argc, char **argv)
     float *temps = malloc(rows * 4);
     int32_t *tokens = malloc(rows * 4);
     uint32_t *row_flags = malloc(rows * 4);
+    int32_t *ks = filtered ? malloc(rows * 4) : NULL;
+    float *ps = filtered ? malloc(rows * 4) : NULL, *mps = filtered ? malloc(rows * 4) : NULL;
     int rc = CLI_OK;
-    if (!seeds || !positions || !temps || !tokens || !row_flags) {
+    if (!seeds || !positions || !temps || !tokens || !row_flags ||
+        (filtered && (!ks || !ps || !mps))) {
         rc = cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
         goto out;
     }
@@ -300,6 +331,8 @@ int cmd_sample(int argc, char **argv)
         seeds[r] = seed;
         positions[r] = pos;
         temps[r] = temp;
+        if (filtered)
+            ks[r] = (int32_t)top_k, ps[r] = top_p, mps[r] = min_p;
     }
     if ((seeds_path && per_row_int64(seeds_path, rows, seeds, err, sizeof err)) ||
         (pos_path && per_row_int64(pos_path, rows, positions, err, sizeof err))) {
@@ -316,13 +349,15 @@ int cmd_sample(int argc, char **argv)
     size_t no_finite = 0;
     psr_status st;
     if (hidden_path) {
-        st = sample_hidden(ctx, &hidden, &weights, seeds, positions, temps, flags, tokens, row_flags);
+        st = sample_hidden(ctx, &hidden, &weights, seeds, positions, temps, ks, ps, mps, flags,
+                           tokens, row_flags);
         for (size_t r = 0; st == PSR_OK && r < rows; r++)
             no_finite += (row_flags[r] & PSR_ROW_NO_FINITE) != 0;
     } else {
-        st = psr_sample_host(ctx, logits.data, logits.dtype == NPY_F2 ? PSR_DTYPE_F16 : PSR_DTYPE_F32,
-                             rows, vocab, 0, seeds, positions, temps, flags, tokens, row_flags,
-                             &no_finite);
+        st = psr_sample_host_filtered(ctx, logits.data,
+                                      logits.dtype == NPY_F2 ? PSR_DTYPE_F16 : PSR_DTYPE_F32, rows,
+                                      vocab, 0, seeds, positions, temps, ks, ps, mps, flags, tokens,
+                                      row_flags, &no_finite);
     }
     if (st != PSR_OK) {
         rc = cli_report(st, ctx);
@@ -376,6 +411,7 @@ int cmd_sample(int argc, char **argv)
 out:
     npy_free(&logits), npy_free(&hidden), npy_free(&weights);
     free(seeds), free(positions), free(temps), free(tokens), free(row_flags);
+    free(ks), free(ps), free(mps);
     return rc;
 }
 

@@ -60,7 +60,8 @@ typedef enum psr_status {
     PSR_ERR_POSITION_RANGE = 12,   /* a position is negative or at/past PSR_MAX_POSITION */
     PSR_ERR_TEMPERATURE = 13,      /* a temperature is negative, NaN, infinite or subnormal */
     PSR_ERR_TOKEN_RANGE = 14,      /* a token id is below -1 or at/past the vocabulary */
-    PSR_ERR_NOT_SUPPORTED = 15     /* the feature was not built into this library (e.g. CLBlast) */
+    PSR_ERR_NOT_SUPPORTED = 15,    /* the feature was not built into this library (e.g. CLBlast) */
+    PSR_ERR_FILTER_RANGE = 16      /* a top-p outside (0, 1] or a min-p outside [0, 1] (or NaN) */
 } psr_status;
 
 /* A short, constant name for a status ("PSR_ERR_NO_DEVICE: ..."). Never NULL. */
@@ -254,6 +255,8 @@ typedef enum psr_dtype {
 #define PSR_ROW_BAD_TEMPERATURE (1u << 2) /* temperature invalid: token -1 */
 #define PSR_ROW_BAD_INDEX (1u << 3)       /* row_request >= requests, or draft_cache_rows >=
                                              draft_cache_rows_total: token -1 */
+#define PSR_ROW_BAD_FILTER (1u << 4)      /* top_p outside (0, 1] or min_p outside [0, 1]
+                                             (NaN included): token -1 */
 
 /* Gumbel-max sampling of `rows` rows of logits already on the device:
  *   token = argmax_i (logit_i / T + g_i)   (T = 0: plain argmax)
@@ -286,6 +289,17 @@ typedef struct psr_sample_args {
                                  the row of request q goes to cache row q * draft_cache_k +
                                  draft_step; 0: row i goes to cache row i */
     size_t draft_step;        /* which draft of the request this call samples, < draft_cache_k */
+    /* Filters, per request, on s = logit / T, applied as min-p, top-k, top-p
+     * (docs/api.md, "Filters"); each NULL = off, and with all three NULL nothing extra runs.
+     * Greedy rows (T = 0) ignore them. Not with PSR_SAMPLE_PROBS
+     * (PSR_ERR_INVALID_ARGUMENT). A bad value gives token -1, PSR_ROW_BAD_FILTER. */
+    cl_mem top_k;             /* optional int32 [requests]: keeps the k largest s and every
+                                 token tied with the k-th; k <= 0 or >= vocab = off */
+    cl_mem top_p;             /* optional float32 [requests] in (0, 1]: removes the tokens
+                                 whose probability mass of strictly larger s, after min-p
+                                 and top-k, already reaches top_p; 1 = off */
+    cl_mem min_p;             /* optional float32 [requests] in [0, 1]: removes s < max s +
+                                 log(min_p); 0 = off */
     unsigned flags;           /* PSR_SAMPLE_* */
     unsigned *effective_flags; /* optional out, written before psr_sample returns: the flags
                                   used, after the context's fp64 policy */
@@ -315,6 +329,18 @@ PSR_API psr_status psr_sample_host(psr_context *ctx, const void *logits, psr_dty
                                    const int64_t *seeds, const int64_t *positions,
                                    const float *temperatures, unsigned flags, int32_t *tokens,
                                    uint32_t *row_flags, size_t *no_finite_rows);
+
+/* psr_sample_host with per-row filters (psr_sample_args.top_k, top_p,
+ * min_p), each a host array of `rows` entries or NULL (off). A top_p
+ * outside (0, 1] or a min_p outside [0, 1] (NaN included) fails with
+ * PSR_ERR_FILTER_RANGE, naming the entry; nothing is written. */
+PSR_API psr_status psr_sample_host_filtered(psr_context *ctx, const void *logits, psr_dtype dtype,
+                                            size_t rows, size_t vocab, size_t row_stride,
+                                            const int64_t *seeds, const int64_t *positions,
+                                            const float *temperatures, const int32_t *top_k,
+                                            const float *top_p, const float *min_p,
+                                            unsigned flags, int32_t *tokens, uint32_t *row_flags,
+                                            size_t *no_finite_rows);
 
 /* The effective flags of the context's last sampling call (see
  * psr_context_options.fp64_policy); 0 before the first. */
@@ -401,6 +427,44 @@ PSR_API void psr_verify_args_init(psr_verify_args *args);
  * is written to tokens or num_sampled and args->status says why.
  * *event (may be NULL) receives an event the caller releases. */
 PSR_API psr_status psr_verify(psr_context *ctx, const psr_verify_args *args, cl_event *event);
+
+/* ------------------------------------------------------------------ */
+/* Logprobs                                                            */
+/* ------------------------------------------------------------------ */
+#define PSR_LOGPROBS_MAX_TOP_N 20
+/* psr_logprobs_args.flags */
+#define PSR_LOGPROBS_RAW (1u << 0) /* of the logits as given; default: of logits / T */
+
+/* Logprobs of sampled tokens, as vLLM reports them: per row the sampled
+ * token's logprob and rank (1 + the tokens with a larger logprob), and the
+ * row's top_n tokens (logprob descending, lowest index first on ties) with
+ * their logprobs. Processed logprobs use logits / T (T = 0 counts as 1);
+ * NaN counts as -inf. The log-sum-exp has a fixed order, so every device
+ * gives the same bits. Asynchronous, like psr_sample. */
+typedef struct psr_logprobs_args {
+    size_t struct_size;      /* set by psr_logprobs_args_init() */
+    size_t rows, vocab;      /* vocab up to 2^20 */
+    cl_mem logits;           /* [rows, row_stride] of logits_dtype */
+    psr_dtype logits_dtype;
+    size_t logits_offset;
+    size_t row_stride;       /* 0 means vocab */
+    cl_mem row_request;      /* optional int32 [rows], as in psr_sample_args */
+    size_t requests;
+    cl_mem temperatures;     /* float32 [requests]; not read with PSR_LOGPROBS_RAW */
+    cl_mem tokens;           /* int32 [rows]: the sampled tokens; outside [0, vocab) (e.g. -1
+                                padding) gives logprob NaN and rank 0 */
+    int top_n;               /* 0 .. PSR_LOGPROBS_MAX_TOP_N */
+    unsigned flags;          /* PSR_LOGPROBS_* */
+    cl_mem token_logprobs;   /* optional out: float32 [rows] */
+    cl_mem token_ranks;      /* optional out: int32 [rows] */
+    cl_mem top_ids;          /* out with top_n > 0: int32 [rows, top_n] */
+    cl_mem top_logprobs;     /* out with top_n > 0: float32 [rows, top_n] */
+    cl_uint num_events_in_wait_list;
+    const cl_event *event_wait_list;
+} psr_logprobs_args;
+
+PSR_API void psr_logprobs_args_init(psr_logprobs_args *args);
+PSR_API psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_event *event);
 
 /* ------------------------------------------------------------------ */
 /* LM head (CLBlast)                                                   */

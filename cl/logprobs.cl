@@ -1,0 +1,238 @@
+/* Logprobs of sampled tokens (docs/api.md, "Logprobs"). Needs verify.cl
+ * (and what it needs) before it: the same super-blocks and log-sum-exp
+ * order, so a logprob is the same bits on every device and in
+ * lib/oracle_logprobs.c.
+ *
+ * psr_logprobs_partial: per (row, super-block): the (max, sum) of the
+ *   log-sum-exp, how many tokens beat the sampled one, and the block's
+ *   top-N tokens (value descending, index ascending).
+ * psr_logprobs_finish: per row: the log-sum-exp, the sampled token's
+ *   logprob and rank, and the row's top-N merged from its blocks.
+ * Values are logits / T ("processed"; T = 0 counts as 1) or the logits
+ * themselves (raw); NaN counts as -inf.
+ */
+
+#define PSR_MAX_TOP_N 20
+
+/* Value of a token for ordering: NaN is -inf. */
+inline float psr_lp_value(float x, bool divide, float t, float r)
+{
+    return isnan(x) ? -INFINITY : divide ? psr_scaled(x, t, r) : x;
+}
+
+inline float4 psr_lp_values(float4 x, bool divide, float t, float r)
+{
+    return (float4)(psr_lp_value(x.s0, divide, t, r), psr_lp_value(x.s1, divide, t, r),
+                    psr_lp_value(x.s2, divide, t, r), psr_lp_value(x.s3, divide, t, r));
+}
+
+/* Is (v, i) after (pv, pi) in the order value descending, index ascending? */
+inline bool psr_after(float v, uint i, float pv, uint pi)
+{
+    return v < pv || (v == pv && i > pi);
+}
+
+__kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
+void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                          uint vocab, uint nsb, __global const int *row_request, uint requests,
+                          __global const float *temperatures, uint raw, __global const int *tokens,
+                          uint top_n, __global float2 *lse_out, __global uint *beat_out,
+                          __global float *top_v, __global uint *top_i)
+{
+    __local float ls[4 * PSR_LANES];
+    __local float lm[PSR_VWG], lbv[PSR_VWG];
+    __local uint lbi[PSR_VWG], lcount[PSR_VWG];
+    uint lid = get_local_id(0);
+    uint row = get_group_id(0) / nsb;
+    uint sb = get_group_id(0) % nsb;
+    int req = row_request ? row_request[row] : (int)row;
+    float t = !raw && req >= 0 && req < (int)requests ? temperatures[req] : 1.0f;
+    bool divide = isnormal(t) && t > 0.0f && t != 1.0f;
+    float r = divide ? psr_det_recip(t) : 1.0f;
+    uint base = sb * PSR_SB;
+    bool full = base + PSR_SB <= vocab;
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
+    bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
+    int tok = tokens[row];
+    float tv = tok >= 0 && (uint)tok < vocab ? psr_lp_value(psr_load_logit(src, (ulong)tok), divide, t, r)
+                                             : INFINITY; /* nothing beats it: rank 0 later */
+
+    uint steps[PSR_LPT];
+    for (uint j = 0; j < PSR_LPT; j++)
+        steps[j] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + j * PSR_VWG), vocab);
+#if PSR_LPT == 1
+    /* GPUs: the lane's values stay in registers for every pass below. */
+    float4 v[PSR_SB_STEPS];
+    if (full && aligned) {
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++)
+            v[k] = psr_load4_aligned(src, base + 4 * lid + k * 4 * PSR_LANES);
+    } else {
+        for (uint k = 0; k < steps[0]; k++)
+            v[k] = psr_load4(src, base + 4 * lid + k * 4 * PSR_LANES, vocab, aligned);
+    }
+#pragma unroll
+    for (uint k = 0; k < PSR_SB_STEPS; k++)
+        if (k < steps[0])
+            v[k] = psr_lp_values(v[k], divide, t, r);
+#define PSR_LP_VALUES(j, k, i) v[k]
+#else
+    /* CPUs: several lanes per work-item, read again for each pass. */
+#define PSR_LP_VALUES(j, k, i) psr_lp_values(psr_load4(src, i, vocab, aligned), divide, t, r)
+#endif
+
+    /* Pass 1: the block's max and how many tokens beat the sampled one. */
+    float m = -INFINITY;
+    uint beat = 0;
+    for (uint j = 0; j < PSR_LPT; j++)
+        for (uint k = 0; k < steps[j]; k++) {
+            uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
+            float4 x = PSR_LP_VALUES(j, k, i);
+            m = fmax(m, fmax(fmax(x.s0, x.s1), fmax(x.s2, x.s3)));
+            beat += (x.s0 > tv) + (x.s1 > tv) + (x.s2 > tv) + (x.s3 > tv);
+            /* past the row's end the values are -inf: they beat nothing */
+        }
+    lm[lid] = m;
+    lcount[lid] = beat;
+    for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < s) {
+            lm[lid] = fmax(lm[lid], lm[lid + s]);
+            lcount[lid] += lcount[lid + s];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float big = lm[0];
+    ulong at = (ulong)row * nsb + sb;
+    if (lid == 0)
+        beat_out[at] = lcount[0];
+
+    /* Pass 2: the exp sums in the fixed lane order (verify.cl). */
+    float sum = 0.0f;
+    if (big > -INFINITY) { /* uniform across the group */
+        for (uint j = 0; j < PSR_LPT; j++) {
+            float4 lane = (float4)(0.0f);
+            for (uint k = 0; k < steps[j]; k++) {
+                uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
+                lane += psr_exp_terms(PSR_LP_VALUES(j, k, i), big);
+            }
+            vstore4(lane, lid + j * PSR_VWG, ls);
+        }
+        sum = psr_lane_tree(lid, ls);
+    }
+    if (lid == 0)
+        lse_out[at] = (float2)(big, sum);
+
+    /* Pass 3: the block's top-N, one winner per round: the best token after
+     * the previous winner in (value descending, index ascending). */
+    float pv = INFINITY;
+    uint pi = 0;
+    bool first = true;
+    for (uint n = 0; n < top_n; n++) {
+        float bv = -INFINITY;
+        uint bi = 0xffffffffu;
+        for (uint j = 0; j < PSR_LPT; j++)
+            for (uint k = 0; k < steps[j]; k++) {
+                uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
+                float4 x = PSR_LP_VALUES(j, k, i);
+                float xs[4] = {x.s0, x.s1, x.s2, x.s3};
+                for (uint c = 0; c < 4; c++)
+                    if (i + c < vocab && (first || psr_after(xs[c], i + c, pv, pi)) &&
+                        (bi == 0xffffffffu || psr_better(xs[c], i + c, bv, bi))) {
+                        bv = xs[c];
+                        bi = i + c;
+                    }
+            }
+        lbv[lid] = bv;
+        lbi[lid] = bi;
+        for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (lid < s && lbi[lid + s] != 0xffffffffu &&
+                (lbi[lid] == 0xffffffffu || psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid]))) {
+                lbv[lid] = lbv[lid + s];
+                lbi[lid] = lbi[lid + s];
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        pv = lbv[0];
+        pi = lbi[0];
+        first = false;
+        if (lid == 0) {
+            top_v[at * top_n + n] = pv;
+            top_i[at * top_n + n] = pi; /* 0xffffffff: the block has no more tokens */
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#undef PSR_LP_VALUES
+}
+
+/* One group per row: merges the blocks and writes the outputs. The top-N
+ * candidates (each block's list) are ranked against each other in
+ * parallel: a candidate's place is how many candidates beat it. */
+__kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
+void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *tokens,
+                         __global const float2 *lse_in, __global const uint *beat_in,
+                         __global const float *top_v, __global const uint *top_i, uint top_n,
+                         __global float *token_logprobs, __global int *token_ranks,
+                         __global int *top_ids, __global float *top_logprobs,
+                         __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                         __global const int *row_request, uint requests,
+                         __global const float *temperatures, uint raw)
+{
+    __local float cv[64 * PSR_MAX_TOP_N];
+    __local uint ci[64 * PSR_MAX_TOP_N];
+    __local float llse;
+    __local uint lvalid;
+    uint lid = get_local_id(0);
+    uint row = get_group_id(0);
+    uint cands = min(nsb, 64u) * top_n;
+    ulong first = (ulong)row * nsb * top_n;
+    for (uint c = lid; c < cands; c += PSR_VWG) {
+        cv[c] = top_v[first + c];
+        ci[c] = top_i[first + c];
+    }
+    if (lid == 0) {
+        lvalid = 0;
+        float lse = psr_row_lse(lse_in, row, nsb);
+        llse = lse;
+        int tok = tokens[row];
+        bool valid = tok >= 0 && (uint)tok < vocab;
+        int req = row_request ? row_request[row] : (int)row;
+        float t = !raw && req >= 0 && req < (int)requests ? temperatures[req] : 1.0f;
+        bool divide = isnormal(t) && t > 0.0f && t != 1.0f;
+        float r = divide ? psr_det_recip(t) : 1.0f;
+        float tv = valid ? psr_lp_value(psr_load_logit(logits + logits_offset + (ulong)row * row_stride,
+                                                       (ulong)tok),
+                                        divide, t, r)
+                         : NAN;
+        uint beat = 0;
+        for (uint sb = 0; sb < nsb; sb++)
+            beat += beat_in[(ulong)row * nsb + sb];
+        if (token_logprobs)
+            token_logprobs[row] = valid ? tv - lse : NAN;
+        if (token_ranks)
+            token_ranks[row] = valid ? (int)beat + 1 : 0;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float lse = llse;
+    uint mine = 0;
+    for (uint c = lid; c < cands; c += PSR_VWG) {
+        if (ci[c] == 0xffffffffu)
+            continue; /* a block with fewer tokens than top_n */
+        mine++;
+        uint place = 0;
+        for (uint d = 0; d < cands; d++)
+            place += ci[d] != 0xffffffffu && psr_better(cv[d], ci[d], cv[c], ci[c]);
+        if (place < top_n) {
+            top_ids[(ulong)row * top_n + place] = (int)ci[c];
+            top_logprobs[(ulong)row * top_n + place] = cv[c] - lse;
+        }
+    }
+    if (mine)
+        atomic_add(&lvalid, mine);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint n = lvalid + lid; n < top_n; n += PSR_VWG) { /* fewer tokens than top_n */
+        top_ids[(ulong)row * top_n + n] = -1;
+        top_logprobs[(ulong)row * top_n + n] = -INFINITY;
+    }
+}

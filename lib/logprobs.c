@@ -1,0 +1,135 @@
+/* Host side of logprobs (cl/logprobs.cl): argument checks and launches. */
+#include "internal.h"
+
+#include <string.h>
+
+#define LOGPROBS_SB 16384u /* tokens per super-block, as cl/verify.cl */
+
+/* ctx->logprobs[] scratch. */
+enum { LSE, BEAT, TOP_V, TOP_I };
+
+void psr_logprobs_args_init(psr_logprobs_args *args)
+{
+    if (!args)
+        return;
+    memset(args, 0, sizeof *args);
+    args->struct_size = sizeof *args;
+    args->logits_dtype = PSR_DTYPE_F32;
+}
+
+#define REQUIRE(cond, status, ...)                    \
+    do {                                              \
+        if (!(cond))                                  \
+            return psr_fail(ctx, status, __VA_ARGS__); \
+    } while (0)
+
+static psr_status check_args(psr_context *ctx, const psr_logprobs_args *a)
+{
+    REQUIRE(a->struct_size == sizeof *a, PSR_ERR_INVALID_ARGUMENT,
+            "args->struct_size is %zu, expected %zu: call psr_logprobs_args_init() first",
+            a->struct_size, sizeof *a);
+    REQUIRE(a->rows > 0, PSR_ERR_INVALID_ARGUMENT, "args->rows is 0");
+    REQUIRE(a->rows <= UINT32_MAX / 64, PSR_ERR_INVALID_ARGUMENT, "args->rows %zu is too large", a->rows);
+    REQUIRE(a->vocab > 0, PSR_ERR_INVALID_ARGUMENT, "args->vocab is 0");
+    REQUIRE(a->vocab <= (1u << 20), PSR_ERR_INVALID_ARGUMENT,
+            "args->vocab %zu is above 2^20, the most logprobs support", a->vocab);
+    REQUIRE(a->top_n >= 0 && a->top_n <= PSR_LOGPROBS_MAX_TOP_N, PSR_ERR_INVALID_ARGUMENT,
+            "args->top_n %d is outside 0 .. %d", a->top_n, PSR_LOGPROBS_MAX_TOP_N);
+    REQUIRE(!(a->flags & ~PSR_LOGPROBS_RAW), PSR_ERR_INVALID_ARGUMENT, "args->flags has unknown bits 0x%x",
+            a->flags & ~PSR_LOGPROBS_RAW);
+    REQUIRE((unsigned)a->logits_dtype <= PSR_DTYPE_BF16, PSR_ERR_INVALID_ARGUMENT,
+            "args->logits_dtype %d is not a psr_dtype", (int)a->logits_dtype);
+    size_t stride = a->row_stride ? a->row_stride : a->vocab;
+    REQUIRE(stride >= a->vocab, PSR_ERR_INVALID_ARGUMENT,
+            "args->row_stride %zu is smaller than args->vocab %zu", stride, a->vocab);
+    REQUIRE(a->logits, PSR_ERR_NULL_ARGUMENT, "args->logits is NULL");
+    REQUIRE(a->tokens, PSR_ERR_NULL_ARGUMENT, "args->tokens is NULL");
+    bool raw = a->flags & PSR_LOGPROBS_RAW;
+    REQUIRE(raw || a->temperatures, PSR_ERR_NULL_ARGUMENT,
+            "args->temperatures is NULL (processed logprobs need them; or PSR_LOGPROBS_RAW)");
+    REQUIRE(raw || a->requests > 0, PSR_ERR_INVALID_ARGUMENT, "args->requests is 0");
+    REQUIRE(a->requests <= INT32_MAX, PSR_ERR_INVALID_ARGUMENT, "args->requests %zu is too large",
+            a->requests);
+    REQUIRE(raw || a->row_request || a->requests >= a->rows, PSR_ERR_INVALID_ARGUMENT,
+            "args->requests %zu < args->rows %zu, and there is no args->row_request", a->requests,
+            a->rows);
+    REQUIRE(a->top_n == 0 || (a->top_ids && a->top_logprobs), PSR_ERR_NULL_ARGUMENT,
+            "args->top_ids or args->top_logprobs is NULL with args->top_n %d", a->top_n);
+    REQUIRE(a->token_logprobs || a->token_ranks || a->top_n > 0, PSR_ERR_INVALID_ARGUMENT,
+            "nothing to compute: no args->token_logprobs, args->token_ranks or args->top_n");
+    REQUIRE(a->num_events_in_wait_list == 0 || a->event_wait_list, PSR_ERR_NULL_ARGUMENT,
+            "args->event_wait_list is NULL but args->num_events_in_wait_list is %u",
+            a->num_events_in_wait_list);
+    size_t bytes = psr_logits_bytes(a->logits_offset, a->rows, stride, a->vocab, psr_dtype_size(a->logits_dtype));
+    REQUIRE(bytes > 0, PSR_ERR_INVALID_ARGUMENT,
+            "args->logits_offset %zu + (rows - 1) x row_stride %zu overflows the address space",
+            a->logits_offset, stride);
+    psr_status st = psr_check_buffer(ctx, a->logits, bytes, "args->logits");
+    if (st == PSR_OK)
+        st = psr_check_buffer(ctx, a->tokens, a->rows * 4, "args->tokens");
+    if (st == PSR_OK && a->row_request)
+        st = psr_check_buffer(ctx, a->row_request, a->rows * 4, "args->row_request");
+    if (st == PSR_OK && !raw)
+        st = psr_check_buffer(ctx, a->temperatures, a->requests * 4, "args->temperatures");
+    if (st == PSR_OK && a->token_logprobs)
+        st = psr_check_buffer(ctx, a->token_logprobs, a->rows * 4, "args->token_logprobs");
+    if (st == PSR_OK && a->token_ranks)
+        st = psr_check_buffer(ctx, a->token_ranks, a->rows * 4, "args->token_ranks");
+    if (st == PSR_OK && a->top_n > 0)
+        st = psr_check_buffer(ctx, a->top_ids, a->rows * (size_t)a->top_n * 4, "args->top_ids");
+    if (st == PSR_OK && a->top_n > 0)
+        st = psr_check_buffer(ctx, a->top_logprobs, a->rows * (size_t)a->top_n * 4, "args->top_logprobs");
+    return st;
+}
+
+psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *event)
+{
+    if (event)
+        *event = NULL;
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_logprobs: ctx is NULL");
+    if (!a)
+        return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_logprobs: args is NULL");
+    psr_status st = check_args(ctx, a);
+    if (st != PSR_OK)
+        return st;
+    psr_variant v = {.set = PSR_KERNELS_VERIFY, .dtype = a->logits_dtype};
+    cl_kernel partial, finish;
+    st = psr_kernel_get(ctx, &v, "psr_logprobs_partial", &partial);
+    if (st == PSR_OK)
+        st = psr_kernel_get(ctx, &v, "psr_logprobs_finish", &finish);
+    cl_uint vocab = (cl_uint)a->vocab, rows = (cl_uint)a->rows;
+    cl_uint nsb = (vocab + LOGPROBS_SB - 1) / LOGPROBS_SB;
+    cl_uint top_n = (cl_uint)a->top_n, raw = (a->flags & PSR_LOGPROBS_RAW) != 0;
+    cl_uint requests = (cl_uint)a->requests;
+    size_t blocks = a->rows * nsb;
+    const size_t need[4] = {blocks * 8, blocks * 4, blocks * (top_n ? top_n : 1) * 4,
+                            blocks * (top_n ? top_n : 1) * 4};
+    for (int i = 0; i < 4 && st == PSR_OK; i++)
+        st = psr_scratch_reserve(ctx, &ctx->logprobs[i], need[i]);
+    if (st != PSR_OK)
+        return st;
+    cl_mem lse = ctx->logprobs[LSE].buffer, beat = ctx->logprobs[BEAT].buffer;
+    cl_mem top_v = ctx->logprobs[TOP_V].buffer, top_i = ctx->logprobs[TOP_I].buffer;
+    cl_ulong offset = a->logits_offset, stride = a->row_stride ? a->row_stride : a->vocab;
+    cl_mem temps = raw ? NULL : a->temperatures;
+    const size_t ms = sizeof(cl_mem);
+    const size_t psizes[] = {ms, 8, 8, 4, 4, ms, 4, ms, 4, ms, 4, ms, ms, ms, ms};
+    const void *pvalues[] = {&a->logits, &offset, &stride,  &vocab, &nsb,  &a->row_request, &requests, &temps,
+                             &raw,       &a->tokens, &top_n, &lse,   &beat, &top_v,          &top_i};
+    st = psr_set_kernel_args(ctx, partial, "psr_logprobs_partial", 15, psizes, pvalues);
+    size_t local = ctx->tuning.work_group_size < 256 ? ctx->tuning.work_group_size : 256;
+    if (st == PSR_OK)
+        st = psr_enqueue_groups(ctx, partial, "psr_logprobs_partial", blocks, local,
+                                a->num_events_in_wait_list, a->event_wait_list, NULL);
+    const size_t fsizes[] = {4, 4, 4, ms, ms, ms, ms, ms, 4, ms, ms, ms, ms, ms, 8, 8, ms, 4, ms, 4};
+    const void *fvalues[] = {&rows,  &vocab,  &nsb,    &a->tokens, &lse,     &beat,    &top_v,
+                             &top_i, &top_n,  &a->token_logprobs,  &a->token_ranks,   &a->top_ids,
+                             &a->top_logprobs, &a->logits, &offset, &stride, &a->row_request,
+                             &requests, &temps, &raw};
+    if (st == PSR_OK)
+        st = psr_set_kernel_args(ctx, finish, "psr_logprobs_finish", 20, fsizes, fvalues);
+    if (st == PSR_OK)
+        st = psr_enqueue_groups(ctx, finish, "psr_logprobs_finish", a->rows, local, 0, NULL, event);
+    return st;
+}

@@ -1,0 +1,455 @@
+/* Logit filters (min-p, top-k, top-p) on a real device: the kept set and
+ * the token equal the host oracle's on random rows with ties and +-inf,
+ * each request's filters stay its own within a batch, the distribution
+ * after filtering passes chi-square (with a control that must fail), and
+ * bad values are refused. */
+#include "common.h"
+#include "stats.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static psr_context *ctx;
+static bool has_fp64;
+
+static int setup(void **state)
+{
+    (void)state;
+    test_seed(9091);
+    ctx = open_context(getenv("PSR_CACHE_DIR"));
+    psr_device_info info;
+    psr_context_device_info(ctx, &info);
+    has_fp64 = info.capabilities & PSR_CAP_FP64;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    psr_context_free(ctx);
+    return 0;
+}
+
+static cl_mem upload(const void *data, size_t bytes)
+{
+    cl_int err;
+    cl_mem m = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes,
+                              (void *)data, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    return m;
+}
+
+static void download(cl_mem m, void *data, size_t bytes)
+{
+    assert_int_equal(clEnqueueReadBuffer(ctx->queue, m, CL_TRUE, 0, bytes, data, 0, NULL, NULL),
+                     CL_SUCCESS);
+}
+
+/* Logits with ties (values on a coarse grid), some +-inf and NaN. */
+static void random_logits(float *x, size_t n, bool with_inf)
+{
+    uint32_t grid = 1 + rnd() % 3; /* 1: many ties */
+    for (size_t i = 0; i < n; i++) {
+        float v = 3.0f * normal();
+        if (grid == 1)
+            v = roundf(v * 4.0f) / 4.0f;
+        uint32_t c = rnd() % 200;
+        x[i] = with_inf && c == 0 ? -INFINITY : c == 1 ? NAN : v;
+    }
+    if (with_inf && rnd() % 8 == 0)
+        x[rnd() % n] = INFINITY;
+}
+
+/* Random per-request filters: each off, on, or at an edge. */
+static void random_filters(size_t n, size_t vocab, int32_t *k, float *p, float *mp)
+{
+    for (size_t r = 0; r < n; r++) {
+        uint32_t c = rnd() % 6;
+        k[r] = c == 0 ? 0 : c == 1 ? (int32_t)vocab : c == 2 ? 1 : (int32_t)(1 + rnd() % (vocab < 200 ? vocab : 200));
+        c = rnd() % 5;
+        p[r] = c == 0 ? 1.0f : c == 1 ? 1e-6f : (float)(0.05 + 0.9 * uniform());
+        c = rnd() % 5;
+        mp[r] = c == 0 ? 0.0f : c == 1 ? 1.0f : (float)(0.2 * uniform());
+    }
+}
+
+static float bf16_round(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    b &= 0xffff0000u; /* truncation: the value the kernel reads back */
+    memcpy(&x, &b, 4);
+    return x;
+}
+
+/* Samples `rows` rows with random filters through psr_sample and checks
+ * each row's threshold (same kept set) and token against the oracle. */
+static void check_rows(size_t rows, size_t vocab, unsigned flags, psr_dtype dtype, bool use_k,
+                       bool use_p, bool use_mp)
+{
+    psr_noise_kind noise = flags & PSR_SAMPLE_FP64_NOISE   ? PSR_NOISE_FP64
+                           : flags & PSR_SAMPLE_WIDE_NOISE ? PSR_NOISE_WIDE
+                                                           : PSR_NOISE_FP32;
+    float *x = malloc(rows * vocab * sizeof *x), *masked = malloc(vocab * sizeof *x);
+    uint16_t *half = malloc(rows * vocab * 2);
+    int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
+    float *temps = malloc(rows * 4), *p = malloc(rows * 4), *mp = malloc(rows * 4);
+    float *cut = malloc(rows * 4);
+    int32_t *k = malloc(rows * 4), *tokens = malloc(rows * 4);
+    uint32_t *rf = malloc(rows * 4);
+    for (size_t r = 0; r < rows; r++) {
+        random_logits(x + r * vocab, vocab, true);
+        seeds[r] = (int64_t)rnd();
+        pos[r] = rnd() % (1u << 30);
+        temps[r] = r % 7 == 3 ? 0.0f : (float)(0.3 + 1.7 * uniform());
+    }
+    if (dtype == PSR_DTYPE_BF16)
+        for (size_t i = 0; i < rows * vocab; i++) {
+            x[i] = bf16_round(x[i]);
+            uint32_t b;
+            memcpy(&b, &x[i], 4);
+            half[i] = (uint16_t)(b >> 16);
+        }
+    random_filters(rows, vocab, k, p, mp);
+
+    psr_sample_args a;
+    psr_sample_args_init(&a);
+    a.rows = rows;
+    a.vocab = vocab;
+    a.logits = upload(dtype == PSR_DTYPE_BF16 ? (void *)half : (void *)x,
+                      rows * vocab * psr_dtype_size(dtype));
+    a.logits_dtype = dtype;
+    a.requests = rows;
+    a.seeds = upload(seeds, rows * 8);
+    a.positions = upload(pos, rows * 8);
+    a.temperatures = upload(temps, rows * 4);
+    a.tokens = upload(tokens, rows * 4);
+    a.row_flags = upload(rf, rows * 4);
+    a.top_k = use_k ? upload(k, rows * 4) : NULL;
+    a.top_p = use_p ? upload(p, rows * 4) : NULL;
+    a.min_p = use_mp ? upload(mp, rows * 4) : NULL;
+    a.flags = flags;
+    psr_status st = psr_sample(ctx, &a, NULL);
+    if (st != PSR_OK)
+        fail_msg("%s: %s", psr_status_string(st), psr_last_error(ctx));
+    download(a.tokens, tokens, rows * 4);
+    download(a.row_flags, rf, rows * 4);
+    download(ctx->filter_cut.buffer, cut, rows * 4);
+
+    size_t filtered_rows = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const float *row = x + r * vocab;
+        float want = psr_oracle_filter_threshold(row, vocab, temps[r], use_k ? k[r] : 0,
+                                                 use_p ? p[r] : 1.0f, use_mp ? mp[r] : 0.0f);
+        size_t removed = 0;
+        for (size_t i = 0; i < vocab; i++) {
+            float s = temps[r] == 0.0f ? row[i] : psr_oracle_scaled(row[i], temps[r]);
+            bool keep_dev = !(s < cut[r]), keep_oracle = !(s < want);
+            if (keep_dev != keep_oracle)
+                fail_msg("vocab %zu flags %u row %zu token %zu (s = %a): device keeps %d "
+                         "(threshold %a), oracle %d (%a); k %d p %g min-p %g T %g",
+                         vocab, flags, r, i, (double)s, keep_dev, (double)cut[r], keep_oracle,
+                         (double)want, k[r], (double)p[r], (double)mp[r], (double)temps[r]);
+            masked[i] = keep_oracle ? row[i] : -INFINITY;
+            removed += !keep_oracle && !isnan(row[i]) && row[i] > -INFINITY;
+        }
+        filtered_rows += removed > 0;
+        assert_int_equal(rf[r] & ~PSR_ROW_NO_FINITE, 0);
+        if (flags & PSR_SAMPLE_RACE) {
+            /* No oracle for the race over logits: the token must be kept. */
+            assert_true(tokens[r] >= 0 && (size_t)tokens[r] < vocab);
+            if (!(rf[r] & PSR_ROW_NO_FINITE))
+                assert_true(masked[tokens[r]] > -INFINITY);
+            continue;
+        }
+        int32_t oracle = psr_oracle_sample_row(masked, vocab, temps[r], seeds[r], pos[r],
+                                               flags & PSR_SAMPLE_DRAFTING, noise, NULL);
+        if (tokens[r] != oracle)
+            fail_msg("vocab %zu flags %u row %zu: token %d, oracle %d", vocab, flags, r, tokens[r],
+                     oracle);
+    }
+    assert_true(filtered_rows > 0); /* the filters did something */
+    cl_mem mems[] = {a.logits, a.seeds, a.positions, a.temperatures, a.tokens, a.row_flags,
+                     a.top_k, a.top_p, a.min_p};
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
+        if (mems[i])
+            clReleaseMemObject(mems[i]);
+    free(x), free(masked), free(half), free(seeds), free(pos), free(temps), free(p), free(mp);
+    free(cut), free(k), free(tokens), free(rf);
+}
+
+static void test_kept_set_equals_oracle(void **state)
+{
+    (void)state;
+    check_rows(64, 7, 0, PSR_DTYPE_F32, true, true, true);
+    check_rows(64, 1000, 0, PSR_DTYPE_F32, true, true, true);
+    check_rows(64, 1000, 0, PSR_DTYPE_F32, true, false, false);
+    check_rows(64, 1000, 0, PSR_DTYPE_F32, false, true, false);
+    check_rows(64, 1000, 0, PSR_DTYPE_F32, false, false, true);
+    check_rows(32, 3001, PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_DRAFTING, PSR_DTYPE_BF16, true, true,
+               true);
+    check_rows(32, 3001, PSR_SAMPLE_RACE, PSR_DTYPE_F32, true, true, true);
+    check_rows(4, 70001, 0, PSR_DTYPE_F32, true, true, true); /* rows split over work-groups */
+    if (has_fp64)
+        check_rows(16, 3001, PSR_SAMPLE_FP64_NOISE, PSR_DTYPE_F32, true, true, true);
+}
+
+/* The oracle against the definitions, on a small row worked by hand. */
+static void test_oracle_definitions(void **state)
+{
+    (void)state;
+    /* probabilities at T = 1 are proportional to e^x */
+    const float x[6] = {1.0f, 3.0f, 3.0f, 2.0f, -INFINITY, NAN};
+    assert_true(psr_oracle_filter_threshold(x, 6, 1.0f, 0, 1.0f, 0.0f) == -INFINITY);
+    assert_true(psr_oracle_filter_threshold(x, 6, 1.0f, 6, 1.0f, 0.0f) == -INFINITY);
+    assert_true(psr_oracle_filter_threshold(x, 6, 1.0f, 1, 1.0f, 0.0f) == 3.0f); /* ties kept */
+    assert_true(psr_oracle_filter_threshold(x, 6, 1.0f, 3, 1.0f, 0.0f) == 2.0f);
+    /* min-p 0.3: keep x >= 3 + log 0.3 = 1.796 */
+    assert_true(psr_oracle_filter_threshold(x, 6, 1.0f, 0, 1.0f, 0.3f) == 3.0f + psr_oracle_log(0.3f));
+    /* top-p: the two 3s hold 2e^3 / (2e^3 + e^2 + e) = 0.79 */
+    assert_true(psr_oracle_filter_threshold(x, 6, 1.0f, 0, 0.5f, 0.0f) == 3.0f);
+    assert_true(psr_oracle_filter_threshold(x, 6, 1.0f, 0, 0.79f, 0.0f) == 3.0f);
+    assert_true(psr_oracle_filter_threshold(x, 6, 1.0f, 0, 0.8f, 0.0f) == 2.0f);
+    /* after top-k 3 the 3s hold 2e^3 / (2e^3 + e^2) = 0.845 */
+    assert_true(psr_oracle_filter_threshold(x, 6, 1.0f, 3, 0.84f, 0.0f) == 3.0f);
+    assert_true(psr_oracle_filter_threshold(x, 6, 1.0f, 3, 0.85f, 0.0f) == 2.0f);
+    assert_true(isnan(psr_oracle_filter_threshold(x, 6, 1.0f, 0, 0.0f, 0.0f)));
+    assert_true(isnan(psr_oracle_filter_threshold(x, 6, 1.0f, 0, 1.0f, NAN)));
+    assert_true(psr_oracle_filter_threshold(x, 6, 0.0f, 1, 0.5f, 0.5f) == -INFINITY); /* greedy */
+}
+
+/* Every request keeps its own filters: the same row under different
+ * filters in one batch gives each the threshold it gets alone. */
+static void test_requests_independent(void **state)
+{
+    (void)state;
+    enum { R = 8, V = 500 };
+    float *x = malloc(R * V * sizeof *x), base[V];
+    random_logits(base, V, false);
+    for (size_t r = 0; r < R; r++)
+        memcpy(x + r * V, base, sizeof base);
+    int32_t k[R] = {0, 5, 0, 0, 50, 1, 0, 20};
+    float p[R] = {1.0f, 1.0f, 0.5f, 1.0f, 0.9f, 1.0f, 0.99f, 0.3f};
+    float mp[R] = {0.0f, 0.0f, 0.0f, 0.1f, 0.0f, 0.5f, 0.01f, 0.05f};
+    int64_t seeds[R], pos[R];
+    float temps[R];
+    int32_t tokens[R];
+    for (size_t r = 0; r < R; r++)
+        seeds[r] = 42, pos[r] = 7, temps[r] = 1.0f;
+    assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps, k,
+                                              p, mp, 0, tokens, NULL, NULL),
+                     PSR_OK);
+    float cut[R];
+    download(ctx->filter_cut.buffer, cut, sizeof cut);
+    for (size_t r = 0; r < R; r++) {
+        float want = psr_oracle_filter_threshold(base, V, 1.0f, k[r], p[r], mp[r]);
+        assert_true(cut[r] == want || (cut[r] == 0.0f && want == 0.0f));
+        int32_t alone;
+        assert_int_equal(psr_sample_host_filtered(ctx, base, PSR_DTYPE_F32, 1, V, 0, seeds, pos,
+                                                  temps, &k[r], &p[r], &mp[r], 0, &alone, NULL,
+                                                  NULL),
+                         PSR_OK);
+        assert_int_equal(tokens[r], alone);
+    }
+    free(x);
+}
+
+/* Samples one filtered row `trials` times and judges the counts. */
+static void filtered_fit(const float *logits, size_t vocab, float temp, int32_t k, float p,
+                         float mp, uint64_t trials, int64_t seed, chi2_result *fit,
+                         chi2_result *control)
+{
+    enum { B = 2000 };
+    float *batch = malloc((size_t)B * vocab * sizeof *batch);
+    int64_t *seeds = malloc(B * 8), *pos = malloc(B * 8);
+    float *temps = malloc(B * 4), *ps = malloc(B * 4), *mps = malloc(B * 4);
+    int32_t *ks = malloc(B * 4), *tokens = malloc(B * 4);
+    uint64_t *counts = calloc(vocab, sizeof *counts);
+    for (size_t r = 0; r < B; r++) {
+        memcpy(batch + r * vocab, logits, vocab * sizeof *logits);
+        seeds[r] = seed, temps[r] = temp, ks[r] = k, ps[r] = p, mps[r] = mp;
+    }
+    for (uint64_t done = 0; done < trials;) {
+        size_t n = trials - done < B ? (size_t)(trials - done) : B;
+        for (size_t r = 0; r < n; r++)
+            pos[r] = (int64_t)(done + r);
+        psr_status st = psr_sample_host_filtered(ctx, batch, PSR_DTYPE_F32, n, vocab, 0, seeds, pos,
+                                                 temps, ks, ps, mps, 0, tokens, NULL, NULL);
+        if (st != PSR_OK)
+            fail_msg("%s: %s", psr_status_string(st), psr_last_error(ctx));
+        for (size_t r = 0; r < n; r++)
+            counts[tokens[r]]++;
+        done += n;
+    }
+    float cut = psr_oracle_filter_threshold(logits, vocab, temp, k, p, mp);
+    float *masked = malloc(vocab * sizeof *masked);
+    double *target = malloc(vocab * sizeof *target);
+    for (size_t i = 0; i < vocab; i++)
+        masked[i] = psr_oracle_scaled(logits[i], temp) >= cut ? logits[i] : -INFINITY;
+    psr_softmax(masked, vocab, temp, target); /* renormalised over the kept set */
+    *fit = psr_chi2_test(counts, target, vocab, trials);
+    /* Control: the unfiltered distribution must be rejected. */
+    psr_softmax(logits, vocab, temp, target);
+    *control = psr_chi2_test(counts, target, vocab, trials);
+    free(batch), free(seeds), free(pos), free(temps), free(ps), free(mps), free(ks);
+    free(tokens), free(counts), free(masked), free(target);
+}
+
+static void test_distribution(void **state)
+{
+    (void)state;
+    const size_t vocab = 1000;
+    float *logits = malloc(vocab * sizeof *logits);
+    for (size_t i = 0; i < vocab; i++)
+        logits[i] = 1.5f * normal();
+    const struct { int32_t k; float p, mp; } cases[] = {
+        {50, 1.0f, 0.0f}, {0, 0.9f, 0.0f}, {0, 1.0f, 0.05f}, {100, 0.8f, 0.02f}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        chi2_result fit, control;
+        filtered_fit(logits, vocab, 1.0f, cases[c].k, cases[c].p, cases[c].mp, 20000,
+                     (int64_t)(100 + c), &fit, &control);
+        print_message("top-k %d top-p %.2f min-p %.2f: chi2 %.1f, df %zu, threshold %.1f; "
+                      "control (unfiltered) chi2 %.1f\n",
+                      cases[c].k, (double)cases[c].p, (double)cases[c].mp, fit.chi2, fit.df,
+                      fit.threshold, control.chi2);
+        assert_true(fit.chi2 < fit.threshold);
+        assert_true(control.chi2 >= control.threshold);
+    }
+    free(logits);
+}
+
+static void test_bad_values(void **state)
+{
+    (void)state;
+    enum { R = 3, V = 64 };
+    float x[R * V];
+    random_logits(x, R * V, false);
+    int64_t seeds[R] = {1, 2, 3}, pos[R] = {0, 1, 2};
+    float temps[R] = {1.0f, 1.0f, 1.0f};
+    int32_t tokens[R] = {-7, -7, -7};
+    const float bad_p[] = {0.0f, -0.5f, 1.5f, NAN, INFINITY};
+    const float bad_mp[] = {-0.1f, 1.1f, NAN, -INFINITY};
+    for (size_t b = 0; b < sizeof bad_p / sizeof bad_p[0]; b++) {
+        float p[R] = {0.5f, bad_p[b], 0.9f};
+        assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
+                                                  NULL, p, NULL, 0, tokens, NULL, NULL),
+                         PSR_ERR_FILTER_RANGE);
+        assert_non_null(strstr(psr_last_error(ctx), "top_p[1]"));
+    }
+    for (size_t b = 0; b < sizeof bad_mp / sizeof bad_mp[0]; b++) {
+        float mp[R] = {0.0f, 0.5f, bad_mp[b]};
+        assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
+                                                  NULL, NULL, mp, 0, tokens, NULL, NULL),
+                         PSR_ERR_FILTER_RANGE);
+        assert_non_null(strstr(psr_last_error(ctx), "min_p[2]"));
+    }
+    for (size_t r = 0; r < R; r++)
+        assert_int_equal(tokens[r], -7);
+    /* Probabilities cannot be filtered. */
+    float p1[R] = {0.5f, 0.5f, 0.5f};
+    assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
+                                              NULL, p1, NULL,
+                                              PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, tokens, NULL,
+                                              NULL),
+                     PSR_ERR_INVALID_ARGUMENT);
+
+    /* On the device: bad values flag their row only (greedy rows too). */
+    float p[R] = {0.5f, NAN, 0.9f}, mp[R] = {2.0f, 0.0f, 0.1f};
+    float t2[R] = {0.0f, 1.0f, 1.0f};
+    int32_t k[R] = {3, 3, 3};
+    uint32_t rf[R];
+    psr_sample_args a;
+    psr_sample_args_init(&a);
+    a.rows = R;
+    a.vocab = V;
+    a.logits = upload(x, sizeof x);
+    a.requests = R;
+    a.seeds = upload(seeds, sizeof seeds);
+    a.positions = upload(pos, sizeof pos);
+    a.temperatures = upload(t2, sizeof t2);
+    a.tokens = upload(tokens, sizeof tokens);
+    a.row_flags = upload(tokens, sizeof tokens);
+    a.top_k = upload(k, sizeof k);
+    a.top_p = upload(p, sizeof p);
+    a.min_p = upload(mp, sizeof mp);
+    assert_int_equal(psr_sample(ctx, &a, NULL), PSR_OK);
+    download(a.tokens, tokens, sizeof tokens);
+    download(a.row_flags, rf, sizeof rf);
+    assert_int_equal(tokens[0], -1);
+    assert_int_equal(rf[0], PSR_ROW_BAD_FILTER);
+    assert_int_equal(tokens[1], -1);
+    assert_int_equal(rf[1], PSR_ROW_BAD_FILTER);
+    assert_true(tokens[2] >= 0 && tokens[2] < V);
+    assert_int_equal(rf[2], 0);
+
+    /* Host checks: a short filter buffer, and PROBS. */
+    cl_mem small = upload(k, 4);
+    cl_mem keep = a.top_k;
+    a.top_k = small;
+    assert_int_equal(psr_sample(ctx, &a, NULL), PSR_ERR_BUFFER_TOO_SMALL);
+    assert_non_null(strstr(psr_last_error(ctx), "args->top_k"));
+    a.top_k = keep;
+    a.flags = PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS;
+    assert_int_equal(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT);
+    clReleaseMemObject(small);
+    cl_mem mems[] = {a.logits, a.seeds, a.positions, a.temperatures, a.tokens, a.row_flags,
+                     a.top_k, a.top_p, a.min_p};
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
+        clReleaseMemObject(mems[i]);
+    assert_string_equal(psr_status_string(PSR_ERR_FILTER_RANGE),
+                        "PSR_ERR_FILTER_RANGE: a top-p is outside (0, 1] or a min-p outside [0, 1]");
+}
+
+/* Filters that are off change nothing; greedy rows ignore filters. */
+static void test_off_and_greedy(void **state)
+{
+    (void)state;
+    enum { R = 16, V = 777 };
+    float *x = malloc(R * V * sizeof *x);
+    random_logits(x, R * V, true);
+    int64_t seeds[R], pos[R];
+    float temps[R], p[R], mp[R];
+    int32_t k[R], plain[R], off[R], greedy[R], greedy_f[R];
+    for (size_t r = 0; r < R; r++) {
+        seeds[r] = (int64_t)rnd(), pos[r] = r, temps[r] = 1.0f;
+        k[r] = r % 2 ? 0 : V + (int32_t)r;
+        p[r] = 1.0f;
+        mp[r] = r % 3 ? 0.0f : 1e-40f; /* subnormal: off */
+    }
+    assert_int_equal(psr_sample_host(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps, 0, plain,
+                                     NULL, NULL),
+                     PSR_OK);
+    assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps, k,
+                                              p, mp, 0, off, NULL, NULL),
+                     PSR_OK);
+    assert_memory_equal(plain, off, sizeof plain);
+    for (size_t r = 0; r < R; r++)
+        temps[r] = 0.0f, k[r] = 1, p[r] = 0.1f, mp[r] = 0.9f;
+    assert_int_equal(psr_sample_host(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps, 0, greedy,
+                                     NULL, NULL),
+                     PSR_OK);
+    assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps, k,
+                                              p, mp, 0, greedy_f, NULL, NULL),
+                     PSR_OK);
+    assert_memory_equal(greedy, greedy_f, sizeof greedy);
+    free(x);
+}
+
+int main(void)
+{
+    if (!have_device()) {
+        fprintf(stderr, "no OpenCL device: skipping\n");
+        return TEST_SKIP;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_oracle_definitions),
+        cmocka_unit_test(test_kept_set_equals_oracle),
+        cmocka_unit_test(test_requests_independent),
+        cmocka_unit_test(test_off_and_greedy),
+        cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_distribution),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,290 @@
+/* Logprobs on a real device: bit for bit the host oracle's (raw and
+ * processed, ties, NaN and infinities, several super-blocks, bf16, request
+ * mapping), within fp32 tolerance of a double-precision reference with
+ * exact ranks, and every bad argument refused with nothing written. */
+#include "common.h"
+#include "stats.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static psr_context *ctx;
+
+static int setup(void **state)
+{
+    (void)state;
+    test_seed(1618);
+    ctx = open_context(getenv("PSR_CACHE_DIR"));
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    psr_context_free(ctx);
+    return 0;
+}
+
+static cl_mem buffer(size_t bytes, const void *host)
+{
+    cl_context cl;
+    psr_context_cl(ctx, &cl, NULL, NULL);
+    cl_int err;
+    cl_mem m = clCreateBuffer(cl, host ? CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE,
+                              bytes, (void *)host, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    return m;
+}
+
+static void read_buffer(cl_mem m, size_t bytes, void *host)
+{
+    cl_command_queue q;
+    psr_context_cl(ctx, NULL, NULL, &q);
+    assert_int_equal(clEnqueueReadBuffer(q, m, CL_TRUE, 0, bytes, host, 0, NULL, NULL), CL_SUCCESS);
+}
+
+static bool same_float(float a, float b)
+{
+    return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
+}
+
+typedef struct lcase {
+    size_t rows, vocab, requests;
+    float *x;          /* [rows, vocab] */
+    int32_t *tokens;   /* [rows] */
+    int32_t *row_req;  /* [rows] or NULL */
+    float *temps;      /* [requests] */
+} lcase;
+
+/* Logits with ties (values on a coarse grid), a few NaN and infinities. */
+static lcase make_case(size_t rows, size_t vocab, bool mapped)
+{
+    lcase c = {rows, vocab, mapped ? 3 : rows, NULL, NULL, NULL, NULL};
+    c.x = malloc(rows * vocab * 4);
+    c.tokens = malloc(rows * 4);
+    c.temps = malloc(c.requests * 4);
+    for (size_t i = 0; i < rows * vocab; i++) {
+        uint32_t k = rnd() % 1000;
+        c.x[i] = k == 0 ? NAN : k == 1 ? -INFINITY : roundf(4.0f * normal()) * 0.5f;
+    }
+    for (size_t r = 0; r < rows; r++)
+        c.tokens[r] = r % 7 == 6 ? -1 : (int32_t)(rnd() % vocab);
+    for (size_t q = 0; q < c.requests; q++)
+        c.temps[q] = q % 3 == 0 ? 0.7f : q % 3 == 1 ? 1.0f : 0.0f;
+    if (mapped) {
+        c.row_req = malloc(rows * 4);
+        for (size_t r = 0; r < rows; r++)
+            c.row_req[r] = (int32_t)(r % 3);
+    }
+    return c;
+}
+
+static void free_case(lcase *c)
+{
+    free(c->x), free(c->tokens), free(c->row_req), free(c->temps);
+}
+
+static psr_status run_logprobs(const lcase *c, psr_dtype dtype, unsigned flags, int top_n, float *lp,
+                               int32_t *rank, int32_t *ids, float *tlp,
+                               void (*tamper)(psr_logprobs_args *))
+{
+    size_t esize = dtype == PSR_DTYPE_BF16 ? 2 : 4, n = top_n > 0 ? (size_t)top_n : 1;
+    unsigned char *logits = malloc(c->rows * c->vocab * esize);
+    for (size_t i = 0; i < c->rows * c->vocab; i++) {
+        if (dtype == PSR_DTYPE_BF16) {
+            uint32_t b;
+            memcpy(&b, &c->x[i], 4);
+            uint16_t h = (uint16_t)(b >> 16);
+            memcpy(logits + 2 * i, &h, 2);
+        } else {
+            memcpy(logits + 4 * i, &c->x[i], 4);
+        }
+    }
+    float *fill = malloc(c->rows * n * 4);
+    for (size_t i = 0; i < c->rows * n; i++)
+        fill[i] = 12345.0f;
+    cl_mem bl = buffer(c->rows * c->vocab * esize, logits), bt = buffer(c->rows * 4, c->tokens);
+    cl_mem btemp = buffer(c->requests * 4, c->temps);
+    cl_mem brr = c->row_req ? buffer(c->rows * 4, c->row_req) : NULL;
+    cl_mem blp = buffer(c->rows * 4, fill), brank = buffer(c->rows * 4, fill);
+    cl_mem bids = buffer(c->rows * n * 4, fill), btlp = buffer(c->rows * n * 4, fill);
+    psr_logprobs_args a;
+    psr_logprobs_args_init(&a);
+    a.rows = c->rows;
+    a.vocab = c->vocab;
+    a.logits = bl;
+    a.logits_dtype = dtype;
+    a.row_request = brr;
+    a.requests = c->requests;
+    a.temperatures = btemp;
+    a.tokens = bt;
+    a.top_n = top_n;
+    a.flags = flags;
+    a.token_logprobs = blp;
+    a.token_ranks = brank;
+    a.top_ids = bids;
+    a.top_logprobs = btlp;
+    if (tamper)
+        tamper(&a);
+    cl_event ev = NULL;
+    psr_status st = psr_logprobs(ctx, &a, &ev);
+    if (ev) {
+        clWaitForEvents(1, &ev);
+        clReleaseEvent(ev);
+    }
+    read_buffer(blp, c->rows * 4, lp);
+    read_buffer(brank, c->rows * 4, rank);
+    read_buffer(bids, c->rows * n * 4, ids);
+    read_buffer(btlp, c->rows * n * 4, tlp);
+    cl_mem all[] = {bl, bt, btemp, brr, blp, brank, bids, btlp};
+    for (size_t i = 0; i < 8; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+    free(logits), free(fill);
+    return st;
+}
+
+static void check_case(lcase *c, psr_dtype dtype, unsigned flags, int top_n)
+{
+    size_t n = top_n > 0 ? (size_t)top_n : 1;
+    float *lp = malloc(c->rows * 4), *tlp = malloc(c->rows * n * 4);
+    int32_t *rank = malloc(c->rows * 4), *ids = malloc(c->rows * n * 4);
+    if (dtype == PSR_DTYPE_BF16) /* the oracle sees what the device reads */
+        for (size_t i = 0; i < c->rows * c->vocab; i++) {
+            uint32_t b;
+            memcpy(&b, &c->x[i], 4);
+            b &= 0xffff0000u;
+            memcpy(&c->x[i], &b, 4);
+        }
+    psr_status st = run_logprobs(c, dtype, flags, top_n, lp, rank, ids, tlp, NULL);
+    if (st != PSR_OK)
+        fail_msg("psr_logprobs: %s: %s", psr_status_string(st), psr_last_error(ctx));
+    float want_tlp[PSR_LOGPROBS_MAX_TOP_N];
+    int32_t want_ids[PSR_LOGPROBS_MAX_TOP_N];
+    for (size_t r = 0; r < c->rows; r++) {
+        float t = c->temps[c->row_req ? (size_t)c->row_req[r] : r];
+        float want_lp;
+        int32_t want_rank;
+        psr_oracle_logprobs_row(c->x + r * c->vocab, c->vocab, t, flags & PSR_LOGPROBS_RAW, c->tokens[r],
+                                top_n, &want_lp, &want_rank, want_ids, want_tlp);
+        if (!same_float(lp[r], want_lp) || rank[r] != want_rank)
+            fail_msg("vocab %zu row %zu token %d: logprob %.9g rank %d, oracle %.9g rank %d", c->vocab, r,
+                     c->tokens[r], (double)lp[r], rank[r], (double)want_lp, want_rank);
+        for (int k = 0; k < top_n; k++)
+            if (ids[r * n + (size_t)k] != want_ids[k] || !same_float(tlp[r * n + (size_t)k], want_tlp[k]))
+                fail_msg("vocab %zu row %zu top %d: id %d (%.9g), oracle %d (%.9g)", c->vocab, r, k,
+                         ids[r * n + (size_t)k], (double)tlp[r * n + (size_t)k], want_ids[k],
+                         (double)want_tlp[k]);
+    }
+    free(lp), free(tlp), free(rank), free(ids);
+}
+
+static void test_matches_oracle(void **state)
+{
+    (void)state;
+    lcase c = make_case(40, 1000, false);
+    check_case(&c, PSR_DTYPE_F32, 0, 20);
+    check_case(&c, PSR_DTYPE_F32, PSR_LOGPROBS_RAW, 5);
+    check_case(&c, PSR_DTYPE_F32, 0, 0);
+    free_case(&c);
+    c = make_case(6, 40000, true); /* three super-blocks, mapped requests */
+    check_case(&c, PSR_DTYPE_F32, 0, 20);
+    check_case(&c, PSR_DTYPE_BF16, 0, 7);
+    free_case(&c);
+    c = make_case(9, 3, false); /* fewer tokens than top_n: -1 and -inf after them */
+    check_case(&c, PSR_DTYPE_F32, 0, 5);
+    free_case(&c);
+}
+
+/* Against double precision: logprobs within fp32 tolerance, ranks exact. */
+static void test_accuracy(void **state)
+{
+    (void)state;
+    const size_t rows = 16, V = 5000;
+    lcase c = make_case(rows, V, false);
+    for (size_t i = 0; i < rows * V; i++)
+        c.x[i] = 3.0f * normal(); /* no ties, all finite */
+    for (size_t r = 0; r < rows; r++)
+        c.temps[r] = 0.8f, c.tokens[r] = (int32_t)(rnd() % V);
+    float lp[16], tlp[16 * 3];
+    int32_t rank[16], ids[16 * 3];
+    assert_int_equal(run_logprobs(&c, PSR_DTYPE_F32, 0, 3, lp, rank, ids, tlp, NULL), PSR_OK);
+    double *p = malloc(V * sizeof *p);
+    for (size_t r = 0; r < rows; r++) {
+        const float *x = c.x + r * V;
+        psr_softmax(x, V, 0.8, p);
+        double want = log(p[c.tokens[r]]);
+        int32_t want_rank = 1;
+        for (size_t i = 0; i < V; i++)
+            want_rank += p[i] > p[c.tokens[r]];
+        if (fabs(lp[r] - want) > 1e-5 * (1 + fabs(want)))
+            fail_msg("row %zu: logprob %.9g, double %.9g", r, (double)lp[r], want);
+        assert_int_equal(rank[r], want_rank);
+        size_t top = 0;
+        for (size_t i = 1; i < V; i++)
+            if (p[i] > p[top])
+                top = i;
+        assert_int_equal(ids[r * 3], (int32_t)top);
+        assert_true(fabs(tlp[r * 3] - log(p[top])) < 1e-5 * (1 + fabs(log(p[top]))));
+    }
+    free(p);
+    free_case(&c);
+}
+
+static void top_n_big(psr_logprobs_args *a) { a->top_n = 21; }
+static void top_n_negative(psr_logprobs_args *a) { a->top_n = -1; }
+static void no_tokens(psr_logprobs_args *a) { a->tokens = NULL; }
+static void no_ids(psr_logprobs_args *a) { a->top_ids = NULL; }
+static void bad_flags(psr_logprobs_args *a) { a->flags = 8; }
+static void big_vocab(psr_logprobs_args *a) { a->vocab = 2000; }
+static void no_init(psr_logprobs_args *a) { a->struct_size = 1; }
+static void no_temps(psr_logprobs_args *a) { a->temperatures = NULL; }
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    struct {
+        void (*tamper)(psr_logprobs_args *);
+        psr_status want;
+        const char *needle;
+    } cases[] = {
+        {top_n_big, PSR_ERR_INVALID_ARGUMENT, "top_n"},
+        {top_n_negative, PSR_ERR_INVALID_ARGUMENT, "top_n"},
+        {no_tokens, PSR_ERR_NULL_ARGUMENT, "args->tokens"},
+        {no_ids, PSR_ERR_NULL_ARGUMENT, "top_ids"},
+        {bad_flags, PSR_ERR_INVALID_ARGUMENT, "args->flags"},
+        {big_vocab, PSR_ERR_BUFFER_TOO_SMALL, "args->logits"},
+        {no_init, PSR_ERR_INVALID_ARGUMENT, "psr_logprobs_args_init"},
+        {no_temps, PSR_ERR_NULL_ARGUMENT, "temperatures"},
+    };
+    lcase c = make_case(4, 1000, false);
+    float lp[4], tlp[4 * 5];
+    int32_t rank[4], ids[4 * 5];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        psr_status st = run_logprobs(&c, PSR_DTYPE_F32, 0, 5, lp, rank, ids, tlp, cases[i].tamper);
+        if (st != cases[i].want || !strstr(psr_last_error(ctx), cases[i].needle))
+            fail_msg("case %zu: %s \"%s\"", i, psr_status_string(st), psr_last_error(ctx));
+        for (size_t k = 0; k < 4; k++)
+            assert_true(lp[k] == 12345.0f);
+        for (size_t k = 0; k < 20; k++)
+            assert_true(tlp[k] == 12345.0f);
+    }
+    assert_int_equal(psr_logprobs(ctx, NULL, NULL), PSR_ERR_NULL_ARGUMENT);
+    free_case(&c);
+}
+
+int main(void)
+{
+    if (!have_device()) {
+        fprintf(stderr, "no OpenCL device: skipped\n");
+        return TEST_SKIP;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matches_oracle),
+        cmocka_unit_test(test_accuracy),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

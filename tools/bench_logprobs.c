@@ -1,0 +1,234 @@
+/* psr bench logprobs: psr_logprobs (the sampled token's logprob and rank,
+ * and the top-N) timed against plain Gumbel-max sampling of the same rows,
+ * both by profiling events in the same run. */
+#include "bench.h"
+#include "cli.h"
+#include "json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *default_shapes = "1x128256,64x128256,256x151936";
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: psr bench logprobs [--shapes BxV,...] [--top-n N] [--iters N] [--device SEL]\n"
+            "                          [--json]\n"
+            "\n"
+            "Times psr_logprobs (processed logprobs at T = 0.8: the sampled token's logprob\n"
+            "and rank, and the top N, default 20) and psr_sample on the same N(0, 3) logits,\n"
+            "median of --iters runs (default 50), and prints their ratio. Default shapes:\n"
+            "%s.\n",
+            default_shapes);
+}
+
+typedef psr_status (*launch_fn)(psr_context *ctx, const void *args, cl_event *first, cl_event *last);
+
+static psr_status launch_sample(psr_context *ctx, const void *args, cl_event *first, cl_event *last)
+{
+    return psr_sample_enqueue(ctx, args, first, last);
+}
+
+static psr_status launch_logprobs(psr_context *ctx, const void *args, cl_event *first, cl_event *last)
+{
+    *first = NULL;
+    psr_status st = psr_logprobs(ctx, args, last);
+    if (st == PSR_OK) {
+        *first = *last;
+        clRetainEvent(*first);
+    }
+    return st;
+}
+
+/* Median device time of `iters` launches, each waited for, from the end
+ * of a marker enqueued just before (psr_logprobs returns only its last
+ * event) to the end of the last kernel; both calls are timed the same way. */
+static psr_status time_launch(psr_context *ctx, launch_fn fn, const void *args, int iters, double *median)
+{
+    double *times = calloc((size_t)iters + 3, sizeof *times);
+    if (!times)
+        return PSR_ERR_OUT_OF_HOST_MEMORY;
+    psr_status st = PSR_OK;
+    for (int i = 0; i < iters + 3 && st == PSR_OK; i++) {
+        cl_event mark = NULL, first = NULL, last = NULL;
+        if (clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &mark) != CL_SUCCESS)
+            return psr_fail(ctx, PSR_ERR_OPENCL, "marker failed");
+        st = fn(ctx, args, &first, &last);
+        if (st == PSR_OK) {
+            clWaitForEvents(1, &last);
+            cl_ulong start = 0, end = 0;
+            clGetEventProfilingInfo(mark, CL_PROFILING_COMMAND_END, sizeof start, &start, NULL);
+            clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
+            times[i] = (double)(end - start) / 1000.0;
+        }
+        if (first)
+            clReleaseEvent(first);
+        if (last)
+            clReleaseEvent(last);
+        clReleaseEvent(mark);
+    }
+    if (st == PSR_OK) {
+        qsort(times + 3, (size_t)iters, sizeof *times, cmp_double);
+        *median = times[3 + iters / 2];
+    }
+    free(times);
+    return st;
+}
+
+int bench_logprobs(int argc, char **argv)
+{
+    const char *shapes = default_shapes, *device = NULL;
+    bool as_json = false;
+    int iters = 50, top_n = 20;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (cli_is_help(arg)) {
+            usage(stdout);
+            return CLI_OK;
+        } else if (strcmp(arg, "--json") == 0) {
+            as_json = true;
+        } else if (!val) {
+            return cli_usage_error("bench logprobs", "%s needs a value", arg);
+        } else if (strcmp(arg, "--shapes") == 0) {
+            shapes = val, i++;
+        } else if (strcmp(arg, "--device") == 0) {
+            device = val, i++;
+        } else if (strcmp(arg, "--iters") == 0 || strcmp(arg, "--top-n") == 0) {
+            char *end;
+            long v = strtol(val, &end, 10);
+            bool is_iters = strcmp(arg, "--iters") == 0;
+            if (end == val || *end || v < (is_iters ? 1 : 0) || v > (is_iters ? 10000 : PSR_LOGPROBS_MAX_TOP_N))
+                return cli_usage_error("bench logprobs", "%s \"%s\" is out of range", arg, val);
+            *(is_iters ? &iters : &top_n) = (int)v;
+            i++;
+        } else {
+            return cli_usage_error("bench logprobs", "bad argument \"%s\"", arg);
+        }
+    }
+    size_t B[16], V[16], n = 0;
+    for (const char *s = shapes; *s && n < 16;) {
+        unsigned long long b, v;
+        int used = 0;
+        if (sscanf(s, "%llux%llu%n", &b, &v, &used) != 2 || !b || !v || b > (1u << 20) || v > (1u << 20))
+            return cli_usage_error("bench logprobs", "--shapes \"%s\" is not a list of BxV", shapes);
+        B[n] = (size_t)b, V[n++] = (size_t)v;
+        s += used;
+        if (*s == ',')
+            s++;
+        else if (*s)
+            return cli_usage_error("bench logprobs", "--shapes \"%s\" is not a list of BxV", shapes);
+    }
+    psr_context *ctx = cli_open_context(device, true);
+    if (!ctx)
+        return CLI_FAILED;
+    psr_device_info info;
+    psr_context_device_info(ctx, &info);
+    json_writer w;
+    json_init(&w, stdout);
+    if (as_json) {
+        json_begin_object(&w);
+        json_key(&w, "device");
+        json_string(&w, info.name);
+        json_key(&w, "results");
+        json_begin_array(&w);
+    } else {
+        printf("device: %s (%s); top %d processed logprobs at T 0.8; median of %d\n", info.name,
+               info.platform_name, top_n, iters);
+        printf("%-14s %10s %10s %8s\n", "shape", "sample_us", "logprobs_us", "ratio");
+    }
+    int rc = CLI_OK;
+    uint64_t state = 99;
+    for (size_t s = 0; s < n && rc == CLI_OK; s++) {
+        size_t rows = B[s], vocab = V[s];
+        float *x = malloc(rows * vocab * 4), *temps = malloc(rows * 4);
+        int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
+        psr_status st = x && temps && seeds && pos ? PSR_OK : PSR_ERR_OUT_OF_HOST_MEMORY;
+        cl_mem m[9] = {NULL};
+        if (st == PSR_OK) {
+            for (size_t i = 0; i < rows * vocab; i++) {
+                state = state * 6364136223846793005ull + 1442695040888963407ull;
+                double u1 = ((double)(state >> 11) + 1.0) * 0x1p-53;
+                state = state * 6364136223846793005ull + 1442695040888963407ull;
+                double u2 = (double)(state >> 11) * 0x1p-53;
+                x[i] = (float)(3.0 * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+            }
+            for (size_t r = 0; r < rows; r++)
+                temps[r] = 0.8f, seeds[r] = (int64_t)r, pos[r] = 7;
+            cl_int err = CL_SUCCESS;
+            const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+            size_t tn = top_n ? (size_t)top_n : 1;
+            const size_t bytes[9] = {rows * vocab * 4, rows * 4, rows * 8, rows * 8, rows * 4, rows * 4,
+                                     rows * tn * 4, rows * tn * 4, rows * 4};
+            const void *host[9] = {x, temps, seeds, pos, NULL, NULL, NULL, NULL, NULL};
+            for (int b = 0; b < 9 && err == CL_SUCCESS; b++)
+                m[b] = clCreateBuffer(ctx->cl_ctx, host[b] ? in : CL_MEM_READ_WRITE, bytes[b], (void *)host[b], &err);
+            if (err != CL_SUCCESS)
+                st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating %zu x %zu buffers failed", rows, vocab);
+        }
+        double sample_us = 0, logprobs_us = 0;
+        if (st == PSR_OK) {
+            psr_sample_args a;
+            psr_sample_args_init(&a);
+            a.rows = rows;
+            a.vocab = vocab;
+            a.logits = m[0];
+            a.requests = rows;
+            a.temperatures = m[1];
+            a.seeds = m[2];
+            a.positions = m[3];
+            a.tokens = m[4];
+            st = time_launch(ctx, launch_sample, &a, iters, &sample_us);
+            psr_logprobs_args l;
+            psr_logprobs_args_init(&l);
+            l.rows = rows;
+            l.vocab = vocab;
+            l.logits = m[0];
+            l.requests = rows;
+            l.temperatures = m[1];
+            l.tokens = m[4];
+            l.top_n = top_n;
+            l.token_logprobs = m[5];
+            l.token_ranks = m[8];
+            l.top_ids = top_n ? m[6] : NULL;
+            l.top_logprobs = top_n ? m[7] : NULL;
+            if (st == PSR_OK)
+                st = time_launch(ctx, launch_logprobs, &l, iters, &logprobs_us);
+        }
+        if (st != PSR_OK) {
+            rc = cli_report(st, ctx);
+        } else if (as_json) {
+            json_begin_object(&w);
+            json_key(&w, "rows");
+            json_uint(&w, rows);
+            json_key(&w, "vocab");
+            json_uint(&w, vocab);
+            json_key(&w, "top_n");
+            json_uint(&w, (uint64_t)top_n);
+            json_key(&w, "sample_us");
+            json_double(&w, sample_us);
+            json_key(&w, "logprobs_us");
+            json_double(&w, logprobs_us);
+            json_key(&w, "ratio");
+            json_double(&w, logprobs_us / sample_us);
+            json_end_object(&w);
+        } else {
+            char name[32];
+            snprintf(name, sizeof name, "%zux%zu", rows, vocab);
+            printf("%-14s %10.1f %10.1f %8.2f\n", name, sample_us, logprobs_us, logprobs_us / sample_us);
+        }
+        for (int b = 0; b < 9; b++)
+            if (m[b])
+                clReleaseMemObject(m[b]);
+        free(x), free(temps), free(seeds), free(pos);
+    }
+    if (as_json && rc == CLI_OK) {
+        json_end_array(&w);
+        json_end_object(&w);
+        json_finish(&w);
+    }
+    psr_context_free(ctx);
+    return rc;
+}
