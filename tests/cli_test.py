@@ -238,6 +238,32 @@ def verify_checks():
     check(run("bench", "verify", "--shapes", "2x3").returncode == 2, "bad bench verify --shapes is a usage error")
 
 
+def logprobs_checks(d):
+    """psr sample --logprobs N [--raw-logprobs]: logprobs, ranks and the top N in the JSON."""
+    import math
+    f32 = write(d, "lp.npy", npy_bytes("<f4", (2, 5), struct.pack("<10f", 0, 1, 2, 3, 4, 4, 3, 2, 1, 0)))
+    r = run("sample", "--logits", f32, "--temperature", "0", "--logprobs", "3", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    want = 4 - math.log(sum(math.exp(i) for i in range(5)))
+    lps = out.get("logprobs", [])
+    check(out.get("tokens") == [4, 0] and out.get("ranks") == [1, 1] and len(lps) == 2
+          and all(abs(x - want) < 1e-5 for x in lps), "sample --logprobs: logprobs and ranks")
+    top = out.get("top", [])
+    check(len(top) == 2 and [t[0] for t in top[0]] == [4, 3, 2] and [t[0] for t in top[1]] == [0, 1, 2]
+          and abs(top[0][1][1] - (want - 1)) < 1e-5, "sample --logprobs: the top 3 in order")
+    r = run("sample", "--logits", f32, "--temperature", "2", "--logprobs", "0", "--raw-logprobs", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    t = out.get("tokens", [0, 0])
+    check(out.get("logprobs_raw") is True and len(out.get("logprobs", [])) == 2
+          and abs(out["logprobs"][0] - ([0, 1, 2, 3, 4][t[0]] - 4 + want)) < 1e-5,
+          "sample --raw-logprobs: logprobs of the logits as given")
+    check(run("sample", "--logits", f32, "--logprobs", "21").returncode == 2, "--logprobs 21 is a usage error")
+    check(run("sample", "--logits", f32, "--raw-logprobs").returncode == 2, "--raw-logprobs alone is a usage error")
+
+
+if have_device:
+    with tempfile.TemporaryDirectory() as d:
+        logprobs_checks(d)
 if have_device:
     verify_checks()
 check(run("verify", "bogus").returncode == 2, "psr verify bogus is a usage error")

@@ -13,8 +13,19 @@ double copy_bandwidth(psr_context *ctx, size_t bytes);
 /* Median span of a kernel that does nothing: the fixed cost per launch. */
 double empty_kernel_us(psr_context *ctx);
 
+/* One timed call: enqueues it and returns its first and last events. */
+typedef psr_status (*bench_launch_fn)(psr_context *ctx, const void *args, cl_event *first, cl_event *last);
+/* psr_sample as a bench_launch_fn (args: a psr_sample_args). */
+psr_status bench_launch_sample(psr_context *ctx, const void *args, cl_event *first, cl_event *last);
+/* Median of `iters` calls (after 3 warm-up calls), each waited for, from
+ * the end of a marker enqueued just before to the end of the last kernel. */
+psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *args, int iters,
+                             double *median);
+
 /* psr bench verify (bench_verify.c) and psr bench logprobs (bench_logprobs.c). */
 int bench_verify(int argc, char **argv);
 int bench_logprobs(int argc, char **argv);
+/* psr bench filters (bench_filters.c). */
+int bench_filters(int argc, char **argv);
 
 #endif

@@ -25,13 +25,6 @@ static void usage(FILE *out)
             default_shapes);
 }
 
-typedef psr_status (*launch_fn)(psr_context *ctx, const void *args, cl_event *first, cl_event *last);
-
-static psr_status launch_sample(psr_context *ctx, const void *args, cl_event *first, cl_event *last)
-{
-    return psr_sample_enqueue(ctx, args, first, last);
-}
-
 static psr_status launch_logprobs(psr_context *ctx, const void *args, cl_event *first, cl_event *last)
 {
     *first = NULL;
@@ -40,41 +33,6 @@ static psr_status launch_logprobs(psr_context *ctx, const void *args, cl_event *
         *first = *last;
         clRetainEvent(*first);
     }
-    return st;
-}
-
-/* Median device time of `iters` launches, each waited for, from the end
- * of a marker enqueued just before (psr_logprobs returns only its last
- * event) to the end of the last kernel; both calls are timed the same way. */
-static psr_status time_launch(psr_context *ctx, launch_fn fn, const void *args, int iters, double *median)
-{
-    double *times = calloc((size_t)iters + 3, sizeof *times);
-    if (!times)
-        return PSR_ERR_OUT_OF_HOST_MEMORY;
-    psr_status st = PSR_OK;
-    for (int i = 0; i < iters + 3 && st == PSR_OK; i++) {
-        cl_event mark = NULL, first = NULL, last = NULL;
-        if (clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &mark) != CL_SUCCESS)
-            return psr_fail(ctx, PSR_ERR_OPENCL, "marker failed");
-        st = fn(ctx, args, &first, &last);
-        if (st == PSR_OK) {
-            clWaitForEvents(1, &last);
-            cl_ulong start = 0, end = 0;
-            clGetEventProfilingInfo(mark, CL_PROFILING_COMMAND_END, sizeof start, &start, NULL);
-            clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
-            times[i] = (double)(end - start) / 1000.0;
-        }
-        if (first)
-            clReleaseEvent(first);
-        if (last)
-            clReleaseEvent(last);
-        clReleaseEvent(mark);
-    }
-    if (st == PSR_OK) {
-        qsort(times + 3, (size_t)iters, sizeof *times, cmp_double);
-        *median = times[3 + iters / 2];
-    }
-    free(times);
     return st;
 }
 
@@ -180,7 +138,7 @@ int bench_logprobs(int argc, char **argv)
             a.seeds = m[2];
             a.positions = m[3];
             a.tokens = m[4];
-            st = time_launch(ctx, launch_sample, &a, iters, &sample_us);
+            st = bench_time_launch(ctx, bench_launch_sample, &a, iters, &sample_us);
             psr_logprobs_args l;
             psr_logprobs_args_init(&l);
             l.rows = rows;
@@ -195,7 +153,7 @@ int bench_logprobs(int argc, char **argv)
             l.top_ids = top_n ? m[6] : NULL;
             l.top_logprobs = top_n ? m[7] : NULL;
             if (st == PSR_OK)
-                st = time_launch(ctx, launch_logprobs, &l, iters, &logprobs_us);
+                st = bench_time_launch(ctx, launch_logprobs, &l, iters, &logprobs_us);
         }
         if (st != PSR_OK) {
             rc = cli_report(st, ctx);

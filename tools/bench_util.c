@@ -69,3 +69,44 @@ double empty_kernel_us(psr_context *ctx)
     return times[5 + 25];
 }
 
+
+psr_status bench_launch_sample(psr_context *ctx, const void *args, cl_event *first, cl_event *last)
+{
+    return psr_sample_enqueue(ctx, args, first, last);
+}
+
+/* Median device time of `iters` launches, each waited for, from the end
+ * of a marker enqueued just before (psr_logprobs returns only its last
+ * event) to the end of the last kernel; both calls are timed the same way. */
+psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *args, int iters, double *median)
+{
+    double *times = calloc((size_t)iters + 3, sizeof *times);
+    if (!times)
+        return PSR_ERR_OUT_OF_HOST_MEMORY;
+    psr_status st = PSR_OK;
+    for (int i = 0; i < iters + 3 && st == PSR_OK; i++) {
+        cl_event mark = NULL, first = NULL, last = NULL;
+        if (clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &mark) != CL_SUCCESS)
+            return psr_fail(ctx, PSR_ERR_OPENCL, "marker failed");
+        st = fn(ctx, args, &first, &last);
+        if (st == PSR_OK) {
+            clWaitForEvents(1, &last);
+            cl_ulong start = 0, end = 0;
+            clGetEventProfilingInfo(mark, CL_PROFILING_COMMAND_END, sizeof start, &start, NULL);
+            clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
+            times[i] = (double)(end - start) / 1000.0;
+        }
+        if (first)
+            clReleaseEvent(first);
+        if (last)
+            clReleaseEvent(last);
+        clReleaseEvent(mark);
+    }
+    if (st == PSR_OK) {
+        qsort(times + 3, (size_t)iters, sizeof *times, cmp_double);
+        *median = times[3 + iters / 2];
+    }
+    free(times);
+    return st;
+}
+

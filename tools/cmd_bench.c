@@ -59,7 +59,7 @@ static void bench_usage(FILE *out)
             "  --logits     normal: N(0, 3); peaked: N(0, 1) with one logit 25 above\n"
             "  --iters      timed runs per line (at least 50 recommended)\n"
             "\n"
-            "psr bench verify|logprobs|gemm --help describe the others.\n",
+            "psr bench verify|logprobs|filters|gemm --help describe the others.\n",
             default_shapes);
 }
 
@@ -555,8 +555,10 @@ int cmd_bench(int argc, char **argv)
         return bench_verify(argc - 1, argv + 1);
     if (strcmp(argv[1], "logprobs") == 0)
         return bench_logprobs(argc - 1, argv + 1);
+    if (strcmp(argv[1], "filters") == 0)
+        return bench_filters(argc - 1, argv + 1);
     if (strcmp(argv[1], "sample") != 0)
-        return cli_usage_error("bench", "unknown benchmark \"%s\" (try: sample, verify, logprobs, gemm)", argv[1]);
+        return cli_usage_error("bench", "unknown benchmark \"%s\" (try: sample, verify, logprobs, filters, gemm)", argv[1]);
     const char *shapes = default_shapes, *variant_list = NULL, *device = NULL;
     bool as_json = false, peaked = false;
     int iters = 50;

@@ -17,7 +17,7 @@ static void sample_usage(FILE *out)
             "usage: psr sample (--logits FILE.npy | --hidden FILE.npy --weights FILE.npy)\n"
             "                  [--temperature T] [--seed S | --seeds FILE.npy]\n"
             "                  [--pos P | --positions FILE.npy] [--drafting]\n"
-            "                  [--top-k K] [--top-p P] [--min-p M]\n"
+            "                  [--top-k K] [--top-p P] [--min-p M] [--logprobs N] [--raw-logprobs]\n"
             "                  [--method gumbel|race] [--noise fp32|fp64|wide] [--fp64] [--fast]\n"
             "                  [--device SEL] [--json]\n"
             "\n"
@@ -39,6 +39,10 @@ static void sample_usage(FILE *out)
             "  --top-p P      keep the fewest most likely tokens holding P, in (0, 1] (default 1: off)\n"
             "  --min-p M      drop tokens below M x the top probability, in [0, 1] (default 0: off);\n"
             "                 filters apply as min-p, top-k, top-p, after the temperature\n"
+            "  --logprobs N   also the sampled token's logprob and rank, and the top N (0..20)\n"
+            "                 tokens with their logprobs, of logits / T (--logits only; the\n"
+            "                 filters are not applied to them)\n"
+            "  --raw-logprobs logprobs of the logits as given instead of logits / T\n"
             "  --method       gumbel (default) or race: the exponential race over\n"
             "                 softmax(logits / T), computed inside psr; the same token up\n"
             "                 to rounding\n"
@@ -46,7 +50,9 @@ static void sample_usage(FILE *out)
             "                 (fp64-grade tail in fp32 arithmetic; docs/statistics.md)\n"
             "  --fp64         short for --noise fp64\n"
             "  --fast         native logs instead of the deterministic ones\n"
-            "  --json         {\"tokens\": [...], \"device\": ..., ...} instead of one token a line\n");
+            "  --json         {\"tokens\": [...], \"device\": ..., ...} instead of one token a line\n"
+            "                 (with --logprobs: \"logprobs\", \"ranks\" and \"top\": [[[id, logprob],\n"
+            "                 ...], ...]; without --json each line is token, logprob, rank)\n");
 }
 
 /* One int64 per row from a .npy (1 value for all rows, or rows values). */
@@ -95,6 +101,55 @@ static int read_matrix(const char *path, const char *what, npy_array *a, char *e
 static bool temperature_ok(float t)
 {
     return t == 0.0f || (isnormal(t) && t > 0.0f);
+}
+
+/* Logprobs of the sampled tokens for host logits (psr_logprobs). */
+static psr_status host_logprobs(psr_context *ctx, const npy_array *logits, size_t rows, size_t vocab,
+                                const float *temps, const int32_t *tokens, int top_n, bool raw, float *lps,
+                                int32_t *ranks, int32_t *top_ids, float *top_lps)
+{
+    psr_dtype dtype = logits->dtype == NPY_F2 ? PSR_DTYPE_F16 : PSR_DTYPE_F32;
+    size_t tn = top_n > 0 ? (size_t)top_n : 1;
+    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+    cl_int err = CL_SUCCESS;
+    cl_mem b[7] = {NULL};
+    const size_t bytes[7] = {rows * vocab * psr_dtype_size(dtype), rows * 4, rows * 4, rows * 4, rows * 4,
+                             rows * tn * 4, rows * tn * 4};
+    const void *host[7] = {logits->data, temps, tokens, NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 7 && err == CL_SUCCESS; i++)
+        b[i] = clCreateBuffer(ctx->cl_ctx, host[i] ? in : CL_MEM_WRITE_ONLY, bytes[i], (void *)host[i], &err);
+    psr_status st = PSR_OK;
+    if (err != CL_SUCCESS)
+        st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating logprob buffers failed: %s (%d)",
+                      psr_cl_error_name(err), err);
+    if (st == PSR_OK) {
+        psr_logprobs_args a;
+        psr_logprobs_args_init(&a);
+        a.rows = rows;
+        a.vocab = vocab;
+        a.logits = b[0];
+        a.logits_dtype = dtype;
+        a.requests = rows;
+        a.temperatures = b[1];
+        a.tokens = b[2];
+        a.top_n = top_n;
+        a.flags = raw ? PSR_LOGPROBS_RAW : 0;
+        a.token_logprobs = b[3];
+        a.token_ranks = b[4];
+        a.top_ids = top_n ? b[5] : NULL;
+        a.top_logprobs = top_n ? b[6] : NULL;
+        st = psr_logprobs(ctx, &a, NULL);
+    }
+    void *out[4] = {lps, ranks, top_ids, top_lps};
+    for (int i = 0; i < 4 && st == PSR_OK && err == CL_SUCCESS; i++)
+        err = clEnqueueReadBuffer(ctx->queue, b[3 + i], CL_TRUE, 0, bytes[3 + i], out[i], 0, NULL, NULL);
+    if (st == PSR_OK && err != CL_SUCCESS)
+        st = psr_fail(ctx, PSR_ERR_OPENCL, "reading logprobs failed: %s (%d)", psr_cl_error_name(err), err);
+    clFinish(ctx->queue);
+    for (int i = 0; i < 7; i++)
+        if (b[i])
+            clReleaseMemObject(b[i]);
+    return st;
 }
 
 /* The LM head path: logits = hidden x weights^T on the device, sampled
@@ -211,6 +266,8 @@ int cmd_sample(int argc, char **argv)
     bool filtered = false;
     unsigned flags = 0;
     bool as_json = false;
+    int logprobs_n = -1; /* -1: no logprobs */
+    bool raw_logprobs = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (cli_is_help(arg)) {
@@ -224,6 +281,8 @@ int cmd_sample(int argc, char **argv)
             flags |= PSR_SAMPLE_FP64_NOISE;
         } else if (strcmp(arg, "--fast") == 0) {
             flags |= PSR_SAMPLE_FAST_MATH;
+        } else if (strcmp(arg, "--raw-logprobs") == 0) {
+            raw_logprobs = true;
         } else if (!val) {
             return cli_usage_error("sample", "%s needs a value", arg);
         } else if (strcmp(arg, "--method") == 0) {
@@ -274,6 +333,11 @@ int cmd_sample(int argc, char **argv)
                 return cli_usage_error("sample", "%s \"%s\" is not a number", arg, val);
             *(arg[2] == 't' ? &top_p : &min_p) = v;
             filtered = true, i++;
+        } else if (strcmp(arg, "--logprobs") == 0) {
+            int64_t n;
+            if (!parse_int64(val, &n) || n < 0 || n > PSR_LOGPROBS_MAX_TOP_N)
+                return cli_usage_error("sample", "--logprobs \"%s\" is not 0..%d", val, PSR_LOGPROBS_MAX_TOP_N);
+            logprobs_n = (int)n, i++;
         } else if (strcmp(arg, "--temperature") == 0) {
             char *end;
             temp = strtof(val, &end);
@@ -284,6 +348,10 @@ int cmd_sample(int argc, char **argv)
             return cli_usage_error("sample", "unknown argument \"%s\"", arg);
         }
     }
+    if (raw_logprobs && logprobs_n < 0)
+        return cli_usage_error("sample", "--raw-logprobs goes with --logprobs N");
+    if (logprobs_n >= 0 && !logits_path)
+        return cli_usage_error("sample", "--logprobs works with --logits");
     if (logits_path && (hidden_path || weights_path))
         return cli_usage_error("sample", "give --logits, or --hidden with --weights, not both");
     if (!logits_path && !(hidden_path && weights_path))
@@ -359,6 +427,17 @@ int cmd_sample(int argc, char **argv)
                                       vocab, 0, seeds, positions, temps, ks, ps, mps, flags, tokens,
                                       row_flags, &no_finite);
     }
+    size_t tn = logprobs_n > 0 ? (size_t)logprobs_n : 1;
+    float *lps = NULL, *top_lps = NULL;
+    int32_t *ranks = NULL, *top_ids = NULL;
+    if (st == PSR_OK && logprobs_n >= 0) {
+        lps = malloc(rows * 4), ranks = malloc(rows * 4);
+        top_lps = malloc(rows * tn * 4), top_ids = malloc(rows * tn * 4);
+        st = lps && ranks && top_lps && top_ids
+                 ? host_logprobs(ctx, &logits, rows, vocab, temps, tokens, logprobs_n, raw_logprobs, lps,
+                                 ranks, top_ids, top_lps)
+                 : PSR_ERR_OUT_OF_HOST_MEMORY;
+    }
     if (st != PSR_OK) {
         rc = cli_report(st, ctx);
     } else if (as_json) {
@@ -398,15 +477,46 @@ int cmd_sample(int argc, char **argv)
         json_bool(&w, flags & PSR_SAMPLE_DRAFTING);
         json_key(&w, "no_finite_rows");
         json_uint(&w, no_finite);
+        if (logprobs_n >= 0) {
+            json_key(&w, "logprobs_raw");
+            json_bool(&w, raw_logprobs);
+            json_key(&w, "logprobs");
+            json_begin_array(&w);
+            for (size_t r = 0; r < rows; r++)
+                json_double(&w, lps[r]);
+            json_end_array(&w);
+            json_key(&w, "ranks");
+            json_begin_array(&w);
+            for (size_t r = 0; r < rows; r++)
+                json_int(&w, ranks[r]);
+            json_end_array(&w);
+            json_key(&w, "top");
+            json_begin_array(&w);
+            for (size_t r = 0; r < rows; r++) {
+                json_begin_array(&w);
+                for (int k = 0; k < logprobs_n; k++) {
+                    json_begin_array(&w);
+                    json_int(&w, top_ids[r * tn + (size_t)k]);
+                    json_double(&w, top_lps[r * tn + (size_t)k]);
+                    json_end_array(&w);
+                }
+                json_end_array(&w);
+            }
+            json_end_array(&w);
+        }
         json_end_object(&w);
         json_finish(&w);
     } else {
         for (size_t r = 0; r < rows; r++)
-            printf("%d\n", tokens[r]);
+            if (logprobs_n >= 0)
+                printf("%d\t%.9g\t%d\n", tokens[r], (double)lps[r], ranks[r]);
+            else
+                printf("%d\n", tokens[r]);
         if (no_finite)
             fprintf(stderr, "psr sample: %zu rows had no finite logit (their token is still in range)\n",
                     no_finite);
     }
+    free(lps), free(ranks), free(top_lps), free(top_ids);
     psr_context_free(ctx);
 out:
     npy_free(&logits), npy_free(&hidden), npy_free(&weights);

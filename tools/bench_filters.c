@@ -1,0 +1,191 @@
+/* psr bench filters: psr_sample with per-request filters (min-p, top-k,
+ * top-p) against plain Gumbel-max on the same rows, in the same run. */
+#include "bench.h"
+#include "cli.h"
+#include "json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *default_shapes = "32x128256,256x151936";
+
+static const struct {
+    const char *name;
+    int top_k;
+    float top_p, min_p;
+} cases[] = {
+    {"plain", 0, 1.0f, 0.0f},
+    {"min-p 0.05", 0, 1.0f, 0.05f},
+    {"top-k 100", 100, 1.0f, 0.0f},
+    {"top-p 0.95", 0, 0.95f, 0.0f},
+    {"top-k 100 + top-p 0.95", 100, 0.95f, 0.0f},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: psr bench filters [--shapes BxV,...] [--iters N] [--device SEL] [--json]\n"
+            "\n"
+            "Times psr_sample (T = 0.8, N(0, 3) logits) plain and with min-p 0.05, top-k 100,\n"
+            "top-p 0.95 and top-k 100 + top-p 0.95 on every row; median of --iters runs\n"
+            "(default 50) and the ratio to plain. Default shapes: %s.\n",
+            default_shapes);
+}
+
+int bench_filters(int argc, char **argv)
+{
+    const char *shapes = default_shapes, *device = NULL;
+    bool as_json = false;
+    int iters = 50;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (cli_is_help(arg)) {
+            usage(stdout);
+            return CLI_OK;
+        } else if (strcmp(arg, "--json") == 0) {
+            as_json = true;
+        } else if (!val) {
+            return cli_usage_error("bench filters", "%s needs a value", arg);
+        } else if (strcmp(arg, "--shapes") == 0) {
+            shapes = val, i++;
+        } else if (strcmp(arg, "--device") == 0) {
+            device = val, i++;
+        } else if (strcmp(arg, "--iters") == 0) {
+            iters = atoi(val), i++;
+            if (iters < 1 || iters > 10000)
+                return cli_usage_error("bench filters", "--iters \"%s\" is not 1..10000", val);
+        } else {
+            return cli_usage_error("bench filters", "bad argument \"%s\"", arg);
+        }
+    }
+    size_t B[16], V[16], n = 0;
+    for (const char *s = shapes; *s && n < 16;) {
+        unsigned long long b, v;
+        int used = 0;
+        if (sscanf(s, "%llux%llu%n", &b, &v, &used) != 2 || !b || !v || b > (1u << 20) || v > (1u << 20))
+            return cli_usage_error("bench filters", "--shapes \"%s\" is not a list of BxV", shapes);
+        B[n] = (size_t)b, V[n++] = (size_t)v;
+        s += used;
+        if (*s == ',')
+            s++;
+        else if (*s)
+            return cli_usage_error("bench filters", "--shapes \"%s\" is not a list of BxV", shapes);
+    }
+    psr_context *ctx = cli_open_context(device, true);
+    if (!ctx)
+        return CLI_FAILED;
+    psr_device_info info;
+    psr_context_device_info(ctx, &info);
+    json_writer w;
+    json_init(&w, stdout);
+    if (as_json) {
+        json_begin_object(&w);
+        json_key(&w, "device");
+        json_string(&w, info.name);
+        json_key(&w, "results");
+        json_begin_array(&w);
+    } else {
+        printf("device: %s (%s); T 0.8; median of %d\n", info.name, info.platform_name, iters);
+        printf("%-14s %-24s %10s %8s\n", "shape", "filters", "us", "x plain");
+    }
+    int rc = CLI_OK;
+    uint64_t state = 7;
+    for (size_t s = 0; s < n && rc == CLI_OK; s++) {
+        size_t rows = B[s], vocab = V[s];
+        float *x = malloc(rows * vocab * 4), *temps = malloc(rows * 4), *ps = malloc(rows * 4),
+              *mps = malloc(rows * 4);
+        int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
+        int32_t *ks = malloc(rows * 4);
+        psr_status st = x && temps && ps && mps && seeds && pos && ks ? PSR_OK : PSR_ERR_OUT_OF_HOST_MEMORY;
+        cl_mem m[8] = {NULL};
+        if (st == PSR_OK) {
+            for (size_t i = 0; i < rows * vocab; i++) {
+                state = state * 6364136223846793005ull + 1442695040888963407ull;
+                double u1 = ((double)(state >> 11) + 1.0) * 0x1p-53;
+                state = state * 6364136223846793005ull + 1442695040888963407ull;
+                double u2 = (double)(state >> 11) * 0x1p-53;
+                x[i] = (float)(3.0 * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+            }
+            for (size_t r = 0; r < rows; r++)
+                temps[r] = 0.8f, seeds[r] = (int64_t)r, pos[r] = 11;
+            cl_int err = CL_SUCCESS;
+            const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+            const size_t bytes[8] = {rows * vocab * 4, rows * 4, rows * 8, rows * 8, rows * 4,
+                                     rows * 4, rows * 4, rows * 4};
+            const void *host[5] = {x, temps, seeds, pos, NULL};
+            for (int b = 0; b < 8 && err == CL_SUCCESS; b++)
+                m[b] = clCreateBuffer(ctx->cl_ctx, b < 4 ? in : CL_MEM_READ_WRITE, bytes[b],
+                                      b < 4 ? (void *)host[b] : NULL, &err);
+            if (err != CL_SUCCESS)
+                st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating %zu x %zu buffers failed", rows, vocab);
+        }
+        double plain = 0;
+        for (size_t c = 0; c < sizeof cases / sizeof *cases && st == PSR_OK; c++) {
+            for (size_t r = 0; r < rows; r++)
+                ks[r] = cases[c].top_k, ps[r] = cases[c].top_p, mps[r] = cases[c].min_p;
+            cl_int err = clEnqueueWriteBuffer(ctx->queue, m[5], CL_TRUE, 0, rows * 4, ks, 0, NULL, NULL);
+            if (err == CL_SUCCESS)
+                err = clEnqueueWriteBuffer(ctx->queue, m[6], CL_TRUE, 0, rows * 4, ps, 0, NULL, NULL);
+            if (err == CL_SUCCESS)
+                err = clEnqueueWriteBuffer(ctx->queue, m[7], CL_TRUE, 0, rows * 4, mps, 0, NULL, NULL);
+            if (err != CL_SUCCESS) {
+                st = psr_fail(ctx, PSR_ERR_OPENCL, "writing the filters failed");
+                break;
+            }
+            psr_sample_args a;
+            psr_sample_args_init(&a);
+            a.rows = rows;
+            a.vocab = vocab;
+            a.logits = m[0];
+            a.requests = rows;
+            a.temperatures = m[1];
+            a.seeds = m[2];
+            a.positions = m[3];
+            a.tokens = m[4];
+            if (c > 0) { /* plain passes no filter buffers at all */
+                a.top_k = m[5];
+                a.top_p = m[6];
+                a.min_p = m[7];
+            }
+            double us = 0;
+            st = bench_time_launch(ctx, bench_launch_sample, &a, iters, &us);
+            if (st != PSR_OK)
+                break;
+            if (c == 0)
+                plain = us;
+            if (as_json) {
+                json_begin_object(&w);
+                json_key(&w, "rows");
+                json_uint(&w, rows);
+                json_key(&w, "vocab");
+                json_uint(&w, vocab);
+                json_key(&w, "filters");
+                json_string(&w, cases[c].name);
+                json_key(&w, "us");
+                json_double(&w, us);
+                json_key(&w, "x_plain");
+                json_double(&w, us / plain);
+                json_end_object(&w);
+            } else {
+                char name[32];
+                snprintf(name, sizeof name, "%zux%zu", rows, vocab);
+                printf("%-14s %-24s %10.1f %8.2f\n", name, cases[c].name, us, us / plain);
+            }
+        }
+        if (st != PSR_OK)
+            rc = cli_report(st, ctx);
+        for (int b = 0; b < 8; b++)
+            if (m[b])
+                clReleaseMemObject(m[b]);
+        free(x), free(temps), free(ps), free(mps), free(seeds), free(pos), free(ks);
+    }
+    if (as_json && rc == CLI_OK) {
+        json_end_array(&w);
+        json_end_object(&w);
+        json_finish(&w);
+    }
+    psr_context_free(ctx);
+    return rc;
+}
