@@ -35,6 +35,11 @@
 #ifndef PSR_METHOD
 #define PSR_METHOD 0
 #endif
+/* 1: the variant that applies filter.cl's per-row thresholds; the default
+ * variant has no trace of them (their compare cost 5-20% on the H200). */
+#ifndef PSR_FILTERS
+#define PSR_FILTERS 0
+#endif
 
 #if PSR_LOGIT_DTYPE == 0
 typedef float psr_logit_t;
@@ -328,8 +333,10 @@ inline void psr_consider_cut(const psr_row *row, float x, uint i, psr_acc_t *bes
         /* An infinite scaled logit (also one that overflowed x / T) is an
          * infinite weight, as it is an infinite value for Gumbel-max. */
         float xs = isinf(x) ? x : psr_scale(x, row->t, row->r);
+#if PSR_FILTERS
         if (xs < cut)
             return;
+#endif
         p = isinf(xs) ? (xs > 0.0f ? INFINITY : 0.0f) : psr_det_exp_neg(xs - row->shift);
     }
 #endif
@@ -369,8 +376,10 @@ inline void psr_consider_cut(const psr_row *row, float x, uint i, psr_acc_t *bes
         v = x;
     } else {
         float xf = psr_scale(x, row->t, row->r);
+#if PSR_FILTERS
         if (xf < cut)
             return;
+#endif
         psr_acc_t xs = (psr_acc_t)xf;
         uint2 w = psr_token_words(row->key, i);
         /* Exact pruning: skip the logs of a token that cannot win. */
@@ -465,11 +474,13 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
                                 draft_cache_rows, draft_cache_rows_total, &req);
     /* Filters: NaN marks bad filter values (filter.cl). */
     float cut = -INFINITY;
+#if PSR_FILTERS
     if (thresholds && req >= 0 && !(flags & PSR_ROW_BAD_INDEX)) {
         cut = thresholds[row_id];
         if (isnan(cut))
             flags |= PSR_ROW_BAD_FILTER;
     }
+#endif
     bool active = req >= 0 && !flags;
 
     uint start = part * chunk; /* chunk is a multiple of 4 */
@@ -659,7 +670,7 @@ void psr_gumbel_finalize(uint groups_per_row, __global const psr_acc_t *part_val
     int req;
     uint flags = psr_row_status(row, row_request, requests, temperatures, positions, draft_cache,
                                 draft_cache_rows, draft_cache_rows_total, &req);
-    if (thresholds && req >= 0 && !(flags & PSR_ROW_BAD_INDEX) && isnan(thresholds[row]))
+    if (PSR_FILTERS && thresholds && req >= 0 && !(flags & PSR_ROW_BAD_INDEX) && isnan(thresholds[row]))
         flags |= PSR_ROW_BAD_FILTER;
     int token = -1;
     if (req >= 0 && !flags) {

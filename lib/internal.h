@@ -92,6 +92,7 @@ typedef struct psr_variant {
     int method;        /* PSR_METHOD: 0 Gumbel, 1 race over logits, 2 race over probabilities */
     psr_dtype dtype;   /* PSR_LOGIT_DTYPE (sets that read logits) */
     bool fast_math;    /* PSR_DETERMINISTIC=0 */
+    bool filtered;     /* PSR_FILTERS=1: the sampler applies filter thresholds (built on demand) */
 } psr_variant;
 
 /* Does the set read logits (dtype matters) or compute noise (math mode matters)? */

@@ -30,7 +30,7 @@ bool psr_kernel_set_uses_logits(psr_kernel_set set)
 
 unsigned psr_variant_code(const psr_variant *v)
 {
-    return (unsigned)v->method << 12 | (unsigned)v->set << 8 | (unsigned)v->dtype << 4 | (unsigned)v->wide << 3 |
+    return (unsigned)v->filtered << 16 | (unsigned)v->method << 12 | (unsigned)v->set << 8 | (unsigned)v->dtype << 4 | (unsigned)v->wide << 3 |
            (unsigned)v->drafting << 2 | (unsigned)v->fp64 << 1 | (unsigned)v->fast_math;
 }
 
@@ -86,8 +86,9 @@ void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, 
     char extra[160] = "";
     if (psr_kernel_set_uses_logits(v->set))
         snprintf(extra, sizeof extra,
-                 " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d -DUSE_WIDE=%d -DPSR_METHOD=%d%s",
+                 " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d -DUSE_WIDE=%d -DPSR_METHOD=%d%s%s",
                  (int)v->dtype, v->fast_math ? 0 : 1, v->wide ? 1 : 0, v->method,
+                 v->filtered ? " -DPSR_FILTERS=1" : "",
                  ctx->info.capabilities & PSR_CAP_INT64_ATOMICS ? " -DPSR_INT64_ATOMICS=1" : "");
     /* mul_hi is core OpenCL C, and Random123 otherwise builds its 32-bit
      * multiply from a 64-bit product (9-12% slower on NVIDIA). Its 64-bit

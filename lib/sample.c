@@ -250,7 +250,8 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
                      .wide = (flags & PSR_SAMPLE_WIDE_NOISE) != 0,
                      .dtype = a->logits_dtype,
                      .fast_math = (flags & PSR_SAMPLE_FAST_MATH) != 0,
-                     .method = !(flags & PSR_SAMPLE_RACE) ? 0 : (flags & PSR_SAMPLE_PROBS) ? 2 : 1};
+                     .method = !(flags & PSR_SAMPLE_RACE) ? 0 : (flags & PSR_SAMPLE_PROBS) ? 2 : 1,
+                     .filtered = psr_filter_requested(a)};
     cl_kernel sample, finalize = NULL;
     st = psr_kernel_get(ctx, &v, "psr_gumbel_sample", &sample);
     if (st != PSR_OK)
