@@ -13,6 +13,8 @@
  */
 
 #define PSR_MAX_TOP_N 20
+/* Top-N candidates of a block: at most N work-items' tokens reach tau. */
+#define PSR_LP_CANDIDATES (PSR_MAX_TOP_N * 16 * PSR_LPT * 4)
 
 /* Value of a token for ordering: NaN is -inf. */
 inline float psr_lp_value(float x, bool divide, float t, float r)
@@ -42,6 +44,8 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
     __local float ls[4 * PSR_LANES];
     __local float lm[PSR_VWG], lbv[PSR_VWG];
     __local uint lbi[PSR_VWG], lcount[PSR_VWG];
+    __local float lcv[PSR_LP_CANDIDATES];
+    __local uint lci[PSR_LP_CANDIDATES];
     uint lid = get_local_id(0);
     uint row = get_group_id(0) / nsb;
     uint sb = get_group_id(0) % nsb;
@@ -123,12 +127,12 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
     if (lid == 0)
         lse_out[at] = (float2)(big, sum);
 
-    /* Pass 3: the block's top-N, one winner per round: the best token after
-     * the previous winner in (value descending, index ascending). */
-    float pv = INFINITY;
-    uint pi = 0;
-    bool first = true;
-    for (uint n = 0; n < top_n; n++) {
+    /* Pass 3: the block's top-N. tau, the N-th best of the work-items'
+     * own best tokens, bounds it from below (N distinct tokens reach tau),
+     * so only tokens at or above tau are candidates: at most N work-items'
+     * worth. They are gathered in local memory and each is placed by how
+     * many candidates beat it (value descending, index ascending). */
+    if (top_n > 0) { /* uniform */
         float bv = -INFINITY;
         uint bi = 0xffffffffu;
         for (uint j = 0; j < PSR_LPT; j++)
@@ -137,31 +141,60 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
                 float4 x = PSR_LP_VALUES(j, k, i);
                 float xs[4] = {x.s0, x.s1, x.s2, x.s3};
                 for (uint c = 0; c < 4; c++)
-                    if (i + c < vocab && (first || psr_after(xs[c], i + c, pv, pi)) &&
-                        (bi == 0xffffffffu || psr_better(xs[c], i + c, bv, bi))) {
-                        bv = xs[c];
-                        bi = i + c;
-                    }
+                    if (i + c < vocab && (bi == 0xffffffffu || psr_better(xs[c], i + c, bv, bi)))
+                        bv = xs[c], bi = i + c;
             }
         lbv[lid] = bv;
         lbi[lid] = bi;
-        for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if (lid < s && lbi[lid + s] != 0xffffffffu &&
-                (lbi[lid] == 0xffffffffu || psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid]))) {
-                lbv[lid] = lbv[lid + s];
-                lbi[lid] = lbi[lid + s];
+        if (lid == 0)
+            lcount[0] = 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        uint place = 0, owners = 0;
+        for (uint d = 0; d < PSR_VWG; d++) {
+            owners += lbi[d] != 0xffffffffu;
+            place += lbi[d] != 0xffffffffu && psr_better(lbv[d], lbi[d], bv, bi);
+        }
+        /* tau: the top_n-th best owner; with fewer owners every token is a
+         * candidate (and there are fewer than top_n work-items' worth). */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid == 0 && owners < top_n) {
+            lm[0] = -INFINITY;
+            lcount[1] = 0xffffffffu;
+        }
+        if (owners >= top_n && bi != 0xffffffffu && place == top_n - 1) {
+            lm[0] = bv;
+            lcount[1] = bi;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float tau_v = lm[0];
+        uint tau_i = lcount[1];
+        for (uint j = 0; j < PSR_LPT; j++)
+            for (uint k = 0; k < steps[j]; k++) {
+                uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
+                float4 x = PSR_LP_VALUES(j, k, i);
+                float xs[4] = {x.s0, x.s1, x.s2, x.s3};
+                for (uint c = 0; c < 4; c++)
+                    if (i + c < vocab && !psr_after(xs[c], i + c, tau_v, tau_i)) {
+                        uint slot = atomic_inc(&lcount[0]);
+                        if (slot < PSR_LP_CANDIDATES) {
+                            lcv[slot] = xs[c];
+                            lci[slot] = i + c;
+                        }
+                    }
+            }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        uint cands = min(lcount[0], (uint)PSR_LP_CANDIDATES); /* the bound keeps it far below */
+        for (uint c = lid; c < cands; c += PSR_VWG) {
+            uint at_place = 0;
+            for (uint d = 0; d < cands; d++)
+                at_place += psr_better(lcv[d], lci[d], lcv[c], lci[c]);
+            if (at_place < top_n) {
+                top_v[at * top_n + at_place] = lcv[c];
+                top_i[at * top_n + at_place] = lci[c];
             }
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        pv = lbv[0];
-        pi = lbi[0];
-        first = false;
-        if (lid == 0) {
-            top_v[at * top_n + n] = pv;
-            top_i[at * top_n + n] = pi; /* 0xffffffff: the block has no more tokens */
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint n = cands + lid; n < top_n; n += PSR_VWG) /* fewer tokens than top_n */
+            top_i[at * top_n + n] = 0xffffffffu;
     }
 #undef PSR_LP_VALUES
 }

@@ -193,6 +193,14 @@ static void test_matches_oracle(void **state)
     check_case(&c, PSR_DTYPE_F32, 0, 20);
     check_case(&c, PSR_DTYPE_BF16, 0, 7);
     free_case(&c);
+    c = make_case(3, 20000, false); /* every token tied; all NaN; all -inf but two */
+    for (size_t i = 0; i < 20000; i++) {
+        c.x[i] = 1.5f;
+        c.x[20000 + i] = NAN;
+        c.x[40000 + i] = i == 7 || i == 19000 ? 2.0f : -INFINITY;
+    }
+    check_case(&c, PSR_DTYPE_F32, 0, 20);
+    free_case(&c);
     c = make_case(9, 3, false); /* fewer tokens than top_n: -1 and -inf after them */
     check_case(&c, PSR_DTYPE_F32, 0, 5);
     free_case(&c);
