@@ -259,6 +259,15 @@ def logprobs_checks(d):
           "sample --raw-logprobs: logprobs of the logits as given")
     check(run("sample", "--logits", f32, "--logprobs", "21").returncode == 2, "--logprobs 21 is a usage error")
     check(run("sample", "--logits", f32, "--raw-logprobs").returncode == 2, "--raw-logprobs alone is a usage error")
+    r = run("bench", "logprobs", "--shapes", "2x3000", "--iters", "2", "--top-n", "5", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    res = out.get("results", [])
+    check(len(res) == 1 and res[0]["top_n"] == 5 and res[0]["logprobs_us"] > 0, "bench logprobs --json")
+    r = run("bench", "filters", "--shapes", "2x3000", "--iters", "2", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    names = [x.get("filters") for x in out.get("results", [])]
+    check(len(names) == 5 and names[0] == "plain" and out["results"][0]["x_plain"] == 1, "bench filters --json")
+    check(run("bench", "filters", "--shapes", "2y3").returncode == 2, "bad bench filters --shapes is a usage error")
 
 
 if have_device:
@@ -267,7 +276,7 @@ if have_device:
 if have_device:
     verify_checks()
 check(run("verify", "bogus").returncode == 2, "psr verify bogus is a usage error")
-for cmd in (["verify", "unbiased"], ["bench", "verify"]):
+for cmd in (["verify", "unbiased"], ["bench", "verify"], ["bench", "logprobs"], ["bench", "filters"]):
     r = run(*cmd, "--help")
     check(r.returncode == 0 and "usage: psr" in r.stdout, f"psr {' '.join(cmd)} --help")
 

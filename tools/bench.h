@@ -3,6 +3,7 @@
 #define PSR_CLI_BENCH_H
 
 #include "internal.h"
+#include "json.h"
 
 /* qsort comparator of doubles, ascending. */
 int cmp_double(const void *a, const void *b);
@@ -21,6 +22,13 @@ psr_status bench_launch_sample(psr_context *ctx, const void *args, cl_event *fir
  * the end of a marker enqueued just before to the end of the last kernel. */
 psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *args, int iters,
                              double *median);
+
+/* Parses "BxV,BxV,..." (each 1 .. 2^20) into rows and vocab; false when malformed. */
+bool bench_parse_bxv(const char *s, size_t *rows, size_t *vocab, size_t cap, size_t *n);
+/* n values of N(0, sigma^2) from a small LCG (the benches' logits). */
+void bench_normal_fill(float *x, size_t n, double sigma, uint64_t *state);
+/* {"device": name, "results": [ ... opened for the rows. */
+void bench_json_begin(json_writer *w, const psr_device_info *info);
 
 /* psr bench verify (bench_verify.c) and psr bench logprobs (bench_logprobs.c). */
 int bench_verify(int argc, char **argv);

@@ -67,18 +67,8 @@ int bench_logprobs(int argc, char **argv)
         }
     }
     size_t B[16], V[16], n = 0;
-    for (const char *s = shapes; *s && n < 16;) {
-        unsigned long long b, v;
-        int used = 0;
-        if (sscanf(s, "%llux%llu%n", &b, &v, &used) != 2 || !b || !v || b > (1u << 20) || v > (1u << 20))
-            return cli_usage_error("bench logprobs", "--shapes \"%s\" is not a list of BxV", shapes);
-        B[n] = (size_t)b, V[n++] = (size_t)v;
-        s += used;
-        if (*s == ',')
-            s++;
-        else if (*s)
-            return cli_usage_error("bench logprobs", "--shapes \"%s\" is not a list of BxV", shapes);
-    }
+    if (!bench_parse_bxv(shapes, B, V, 16, &n))
+        return cli_usage_error("bench logprobs", "--shapes \"%s\" is not a list of BxV", shapes);
     psr_context *ctx = cli_open_context(device, true);
     if (!ctx)
         return CLI_FAILED;
@@ -87,11 +77,7 @@ int bench_logprobs(int argc, char **argv)
     json_writer w;
     json_init(&w, stdout);
     if (as_json) {
-        json_begin_object(&w);
-        json_key(&w, "device");
-        json_string(&w, info.name);
-        json_key(&w, "results");
-        json_begin_array(&w);
+        bench_json_begin(&w, &info);
     } else {
         printf("device: %s (%s); top %d processed logprobs at T 0.8; median of %d\n", info.name,
                info.platform_name, top_n, iters);
@@ -106,13 +92,7 @@ int bench_logprobs(int argc, char **argv)
         psr_status st = x && temps && seeds && pos ? PSR_OK : PSR_ERR_OUT_OF_HOST_MEMORY;
         cl_mem m[9] = {NULL};
         if (st == PSR_OK) {
-            for (size_t i = 0; i < rows * vocab; i++) {
-                state = state * 6364136223846793005ull + 1442695040888963407ull;
-                double u1 = ((double)(state >> 11) + 1.0) * 0x1p-53;
-                state = state * 6364136223846793005ull + 1442695040888963407ull;
-                double u2 = (double)(state >> 11) * 0x1p-53;
-                x[i] = (float)(3.0 * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-            }
+            bench_normal_fill(x, rows * vocab, 3.0, &state);
             for (size_t r = 0; r < rows; r++)
                 temps[r] = 0.8f, seeds[r] = (int64_t)r, pos[r] = 7;
             cl_int err = CL_SUCCESS;

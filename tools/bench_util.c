@@ -1,6 +1,8 @@
 /* Timing helpers shared by the psr bench subcommands. */
 #include "bench.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 int cmp_double(const void *a, const void *b)
@@ -110,3 +112,43 @@ psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *a
     return st;
 }
 
+
+bool bench_parse_bxv(const char *s, size_t *rows, size_t *vocab, size_t cap, size_t *n)
+{
+    *n = 0;
+    while (*s) {
+        unsigned long long b, v;
+        int used = 0;
+        if (*n == cap || sscanf(s, "%llux%llu%n", &b, &v, &used) != 2 || !b || !v || b > (1u << 20) ||
+            v > (1u << 20))
+            return false;
+        rows[*n] = (size_t)b, vocab[*n] = (size_t)v;
+        (*n)++;
+        s += used;
+        if (*s == ',')
+            s++;
+        else if (*s)
+            return false;
+    }
+    return *n > 0;
+}
+
+void bench_normal_fill(float *x, size_t n, double sigma, uint64_t *state)
+{
+    for (size_t i = 0; i < n; i++) {
+        *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+        double u1 = ((double)(*state >> 11) + 1.0) * 0x1p-53;
+        *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+        double u2 = (double)(*state >> 11) * 0x1p-53;
+        x[i] = (float)(sigma * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    }
+}
+
+void bench_json_begin(json_writer *w, const psr_device_info *info)
+{
+    json_begin_object(w);
+    json_key(w, "device");
+    json_string(w, info->name);
+    json_key(w, "results");
+    json_begin_array(w);
+}
