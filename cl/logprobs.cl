@@ -16,16 +16,28 @@
 /* Top-N candidates of a block: at most N work-items' tokens reach tau. */
 #define PSR_LP_CANDIDATES (PSR_MAX_TOP_N * 16 * PSR_LPT * 4)
 
-/* Value of a token for ordering: NaN is -inf. */
-inline float psr_lp_value(float x, bool divide, float t, float r)
+/* Value of a token for ordering: NaN is -inf, and so is a scaled logit
+ * below the row's filter threshold `cut` (-inf: no filter). */
+inline float psr_lp_value(float x, bool divide, float t, float r, float cut)
 {
-    return isnan(x) ? -INFINITY : divide ? psr_scaled(x, t, r) : x;
+    float v = isnan(x) ? -INFINITY : divide ? psr_scaled(x, t, r) : x;
+    return v < cut ? -INFINITY : v;
 }
 
-inline float4 psr_lp_values(float4 x, bool divide, float t, float r)
+inline float4 psr_lp_values(float4 x, bool divide, float t, float r, float cut)
 {
-    return (float4)(psr_lp_value(x.s0, divide, t, r), psr_lp_value(x.s1, divide, t, r),
-                    psr_lp_value(x.s2, divide, t, r), psr_lp_value(x.s3, divide, t, r));
+    return (float4)(psr_lp_value(x.s0, divide, t, r, cut), psr_lp_value(x.s1, divide, t, r, cut),
+                    psr_lp_value(x.s2, divide, t, r, cut), psr_lp_value(x.s3, divide, t, r, cut));
+}
+
+/* The filter threshold of a row (filter.cl), applied to processed
+ * logprobs of rows sampled at T > 0, as the sampler applies it. */
+inline float psr_lp_cut(__global const float *cuts, uint row, bool raw, float t)
+{
+    if (!cuts || raw || !(isnormal(t) && t > 0.0f))
+        return -INFINITY;
+    float c = cuts[row];
+    return isnan(c) ? -INFINITY : c; /* bad filter values: psr_sample flags the row */
 }
 
 /* Is (v, i) after (pv, pi) in the order value descending, index ascending? */
@@ -39,7 +51,7 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
                           uint vocab, uint nsb, __global const int *row_request, uint requests,
                           __global const float *temperatures, uint raw, __global const int *tokens,
                           uint top_n, __global float2 *lse_out, __global uint *beat_out,
-                          __global float *top_v, __global uint *top_i)
+                          __global float *top_v, __global uint *top_i, __global const float *cuts)
 {
     __local float ls[4 * PSR_LANES];
     __local float lm[PSR_VWG], lbv[PSR_VWG];
@@ -53,12 +65,13 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
     float t = !raw && req >= 0 && req < (int)requests ? temperatures[req] : 1.0f;
     bool divide = isnormal(t) && t > 0.0f && t != 1.0f;
     float r = divide ? psr_det_recip(t) : 1.0f;
+    float cut = psr_lp_cut(cuts, row, raw, t);
     uint base = sb * PSR_SB;
     bool full = base + PSR_SB <= vocab;
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     int tok = tokens[row];
-    float tv = tok >= 0 && (uint)tok < vocab ? psr_lp_value(psr_load_logit(src, (ulong)tok), divide, t, r)
+    float tv = tok >= 0 && (uint)tok < vocab ? psr_lp_value(psr_load_logit(src, (ulong)tok), divide, t, r, cut)
                                              : INFINITY; /* nothing beats it: rank 0 later */
 
     uint steps[PSR_LPT];
@@ -78,11 +91,11 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
 #pragma unroll
     for (uint k = 0; k < PSR_SB_STEPS; k++)
         if (k < steps[0])
-            v[k] = psr_lp_values(v[k], divide, t, r);
+            v[k] = psr_lp_values(v[k], divide, t, r, cut);
 #define PSR_LP_VALUES(j, k, i) v[k]
 #else
     /* CPUs: several lanes per work-item, read again for each pass. */
-#define PSR_LP_VALUES(j, k, i) psr_lp_values(psr_load4(src, i, vocab, aligned), divide, t, r)
+#define PSR_LP_VALUES(j, k, i) psr_lp_values(psr_load4(src, i, vocab, aligned), divide, t, r, cut)
 #endif
 
     /* Pass 1: the block's max and how many tokens beat the sampled one. */
@@ -210,7 +223,7 @@ void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *to
                          __global int *top_ids, __global float *top_logprobs,
                          __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                          __global const int *row_request, uint requests,
-                         __global const float *temperatures, uint raw)
+                         __global const float *temperatures, uint raw, __global const float *cuts)
 {
     __local float cv[64 * PSR_MAX_TOP_N];
     __local uint ci[64 * PSR_MAX_TOP_N];
@@ -236,7 +249,7 @@ void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *to
         float r = divide ? psr_det_recip(t) : 1.0f;
         float tv = valid ? psr_lp_value(psr_load_logit(logits + logits_offset + (ulong)row * row_stride,
                                                        (ulong)tok),
-                                        divide, t, r)
+                                        divide, t, r, psr_lp_cut(cuts, row, raw, t))
                          : NAN;
         uint beat = 0;
         for (uint sb = 0; sb < nsb; sb++)

@@ -23,6 +23,28 @@ void psr_logprobs_args_init(psr_logprobs_args *args)
             return psr_fail(ctx, status, __VA_ARGS__); \
     } while (0)
 
+/* The sampling arguments the filter pre-pass (filter.c) reads. */
+static psr_sample_args filter_view(const psr_logprobs_args *a)
+{
+    psr_sample_args v;
+    psr_sample_args_init(&v);
+    v.rows = a->rows;
+    v.vocab = a->vocab;
+    v.logits = a->logits;
+    v.logits_dtype = a->logits_dtype;
+    v.logits_offset = a->logits_offset;
+    v.row_stride = a->row_stride;
+    v.row_request = a->row_request;
+    v.requests = a->requests;
+    v.temperatures = a->temperatures;
+    v.top_k = a->top_k;
+    v.top_p = a->top_p;
+    v.min_p = a->min_p;
+    v.num_events_in_wait_list = a->num_events_in_wait_list;
+    v.event_wait_list = a->event_wait_list;
+    return v;
+}
+
 static psr_status check_args(psr_context *ctx, const psr_logprobs_args *a)
 {
     REQUIRE(a->struct_size == sizeof *a, PSR_ERR_INVALID_ARGUMENT,
@@ -55,6 +77,9 @@ static psr_status check_args(psr_context *ctx, const psr_logprobs_args *a)
             a->rows);
     REQUIRE(a->top_n == 0 || (a->top_ids && a->top_logprobs), PSR_ERR_NULL_ARGUMENT,
             "args->top_ids or args->top_logprobs is NULL with args->top_n %d", a->top_n);
+    bool filtered = a->top_k || a->top_p || a->min_p;
+    REQUIRE(!filtered || !raw, PSR_ERR_INVALID_ARGUMENT,
+            "args->top_k, top_p or min_p with PSR_LOGPROBS_RAW: filters apply to processed logprobs");
     REQUIRE(a->token_logprobs || a->token_ranks || a->top_n > 0, PSR_ERR_INVALID_ARGUMENT,
             "nothing to compute: no args->token_logprobs, args->token_ranks or args->top_n");
     REQUIRE(a->num_events_in_wait_list == 0 || a->event_wait_list, PSR_ERR_NULL_ARGUMENT,
@@ -79,6 +104,10 @@ static psr_status check_args(psr_context *ctx, const psr_logprobs_args *a)
         st = psr_check_buffer(ctx, a->top_ids, a->rows * (size_t)a->top_n * 4, "args->top_ids");
     if (st == PSR_OK && a->top_n > 0)
         st = psr_check_buffer(ctx, a->top_logprobs, a->rows * (size_t)a->top_n * 4, "args->top_logprobs");
+    if (st == PSR_OK && filtered) {
+        psr_sample_args view = filter_view(a);
+        st = psr_filter_check(ctx, &view, 0);
+    }
     return st;
 }
 
@@ -113,22 +142,33 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     cl_mem top_v = ctx->logprobs[TOP_V].buffer, top_i = ctx->logprobs[TOP_I].buffer;
     cl_ulong offset = a->logits_offset, stride = a->row_stride ? a->row_stride : a->vocab;
     cl_mem temps = raw ? NULL : a->temperatures;
+    /* Filters: their threshold pre-pass first (it waits on the wait list). */
+    cl_mem cuts = NULL;
+    cl_uint nwait = a->num_events_in_wait_list;
+    const cl_event *wait = a->event_wait_list;
+    if (a->top_k || a->top_p || a->min_p) {
+        psr_sample_args view = filter_view(a);
+        psr_variant fv = {.set = PSR_KERNELS_GUMBEL, .dtype = a->logits_dtype, .filtered = true};
+        st = psr_filter_enqueue(ctx, &view, &fv, NULL, &cuts);
+        if (st != PSR_OK)
+            return st;
+        nwait = 0, wait = NULL;
+    }
     const size_t ms = sizeof(cl_mem);
-    const size_t psizes[] = {ms, 8, 8, 4, 4, ms, 4, ms, 4, ms, 4, ms, ms, ms, ms};
+    const size_t psizes[] = {ms, 8, 8, 4, 4, ms, 4, ms, 4, ms, 4, ms, ms, ms, ms, ms};
     const void *pvalues[] = {&a->logits, &offset, &stride,  &vocab, &nsb,  &a->row_request, &requests, &temps,
-                             &raw,       &a->tokens, &top_n, &lse,   &beat, &top_v,          &top_i};
-    st = psr_set_kernel_args(ctx, partial, "psr_logprobs_partial", 15, psizes, pvalues);
+                             &raw,       &a->tokens, &top_n, &lse,   &beat, &top_v,          &top_i, &cuts};
+    st = psr_set_kernel_args(ctx, partial, "psr_logprobs_partial", 16, psizes, pvalues);
     size_t local = ctx->tuning.work_group_size < 256 ? ctx->tuning.work_group_size : 256;
     if (st == PSR_OK)
-        st = psr_enqueue_groups(ctx, partial, "psr_logprobs_partial", blocks, local,
-                                a->num_events_in_wait_list, a->event_wait_list, NULL);
-    const size_t fsizes[] = {4, 4, 4, ms, ms, ms, ms, ms, 4, ms, ms, ms, ms, ms, 8, 8, ms, 4, ms, 4};
+        st = psr_enqueue_groups(ctx, partial, "psr_logprobs_partial", blocks, local, nwait, wait, NULL);
+    const size_t fsizes[] = {4, 4, 4, ms, ms, ms, ms, ms, 4, ms, ms, ms, ms, ms, 8, 8, ms, 4, ms, 4, ms};
     const void *fvalues[] = {&rows,  &vocab,  &nsb,    &a->tokens, &lse,     &beat,    &top_v,
                              &top_i, &top_n,  &a->token_logprobs,  &a->token_ranks,   &a->top_ids,
                              &a->top_logprobs, &a->logits, &offset, &stride, &a->row_request,
-                             &requests, &temps, &raw};
+                             &requests, &temps, &raw, &cuts};
     if (st == PSR_OK)
-        st = psr_set_kernel_args(ctx, finish, "psr_logprobs_finish", 20, fsizes, fvalues);
+        st = psr_set_kernel_args(ctx, finish, "psr_logprobs_finish", 21, fsizes, fvalues);
     if (st == PSR_OK)
         st = psr_enqueue_groups(ctx, finish, "psr_logprobs_finish", a->rows, local, 0, NULL, event);
     return st;

@@ -12,18 +12,28 @@ static bool better(float va, uint32_t ia, float vb, uint32_t ib)
     return va > vb || (va == vb && ia < ib);
 }
 
-void psr_oracle_logprobs_row(const float *x, size_t vocab, float t, bool raw, int32_t token, int top_n,
-                             float *logprob, int32_t *rank, int32_t *top_ids, float *top_logprobs)
+void psr_oracle_logprobs_row(const float *x, size_t vocab, float t, bool raw, float cut, int32_t token,
+                             int top_n, float *logprob, int32_t *rank, int32_t *top_ids, float *top_logprobs)
 {
-    if (raw || !(isnormal(t) && t > 0.0f))
+    if (raw || !(isnormal(t) && t > 0.0f)) {
         t = 1.0f; /* raw, and T = 0 counts as 1 */
+        cut = -INFINITY; /* filters apply to processed rows sampled at T > 0 */
+    }
+    if (isnan(cut))
+        cut = -INFINITY;
     float r = t == 1.0f ? 1.0f : psr_oracle_recip(t);
-    float *v = malloc(vocab * sizeof *v);
-    if (!v)
+    float *v = malloc(vocab * sizeof *v), *kept = malloc(vocab * sizeof *kept);
+    if (!v || !kept) {
+        free(v), free(kept);
         return;
-    for (size_t i = 0; i < vocab; i++)
+    }
+    for (size_t i = 0; i < vocab; i++) {
         v[i] = isnan(x[i]) ? -INFINITY : isinf(x[i]) || t == 1.0f ? x[i] : psr_oracle_div(x[i], t, r);
-    float lse = psr_oracle_row_lse(x, vocab, t, r);
+        kept[i] = v[i] < cut ? -INFINITY : x[i]; /* what the log-sum-exp sums */
+        v[i] = v[i] < cut ? -INFINITY : v[i];
+    }
+    float lse = psr_oracle_row_lse(kept, vocab, t, r);
+    free(kept);
     bool valid = token >= 0 && (size_t)token < vocab;
     int32_t beat = 0;
     for (size_t i = 0; valid && i < vocab; i++)

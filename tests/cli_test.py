@@ -257,6 +257,11 @@ def logprobs_checks(d):
     check(out.get("logprobs_raw") is True and len(out.get("logprobs", [])) == 2
           and abs(out["logprobs"][0] - ([0, 1, 2, 3, 4][t[0]] - 4 + want)) < 1e-5,
           "sample --raw-logprobs: logprobs of the logits as given")
+    r = run("sample", "--logits", f32, "--top-k", "2", "--logprobs", "2", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    kept = 4 - math.log(math.exp(4) + math.exp(3))
+    check(len(out.get("logprobs", [])) == 2 and abs(out["logprobs"][0] - kept) < 1e-5,
+          "sample --logprobs with --top-k: renormalised over the kept tokens")
     check(run("sample", "--logits", f32, "--logprobs", "21").returncode == 2, "--logprobs 21 is a usage error")
     check(run("sample", "--logits", f32, "--raw-logprobs").returncode == 2, "--raw-logprobs alone is a usage error")
     r = run("bench", "logprobs", "--shapes", "2x3000", "--iters", "2", "--top-n", "5", "--json")

@@ -56,12 +56,14 @@ typedef struct lcase {
     int32_t *tokens;   /* [rows] */
     int32_t *row_req;  /* [rows] or NULL */
     float *temps;      /* [requests] */
+    int32_t *top_k;    /* optional filters, [requests] */
+    float *top_p, *min_p;
 } lcase;
 
 /* Logits with ties (values on a coarse grid), a few NaN and infinities. */
 static lcase make_case(size_t rows, size_t vocab, bool mapped)
 {
-    lcase c = {rows, vocab, mapped ? 3 : rows, NULL, NULL, NULL, NULL};
+    lcase c = {rows, vocab, mapped ? 3 : rows, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     c.x = malloc(rows * vocab * 4);
     c.tokens = malloc(rows * 4);
     c.temps = malloc(c.requests * 4);
@@ -84,6 +86,7 @@ static lcase make_case(size_t rows, size_t vocab, bool mapped)
 static void free_case(lcase *c)
 {
     free(c->x), free(c->tokens), free(c->row_req), free(c->temps);
+    free(c->top_k), free(c->top_p), free(c->min_p);
 }
 
 static psr_status run_logprobs(const lcase *c, psr_dtype dtype, unsigned flags, int top_n, float *lp,
@@ -110,6 +113,9 @@ static psr_status run_logprobs(const lcase *c, psr_dtype dtype, unsigned flags, 
     cl_mem brr = c->row_req ? buffer(c->rows * 4, c->row_req) : NULL;
     cl_mem blp = buffer(c->rows * 4, fill), brank = buffer(c->rows * 4, fill);
     cl_mem bids = buffer(c->rows * n * 4, fill), btlp = buffer(c->rows * n * 4, fill);
+    cl_mem bk = c->top_k ? buffer(c->requests * 4, c->top_k) : NULL;
+    cl_mem bp = c->top_p ? buffer(c->requests * 4, c->top_p) : NULL;
+    cl_mem bm = c->min_p ? buffer(c->requests * 4, c->min_p) : NULL;
     psr_logprobs_args a;
     psr_logprobs_args_init(&a);
     a.rows = c->rows;
@@ -126,6 +132,9 @@ static psr_status run_logprobs(const lcase *c, psr_dtype dtype, unsigned flags, 
     a.token_ranks = brank;
     a.top_ids = bids;
     a.top_logprobs = btlp;
+    a.top_k = bk;
+    a.top_p = bp;
+    a.min_p = bm;
     if (tamper)
         tamper(&a);
     cl_event ev = NULL;
@@ -138,8 +147,8 @@ static psr_status run_logprobs(const lcase *c, psr_dtype dtype, unsigned flags, 
     read_buffer(brank, c->rows * 4, rank);
     read_buffer(bids, c->rows * n * 4, ids);
     read_buffer(btlp, c->rows * n * 4, tlp);
-    cl_mem all[] = {bl, bt, btemp, brr, blp, brank, bids, btlp};
-    for (size_t i = 0; i < 8; i++)
+    cl_mem all[] = {bl, bt, btemp, brr, blp, brank, bids, btlp, bk, bp, bm};
+    for (size_t i = 0; i < 11; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
     free(logits), free(fill);
@@ -164,10 +173,14 @@ static void check_case(lcase *c, psr_dtype dtype, unsigned flags, int top_n)
     float want_tlp[PSR_LOGPROBS_MAX_TOP_N];
     int32_t want_ids[PSR_LOGPROBS_MAX_TOP_N];
     for (size_t r = 0; r < c->rows; r++) {
-        float t = c->temps[c->row_req ? (size_t)c->row_req[r] : r];
+        size_t q = c->row_req ? (size_t)c->row_req[r] : r;
+        float t = c->temps[q];
         float want_lp;
         int32_t want_rank;
-        psr_oracle_logprobs_row(c->x + r * c->vocab, c->vocab, t, flags & PSR_LOGPROBS_RAW, c->tokens[r],
+        float cut = c->top_k ? psr_oracle_filter_threshold(c->x + r * c->vocab, c->vocab, t, c->top_k[q],
+                                                           c->top_p[q], c->min_p[q])
+                             : -INFINITY;
+        psr_oracle_logprobs_row(c->x + r * c->vocab, c->vocab, t, flags & PSR_LOGPROBS_RAW, cut, c->tokens[r],
                                 top_n, &want_lp, &want_rank, want_ids, want_tlp);
         if (!same_float(lp[r], want_lp) || rank[r] != want_rank)
             fail_msg("vocab %zu row %zu token %d: logprob %.9g rank %d, oracle %.9g rank %d", c->vocab, r,
@@ -192,6 +205,15 @@ static void test_matches_oracle(void **state)
     c = make_case(6, 40000, true); /* three super-blocks, mapped requests */
     check_case(&c, PSR_DTYPE_F32, 0, 20);
     check_case(&c, PSR_DTYPE_BF16, 0, 7);
+    free_case(&c);
+    c = make_case(30, 5000, true); /* filtered: processed logprobs see only the kept tokens */
+    c.top_k = malloc(3 * 4), c.top_p = malloc(3 * 4), c.min_p = malloc(3 * 4);
+    const int32_t ks[3] = {50, 0, 200};
+    const float ps[3] = {0.9f, 1.0f, 0.5f}, mps[3] = {0.0f, 0.05f, 0.01f};
+    for (int q = 0; q < 3; q++)
+        c.top_k[q] = ks[q], c.top_p[q] = ps[q], c.min_p[q] = mps[q];
+    c.temps[2] = 0.9f;
+    check_case(&c, PSR_DTYPE_F32, 0, 20);
     free_case(&c);
     c = make_case(3, 20000, false); /* every token tied; all NaN; all -inf but two */
     for (size_t i = 0; i < 20000; i++) {
@@ -249,6 +271,11 @@ static void bad_flags(psr_logprobs_args *a) { a->flags = 8; }
 static void big_vocab(psr_logprobs_args *a) { a->vocab = 2000; }
 static void no_init(psr_logprobs_args *a) { a->struct_size = 1; }
 static void no_temps(psr_logprobs_args *a) { a->temperatures = NULL; }
+static void raw_filtered(psr_logprobs_args *a)
+{
+    a->flags = PSR_LOGPROBS_RAW;
+    a->top_p = a->temperatures; /* any buffer: refused before it is read */
+}
 
 static void test_bad_input(void **state)
 {
@@ -266,6 +293,7 @@ static void test_bad_input(void **state)
         {big_vocab, PSR_ERR_BUFFER_TOO_SMALL, "args->logits"},
         {no_init, PSR_ERR_INVALID_ARGUMENT, "psr_logprobs_args_init"},
         {no_temps, PSR_ERR_NULL_ARGUMENT, "temperatures"},
+        {raw_filtered, PSR_ERR_INVALID_ARGUMENT, "PSR_LOGPROBS_RAW"},
     };
     lcase c = make_case(4, 1000, false);
     float lp[4], tlp[4 * 5];

@@ -40,8 +40,8 @@ static void sample_usage(FILE *out)
             "  --min-p M      drop tokens below M x the top probability, in [0, 1] (default 0: off);\n"
             "                 filters apply as min-p, top-k, top-p, after the temperature\n"
             "  --logprobs N   also the sampled token's logprob and rank, and the top N (0..20)\n"
-            "                 tokens with their logprobs, of logits / T (--logits only; the\n"
-            "                 filters are not applied to them)\n"
+            "                 tokens with their logprobs, of logits / T after the filters\n"
+            "                 (--logits only)\n"
             "  --raw-logprobs logprobs of the logits as given instead of logits / T\n"
             "  --method       gumbel (default) or race: the exponential race over\n"
             "                 softmax(logits / T), computed inside psr; the same token up\n"
@@ -105,19 +105,22 @@ static bool temperature_ok(float t)
 
 /* Logprobs of the sampled tokens for host logits (psr_logprobs). */
 static psr_status host_logprobs(psr_context *ctx, const npy_array *logits, size_t rows, size_t vocab,
-                                const float *temps, const int32_t *tokens, int top_n, bool raw, float *lps,
+                                const float *temps, const int32_t *tokens, const int32_t *top_k,
+                                const float *top_p, const float *min_p, int top_n, bool raw, float *lps,
                                 int32_t *ranks, int32_t *top_ids, float *top_lps)
 {
     psr_dtype dtype = logits->dtype == NPY_F2 ? PSR_DTYPE_F16 : PSR_DTYPE_F32;
     size_t tn = top_n > 0 ? (size_t)top_n : 1;
     const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
     cl_int err = CL_SUCCESS;
-    cl_mem b[7] = {NULL};
-    const size_t bytes[7] = {rows * vocab * psr_dtype_size(dtype), rows * 4, rows * 4, rows * 4, rows * 4,
-                             rows * tn * 4, rows * tn * 4};
-    const void *host[7] = {logits->data, temps, tokens, NULL, NULL, NULL, NULL};
-    for (int i = 0; i < 7 && err == CL_SUCCESS; i++)
-        b[i] = clCreateBuffer(ctx->cl_ctx, host[i] ? in : CL_MEM_WRITE_ONLY, bytes[i], (void *)host[i], &err);
+    cl_mem b[10] = {NULL};
+    const size_t bytes[10] = {rows * vocab * psr_dtype_size(dtype), rows * 4, rows * 4, rows * 4, rows * 4,
+                              rows * tn * 4, rows * tn * 4, rows * 4, rows * 4, rows * 4};
+    const void *host[10] = {logits->data, temps, tokens, NULL, NULL, NULL, NULL, top_k, top_p, min_p};
+    for (int i = 0; i < 10 && err == CL_SUCCESS; i++)
+        if (i < 7 || (!raw && host[i])) /* the filters shape processed logprobs only */
+            b[i] = clCreateBuffer(ctx->cl_ctx, host[i] ? in : CL_MEM_WRITE_ONLY, bytes[i], (void *)host[i],
+                                  &err);
     psr_status st = PSR_OK;
     if (err != CL_SUCCESS)
         st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating logprob buffers failed: %s (%d)",
@@ -138,6 +141,9 @@ static psr_status host_logprobs(psr_context *ctx, const npy_array *logits, size_
         a.token_ranks = b[4];
         a.top_ids = top_n ? b[5] : NULL;
         a.top_logprobs = top_n ? b[6] : NULL;
+        a.top_k = b[7];
+        a.top_p = b[8];
+        a.min_p = b[9];
         st = psr_logprobs(ctx, &a, NULL);
     }
     void *out[4] = {lps, ranks, top_ids, top_lps};
@@ -146,7 +152,7 @@ static psr_status host_logprobs(psr_context *ctx, const npy_array *logits, size_
     if (st == PSR_OK && err != CL_SUCCESS)
         st = psr_fail(ctx, PSR_ERR_OPENCL, "reading logprobs failed: %s (%d)", psr_cl_error_name(err), err);
     clFinish(ctx->queue);
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 10; i++)
         if (b[i])
             clReleaseMemObject(b[i]);
     return st;
@@ -434,8 +440,8 @@ int cmd_sample(int argc, char **argv)
         lps = malloc(rows * 4), ranks = malloc(rows * 4);
         top_lps = malloc(rows * tn * 4), top_ids = malloc(rows * tn * 4);
         st = lps && ranks && top_lps && top_ids
-                 ? host_logprobs(ctx, &logits, rows, vocab, temps, tokens, logprobs_n, raw_logprobs, lps,
-                                 ranks, top_ids, top_lps)
+                 ? host_logprobs(ctx, &logits, rows, vocab, temps, tokens, ks, ps, mps, logprobs_n,
+                                 raw_logprobs, lps, ranks, top_ids, top_lps)
                  : PSR_ERR_OUT_OF_HOST_MEMORY;
     }
     if (st != PSR_OK) {

@@ -453,6 +453,9 @@ typedef struct psr_logprobs_args {
     cl_mem temperatures;     /* float32 [requests]; not read with PSR_LOGPROBS_RAW */
     cl_mem tokens;           /* int32 [rows]: the sampled tokens; outside [0, vocab) (e.g. -1
                                 padding) gives logprob NaN and rank 0 */
+    cl_mem top_k;            /* optional int32 [requests], as psr_sample_args.top_k: processed */
+    cl_mem top_p;            /* optional float32 [requests]  logprobs then see only the tokens */
+    cl_mem min_p;            /* optional float32 [requests]  the filters keep (T > 0 rows) */
     int top_n;               /* 0 .. PSR_LOGPROBS_MAX_TOP_N */
     unsigned flags;          /* PSR_LOGPROBS_* */
     cl_mem token_logprobs;   /* optional out: float32 [rows] */
