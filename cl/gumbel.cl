@@ -640,6 +640,26 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     }
 }
 
+/* The best (value, index) of one row's per-group partials, in slot 0 of
+ * lv and li (the second kernel of a two-kernel launch). */
+inline void psr_reduce_parts(uint row, uint groups_per_row, __global const psr_acc_t *part_value,
+                             __global const uint *part_index, __local psr_acc_t *lv, __local uint *li,
+                             uint lid)
+{
+    psr_acc_t best = PSR_ACC_NEG_INF;
+    uint best_i = 0xffffffffu;
+    for (uint g = lid; g < groups_per_row; g += PSR_WG_SIZE) {
+        ulong at = (ulong)row * groups_per_row + g;
+        if (psr_better(part_value[at], part_index[at], best, best_i)) {
+            best = part_value[at];
+            best_i = part_index[at];
+        }
+    }
+    lv[lid] = best;
+    li[lid] = best_i;
+    psr_reduce_best(lv, li, lid);
+}
+
 /* Combines the partial results of each row: one work-group per row. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_gumbel_finalize(uint groups_per_row, __global const psr_acc_t *part_value,
@@ -653,18 +673,7 @@ void psr_gumbel_finalize(uint groups_per_row, __global const psr_acc_t *part_val
     __local uint li[PSR_WG_SIZE];
     uint lid = get_local_id(0);
     uint row = get_group_id(0);
-    psr_acc_t best = PSR_ACC_NEG_INF;
-    uint best_i = 0xffffffffu;
-    for (uint g = lid; g < groups_per_row; g += PSR_WG_SIZE) {
-        ulong at = (ulong)row * groups_per_row + g;
-        if (psr_better(part_value[at], part_index[at], best, best_i)) {
-            best = part_value[at];
-            best_i = part_index[at];
-        }
-    }
-    lv[lid] = best;
-    li[lid] = best_i;
-    psr_reduce_best(lv, li, lid);
+    psr_reduce_parts(row, groups_per_row, part_value, part_index, lv, li, lid);
     if (lid != 0)
         return;
     int req;

@@ -619,18 +619,7 @@ void psr_verify_finalize(uint groups_per_row, __global const psr_acc_t *part_val
     __local uint li[PSR_WG_SIZE];
     uint lid = get_local_id(0);
     uint req = get_group_id(0);
-    psr_acc_t best = PSR_ACC_NEG_INF;
-    uint best_i = 0xffffffffu;
-    for (uint g = lid; g < groups_per_row; g += PSR_WG_SIZE) {
-        ulong at = (ulong)req * groups_per_row + g;
-        if (psr_better(part_value[at], part_index[at], best, best_i)) {
-            best = part_value[at];
-            best_i = part_index[at];
-        }
-    }
-    lv[lid] = best;
-    li[lid] = best_i;
-    psr_reduce_best(lv, li, lid);
+    psr_reduce_parts(req, groups_per_row, part_value, part_index, lv, li, lid);
     if (*status != 0)
         return;
     int4 w = walks[req];

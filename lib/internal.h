@@ -16,6 +16,13 @@
  * sends it to the log callback, and returns status. */
 psr_status psr_fail(psr_context *ctx, psr_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Argument checks: fail with `status` and a message unless cond holds.
+ * Needs a psr_context *ctx in scope. */
+#define REQUIRE(cond, status, ...)                     \
+    do {                                               \
+        if (!(cond))                                   \
+            return psr_fail(ctx, status, __VA_ARGS__); \
+    } while (0)
 void psr_log(const psr_context *ctx, psr_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Clears the thread's context-less error detail at the start of a call. */

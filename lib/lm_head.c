@@ -24,12 +24,6 @@ void psr_lm_head_args_init(psr_lm_head_args *args)
     args->dtype = PSR_DTYPE_F32;
 }
 
-#define REQUIRE(cond, status, ...)                     \
-    do {                                               \
-        if (!(cond))                                   \
-            return psr_fail(ctx, status, __VA_ARGS__); \
-    } while (0)
-
 /* rows x cols elements of esize bytes, or 0 when that overflows a size_t. */
 static size_t matrix_bytes(size_t rows, size_t cols, size_t esize)
 {

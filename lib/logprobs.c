@@ -17,12 +17,6 @@ void psr_logprobs_args_init(psr_logprobs_args *args)
     args->logits_dtype = PSR_DTYPE_F32;
 }
 
-#define REQUIRE(cond, status, ...)                    \
-    do {                                              \
-        if (!(cond))                                  \
-            return psr_fail(ctx, status, __VA_ARGS__); \
-    } while (0)
-
 /* The sampling arguments the filter pre-pass (filter.c) reads. */
 static psr_sample_args filter_view(const psr_logprobs_args *a)
 {

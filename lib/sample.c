@@ -47,12 +47,6 @@ psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const cha
     return PSR_OK;
 }
 
-#define REQUIRE(cond, status, ...)                    \
-    do {                                              \
-        if (!(cond))                                  \
-            return psr_fail(ctx, status, __VA_ARGS__); \
-    } while (0)
-
 #define PSR_SAMPLE_ALL_FLAGS                                                                     \
     (PSR_SAMPLE_DRAFTING | PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_FAST_MATH | PSR_SAMPLE_WIDE_NOISE | \
      PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS)

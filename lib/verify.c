@@ -22,12 +22,6 @@ void psr_verify_args_init(psr_verify_args *args)
     args->tokens_dtype = PSR_TOKENS_I32;
 }
 
-#define REQUIRE(cond, status, ...)                    \
-    do {                                              \
-        if (!(cond))                                  \
-            return psr_fail(ctx, status, __VA_ARGS__); \
-    } while (0)
-
 static psr_status check_cu(psr_context *ctx, const psr_verify_args *a)
 {
     REQUIRE(a->cu[0] == 0, PSR_ERR_INVALID_ARGUMENT, "args->cu[0] is %d, expected 0", (int)a->cu[0]);

@@ -261,3 +261,18 @@ float normal(void)
 {
     return (float)(sqrt(-2.0 * log(uniform())) * cos(6.283185307179586 * uniform()));
 }
+
+cl_mem test_buffer(psr_context *ctx, size_t bytes, const void *host)
+{
+    cl_int err;
+    cl_mem m = clCreateBuffer(ctx->cl_ctx, host ? CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE,
+                              bytes, (void *)host, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    return m;
+}
+
+void test_read(psr_context *ctx, cl_mem m, size_t bytes, void *host)
+{
+    assert_int_equal(clEnqueueReadBuffer(ctx->queue, m, CL_TRUE, 0, bytes, host, 0, NULL, NULL),
+                     CL_SUCCESS);
+}

@@ -47,6 +47,11 @@ psr_context *open_context(const char *cache_dir);
 extern char captured_log[8192];
 void capture_log(psr_log_level level, const char *message, void *user_data);
 
+/* A read-write buffer on ctx, filled from host when it is not NULL. */
+cl_mem test_buffer(psr_context *ctx, size_t bytes, const void *host);
+/* Blocking read of bytes from m into host. */
+void test_read(psr_context *ctx, cl_mem m, size_t bytes, void *host);
+
 /* A small deterministic generator for test data (not the sampler's stream):
  * test_seed() restarts it, rnd() gives 32 random bits, uniform() a double in
  * (0, 1), normal() a standard normal float. */

@@ -27,24 +27,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static cl_mem buffer(size_t bytes, const void *host)
-{
-    cl_context cl;
-    psr_context_cl(ctx, &cl, NULL, NULL);
-    cl_int err;
-    cl_mem m = clCreateBuffer(cl, host ? CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE,
-                              bytes, (void *)host, &err);
-    assert_int_equal(err, CL_SUCCESS);
-    return m;
-}
-
-static void read_buffer(cl_mem m, size_t bytes, void *host)
-{
-    cl_command_queue q;
-    psr_context_cl(ctx, NULL, NULL, &q);
-    assert_int_equal(clEnqueueReadBuffer(q, m, CL_TRUE, 0, bytes, host, 0, NULL, NULL), CL_SUCCESS);
-}
-
 static bool same_float(float a, float b)
 {
     return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
@@ -108,14 +90,14 @@ static psr_status run_logprobs(const lcase *c, psr_dtype dtype, unsigned flags, 
     float *fill = malloc(c->rows * n * 4);
     for (size_t i = 0; i < c->rows * n; i++)
         fill[i] = 12345.0f;
-    cl_mem bl = buffer(c->rows * c->vocab * esize, logits), bt = buffer(c->rows * 4, c->tokens);
-    cl_mem btemp = buffer(c->requests * 4, c->temps);
-    cl_mem brr = c->row_req ? buffer(c->rows * 4, c->row_req) : NULL;
-    cl_mem blp = buffer(c->rows * 4, fill), brank = buffer(c->rows * 4, fill);
-    cl_mem bids = buffer(c->rows * n * 4, fill), btlp = buffer(c->rows * n * 4, fill);
-    cl_mem bk = c->top_k ? buffer(c->requests * 4, c->top_k) : NULL;
-    cl_mem bp = c->top_p ? buffer(c->requests * 4, c->top_p) : NULL;
-    cl_mem bm = c->min_p ? buffer(c->requests * 4, c->min_p) : NULL;
+    cl_mem bl = test_buffer(ctx, c->rows * c->vocab * esize, logits), bt = test_buffer(ctx, c->rows * 4, c->tokens);
+    cl_mem btemp = test_buffer(ctx, c->requests * 4, c->temps);
+    cl_mem brr = c->row_req ? test_buffer(ctx, c->rows * 4, c->row_req) : NULL;
+    cl_mem blp = test_buffer(ctx, c->rows * 4, fill), brank = test_buffer(ctx, c->rows * 4, fill);
+    cl_mem bids = test_buffer(ctx, c->rows * n * 4, fill), btlp = test_buffer(ctx, c->rows * n * 4, fill);
+    cl_mem bk = c->top_k ? test_buffer(ctx, c->requests * 4, c->top_k) : NULL;
+    cl_mem bp = c->top_p ? test_buffer(ctx, c->requests * 4, c->top_p) : NULL;
+    cl_mem bm = c->min_p ? test_buffer(ctx, c->requests * 4, c->min_p) : NULL;
     psr_logprobs_args a;
     psr_logprobs_args_init(&a);
     a.rows = c->rows;
@@ -143,10 +125,10 @@ static psr_status run_logprobs(const lcase *c, psr_dtype dtype, unsigned flags, 
         clWaitForEvents(1, &ev);
         clReleaseEvent(ev);
     }
-    read_buffer(blp, c->rows * 4, lp);
-    read_buffer(brank, c->rows * 4, rank);
-    read_buffer(bids, c->rows * n * 4, ids);
-    read_buffer(btlp, c->rows * n * 4, tlp);
+    test_read(ctx, blp, c->rows * 4, lp);
+    test_read(ctx, brank, c->rows * 4, rank);
+    test_read(ctx, bids, c->rows * n * 4, ids);
+    test_read(ctx, btlp, c->rows * n * 4, tlp);
     cl_mem all[] = {bl, bt, btemp, brr, blp, brank, bids, btlp, bk, bp, bm};
     for (size_t i = 0; i < 11; i++)
         if (all[i])

@@ -103,24 +103,6 @@ static vcase make_case(size_t requests, size_t vocab, size_t max_drafts, bool ca
     return c;
 }
 
-static cl_mem buffer(size_t bytes, const void *host)
-{
-    cl_context cl;
-    psr_context_cl(ctx, &cl, NULL, NULL);
-    cl_int err;
-    cl_mem m = clCreateBuffer(cl, host ? CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE,
-                              bytes, (void *)host, &err);
-    assert_int_equal(err, CL_SUCCESS);
-    return m;
-}
-
-static void read_buffer(cl_mem m, size_t bytes, void *host)
-{
-    cl_command_queue q;
-    psr_context_cl(ctx, NULL, NULL, &q);
-    assert_int_equal(clEnqueueReadBuffer(q, m, CL_TRUE, 0, bytes, host, 0, NULL, NULL), CL_SUCCESS);
-}
-
 #define SENTINEL 0x5a5a5a5a
 
 typedef struct vrun {
@@ -173,12 +155,12 @@ static psr_status run_verify(vcase *c, const vrun *run, int32_t *tokens, int32_t
         nfill[r] = SENTINEL;
     uint32_t sfill = SENTINEL;
 
-    cl_mem bt = buffer(c->rows * stride * esize, logits);
-    cl_mem bc = c->cache ? buffer(c->requests * c->cache_k * c->vocab * 4, c->cache) : NULL;
-    cl_mem bd = buffer(c->rows * 4, c->drafts), bs = buffer(c->requests * 8, c->seeds);
-    cl_mem btemp = buffer(c->requests * 4, c->temps), bp = buffer(c->rows * 8, c->positions);
-    cl_mem bo = buffer(c->requests * cols * tsize, out), bn = buffer(c->requests * 4, nfill);
-    cl_mem bst = buffer(4, &sfill);
+    cl_mem bt = test_buffer(ctx, c->rows * stride * esize, logits);
+    cl_mem bc = c->cache ? test_buffer(ctx, c->requests * c->cache_k * c->vocab * 4, c->cache) : NULL;
+    cl_mem bd = test_buffer(ctx, c->rows * 4, c->drafts), bs = test_buffer(ctx, c->requests * 8, c->seeds);
+    cl_mem btemp = test_buffer(ctx, c->requests * 4, c->temps), bp = test_buffer(ctx, c->rows * 8, c->positions);
+    cl_mem bo = test_buffer(ctx, c->requests * cols * tsize, out), bn = test_buffer(ctx, c->requests * 4, nfill);
+    cl_mem bst = test_buffer(ctx, 4, &sfill);
 
     psr_verify_args a;
     psr_verify_args_init(&a);
@@ -210,9 +192,9 @@ static psr_status run_verify(vcase *c, const vrun *run, int32_t *tokens, int32_t
         assert_int_equal(clWaitForEvents(1, &ev), CL_SUCCESS);
         clReleaseEvent(ev);
     }
-    read_buffer(bo, c->requests * cols * tsize, out);
-    read_buffer(bn, c->requests * 4, num);
-    read_buffer(bst, 4, status);
+    test_read(ctx, bo, c->requests * cols * tsize, out);
+    test_read(ctx, bn, c->requests * 4, num);
+    test_read(ctx, bst, 4, status);
     for (size_t i = 0; i < c->requests * cols; i++) {
         if (tsize == 8) {
             int64_t v;
@@ -511,8 +493,8 @@ static void test_draft_cache_layout(void **state)
         cache[i] = -1234.0f;
     for (size_t r = 0; r < R; r++)
         seeds[r] = (int64_t)r, pos[r] = 7, temps[r] = 0.5f;
-    cl_mem bx = buffer(R * V * 4, x), bc = buffer(R * K * V * 4, cache), bs = buffer(R * 8, seeds);
-    cl_mem bp = buffer(R * 8, pos), bt = buffer(R * 4, temps), bo = buffer(R * 4, NULL);
+    cl_mem bx = test_buffer(ctx, R * V * 4, x), bc = test_buffer(ctx, R * K * V * 4, cache), bs = test_buffer(ctx, R * 8, seeds);
+    cl_mem bp = test_buffer(ctx, R * 8, pos), bt = test_buffer(ctx, R * 4, temps), bo = test_buffer(ctx, R * 4, NULL);
     psr_sample_args s;
     psr_sample_args_init(&s);
     s.rows = R;
@@ -528,7 +510,7 @@ static void test_draft_cache_layout(void **state)
     s.draft_step = 1;
     s.flags = PSR_SAMPLE_DRAFTING;
     assert_int_equal(psr_sample(ctx, &s, NULL), PSR_OK);
-    read_buffer(bc, R * K * V * 4, cache);
+    test_read(ctx, bc, R * K * V * 4, cache);
     for (size_t r = 0; r < R; r++)
         for (size_t j = 0; j < K; j++)
             for (size_t i = 0; i < V; i++)
