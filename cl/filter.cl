@@ -4,17 +4,37 @@
  *
  * The filters work on s = logit / T exactly as psr_gumbel_sample scales
  * it (psr_scale), in the order min-p, top-k, top-p; every token kept has
- * s >= threshold. No sort: top-k and top-p are radix searches over the
- * 32-bit order-preserving key of s, 8 bits a pass, with a histogram in
- * local memory. Top-p weighs each token by q = floor(e^(s - max) * 2^32),
- * summed in 64-bit integers, so its result does not depend on the order
- * of the sums and lib/oracle_filter.c gets the same bits.
+ * s >= threshold. No sort: top-k and top-p are searches over the 32-bit
+ * order-preserving key of s. Top-p weighs each token by
+ * q = floor(e^(s - max) * 2^32), summed in 64-bit integers, so its result
+ * does not depend on the order of the sums and lib/oracle_filter.c gets
+ * the same bits.
  *
- * One work-group per row. Output: -inf (nothing removed), NaN (a bad
- * top_p or min_p: the sampler flags the row), else the threshold. */
+ * Four kernels, the first three with many work-groups per row so that a
+ * few rows still fill the device (lib/filter.c enqueues them):
+ *   psr_filter_scan     the row's largest key; with top-k, a histogram of
+ *                       the keys' top 12 bits (counts);
+ *   psr_filter_collect  top-k rows: the 12-bit bin that holds the k-th
+ *                       largest key, then every key at or above that bin
+ *                       (and the min-p cut) into a candidate list; rows
+ *                       with top-p but no top-k: a histogram of masses;
+ *   psr_filter_collect_mass  those rows: the bin where the mass from the
+ *                       top reaches p, then the keys at or above it;
+ *   psr_filter_finish   one group per row: the exact radix search (8 bits
+ *                       a pass) over the candidates, or over the whole row
+ *                       when they overflowed the list; writes the
+ *                       threshold and clears the row's state.
+ * Output: -inf (nothing removed), NaN (a bad top_p or min_p: the sampler
+ * flags the row), else the threshold.
+ *
+ * State between the kernels, zero between launches (finish clears it):
+ *   state[2 * row] the largest key + 1 seen (0: none), state[2 * row + 1]
+ *   the candidate count; hist[row] 4096 low then 4096 high words. */
 
-#define PSR_FILTER_BINS 256
-#define PSR_FILTER_SEG ((PSR_FILTER_BINS + PSR_WG_SIZE - 1) / PSR_WG_SIZE)
+#define PSR_FILTER_BINS 256                  /* one radix pass: 8 bits */
+#define PSR_FILTER_HBINS 4096                /* the histogram passes: 12 bits */
+#define PSR_FILTER_HSHIFT 20
+#define PSR_FILTER_LCAP 2048                 /* candidates a group gathers locally */
 
 /* fp32 as an unsigned key of the same order; -0 and +0 share one. */
 inline uint psr_filter_key(float v)
@@ -53,12 +73,95 @@ inline bool psr_filter_reached(ulong cum, bool mass, ulong want, float goal)
     return mass ? (float)cum >= goal : cum >= want;
 }
 
+/* Adds a 64-bit weight to a bin kept as two 32-bit words; each carry is
+ * counted once however the adds interleave. */
+inline void psr_filter_add_local(__local uint *lo, __local uint *hi, ulong w)
+{
+    uint wlo = (uint)w, whi = (uint)(w >> 32);
+    if (wlo && atomic_add(lo, wlo) > ~wlo)
+        whi++;
+    if (whi)
+        atomic_add(hi, whi);
+}
+
+inline void psr_filter_add_global(__global uint *lo, __global uint *hi, ulong w)
+{
+    uint wlo = (uint)w, whi = (uint)(w >> 32);
+    if (wlo && atomic_add(lo, wlo) > ~wlo)
+        whi++;
+    if (whi)
+        atomic_add(hi, whi);
+}
+
+inline ulong psr_filter_bin(__local const uint *hlo, __local const uint *hhi, bool wide, uint b)
+{
+    return wide ? ((ulong)hhi[b] << 32) | hlo[b] : hlo[b];
+}
+
+/* Suffix sums over the work-items' segments of `nbins` local bins: on
+ * return seg[j] is the weight of segments j and above, and every
+ * work-item gets the total. */
+inline ulong psr_filter_suffix(__local const uint *hlo, __local const uint *hhi, bool wide,
+                               uint nbins, __local ulong *seg)
+{
+    uint lid = get_local_id(0);
+    uint per = (nbins + PSR_WG_SIZE - 1) / PSR_WG_SIZE;
+    ulong mine = 0;
+    for (uint j = 0; j < per; j++) {
+        uint b = lid * per + j;
+        if (b < nbins)
+            mine += psr_filter_bin(hlo, hhi, wide, b);
+    }
+    seg[lid] = mine;
+    for (uint s = 1; s < PSR_WG_SIZE; s <<= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ulong add = lid + s < PSR_WG_SIZE ? seg[lid + s] : 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        seg[lid] += add;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return seg[0];
+}
+
+/* After psr_filter_suffix, with base + total reaching the target: the
+ * bin b where base + weight(bins >= b) reaches it and base + weight(bins
+ * > b) does not. pick[0] = b, pick[1..2] = the latter weight. */
+inline void psr_filter_cross(__local const uint *hlo, __local const uint *hhi, bool wide,
+                             uint nbins, ulong base, bool mass, ulong want, float goal,
+                             __local const ulong *seg, __local uint *pick)
+{
+    uint lid = get_local_id(0);
+    uint per = (nbins + PSR_WG_SIZE - 1) / PSR_WG_SIZE;
+    ulong after = lid + 1 < PSR_WG_SIZE ? seg[lid + 1] : 0;
+    if (psr_filter_reached(base + seg[lid], mass, want, goal) &&
+        !psr_filter_reached(base + after, mass, want, goal)) {
+        ulong cum = base + after;
+        for (int j = (int)per - 1; j >= 0; j--) {
+            uint b = lid * per + (uint)j;
+            if (b >= nbins)
+                continue;
+            ulong here = psr_filter_bin(hlo, hhi, wide, b);
+            if (psr_filter_reached(cum + here, mass, want, goal)) {
+                pick[0] = b;
+                pick[1] = (uint)cum;
+                pick[2] = (uint)(cum >> 32);
+                break;
+            }
+            cum += here;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
 /* The largest key K >= floor_key such that the weight of the tokens with
  * key >= K reaches the target; floor_key when the whole set falls short
- * (top-k with fewer than k tokens). Mass mode sets the goal from the
- * set's total: p * total. Uniform control flow: every work-item calls it. */
-inline uint psr_filter_search(__global const psr_logit_t *src, uint vocab, float t, float r,
-                              float m, uint floor_key, bool mass, ulong want, float p,
+ * (top-k with fewer than k tokens). The set is the row's tokens (keys ==
+ * 0) or the candidate keys keys[0 .. n). Mass mode sets the goal from the
+ * set's total, p * total, unless `total_in` gives the total. Uniform
+ * control flow: every work-item calls it. */
+inline uint psr_filter_search(__global const psr_logit_t *src, float t, float r,
+                              __global const uint *keys, uint n, float m, uint floor_key,
+                              bool mass, ulong want, float p, ulong total_in,
                               __local uint *hlo, __local uint *hhi, __local ulong *seg,
                               __local uint *pick)
 {
@@ -70,65 +173,31 @@ inline uint psr_filter_search(__global const psr_logit_t *src, uint vocab, float
         for (uint b = lid; b < PSR_FILTER_BINS; b += PSR_WG_SIZE)
             hlo[b] = hhi[b] = 0;
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint i = lid; i < vocab; i += PSR_WG_SIZE) {
-            float s = psr_filter_scaled(src, i, t, r);
-            if (isnan(s))
-                continue;
-            uint key = psr_filter_key(s);
+        for (uint i = lid; i < n; i += PSR_WG_SIZE) {
+            uint key;
+            float s;
+            if (keys) {
+                key = keys[i];
+                s = psr_filter_unkey(key);
+            } else {
+                s = psr_filter_scaled(src, i, t, r);
+                if (isnan(s))
+                    continue;
+                key = psr_filter_key(s);
+            }
             if (key < floor_key || (shift < 24 && (key >> (shift + 8)) != prefix))
                 continue;
-            ulong w = psr_filter_weight(s, m, mass);
-            uint d = (key >> shift) & 0xffu;
-            uint wlo = (uint)w, whi = (uint)(w >> 32);
-            /* 64-bit sums from 32-bit atomics: each carry is counted once. */
-            if (wlo && atomic_add(&hlo[d], wlo) > ~wlo)
-                whi++;
-            if (whi)
-                atomic_add(&hhi[d], whi);
+            psr_filter_add_local(&hlo[(key >> shift) & 0xffu], &hhi[(key >> shift) & 0xffu],
+                                 psr_filter_weight(s, m, mass));
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        /* Segment totals, then suffix sums over segments. */
-        ulong mine = 0;
-        for (uint j = 0; j < PSR_FILTER_SEG; j++) {
-            uint b = lid * PSR_FILTER_SEG + j;
-            if (b < PSR_FILTER_BINS)
-                mine += ((ulong)hhi[b] << 32) | hlo[b];
-        }
-        seg[lid] = mine;
-        for (uint s = 1; s < PSR_WG_SIZE; s <<= 1) {
-            barrier(CLK_LOCAL_MEM_FENCE);
-            ulong add = lid + s < PSR_WG_SIZE ? seg[lid + s] : 0;
-            barrier(CLK_LOCAL_MEM_FENCE);
-            seg[lid] += add;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
+        ulong total = psr_filter_suffix(hlo, hhi, true, PSR_FILTER_BINS, seg);
         if (shift == 24) {
-            ulong total = seg[0];
-            goal = p * (float)total;
+            goal = p * (float)(total_in ? total_in : total);
             if (!psr_filter_reached(total, mass, want, goal))
                 return floor_key; /* uniform: every work-item sees the same total */
         }
-        /* The one segment where the target is reached: its suffix does,
-         * the next one's does not. */
-        ulong after = lid + 1 < PSR_WG_SIZE ? seg[lid + 1] : 0;
-        if (psr_filter_reached(base + seg[lid], mass, want, goal) &&
-            !psr_filter_reached(base + after, mass, want, goal)) {
-            ulong cum = base + after;
-            for (int j = PSR_FILTER_SEG - 1; j >= 0; j--) {
-                uint b = lid * PSR_FILTER_SEG + (uint)j;
-                if (b >= PSR_FILTER_BINS)
-                    continue;
-                ulong here = ((ulong)hhi[b] << 32) | hlo[b];
-                if (psr_filter_reached(cum + here, mass, want, goal)) {
-                    pick[0] = b;
-                    pick[1] = (uint)cum;
-                    pick[2] = (uint)(cum >> 32);
-                    break;
-                }
-                cum += here;
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
+        psr_filter_cross(hlo, hhi, true, PSR_FILTER_BINS, base, mass, want, goal, seg, pick);
         prefix = (prefix << 8) | pick[0];
         base = ((ulong)pick[2] << 32) | pick[1];
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -136,77 +205,327 @@ inline uint psr_filter_search(__global const psr_logit_t *src, uint vocab, float
     return max(prefix, floor_key);
 }
 
-__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_filter_threshold(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                          uint vocab, __global const int *row_request, uint requests,
-                          __global const float *temperatures, __global const int *top_k,
-                          __global const float *top_p, __global const float *min_p,
-                          __global float *thresholds)
-{
-    __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS];
-    __local ulong seg[PSR_WG_SIZE];
-    __local float lm[PSR_WG_SIZE];
-    __local uint pick[3];
-    uint lid = get_local_id(0);
-    uint row_id = get_group_id(0);
-    int req = row_request ? row_request[row_id] : (int)row_id;
-    if (req < 0 || req >= (int)requests) {
-        if (lid == 0)
-            thresholds[row_id] = -INFINITY; /* padding or a bad index: the sampler decides */
-        return;
-    }
-    int k = top_k ? top_k[req] : 0;
-    float p = top_p ? top_p[req] : 1.0f;
-    float mp = min_p ? min_p[req] : 0.0f;
-    float t = temperatures[req];
-    if (!(p > 0.0f && p <= 1.0f) || !(mp >= 0.0f && mp <= 1.0f)) {
-        if (lid == 0)
-            thresholds[row_id] = NAN;
-        return;
-    }
-    bool k_on = k > 0 && (uint)k < vocab;
-    bool p_on = p < 1.0f;
-    bool m_on = mp >= FLT_MIN; /* below FLT_MIN min-p removes nothing that could be drawn */
-    bool t_ok = isnormal(t) && t > 0.0f; /* greedy or a bad temperature: no filter */
-    if (!t_ok || !(k_on || p_on || m_on)) {
-        if (lid == 0)
-            thresholds[row_id] = -INFINITY;
-        return;
-    }
-    float r = 1.0f;
-#if PSR_DETERMINISTIC
-    r = psr_det_recip(t);
-#endif
-    __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
+/* One row's filter settings, read alike by every kernel. `state`:
+ * 0 nothing to do (threshold -inf), 1 bad values (NaN), 2 filter. */
+typedef struct {
+    int k;
+    float p, mp, t, r;
+    bool k_on, p_on, m_on;
+    int state;
+} psr_filter_row;
 
-    float m = -INFINITY;
-    for (uint i = lid; i < vocab; i += PSR_WG_SIZE) {
-        float s = psr_filter_scaled(src, i, t, r);
-        if (!isnan(s))
-            m = fmax(m, s);
+inline psr_filter_row psr_filter_row_get(uint row_id, uint vocab, __global const int *row_request,
+                                         uint requests, __global const float *temperatures,
+                                         __global const int *top_k, __global const float *top_p,
+                                         __global const float *min_p)
+{
+    psr_filter_row f;
+    f.state = 0;
+    f.k = 0;
+    f.p = 1.0f;
+    f.mp = 0.0f;
+    f.t = 1.0f;
+    f.r = 1.0f;
+    f.k_on = f.p_on = f.m_on = false;
+    int req = row_request ? row_request[row_id] : (int)row_id;
+    if (req < 0 || req >= (int)requests)
+        return f; /* padding or a bad index: the sampler decides */
+    f.k = top_k ? top_k[req] : 0;
+    f.p = top_p ? top_p[req] : 1.0f;
+    f.mp = min_p ? min_p[req] : 0.0f;
+    f.t = temperatures[req];
+    if (!(f.p > 0.0f && f.p <= 1.0f) || !(f.mp >= 0.0f && f.mp <= 1.0f)) {
+        f.state = 1;
+        return f;
     }
-    lm[lid] = m;
+    f.k_on = f.k > 0 && (uint)f.k < vocab;
+    f.p_on = f.p < 1.0f;
+    f.m_on = f.mp >= FLT_MIN; /* below FLT_MIN min-p removes nothing that could be drawn */
+    bool t_ok = isnormal(f.t) && f.t > 0.0f; /* greedy or a bad temperature: no filter */
+    if (t_ok && (f.k_on || f.p_on || f.m_on))
+        f.state = 2;
+#if PSR_DETERMINISTIC
+    if (f.state == 2)
+        f.r = psr_det_recip(f.t);
+#endif
+    return f;
+}
+
+/* The row's largest scaled logit from its state word, and the min-p cut's key. */
+inline float psr_filter_max(__global const uint *state, uint row_id)
+{
+    uint mk = state[2 * row_id];
+    return mk ? psr_filter_unkey(mk - 1) : -INFINITY;
+}
+
+inline uint psr_filter_floor(const psr_filter_row *f, float m)
+{
+    return psr_filter_key(f->m_on ? m + psr_det_log(f->mp) : -INFINITY);
+}
+
+#define PSR_FILTER_ROW_ARGS                                                                       \
+    __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride, uint vocab,          \
+        __global const int *row_request, uint requests, __global const float *temperatures,         \
+        __global const int *top_k, __global const float *top_p, __global const float *min_p
+
+#define PSR_FILTER_ROW_GET(row_id)                                                                \
+    psr_filter_row_get((row_id), vocab, row_request, requests, temperatures, top_k, top_p, min_p)
+
+/* Pass 1, groups_per_row groups per row: the row's largest key and, for
+ * top-k, the count of keys in each 12-bit bin. */
+__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
+void psr_filter_scan(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __global uint *state,
+                     __global uint *hist)
+{
+    __local uint lh[PSR_FILTER_HBINS];
+    __local uint lmax[PSR_WG_SIZE];
+    uint lid = get_local_id(0);
+    uint row_id = get_group_id(0) / groups_per_row;
+    uint part = get_group_id(0) % groups_per_row;
+    psr_filter_row f = PSR_FILTER_ROW_GET(row_id);
+    if (f.state != 2)
+        return;
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
+    uint start = part * chunk, end = min(start + chunk, vocab);
+    if (f.k_on) {
+        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+            lh[b] = 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    uint mk = 0; /* key + 1 of the largest non-NaN value; 0: none */
+    for (uint i = start + lid; i < end; i += PSR_WG_SIZE) {
+        float s = psr_filter_scaled(src, i, f.t, f.r);
+        if (isnan(s))
+            continue;
+        uint key = psr_filter_key(s);
+        mk = max(mk, key + 1);
+        if (f.k_on)
+            atomic_inc(&lh[key >> PSR_FILTER_HSHIFT]);
+    }
+    lmax[lid] = mk;
     for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
         barrier(CLK_LOCAL_MEM_FENCE);
         if (lid < s)
-            lm[lid] = fmax(lm[lid], lm[lid + s]);
+            lmax[lid] = max(lmax[lid], lmax[lid + s]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    m = lm[0];
+    if (lid == 0 && lmax[0])
+        atomic_max(&state[2 * row_id], lmax[0]);
+    if (f.k_on) {
+        __global uint *h = hist + (ulong)row_id * 2 * PSR_FILTER_HBINS;
+        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+            if (lh[b])
+                atomic_add(&h[b], lh[b]);
+    }
+}
+
+/* Appends the keys of [start, end) at or above `low` to the row's
+ * candidate list: gathered in local memory, then one atomic per group
+ * reserves their place. The count keeps growing past `cap` so that the
+ * finish kernel sees the overflow. */
+inline void psr_filter_gather(__global const psr_logit_t *src, const psr_filter_row *f, uint start,
+                              uint end, uint low, __global uint *count, __global uint *cand,
+                              uint cap, __local uint *buf, __local uint *n_local)
+{
+    uint lid = get_local_id(0);
+    if (lid == 0)
+        n_local[0] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint i = start + lid; i < end; i += PSR_WG_SIZE) {
+        float s = psr_filter_scaled(src, i, f->t, f->r);
+        if (isnan(s))
+            continue;
+        uint key = psr_filter_key(s);
+        if (key < low)
+            continue;
+        uint j = atomic_inc(n_local);
+        if (j < PSR_FILTER_LCAP) {
+            buf[j] = key;
+        } else {
+            uint g = atomic_inc(count); /* past the local list: straight to the global one */
+            if (g < cap)
+                cand[g] = key;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint n = min(n_local[0], (uint)PSR_FILTER_LCAP);
+    if (lid == 0)
+        n_local[1] = n ? atomic_add(count, n) : 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint at = n_local[1];
+    for (uint j = lid; j < n && at + j < cap; j += PSR_WG_SIZE)
+        cand[at + j] = buf[j];
+}
+
+/* Pass 2, groups_per_row groups per row. Top-k rows: the 12-bit bin of
+ * the k-th largest key from pass 1's counts, then the candidates (keys at
+ * or above both that bin and the min-p cut). Rows with top-p and no
+ * top-k: the masses of the keys at or above the min-p cut, per bin. */
+__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
+void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __global uint *state,
+                        __global uint *hist, __global uint *cand, uint cap)
+{
+    __local uint lbuf[2 * PSR_FILTER_HBINS];
+    __local ulong seg[PSR_WG_SIZE];
+    __local uint pick[3];
+    uint lid = get_local_id(0);
+    uint row_id = get_group_id(0) / groups_per_row;
+    uint part = get_group_id(0) % groups_per_row;
+    psr_filter_row f = PSR_FILTER_ROW_GET(row_id);
+    if (f.state != 2 || !(f.k_on || f.p_on))
+        return;
+    float m = psr_filter_max(state, row_id);
+    if (!(m > -INFINITY))
+        return; /* nothing but NaN and -inf: finish writes -inf */
+    uint floor_key = psr_filter_floor(&f, m);
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
+    __global uint *h = hist + (ulong)row_id * 2 * PSR_FILTER_HBINS;
+    uint start = part * chunk, end = min(start + chunk, vocab);
+    if (f.k_on) {
+        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+            lbuf[b] = h[b];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ulong total = psr_filter_suffix(lbuf, lbuf, false, PSR_FILTER_HBINS, seg);
+        uint low = 0; /* fewer than k tokens: every key is a candidate */
+        if (total >= (ulong)f.k) {
+            psr_filter_cross(lbuf, lbuf, false, PSR_FILTER_HBINS, 0, false, (ulong)f.k, 0.0f, seg,
+                             pick);
+            low = pick[0] << PSR_FILTER_HSHIFT;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        psr_filter_gather(src, &f, start, end, max(low, floor_key), &state[2 * row_id + 1],
+                          cand + (ulong)row_id * cap, cap, lbuf, &pick[0]);
+        return;
+    }
+    /* Top-p alone: 64-bit masses per bin, local then global. */
+    __local uint *hlo = lbuf, *hhi = lbuf + PSR_FILTER_HBINS;
+    for (uint b = lid; b < 2 * PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+        lbuf[b] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint i = start + lid; i < end; i += PSR_WG_SIZE) {
+        float s = psr_filter_scaled(src, i, f.t, f.r);
+        if (isnan(s))
+            continue;
+        uint key = psr_filter_key(s);
+        if (key < floor_key)
+            continue;
+        ulong w = psr_filter_weight(s, m, true);
+        uint b = key >> PSR_FILTER_HSHIFT;
+        if (w)
+            psr_filter_add_local(&hlo[b], &hhi[b], w);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE) {
+        ulong w = ((ulong)hhi[b] << 32) | hlo[b];
+        if (w)
+            psr_filter_add_global(&h[b], &h[PSR_FILTER_HBINS + b], w);
+    }
+}
+
+/* Pass 3 for rows with top-p and no top-k: the bin where the mass from
+ * the top reaches p * total, then the keys at or above it. */
+__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
+void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk,
+                             __global uint *state, __global uint *hist, __global uint *cand,
+                             uint cap)
+{
+    __local uint lbuf[2 * PSR_FILTER_HBINS];
+    __local ulong seg[PSR_WG_SIZE];
+    __local uint pick[3];
+    uint lid = get_local_id(0);
+    uint row_id = get_group_id(0) / groups_per_row;
+    uint part = get_group_id(0) % groups_per_row;
+    psr_filter_row f = PSR_FILTER_ROW_GET(row_id);
+    if (f.state != 2 || f.k_on || !f.p_on)
+        return;
+    float m = psr_filter_max(state, row_id);
+    if (!(m > -INFINITY))
+        return;
+    uint floor_key = psr_filter_floor(&f, m);
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
+    __global const uint *h = hist + (ulong)row_id * 2 * PSR_FILTER_HBINS;
+    for (uint b = lid; b < 2 * PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+        lbuf[b] = h[b];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __local uint *hlo = lbuf, *hhi = lbuf + PSR_FILTER_HBINS;
+    ulong total = psr_filter_suffix(hlo, hhi, true, PSR_FILTER_HBINS, seg);
+    float goal = fmax(f.p, FLT_MIN) * (float)total;
+    uint low = floor_key;
+    if (psr_filter_reached(total, true, 0, goal)) {
+        psr_filter_cross(hlo, hhi, true, PSR_FILTER_HBINS, 0, true, 0, goal, seg, pick);
+        low = max(low, pick[0] << PSR_FILTER_HSHIFT);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint start = part * chunk, end = min(start + chunk, vocab);
+    psr_filter_gather(src, &f, start, end, low, &state[2 * row_id + 1], cand + (ulong)row_id * cap,
+                      cap, lbuf, &pick[0]);
+}
+
+/* Pass 4, one group per row: the exact threshold, then the row's state
+ * cleared for the next launch. */
+__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
+void psr_filter_finish(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist,
+                       __global const uint *cand, uint cap, __global float *thresholds)
+{
+    __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS];
+    __local ulong seg[PSR_WG_SIZE];
+    __local uint pick[3];
+    uint lid = get_local_id(0);
+    uint row_id = get_group_id(0);
+    psr_filter_row f = PSR_FILTER_ROW_GET(row_id);
+    if (f.state != 2) {
+        if (lid == 0)
+            thresholds[row_id] = f.state == 1 ? NAN : -INFINITY;
+        return;
+    }
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
+    __global uint *h = hist + (ulong)row_id * 2 * PSR_FILTER_HBINS;
+    float m = psr_filter_max(state, row_id);
+    uint count = state[2 * row_id + 1];
+    bool fits = count <= cap; /* else the list overflowed: search the whole row */
+    __global const uint *keys = fits ? cand + (ulong)row_id * cap : 0;
+    uint n = fits ? count : vocab;
     float cut = -INFINITY;
     if (m > -INFINITY) {
-        if (m_on)
-            cut = m + psr_det_log(mp);
+        if (f.m_on)
+            cut = m + psr_det_log(f.mp);
         uint floor_key = psr_filter_key(cut);
-        if (k_on)
-            floor_key = psr_filter_search(src, vocab, t, r, m, floor_key, false, (ulong)k, 1.0f,
-                                          hlo, hhi, seg, pick);
-        if (p_on)
-            floor_key = psr_filter_search(src, vocab, t, r, m, floor_key, true, 0,
-                                          fmax(p, FLT_MIN), hlo, hhi, seg, pick);
-        if (k_on || p_on)
+        if (f.k_on)
+            floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, false, (ulong)f.k,
+                                          1.0f, 0, hlo, hhi, seg, pick);
+        if (f.p_on) {
+            /* Top-p alone gathered only the top of its set: the total
+             * comes from the mass histogram. */
+            ulong total = 0;
+            if (!f.k_on && fits) {
+                ulong mine = 0;
+                for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+                    mine += ((ulong)h[PSR_FILTER_HBINS + b] << 32) | h[b];
+                seg[lid] = mine;
+                for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
+                    barrier(CLK_LOCAL_MEM_FENCE);
+                    if (lid < s)
+                        seg[lid] += seg[lid + s];
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);
+                total = seg[0];
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+            floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, true, 0,
+                                          fmax(f.p, FLT_MIN), total, hlo, hhi, seg, pick);
+        }
+        if (f.k_on || f.p_on)
             cut = psr_filter_unkey(floor_key);
     }
     if (lid == 0)
         thresholds[row_id] = cut;
+    /* Clear the state for the next launch, after every read above. */
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (f.k_on || f.p_on)
+        for (uint b = lid; b < 2 * PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+            h[b] = 0;
+    if (lid == 0) {
+        state[2 * row_id] = 0;
+        state[2 * row_id + 1] = 0;
+    }
 }

@@ -286,8 +286,11 @@ void psr_context_free(psr_context *ctx)
         clReleaseMemObject(ctx->part_index.buffer);
     if (ctx->row_words.buffer)
         clReleaseMemObject(ctx->row_words.buffer);
-    if (ctx->filter_cut.buffer)
-        clReleaseMemObject(ctx->filter_cut.buffer);
+    psr_scratch *filter[] = {&ctx->filter_cut, &ctx->filter_state, &ctx->filter_hist,
+                             &ctx->filter_cand};
+    for (int i = 0; i < 4; i++)
+        if (filter[i]->buffer)
+            clReleaseMemObject(filter[i]->buffer);
     for (int i = 0; i < 6; i++)
         if (ctx->verify[i].buffer)
             clReleaseMemObject(ctx->verify[i].buffer);
@@ -375,7 +378,8 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
         return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT,
                         "psr_context_scratch_bytes: bytes is NULL");
     *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->row_words.bytes +
-             ctx->filter_cut.bytes;
+             ctx->filter_cut.bytes + ctx->filter_state.bytes + ctx->filter_hist.bytes +
+             ctx->filter_cand.bytes;
     for (int i = 0; i < 6; i++)
         *bytes += ctx->verify[i].bytes;
     for (int i = 0; i < 4; i++)

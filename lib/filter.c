@@ -39,26 +39,103 @@ psr_status psr_filter_check_values(psr_context *ctx, const char *who, size_t i,
     return PSR_OK;
 }
 
-psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *a, const psr_variant *v,
-                              cl_event *event, cl_mem *cut)
+/* Candidates a row may gather before the finish kernel falls back to
+ * searching the whole row (a flat top of the distribution, many ties). */
+#define FILTER_CAP 8192
+#define FILTER_HBINS 4096
+
+static psr_status filter_kernel(psr_context *ctx, const psr_variant *v, const char *name,
+                                const psr_sample_args *a, int n_extra, const size_t *sizes,
+                                const void *const *values, size_t groups, cl_uint nwait,
+                                const cl_event *wait, cl_event *event)
 {
     cl_kernel k;
-    psr_status st = psr_kernel_get(ctx, v, "psr_filter_threshold", &k);
-    if (st == PSR_OK)
-        st = psr_scratch_reserve(ctx, &ctx->filter_cut, a->rows * sizeof(cl_float));
+    psr_status st = psr_kernel_get(ctx, v, name, &k);
     if (st != PSR_OK)
         return st;
-    *cut = ctx->filter_cut.buffer;
+    /* The row arguments every filter kernel starts with. */
     cl_ulong offset = a->logits_offset;
     cl_ulong stride = a->row_stride ? a->row_stride : a->vocab;
     cl_uint vocab = (cl_uint)a->vocab, requests = (cl_uint)a->requests;
     const size_t ms = sizeof(cl_mem);
-    const size_t sizes[] = {ms, 8, 8, 4, ms, 4, ms, ms, ms, ms, ms};
-    const void *values[] = {&a->logits, &offset,    &stride,   &vocab,    &a->row_request, &requests,
-                            &a->temperatures, &a->top_k, &a->top_p, &a->min_p, cut};
-    st = psr_set_kernel_args(ctx, k, "psr_filter_threshold", 11, sizes, values);
+    size_t all_sizes[16] = {ms, 8, 8, 4, ms, 4, ms, ms, ms, ms};
+    const void *all_values[16] = {&a->logits,       &offset,   &stride,   &vocab,    &a->row_request,
+                                  &requests,        &a->temperatures, &a->top_k, &a->top_p, &a->min_p};
+    for (int i = 0; i < n_extra; i++) {
+        all_sizes[10 + i] = sizes[i];
+        all_values[10 + i] = values[i];
+    }
+    st = psr_set_kernel_args(ctx, k, name, 10 + n_extra, all_sizes, all_values);
     if (st == PSR_OK)
-        st = psr_enqueue_groups(ctx, k, "psr_filter_threshold", a->rows, ctx->tuning.work_group_size,
-                                a->num_events_in_wait_list, a->event_wait_list, event);
+        st = psr_enqueue_groups(ctx, k, name, groups, ctx->tuning.work_group_size, nwait, wait, event);
+    return st;
+}
+
+psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *a, const psr_variant *v,
+                              cl_event *event, cl_mem *cut)
+{
+    bool searches = a->top_k || a->top_p;
+    cl_uint cap = (cl_uint)(a->vocab < FILTER_CAP ? a->vocab : FILTER_CAP);
+    psr_status st = psr_scratch_reserve(ctx, &ctx->filter_cut, a->rows * sizeof(cl_float));
+    if (st == PSR_OK)
+        st = psr_scratch_reserve(ctx, &ctx->filter_state, a->rows * 2 * sizeof(cl_uint));
+    if (st == PSR_OK && searches)
+        st = psr_scratch_reserve(ctx, &ctx->filter_hist, a->rows * 2 * FILTER_HBINS * sizeof(cl_uint));
+    if (st == PSR_OK && searches)
+        st = psr_scratch_reserve(ctx, &ctx->filter_cand, a->rows * cap * sizeof(cl_uint));
+    if (st != PSR_OK)
+        return st;
+    *cut = ctx->filter_cut.buffer;
+    cl_mem state = ctx->filter_state.buffer, hist = ctx->filter_hist.buffer;
+    cl_mem cand = ctx->filter_cand.buffer;
+
+    /* The kernels leave their state zero; a launch cut short by a failed
+     * enqueue may not have, so the next one clears it first. */
+    cl_uint nwait = a->num_events_in_wait_list;
+    const cl_event *wait = a->event_wait_list;
+    if (ctx->filter_dirty) {
+        cl_uint zero = 0;
+        cl_mem bufs[2] = {state, hist};
+        size_t bytes[2] = {ctx->filter_state.bytes, ctx->filter_hist.bytes};
+        for (int i = 0; i < 2; i++) {
+            if (!bufs[i])
+                continue;
+            cl_int err = clEnqueueFillBuffer(ctx->queue, bufs[i], &zero, sizeof zero, 0, bytes[i],
+                                             nwait, wait, NULL);
+            if (err != CL_SUCCESS)
+                return psr_fail(ctx, PSR_ERR_OPENCL, "clearing the filter state failed: %s (%d)",
+                                psr_cl_error_name(err), err);
+            nwait = 0, wait = NULL; /* queue order from here */
+        }
+    }
+    ctx->filter_dirty = true;
+
+    cl_uint chunk, groups;
+    psr_split_rows(ctx, a->rows, a->vocab, &chunk, &groups);
+    size_t parts = a->rows * groups;
+    const size_t ms = sizeof(cl_mem);
+    const size_t scan_sizes[] = {4, 4, ms, ms};
+    const void *scan_values[] = {&groups, &chunk, &state, &hist};
+    st = filter_kernel(ctx, v, "psr_filter_scan", a, 4, scan_sizes, scan_values, parts, nwait, wait,
+                       event);
+    const size_t col_sizes[] = {4, 4, ms, ms, ms, 4};
+    const void *col_values[] = {&groups, &chunk, &state, &hist, &cand, &cap};
+    if (st == PSR_OK && searches)
+        st = filter_kernel(ctx, v, "psr_filter_collect", a, 6, col_sizes, col_values, parts, 0, NULL,
+                           NULL);
+    if (st == PSR_OK && a->top_p)
+        st = filter_kernel(ctx, v, "psr_filter_collect_mass", a, 6, col_sizes, col_values, parts, 0,
+                           NULL, NULL);
+    const size_t fin_sizes[] = {ms, ms, ms, 4, ms};
+    const void *fin_values[] = {&state, &hist, &cand, &cap, cut};
+    if (st == PSR_OK)
+        st = filter_kernel(ctx, v, "psr_filter_finish", a, 5, fin_sizes, fin_values, a->rows, 0, NULL,
+                           NULL);
+    if (st == PSR_OK)
+        ctx->filter_dirty = false;
+    else if (event && *event) {
+        clReleaseEvent(*event);
+        *event = NULL;
+    }
     return st;
 }

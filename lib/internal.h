@@ -262,7 +262,11 @@ struct psr_context {
     psr_scratch part_value; /* per (row, work-group) best value */
     psr_scratch part_index; /* per (row, work-group) best index */
     psr_scratch row_words;  /* per row: the one-pass fold word, zero between launches */
-    psr_scratch filter_cut; /* per row: the filter threshold (filter.c) */
+    psr_scratch filter_cut;   /* per row: the filter threshold (filter.c) */
+    psr_scratch filter_state; /* per row: largest key, candidate count; zero between launches */
+    psr_scratch filter_hist;  /* per row: 12-bit histogram (counts or masses); zero between launches */
+    psr_scratch filter_cand;  /* per row: candidate keys for the exact search */
+    bool filter_dirty;        /* a filter launch was cut short: clear the state first */
     psr_scratch verify[6];  /* psr_verify's per-row statistics, walks and status (verify.c) */
     psr_scratch logprobs[4]; /* psr_logprobs' per-block partials (logprobs.c) */
     cl_mem verify_layout[2]; /* the last cu and row-to-request map uploaded, and */

@@ -256,6 +256,51 @@ static void test_requests_independent(void **state)
     free(x);
 }
 
+/* Each way the device search can go, against the oracle, twice in a
+ * row (the state the kernels leave must not leak into the next launch):
+ * the candidate list for top-k and for top-p alone, and rows whose top
+ * holds more candidates than the list (8,192) takes, which search the
+ * whole row instead. */
+static void test_search_paths(void **state)
+{
+    (void)state;
+    enum { R = 8, V = 20000 };
+    float *x = malloc(R * V * sizeof *x);
+    for (size_t i = 0; i < V; i++) {
+        float n = 3.0f * normal();
+        x[0 * V + i] = n;                           /* candidates, top-k then top-p */
+        x[1 * V + i] = n;                           /* candidates, top-p alone */
+        x[2 * V + i] = 0.5f;                        /* all tied: top-k overflows */
+        x[3 * V + i] = 0.5f;                        /* all tied: top-p overflows */
+        x[4 * V + i] = i < 9000 ? 2.0f : n - 10.0f; /* 9,000 tied at the top */
+        x[5 * V + i] = n;                           /* min-p alone */
+        x[6 * V + i] = 0.01f * normal();            /* a flat top: many candidates */
+        x[7 * V + i] = i % 100 == 0 ? NAN : n;      /* fewer finite tokens than k */
+    }
+    int32_t k[R] = {100, 0, 100, 0, 10, 0, 5000, V - 10};
+    float p[R] = {0.95f, 0.9f, 1.0f, 0.5f, 0.9f, 1.0f, 0.7f, 0.99f};
+    float mp[R] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.1f, 0.0f, 0.001f};
+    int64_t seeds[R], pos[R];
+    float temps[R];
+    int32_t tokens[R];
+    for (size_t r = 0; r < R; r++)
+        seeds[r] = 7 + (int64_t)r, pos[r] = 11, temps[r] = 0.8f;
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
+                                                  k, p, mp, 0, tokens, NULL, NULL),
+                         PSR_OK);
+        float cut[R];
+        download(ctx->filter_cut.buffer, cut, sizeof cut);
+        for (size_t r = 0; r < R; r++) {
+            float want = psr_oracle_filter_threshold(x + r * V, V, temps[r], k[r], p[r], mp[r]);
+            if (!(cut[r] == want))
+                fail_msg("round %d row %zu: threshold %a, oracle %a", round, r, (double)cut[r],
+                         (double)want);
+        }
+    }
+    free(x);
+}
+
 /* Samples one filtered row `trials` times and judges the counts. */
 static void filtered_fit(const float *logits, size_t vocab, float temp, int32_t k, float p,
                          float mp, uint64_t trials, int64_t seed, chi2_result *fit,
@@ -447,6 +492,7 @@ int main(void)
         cmocka_unit_test(test_oracle_definitions),
         cmocka_unit_test(test_kept_set_equals_oracle),
         cmocka_unit_test(test_requests_independent),
+        cmocka_unit_test(test_search_paths),
         cmocka_unit_test(test_off_and_greedy),
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_distribution),
