@@ -10,31 +10,37 @@
  * does not depend on the order of the sums and lib/oracle_filter.c gets
  * the same bits.
  *
- * Four kernels, the first three with many work-groups per row so that a
- * few rows still fill the device (lib/filter.c enqueues them):
- *   psr_filter_scan     the row's largest key; with top-k, a histogram of
- *                       the keys' top 12 bits (counts);
+ * Two kernels with many work-groups per row, so that a few rows still
+ * fill the device; each extra launch costs about 10 us on NVIDIA's
+ * OpenCL, so the last group of a row to finish does the row's remaining
+ * work (lib/filter.c enqueues them):
+ *   psr_filter_scan     the row's largest key and, with top-k, a histogram
+ *                       of the keys' top 12 bits (counts). The last group
+ *                       of a min-p-only row writes its threshold.
  *   psr_filter_collect  top-k rows: the 12-bit bin that holds the k-th
  *                       largest key, then every key at or above that bin
- *                       (and the min-p cut) into a candidate list; rows
- *                       with top-p but no top-k: a histogram of masses;
- *   psr_filter_collect_mass  those rows: the bin where the mass from the
- *                       top reaches p, then the keys at or above it;
- *   psr_filter_finish   one group per row: the exact radix search (8 bits
- *                       a pass) over the candidates, or over the whole row
- *                       when they overflowed the list; writes the
- *                       threshold and clears the row's state.
+ *                       (and the min-p cut) into a candidate list. Rows
+ *                       with top-p but no top-k: a histogram of masses.
+ *                       The row's last group then runs the exact radix
+ *                       search (8 bits a pass) over the candidates in
+ *                       local memory (top-p alone gathers them itself from
+ *                       the bin where the mass reaches p), or over the
+ *                       whole row when they do not fit.
+ * Data that crosses work-groups is written with atomics and read with
+ * volatile loads; a group fences its writes before it counts itself done.
  * Output: -inf (nothing removed), NaN (a bad top_p or min_p: the sampler
  * flags the row), else the threshold.
  *
- * State between the kernels, zero between launches (finish clears it):
- *   state[2 * row] the largest key + 1 seen (0: none), state[2 * row + 1]
- *   the candidate count; hist[row] 4096 low then 4096 high words. */
+ * State between the kernels, zero between launches (each row's last
+ * group clears it): state[4 * row] the largest key + 1 seen (0: none),
+ * [4 * row + 1] the candidate count, [4 * row + 2] the groups done;
+ * hist[row] 4096 low then 4096 high words. */
 
 #define PSR_FILTER_BINS 256                  /* one radix pass: 8 bits */
 #define PSR_FILTER_HBINS 4096                /* the histogram passes: 12 bits */
 #define PSR_FILTER_HSHIFT 20
-#define PSR_FILTER_LCAP 2048                 /* candidates a group gathers locally */
+#define PSR_FILTER_LCAP 8192                 /* candidate keys in local memory */
+#define PSR_FILTER_STATE 4                   /* state words per row */
 
 /* fp32 as an unsigned key of the same order; -0 and +0 share one. */
 inline uint psr_filter_key(float v)
@@ -156,11 +162,11 @@ inline void psr_filter_cross(__local const uint *hlo, __local const uint *hhi, b
 /* The largest key K >= floor_key such that the weight of the tokens with
  * key >= K reaches the target; floor_key when the whole set falls short
  * (top-k with fewer than k tokens). The set is the row's tokens (keys ==
- * 0) or the candidate keys keys[0 .. n). Mass mode sets the goal from the
- * set's total, p * total, unless `total_in` gives the total. Uniform
- * control flow: every work-item calls it. */
+ * 0) or the keys keys[0 .. n) in local memory. Mass mode sets the goal
+ * from the set's total, p * total, unless `total_in` gives the total.
+ * Uniform control flow: every work-item calls it. */
 inline uint psr_filter_search(__global const psr_logit_t *src, float t, float r,
-                              __global const uint *keys, uint n, float m, uint floor_key,
+                              __local const uint *keys, uint n, float m, uint floor_key,
                               bool mass, ulong want, float p, ulong total_in,
                               __local uint *hlo, __local uint *hhi, __local ulong *seg,
                               __local uint *pick)
@@ -251,16 +257,34 @@ inline psr_filter_row psr_filter_row_get(uint row_id, uint vocab, __global const
     return f;
 }
 
-/* The row's largest scaled logit from its state word, and the min-p cut's key. */
-inline float psr_filter_max(__global const uint *state, uint row_id)
+/* The row's largest scaled logit from its state word (-inf: none). */
+inline float psr_filter_max_of(uint mk)
 {
-    uint mk = state[2 * row_id];
     return mk ? psr_filter_unkey(mk - 1) : -INFINITY;
 }
 
-inline uint psr_filter_floor(const psr_filter_row *f, float m)
+inline float psr_filter_min_p_cut(const psr_filter_row *f, float m)
 {
-    return psr_filter_key(f->m_on ? m + psr_det_log(f->mp) : -INFINITY);
+    return f->m_on ? m + psr_det_log(f->mp) : -INFINITY;
+}
+
+/* Called by every work-item once the group's atomics are issued: true in
+ * the row's last group to get here, which then resets the count. */
+inline bool psr_filter_last_group(__global uint *done, uint groups_per_row, __local uint *flag)
+{
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (get_local_id(0) == 0) {
+        uint before = atomic_inc(done);
+        flag[0] = before == groups_per_row - 1;
+        if (flag[0])
+            atomic_xchg(done, 0);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    bool last = flag[0] != 0;
+    if (last)
+        mem_fence(CLK_GLOBAL_MEM_FENCE);
+    return last;
 }
 
 #define PSR_FILTER_ROW_ARGS                                                                       \
@@ -272,20 +296,26 @@ inline uint psr_filter_floor(const psr_filter_row *f, float m)
     psr_filter_row_get((row_id), vocab, row_request, requests, temperatures, top_k, top_p, min_p)
 
 /* Pass 1, groups_per_row groups per row: the row's largest key and, for
- * top-k, the count of keys in each 12-bit bin. */
+ * top-k, the count of keys in each 12-bit bin. Rows without a filter get
+ * their threshold here, min-p-only rows from their last group. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_filter_scan(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __global uint *state,
-                     __global uint *hist)
+                     __global uint *hist, __global float *thresholds)
 {
     __local uint lh[PSR_FILTER_HBINS];
     __local uint lmax[PSR_WG_SIZE];
+    __local uint flag[1];
     uint lid = get_local_id(0);
     uint row_id = get_group_id(0) / groups_per_row;
     uint part = get_group_id(0) % groups_per_row;
     psr_filter_row f = PSR_FILTER_ROW_GET(row_id);
-    if (f.state != 2)
+    if (f.state != 2) {
+        if (part == 0 && lid == 0)
+            thresholds[row_id] = f.state == 1 ? NAN : -INFINITY;
         return;
+    }
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
+    __global uint *st = state + PSR_FILTER_STATE * row_id;
     uint start = part * chunk, end = min(start + chunk, vocab);
     if (f.k_on) {
         for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
@@ -310,62 +340,114 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __glo
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid == 0 && lmax[0])
-        atomic_max(&state[2 * row_id], lmax[0]);
+        atomic_max(&st[0], lmax[0]);
     if (f.k_on) {
         __global uint *h = hist + (ulong)row_id * 2 * PSR_FILTER_HBINS;
         for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
             if (lh[b])
                 atomic_add(&h[b], lh[b]);
     }
-}
-
-/* Appends the keys of [start, end) at or above `low` to the row's
- * candidate list: gathered in local memory, then one atomic per group
- * reserves their place. The count keeps growing past `cap` so that the
- * finish kernel sees the overflow. */
-inline void psr_filter_gather(__global const psr_logit_t *src, const psr_filter_row *f, uint start,
-                              uint end, uint low, __global uint *count, __global uint *cand,
-                              uint cap, __local uint *buf, __local uint *n_local)
-{
-    uint lid = get_local_id(0);
-    if (lid == 0)
-        n_local[0] = 0;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint i = start + lid; i < end; i += PSR_WG_SIZE) {
-        float s = psr_filter_scaled(src, i, f->t, f->r);
-        if (isnan(s))
-            continue;
-        uint key = psr_filter_key(s);
-        if (key < low)
-            continue;
-        uint j = atomic_inc(n_local);
-        if (j < PSR_FILTER_LCAP) {
-            buf[j] = key;
-        } else {
-            uint g = atomic_inc(count); /* past the local list: straight to the global one */
-            if (g < cap)
-                cand[g] = key;
+    /* Rows with top-k or top-p: psr_filter_collect finishes them. */
+    bool last = psr_filter_last_group(&st[2], groups_per_row, flag);
+    if (last && !(f.k_on || f.p_on)) {
+        volatile __global const uint *vst = st; /* past any cache: other groups wrote it */
+        float cut = psr_filter_min_p_cut(&f, psr_filter_max_of(vst[0]));
+        barrier(CLK_GLOBAL_MEM_FENCE);
+        if (lid == 0) {
+            thresholds[row_id] = cut;
+            st[0] = 0;
         }
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    uint n = min(n_local[0], (uint)PSR_FILTER_LCAP);
-    if (lid == 0)
-        n_local[1] = n ? atomic_add(count, n) : 0;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    uint at = n_local[1];
-    for (uint j = lid; j < n && at + j < cap; j += PSR_WG_SIZE)
-        cand[at + j] = buf[j];
 }
 
-/* Pass 2, groups_per_row groups per row. Top-k rows: the 12-bit bin of
- * the k-th largest key from pass 1's counts, then the candidates (keys at
- * or above both that bin and the min-p cut). Rows with top-p and no
- * top-k: the masses of the keys at or above the min-p cut, per bin. */
+/* The row's last group in psr_filter_collect: the exact threshold, then
+ * the row's state cleared for the next launch. */
+inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit_t *src, float m,
+                              uint floor_key, uint vocab, uint cap, __global uint *st,
+                              __global uint *h, __global uint *rc, __global float *threshold,
+                              __local uint *lbuf, __local uint *hlo, __local uint *hhi,
+                              __local ulong *seg, __local uint *pick)
+{
+    psr_filter_row f = *fp;
+    uint lid = get_local_id(0);
+    /* Other groups wrote these: volatile reads go past any cache. */
+    volatile __global const uint *vst = st, *vh = h, *vrc = rc;
+    float cut = psr_filter_min_p_cut(&f, m);
+    if (m > -INFINITY) {
+        uint n = vocab;
+        __local const uint *keys = 0; /* 0: search the whole row */
+        ulong total = 0;
+        if (f.k_on) {
+            uint count = vst[1];
+            if (count <= cap && count <= PSR_FILTER_LCAP) {
+                for (uint j = lid; j < count; j += PSR_WG_SIZE)
+                    lbuf[j] = vrc[j];
+                n = count;
+                keys = lbuf;
+            }
+        } else {
+            /* Top-p alone: the total and the bin where the mass from the
+             * top reaches p * total, then that bin and above from the row. */
+            for (uint b = lid; b < 2 * PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+                lbuf[b] = vh[b];
+            barrier(CLK_LOCAL_MEM_FENCE);
+            total = psr_filter_suffix(lbuf, lbuf + PSR_FILTER_HBINS, true, PSR_FILTER_HBINS, seg);
+            float goal = fmax(f.p, FLT_MIN) * (float)total;
+            psr_filter_cross(lbuf, lbuf + PSR_FILTER_HBINS, true, PSR_FILTER_HBINS, 0, true, 0, goal,
+                             seg, pick);
+            uint low = max(floor_key, pick[0] << PSR_FILTER_HSHIFT);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (lid == 0)
+                pick[0] = 0;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (uint i = lid; i < vocab; i += PSR_WG_SIZE) {
+                float s = psr_filter_scaled(src, i, f.t, f.r);
+                uint key = psr_filter_key(s);
+                if (isnan(s) || key < low)
+                    continue;
+                uint j = atomic_inc(&pick[0]);
+                if (j < PSR_FILTER_LCAP)
+                    lbuf[j] = key;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (pick[0] <= PSR_FILTER_LCAP) {
+                n = pick[0];
+                keys = lbuf;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (f.k_on)
+            floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, false, (ulong)f.k,
+                                          1.0f, 0, hlo, hhi, seg, pick);
+        if (f.p_on)
+            floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, true, 0,
+                                          fmax(f.p, FLT_MIN), keys ? total : 0, hlo, hhi, seg,
+                                          pick);
+        cut = psr_filter_unkey(floor_key);
+    }
+    /* Clear the row's state for the next launch, after every read. */
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    for (uint b = lid; b < 2 * PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+        h[b] = 0;
+    if (lid == 0) {
+        *threshold = cut;
+        st[0] = 0;
+        st[1] = 0;
+    }
+}
+
+/* Pass 2, groups_per_row groups per row, for rows with top-k or top-p.
+ * Top-k rows: the 12-bit bin of the k-th largest key from pass 1's
+ * counts, then the candidates (keys at or above both that bin and the
+ * min-p cut). Rows with top-p and no top-k: the masses of the keys at or
+ * above the min-p cut, per bin. The row's last group finishes it. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __global uint *state,
-                        __global uint *hist, __global uint *cand, uint cap)
+                        __global uint *hist, __global uint *cand, uint cap,
+                        __global float *thresholds)
 {
-    __local uint lbuf[2 * PSR_FILTER_HBINS];
+    __local uint lbuf[PSR_FILTER_LCAP]; /* histograms, then candidate keys */
+    __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS];
     __local ulong seg[PSR_WG_SIZE];
     __local uint pick[3];
     uint lid = get_local_id(0);
@@ -374,14 +456,14 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __
     psr_filter_row f = PSR_FILTER_ROW_GET(row_id);
     if (f.state != 2 || !(f.k_on || f.p_on))
         return;
-    float m = psr_filter_max(state, row_id);
-    if (!(m > -INFINITY))
-        return; /* nothing but NaN and -inf: finish writes -inf */
-    uint floor_key = psr_filter_floor(&f, m);
+    __global uint *st = state + PSR_FILTER_STATE * row_id;
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
     __global uint *h = hist + (ulong)row_id * 2 * PSR_FILTER_HBINS;
+    __global uint *rc = cand + (ulong)row_id * cap;
+    float m = psr_filter_max_of(st[0]); /* complete: pass 1 has ended */
+    uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));
     uint start = part * chunk, end = min(start + chunk, vocab);
-    if (f.k_on) {
+    if (m > -INFINITY && f.k_on) {
         for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
             lbuf[b] = h[b];
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -392,140 +474,55 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __
                              pick);
             low = pick[0] << PSR_FILTER_HSHIFT;
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        psr_filter_gather(src, &f, start, end, max(low, floor_key), &state[2 * row_id + 1],
-                          cand + (ulong)row_id * cap, cap, lbuf, &pick[0]);
-        return;
-    }
-    /* Top-p alone: 64-bit masses per bin, local then global. */
-    __local uint *hlo = lbuf, *hhi = lbuf + PSR_FILTER_HBINS;
-    for (uint b = lid; b < 2 * PSR_FILTER_HBINS; b += PSR_WG_SIZE)
-        lbuf[b] = 0;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint i = start + lid; i < end; i += PSR_WG_SIZE) {
-        float s = psr_filter_scaled(src, i, f.t, f.r);
-        if (isnan(s))
-            continue;
-        uint key = psr_filter_key(s);
-        if (key < floor_key)
-            continue;
-        ulong w = psr_filter_weight(s, m, true);
-        uint b = key >> PSR_FILTER_HSHIFT;
-        if (w)
-            psr_filter_add_local(&hlo[b], &hhi[b], w);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE) {
-        ulong w = ((ulong)hhi[b] << 32) | hlo[b];
-        if (w)
-            psr_filter_add_global(&h[b], &h[PSR_FILTER_HBINS + b], w);
-    }
-}
-
-/* Pass 3 for rows with top-p and no top-k: the bin where the mass from
- * the top reaches p * total, then the keys at or above it. */
-__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk,
-                             __global uint *state, __global uint *hist, __global uint *cand,
-                             uint cap)
-{
-    __local uint lbuf[2 * PSR_FILTER_HBINS];
-    __local ulong seg[PSR_WG_SIZE];
-    __local uint pick[3];
-    uint lid = get_local_id(0);
-    uint row_id = get_group_id(0) / groups_per_row;
-    uint part = get_group_id(0) % groups_per_row;
-    psr_filter_row f = PSR_FILTER_ROW_GET(row_id);
-    if (f.state != 2 || f.k_on || !f.p_on)
-        return;
-    float m = psr_filter_max(state, row_id);
-    if (!(m > -INFINITY))
-        return;
-    uint floor_key = psr_filter_floor(&f, m);
-    __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
-    __global const uint *h = hist + (ulong)row_id * 2 * PSR_FILTER_HBINS;
-    for (uint b = lid; b < 2 * PSR_FILTER_HBINS; b += PSR_WG_SIZE)
-        lbuf[b] = h[b];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    __local uint *hlo = lbuf, *hhi = lbuf + PSR_FILTER_HBINS;
-    ulong total = psr_filter_suffix(hlo, hhi, true, PSR_FILTER_HBINS, seg);
-    float goal = fmax(f.p, FLT_MIN) * (float)total;
-    uint low = floor_key;
-    if (psr_filter_reached(total, true, 0, goal)) {
-        psr_filter_cross(hlo, hhi, true, PSR_FILTER_HBINS, 0, true, 0, goal, seg, pick);
-        low = max(low, pick[0] << PSR_FILTER_HSHIFT);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    uint start = part * chunk, end = min(start + chunk, vocab);
-    psr_filter_gather(src, &f, start, end, low, &state[2 * row_id + 1], cand + (ulong)row_id * cap,
-                      cap, lbuf, &pick[0]);
-}
-
-/* Pass 4, one group per row: the exact threshold, then the row's state
- * cleared for the next launch. */
-__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_filter_finish(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist,
-                       __global const uint *cand, uint cap, __global float *thresholds)
-{
-    __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS];
-    __local ulong seg[PSR_WG_SIZE];
-    __local uint pick[3];
-    uint lid = get_local_id(0);
-    uint row_id = get_group_id(0);
-    psr_filter_row f = PSR_FILTER_ROW_GET(row_id);
-    if (f.state != 2) {
+        low = max(low, floor_key);
+        barrier(CLK_LOCAL_MEM_FENCE); /* pick[0] is read; now it counts */
+        /* Gather into local memory, then one atomic reserves the group's
+         * place in the row's list; the count runs on past cap so that
+         * the last group sees the overflow. */
         if (lid == 0)
-            thresholds[row_id] = f.state == 1 ? NAN : -INFINITY;
-        return;
-    }
-    __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
-    __global uint *h = hist + (ulong)row_id * 2 * PSR_FILTER_HBINS;
-    float m = psr_filter_max(state, row_id);
-    uint count = state[2 * row_id + 1];
-    bool fits = count <= cap; /* else the list overflowed: search the whole row */
-    __global const uint *keys = fits ? cand + (ulong)row_id * cap : 0;
-    uint n = fits ? count : vocab;
-    float cut = -INFINITY;
-    if (m > -INFINITY) {
-        if (f.m_on)
-            cut = m + psr_det_log(f.mp);
-        uint floor_key = psr_filter_key(cut);
-        if (f.k_on)
-            floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, false, (ulong)f.k,
-                                          1.0f, 0, hlo, hhi, seg, pick);
-        if (f.p_on) {
-            /* Top-p alone gathered only the top of its set: the total
-             * comes from the mass histogram. */
-            ulong total = 0;
-            if (!f.k_on && fits) {
-                ulong mine = 0;
-                for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
-                    mine += ((ulong)h[PSR_FILTER_HBINS + b] << 32) | h[b];
-                seg[lid] = mine;
-                for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
-                    barrier(CLK_LOCAL_MEM_FENCE);
-                    if (lid < s)
-                        seg[lid] += seg[lid + s];
-                }
-                barrier(CLK_LOCAL_MEM_FENCE);
-                total = seg[0];
-                barrier(CLK_LOCAL_MEM_FENCE);
-            }
-            floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, true, 0,
-                                          fmax(f.p, FLT_MIN), total, hlo, hhi, seg, pick);
+            pick[0] = 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint i = start + lid; i < end; i += PSR_WG_SIZE) {
+            float s = psr_filter_scaled(src, i, f.t, f.r);
+            uint key = psr_filter_key(s);
+            if (isnan(s) || key < low)
+                continue;
+            uint j = atomic_inc(&pick[0]);
+            if (j < PSR_FILTER_LCAP)
+                lbuf[j] = key;
         }
-        if (f.k_on || f.p_on)
-            cut = psr_filter_unkey(floor_key);
-    }
-    if (lid == 0)
-        thresholds[row_id] = cut;
-    /* Clear the state for the next launch, after every read above. */
-    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-    if (f.k_on || f.p_on)
+        barrier(CLK_LOCAL_MEM_FENCE);
+        uint n = pick[0];
+        if (lid == 0)
+            pick[1] = n ? atomic_add(&st[1], n) : 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        uint at = pick[1];
+        for (uint j = lid; j < min(n, (uint)PSR_FILTER_LCAP) && at + j < cap; j += PSR_WG_SIZE)
+            atomic_xchg(&rc[at + j], lbuf[j]);
+    } else if (m > -INFINITY) {
+        /* Top-p alone: 64-bit masses per bin, local then global. */
+        __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_HBINS;
         for (uint b = lid; b < 2 * PSR_FILTER_HBINS; b += PSR_WG_SIZE)
-            h[b] = 0;
-    if (lid == 0) {
-        state[2 * row_id] = 0;
-        state[2 * row_id + 1] = 0;
+            lbuf[b] = 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint i = start + lid; i < end; i += PSR_WG_SIZE) {
+            float s = psr_filter_scaled(src, i, f.t, f.r);
+            uint key = psr_filter_key(s);
+            if (isnan(s) || key < floor_key)
+                continue;
+            ulong w = psr_filter_weight(s, m, true);
+            uint b = key >> PSR_FILTER_HSHIFT;
+            if (w)
+                psr_filter_add_local(&mlo[b], &mhi[b], w);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE) {
+            ulong w = ((ulong)mhi[b] << 32) | mlo[b];
+            if (w)
+                psr_filter_add_global(&h[b], &h[PSR_FILTER_HBINS + b], w);
+        }
     }
+    if (psr_filter_last_group(&st[2], groups_per_row, &pick[2]))
+        psr_filter_finish(&f, src, m, floor_key, vocab, cap, st, h, rc, thresholds + row_id, lbuf,
+                          hlo, hhi, seg, pick);
 }

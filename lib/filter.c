@@ -58,8 +58,8 @@ static psr_status filter_kernel(psr_context *ctx, const psr_variant *v, const ch
     cl_ulong stride = a->row_stride ? a->row_stride : a->vocab;
     cl_uint vocab = (cl_uint)a->vocab, requests = (cl_uint)a->requests;
     const size_t ms = sizeof(cl_mem);
-    size_t all_sizes[16] = {ms, 8, 8, 4, ms, 4, ms, ms, ms, ms};
-    const void *all_values[16] = {&a->logits,       &offset,   &stride,   &vocab,    &a->row_request,
+    size_t all_sizes[20] = {ms, 8, 8, 4, ms, 4, ms, ms, ms, ms};
+    const void *all_values[20] = {&a->logits,       &offset,   &stride,   &vocab,    &a->row_request,
                                   &requests,        &a->temperatures, &a->top_k, &a->top_p, &a->min_p};
     for (int i = 0; i < n_extra; i++) {
         all_sizes[10 + i] = sizes[i];
@@ -78,8 +78,8 @@ psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *a, const 
     cl_uint cap = (cl_uint)(a->vocab < FILTER_CAP ? a->vocab : FILTER_CAP);
     psr_status st = psr_scratch_reserve(ctx, &ctx->filter_cut, a->rows * sizeof(cl_float));
     if (st == PSR_OK)
-        st = psr_scratch_reserve(ctx, &ctx->filter_state, a->rows * 2 * sizeof(cl_uint));
-    if (st == PSR_OK && searches)
+        st = psr_scratch_reserve(ctx, &ctx->filter_state, a->rows * 4 * sizeof(cl_uint));
+    if (st == PSR_OK)
         st = psr_scratch_reserve(ctx, &ctx->filter_hist, a->rows * 2 * FILTER_HBINS * sizeof(cl_uint));
     if (st == PSR_OK && searches)
         st = psr_scratch_reserve(ctx, &ctx->filter_cand, a->rows * cap * sizeof(cl_uint));
@@ -98,8 +98,6 @@ psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *a, const 
         cl_mem bufs[2] = {state, hist};
         size_t bytes[2] = {ctx->filter_state.bytes, ctx->filter_hist.bytes};
         for (int i = 0; i < 2; i++) {
-            if (!bufs[i])
-                continue;
             cl_int err = clEnqueueFillBuffer(ctx->queue, bufs[i], &zero, sizeof zero, 0, bytes[i],
                                              nwait, wait, NULL);
             if (err != CL_SUCCESS)
@@ -114,22 +112,14 @@ psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *a, const 
     psr_split_rows(ctx, a->rows, a->vocab, &chunk, &groups);
     size_t parts = a->rows * groups;
     const size_t ms = sizeof(cl_mem);
-    const size_t scan_sizes[] = {4, 4, ms, ms};
-    const void *scan_values[] = {&groups, &chunk, &state, &hist};
-    st = filter_kernel(ctx, v, "psr_filter_scan", a, 4, scan_sizes, scan_values, parts, nwait, wait,
+    const size_t scan_sizes[] = {4, 4, ms, ms, ms};
+    const void *scan_values[] = {&groups, &chunk, &state, &hist, cut};
+    st = filter_kernel(ctx, v, "psr_filter_scan", a, 5, scan_sizes, scan_values, parts, nwait, wait,
                        event);
-    const size_t col_sizes[] = {4, 4, ms, ms, ms, 4};
-    const void *col_values[] = {&groups, &chunk, &state, &hist, &cand, &cap};
+    const size_t col_sizes[] = {4, 4, ms, ms, ms, 4, ms};
+    const void *col_values[] = {&groups, &chunk, &state, &hist, &cand, &cap, cut};
     if (st == PSR_OK && searches)
-        st = filter_kernel(ctx, v, "psr_filter_collect", a, 6, col_sizes, col_values, parts, 0, NULL,
-                           NULL);
-    if (st == PSR_OK && a->top_p)
-        st = filter_kernel(ctx, v, "psr_filter_collect_mass", a, 6, col_sizes, col_values, parts, 0,
-                           NULL, NULL);
-    const size_t fin_sizes[] = {ms, ms, ms, 4, ms};
-    const void *fin_values[] = {&state, &hist, &cand, &cap, cut};
-    if (st == PSR_OK)
-        st = filter_kernel(ctx, v, "psr_filter_finish", a, 5, fin_sizes, fin_values, a->rows, 0, NULL,
+        st = filter_kernel(ctx, v, "psr_filter_collect", a, 7, col_sizes, col_values, parts, 0, NULL,
                            NULL);
     if (st == PSR_OK)
         ctx->filter_dirty = false;
