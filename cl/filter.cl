@@ -10,10 +10,10 @@
  * does not depend on the order of the sums and lib/oracle_filter.c gets
  * the same bits.
  *
- * Two kernels with many work-groups per row, so that a few rows still
- * fill the device; each extra launch costs about 10 us on NVIDIA's
- * OpenCL, so the last group of a row to finish does the row's remaining
- * work (lib/filter.c enqueues them):
+ * Up to three kernels with many work-groups per row, so that a few rows
+ * still fill the device; the last group of a row to finish a pass does
+ * the row's remaining work, which saves a launch per pass (lib/filter.c
+ * enqueues them):
  *   psr_filter_scan     the row's largest key and, with top-k, a histogram
  *                       of the keys' top 12 bits (counts). The last group
  *                       of a min-p-only row writes its threshold.
@@ -23,9 +23,11 @@
  *                       with top-p but no top-k: a histogram of masses.
  *                       The row's last group then runs the exact radix
  *                       search (8 bits a pass) over the candidates in
- *                       local memory (top-p alone gathers them itself from
- *                       the bin where the mass reaches p), or over the
- *                       whole row when they do not fit.
+ *                       local memory, or over the whole row when they
+ *                       overflowed the list.
+ *   psr_filter_collect_mass  rows with top-p alone: the bin where the
+ *                       mass from the top reaches p, the keys at or above
+ *                       it, and the same exact search in the last group.
  * Data that crosses work-groups is written with atomics and read with
  * volatile loads; a group fences its writes before it counts itself done.
  * Output: -inf (nothing removed), NaN (a bad top_p or min_p: the sampler
@@ -295,6 +297,22 @@ inline bool psr_filter_last_group(__global uint *done, uint groups_per_row, __lo
 #define PSR_FILTER_ROW_GET(row_id)                                                                \
     psr_filter_row_get((row_id), vocab, row_request, requests, temperatures, top_k, top_p, min_p)
 
+/* The scaled logits of tokens i .. i + 3 and i + 4 * WG .. + 3: two
+ * vector loads in flight per work-item (one load at a time leaves the
+ * loop waiting on memory). NaN past `end` and for NaN logits. */
+inline void psr_filter_load8(__global const psr_logit_t *src, uint i, uint end, bool aligned,
+                             float t, float r, float *v)
+{
+    float4 x = psr_load4(src, i, end, aligned);
+    float4 y = psr_load4(src, i + 4 * PSR_WG_SIZE, end, aligned);
+    v[0] = x.s0, v[1] = x.s1, v[2] = x.s2, v[3] = x.s3;
+    v[4] = y.s0, v[5] = y.s1, v[6] = y.s2, v[7] = y.s3;
+    for (int q = 0; q < 8; q++)
+        v[q] = (isnan(v[q]) || isinf(v[q])) ? v[q] : psr_scale(v[q], t, r);
+}
+
+#define PSR_FILTER_STEP (8 * PSR_WG_SIZE)
+
 /* Pass 1, groups_per_row groups per row: the row's largest key and, for
  * top-k, the count of keys in each 12-bit bin. Rows without a filter get
  * their threshold here, min-p-only rows from their last group. */
@@ -315,6 +333,7 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __glo
         return;
     }
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
+    bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     __global uint *st = state + PSR_FILTER_STATE * row_id;
     uint start = part * chunk, end = min(start + chunk, vocab);
     if (f.k_on) {
@@ -323,14 +342,17 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __glo
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     uint mk = 0; /* key + 1 of the largest non-NaN value; 0: none */
-    for (uint i = start + lid; i < end; i += PSR_WG_SIZE) {
-        float s = psr_filter_scaled(src, i, f.t, f.r);
-        if (isnan(s))
-            continue;
-        uint key = psr_filter_key(s);
-        mk = max(mk, key + 1);
-        if (f.k_on)
-            atomic_inc(&lh[key >> PSR_FILTER_HSHIFT]);
+    for (uint i = start + 4 * lid; i < end; i += PSR_FILTER_STEP) {
+        float v[8];
+        psr_filter_load8(src, i, end, aligned, f.t, f.r, v);
+        for (int q = 0; q < 8; q++) {
+            if (isnan(v[q]))
+                continue;
+            uint key = psr_filter_key(v[q]);
+            mk = max(mk, key + 1);
+            if (f.k_on)
+                atomic_inc(&lh[key >> PSR_FILTER_HSHIFT]);
+        }
     }
     lmax[lid] = mk;
     for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
@@ -347,7 +369,7 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __glo
             if (lh[b])
                 atomic_add(&h[b], lh[b]);
     }
-    /* Rows with top-k or top-p: psr_filter_collect finishes them. */
+    /* Rows with top-k or top-p: the collect passes finish them. */
     bool last = psr_filter_last_group(&st[2], groups_per_row, flag);
     if (last && !(f.k_on || f.p_on)) {
         volatile __global const uint *vst = st; /* past any cache: other groups wrote it */
@@ -360,8 +382,43 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __glo
     }
 }
 
-/* The row's last group in psr_filter_collect: the exact threshold, then
- * the row's state cleared for the next launch. */
+/* Appends the keys of [start, end) at or above `low` to the row's
+ * candidate list: gathered in local memory, then one atomic reserves the
+ * group's place. The count runs on past `cap` so that the row's last
+ * group sees the overflow. */
+inline void psr_filter_gather(__global const psr_logit_t *src, bool aligned, const psr_filter_row *f,
+                              uint start, uint end, uint low, __global uint *count,
+                              __global uint *rc, uint cap, __local uint *lbuf, __local uint *n_local)
+{
+    uint lid = get_local_id(0);
+    if (lid == 0)
+        n_local[0] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint i = start + 4 * lid; i < end; i += PSR_FILTER_STEP) {
+        float v[8];
+        psr_filter_load8(src, i, end, aligned, f->t, f->r, v);
+        for (int q = 0; q < 8; q++) {
+            if (isnan(v[q]) || psr_filter_key(v[q]) < low)
+                continue;
+            uint j = atomic_inc(n_local);
+            if (j < PSR_FILTER_LCAP)
+                lbuf[j] = psr_filter_key(v[q]);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint n = n_local[0];
+    if (lid == 0)
+        n_local[1] = n ? atomic_add(count, n) : 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint at = n_local[1];
+    for (uint j = lid; j < min(n, (uint)PSR_FILTER_LCAP) && at + j < cap; j += PSR_WG_SIZE)
+        atomic_xchg(&rc[at + j], lbuf[j]);
+}
+
+/* A row's last group: the exact threshold from the candidate list (or
+ * from the whole row when the list overflowed), then the row's state
+ * cleared for the next launch. Top-p alone takes its total from the mass
+ * histogram, as its list holds only the top of the set. */
 inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit_t *src, float m,
                               uint floor_key, uint vocab, uint cap, __global uint *st,
                               __global uint *h, __global uint *rc, __global float *threshold,
@@ -376,44 +433,26 @@ inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit
     if (m > -INFINITY) {
         uint n = vocab;
         __local const uint *keys = 0; /* 0: search the whole row */
+        uint count = vst[1];
+        if (count <= cap) {
+            for (uint j = lid; j < count; j += PSR_WG_SIZE)
+                lbuf[j] = vrc[j];
+            n = count;
+            keys = lbuf;
+        }
         ulong total = 0;
-        if (f.k_on) {
-            uint count = vst[1];
-            if (count <= cap && count <= PSR_FILTER_LCAP) {
-                for (uint j = lid; j < count; j += PSR_WG_SIZE)
-                    lbuf[j] = vrc[j];
-                n = count;
-                keys = lbuf;
-            }
-        } else {
-            /* Top-p alone: the total and the bin where the mass from the
-             * top reaches p * total, then that bin and above from the row. */
-            for (uint b = lid; b < 2 * PSR_FILTER_HBINS; b += PSR_WG_SIZE)
-                lbuf[b] = vh[b];
-            barrier(CLK_LOCAL_MEM_FENCE);
-            total = psr_filter_suffix(lbuf, lbuf + PSR_FILTER_HBINS, true, PSR_FILTER_HBINS, seg);
-            float goal = fmax(f.p, FLT_MIN) * (float)total;
-            psr_filter_cross(lbuf, lbuf + PSR_FILTER_HBINS, true, PSR_FILTER_HBINS, 0, true, 0, goal,
-                             seg, pick);
-            uint low = max(floor_key, pick[0] << PSR_FILTER_HSHIFT);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if (lid == 0)
-                pick[0] = 0;
-            barrier(CLK_LOCAL_MEM_FENCE);
-            for (uint i = lid; i < vocab; i += PSR_WG_SIZE) {
-                float s = psr_filter_scaled(src, i, f.t, f.r);
-                uint key = psr_filter_key(s);
-                if (isnan(s) || key < low)
-                    continue;
-                uint j = atomic_inc(&pick[0]);
-                if (j < PSR_FILTER_LCAP)
-                    lbuf[j] = key;
+        if (!f.k_on && keys) {
+            ulong mine = 0;
+            for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+                mine += ((ulong)vh[PSR_FILTER_HBINS + b] << 32) | vh[b];
+            seg[lid] = mine;
+            for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
+                barrier(CLK_LOCAL_MEM_FENCE);
+                if (lid < s)
+                    seg[lid] += seg[lid + s];
             }
             barrier(CLK_LOCAL_MEM_FENCE);
-            if (pick[0] <= PSR_FILTER_LCAP) {
-                n = pick[0];
-                keys = lbuf;
-            }
+            total = seg[0];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (f.k_on)
@@ -421,8 +460,7 @@ inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit
                                           1.0f, 0, hlo, hhi, seg, pick);
         if (f.p_on)
             floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, true, 0,
-                                          fmax(f.p, FLT_MIN), keys ? total : 0, hlo, hhi, seg,
-                                          pick);
+                                          fmax(f.p, FLT_MIN), total, hlo, hhi, seg, pick);
         cut = psr_filter_unkey(floor_key);
     }
     /* Clear the row's state for the next launch, after every read. */
@@ -436,84 +474,75 @@ inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit
     }
 }
 
+#define PSR_FILTER_COLLECT_START                                                                  \
+    __local uint lbuf[PSR_FILTER_LCAP]; /* histograms, then candidate keys */                      \
+    __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS];                                       \
+    __local ulong seg[PSR_WG_SIZE];                                                                \
+    __local uint pick[3];                                                                          \
+    uint lid = get_local_id(0);                                                                    \
+    uint row_id = get_group_id(0) / groups_per_row;                                                \
+    uint part = get_group_id(0) % groups_per_row;                                                  \
+    psr_filter_row f = PSR_FILTER_ROW_GET(row_id)
+
 /* Pass 2, groups_per_row groups per row, for rows with top-k or top-p.
  * Top-k rows: the 12-bit bin of the k-th largest key from pass 1's
  * counts, then the candidates (keys at or above both that bin and the
- * min-p cut). Rows with top-p and no top-k: the masses of the keys at or
- * above the min-p cut, per bin. The row's last group finishes it. */
+ * min-p cut); the row's last group finishes it. Rows with top-p and no
+ * top-k: the masses of the keys at or above the min-p cut, per bin. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __global uint *state,
                         __global uint *hist, __global uint *cand, uint cap,
                         __global float *thresholds)
 {
-    __local uint lbuf[PSR_FILTER_LCAP]; /* histograms, then candidate keys */
-    __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS];
-    __local ulong seg[PSR_WG_SIZE];
-    __local uint pick[3];
-    uint lid = get_local_id(0);
-    uint row_id = get_group_id(0) / groups_per_row;
-    uint part = get_group_id(0) % groups_per_row;
-    psr_filter_row f = PSR_FILTER_ROW_GET(row_id);
+    PSR_FILTER_COLLECT_START;
     if (f.state != 2 || !(f.k_on || f.p_on))
         return;
     __global uint *st = state + PSR_FILTER_STATE * row_id;
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
+    bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     __global uint *h = hist + (ulong)row_id * 2 * PSR_FILTER_HBINS;
     __global uint *rc = cand + (ulong)row_id * cap;
     float m = psr_filter_max_of(st[0]); /* complete: pass 1 has ended */
     uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));
     uint start = part * chunk, end = min(start + chunk, vocab);
-    if (m > -INFINITY && f.k_on) {
-        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
-            lbuf[b] = h[b];
-        barrier(CLK_LOCAL_MEM_FENCE);
-        ulong total = psr_filter_suffix(lbuf, lbuf, false, PSR_FILTER_HBINS, seg);
-        uint low = 0; /* fewer than k tokens: every key is a candidate */
-        if (total >= (ulong)f.k) {
-            psr_filter_cross(lbuf, lbuf, false, PSR_FILTER_HBINS, 0, false, (ulong)f.k, 0.0f, seg,
-                             pick);
-            low = pick[0] << PSR_FILTER_HSHIFT;
+    if (f.k_on) {
+        if (m > -INFINITY) {
+            for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+                lbuf[b] = h[b];
+            barrier(CLK_LOCAL_MEM_FENCE);
+            ulong total = psr_filter_suffix(lbuf, lbuf, false, PSR_FILTER_HBINS, seg);
+            uint low = 0; /* fewer than k tokens: every key is a candidate */
+            if (total >= (ulong)f.k) {
+                psr_filter_cross(lbuf, lbuf, false, PSR_FILTER_HBINS, 0, false, (ulong)f.k, 0.0f,
+                                 seg, pick);
+                low = pick[0] << PSR_FILTER_HSHIFT;
+            }
+            low = max(low, floor_key);
+            barrier(CLK_LOCAL_MEM_FENCE); /* pick is read; the gather reuses it */
+            psr_filter_gather(src, aligned, &f, start, end, low, &st[1], rc, cap, lbuf, pick);
         }
-        low = max(low, floor_key);
-        barrier(CLK_LOCAL_MEM_FENCE); /* pick[0] is read; now it counts */
-        /* Gather into local memory, then one atomic reserves the group's
-         * place in the row's list; the count runs on past cap so that
-         * the last group sees the overflow. */
-        if (lid == 0)
-            pick[0] = 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint i = start + lid; i < end; i += PSR_WG_SIZE) {
-            float s = psr_filter_scaled(src, i, f.t, f.r);
-            uint key = psr_filter_key(s);
-            if (isnan(s) || key < low)
-                continue;
-            uint j = atomic_inc(&pick[0]);
-            if (j < PSR_FILTER_LCAP)
-                lbuf[j] = key;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        uint n = pick[0];
-        if (lid == 0)
-            pick[1] = n ? atomic_add(&st[1], n) : 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        uint at = pick[1];
-        for (uint j = lid; j < min(n, (uint)PSR_FILTER_LCAP) && at + j < cap; j += PSR_WG_SIZE)
-            atomic_xchg(&rc[at + j], lbuf[j]);
+        if (psr_filter_last_group(&st[2], groups_per_row, &pick[2]))
+            psr_filter_finish(&f, src, m, floor_key, vocab, cap, st, h, rc, thresholds + row_id,
+                              lbuf, hlo, hhi, seg, pick);
     } else if (m > -INFINITY) {
-        /* Top-p alone: 64-bit masses per bin, local then global. */
+        /* Top-p alone: 64-bit masses per bin, local then global
+         * (m = -inf: psr_filter_collect_mass writes -inf). */
         __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_HBINS;
         for (uint b = lid; b < 2 * PSR_FILTER_HBINS; b += PSR_WG_SIZE)
             lbuf[b] = 0;
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint i = start + lid; i < end; i += PSR_WG_SIZE) {
-            float s = psr_filter_scaled(src, i, f.t, f.r);
-            uint key = psr_filter_key(s);
-            if (isnan(s) || key < floor_key)
-                continue;
-            ulong w = psr_filter_weight(s, m, true);
-            uint b = key >> PSR_FILTER_HSHIFT;
-            if (w)
-                psr_filter_add_local(&mlo[b], &mhi[b], w);
+        for (uint i = start + 4 * lid; i < end; i += PSR_FILTER_STEP) {
+            float v[8];
+            psr_filter_load8(src, i, end, aligned, f.t, f.r, v);
+            for (int q = 0; q < 8; q++) {
+                if (isnan(v[q]))
+                    continue;
+                uint key = psr_filter_key(v[q]);
+                uint b = key >> PSR_FILTER_HSHIFT;
+                ulong w = key < floor_key ? 0 : psr_filter_weight(v[q], m, true);
+                if (w)
+                    psr_filter_add_local(&mlo[b], &mhi[b], w);
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE) {
@@ -521,6 +550,39 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __
             if (w)
                 psr_filter_add_global(&h[b], &h[PSR_FILTER_HBINS + b], w);
         }
+    }
+}
+
+/* Pass 3 (enqueued with top-p), for rows with top-p and no top-k: the
+ * bin where the mass from the top reaches p * total, then the keys at or
+ * above it; the row's last group finishes it. */
+__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
+void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk,
+                             __global uint *state, __global uint *hist, __global uint *cand,
+                             uint cap, __global float *thresholds)
+{
+    PSR_FILTER_COLLECT_START;
+    if (f.state != 2 || f.k_on || !f.p_on)
+        return;
+    __global uint *st = state + PSR_FILTER_STATE * row_id;
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
+    bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
+    __global uint *h = hist + (ulong)row_id * 2 * PSR_FILTER_HBINS;
+    __global uint *rc = cand + (ulong)row_id * cap;
+    float m = psr_filter_max_of(st[0]);
+    uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));
+    uint start = part * chunk, end = min(start + chunk, vocab);
+    if (m > -INFINITY) {
+        __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_HBINS;
+        for (uint b = lid; b < 2 * PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+            lbuf[b] = h[b];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ulong total = psr_filter_suffix(mlo, mhi, true, PSR_FILTER_HBINS, seg);
+        float goal = fmax(f.p, FLT_MIN) * (float)total;
+        psr_filter_cross(mlo, mhi, true, PSR_FILTER_HBINS, 0, true, 0, goal, seg, pick);
+        uint low = max(floor_key, pick[0] << PSR_FILTER_HSHIFT);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        psr_filter_gather(src, aligned, &f, start, end, low, &st[1], rc, cap, lbuf, pick);
     }
     if (psr_filter_last_group(&st[2], groups_per_row, &pick[2]))
         psr_filter_finish(&f, src, m, floor_key, vocab, cap, st, h, rc, thresholds + row_id, lbuf,

@@ -121,6 +121,9 @@ psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *a, const 
     if (st == PSR_OK && searches)
         st = filter_kernel(ctx, v, "psr_filter_collect", a, 7, col_sizes, col_values, parts, 0, NULL,
                            NULL);
+    if (st == PSR_OK && a->top_p)
+        st = filter_kernel(ctx, v, "psr_filter_collect_mass", a, 7, col_sizes, col_values, parts, 0,
+                           NULL, NULL);
     if (st == PSR_OK)
         ctx->filter_dirty = false;
     else if (event && *event) {

@@ -124,11 +124,10 @@ int bench_filters(int argc, char **argv)
             a.seeds = m[2];
             a.positions = m[3];
             a.tokens = m[4];
-            if (c > 0) { /* plain passes no filter buffers at all */
-                a.top_k = m[5];
-                a.top_p = m[6];
-                a.min_p = m[7];
-            }
+            /* Each case passes the filter buffers it uses, no others. */
+            a.top_k = cases[c].top_k ? m[5] : NULL;
+            a.top_p = cases[c].top_p < 1.0f ? m[6] : NULL;
+            a.min_p = cases[c].min_p > 0.0f ? m[7] : NULL;
             double us = 0;
             st = bench_time_launch(ctx, bench_launch_sample, &a, iters, &us);
             if (st != PSR_OK)
