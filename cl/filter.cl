@@ -213,6 +213,54 @@ inline uint psr_filter_search(__global const psr_logit_t *src, float t, float r,
     return max(prefix, floor_key);
 }
 
+/* The same result as psr_filter_search over keys[0 .. n) in local
+ * memory, by counting instead of radix passes: each key's weight from
+ * the top is summed directly, n per key. Few barriers, so it is the
+ * faster one for short lists (n <= PSR_FILTER_RANK_MAX). w holds n
+ * weights. */
+#define PSR_FILTER_RANK_MAX 512
+
+inline uint psr_filter_rank_search(__local const uint *keys, uint n, float m, uint floor_key,
+                                   bool mass, ulong want, float p, ulong total_in,
+                                   __local ulong *w, __local ulong *seg, __local uint *pick)
+{
+    uint lid = get_local_id(0);
+    ulong mine = 0;
+    for (uint c = lid; c < n; c += PSR_WG_SIZE) {
+        uint key = keys[c];
+        ulong wc = key < floor_key ? 0 : psr_filter_weight(psr_filter_unkey(key), m, mass);
+        w[c] = wc;
+        mine += wc;
+    }
+    seg[lid] = mine;
+    if (lid == 0)
+        pick[0] = 0; /* the answer's key + 1 */
+    for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < s)
+            seg[lid] += seg[lid + s];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong total = seg[0];
+    float goal = p * (float)(total_in ? total_in : total);
+    if (!psr_filter_reached(total, mass, want, goal))
+        return floor_key; /* uniform: every work-item sees the same total */
+    for (uint c = lid; c < n; c += PSR_WG_SIZE) {
+        uint key = keys[c];
+        if (key < floor_key)
+            continue;
+        ulong cum = 0; /* the weight of the keys >= this one (w is 0 below the floor) */
+        for (uint j = 0; j < n; j++)
+            cum += keys[j] >= key ? w[j] : 0;
+        if (psr_filter_reached(cum, mass, want, goal))
+            atomic_max(&pick[0], key + 1);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint found = pick[0] - 1; /* set: the smallest key's weight is the total */
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return max(found, floor_key);
+}
+
 /* One row's filter settings, read alike by every kernel. `state`:
  * 0 nothing to do (threshold -inf), 1 bad values (NaN), 2 filter. */
 typedef struct {
@@ -455,12 +503,23 @@ inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit
             total = seg[0];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (f.k_on)
-            floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, false, (ulong)f.k,
-                                          1.0f, 0, hlo, hhi, seg, pick);
-        if (f.p_on)
-            floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, true, 0,
-                                          fmax(f.p, FLT_MIN), total, hlo, hhi, seg, pick);
+        float p = fmax(f.p, FLT_MIN);
+        if (keys && n <= PSR_FILTER_RANK_MAX) {
+            __local ulong *w = (__local ulong *)(lbuf + PSR_FILTER_LCAP / 2); /* past the keys */
+            if (f.k_on)
+                floor_key = psr_filter_rank_search(keys, n, m, floor_key, false, (ulong)f.k, 1.0f,
+                                                   0, w, seg, pick);
+            if (f.p_on)
+                floor_key = psr_filter_rank_search(keys, n, m, floor_key, true, 0, p, total, w,
+                                                   seg, pick);
+        } else {
+            if (f.k_on)
+                floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, false,
+                                              (ulong)f.k, 1.0f, 0, hlo, hhi, seg, pick);
+            if (f.p_on)
+                floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, true, 0, p,
+                                              total, hlo, hhi, seg, pick);
+        }
         cut = psr_filter_unkey(floor_key);
     }
     /* Clear the row's state for the next launch, after every read. */
@@ -475,7 +534,8 @@ inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit
 }
 
 #define PSR_FILTER_COLLECT_START                                                                  \
-    __local uint lbuf[PSR_FILTER_LCAP]; /* histograms, then candidate keys */                      \
+    __local ulong lbuf64[PSR_FILTER_LCAP / 2]; /* histograms, then candidate keys */               \
+    __local uint *lbuf = (__local uint *)lbuf64;                                                   \
     __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS];                                       \
     __local ulong seg[PSR_WG_SIZE];                                                                \
     __local uint pick[3];                                                                          \
