@@ -15,16 +15,16 @@
  * the row's remaining work, which saves a launch per pass (lib/filter.c
  * enqueues them):
  *   psr_filter_scan     the row's largest key and, with top-k, a histogram
- *                       of the keys' top 12 bits (counts). The last group
- *                       of a min-p-only row writes its threshold.
- *   psr_filter_collect  top-k rows: the 12-bit bin that holds the k-th
- *                       largest key, then every key at or above that bin
- *                       (and the min-p cut) into a candidate list. Rows
- *                       with top-p but no top-k: a histogram of masses.
- *                       The row's last group then runs the exact radix
- *                       search (8 bits a pass) over the candidates in
- *                       local memory, or over the whole row when they
- *                       overflowed the list.
+ *                       of the keys' top 12 bits (counts). The row's last
+ *                       group finds the bin that holds the k-th largest
+ *                       key, or for a min-p-only row writes the threshold.
+ *   psr_filter_collect  top-k rows: every key at or above that bin (and
+ *                       the min-p cut) into a candidate list; the row's
+ *                       last group then finds the exact threshold among
+ *                       them: by counting for up to 512, else by radix
+ *                       search (8 bits a pass), over the whole row when
+ *                       the list overflowed. Rows with top-p but no
+ *                       top-k: a histogram of masses (11 bits).
  *   psr_filter_collect_mass  rows with top-p alone: the bin where the
  *                       mass from the top reaches p, the keys at or above
  *                       it, and the same exact search in the last group.
@@ -35,13 +35,16 @@
  *
  * State between the kernels, zero between launches (each row's last
  * group clears it): state[4 * row] the largest key + 1 seen (0: none),
- * [4 * row + 1] the candidate count, [4 * row + 2] the groups done;
- * hist[row] 4096 low then 4096 high words. */
+ * [4 * row + 1] the candidate count, [4 * row + 2] the groups done, [4 *
+ * row + 3] the lowest key a top-k candidate can have; hist[row] 4096
+ * counts, or 2048 low then 2048 high words of masses. */
 
 #define PSR_FILTER_BINS 256                  /* one radix pass: 8 bits */
-#define PSR_FILTER_HBINS 4096                /* the histogram passes: 12 bits */
+#define PSR_FILTER_HBINS 4096                /* top-k's histogram of counts: 12 bits */
 #define PSR_FILTER_HSHIFT 20
-#define PSR_FILTER_LCAP 8192                 /* candidate keys in local memory */
+#define PSR_FILTER_MBINS 2048                /* top-p's histogram of masses: 11 bits */
+#define PSR_FILTER_MSHIFT 21
+#define PSR_FILTER_GCAP 1024                 /* candidates a group gathers in local memory */
 #define PSR_FILTER_STATE 4                   /* state words per row */
 
 /* fp32 as an unsigned key of the same order; -0 and +0 share one. */
@@ -164,11 +167,11 @@ inline void psr_filter_cross(__local const uint *hlo, __local const uint *hhi, b
 /* The largest key K >= floor_key such that the weight of the tokens with
  * key >= K reaches the target; floor_key when the whole set falls short
  * (top-k with fewer than k tokens). The set is the row's tokens (keys ==
- * 0) or the keys keys[0 .. n) in local memory. Mass mode sets the goal
+ * 0) or the candidate keys keys[0 .. n), which other groups wrote. Mass mode sets the goal
  * from the set's total, p * total, unless `total_in` gives the total.
  * Uniform control flow: every work-item calls it. */
 inline uint psr_filter_search(__global const psr_logit_t *src, float t, float r,
-                              __local const uint *keys, uint n, float m, uint floor_key,
+                              volatile __global const uint *keys, uint n, float m, uint floor_key,
                               bool mass, ulong want, float p, ulong total_in,
                               __local uint *hlo, __local uint *hhi, __local ulong *seg,
                               __local uint *pick)
@@ -362,15 +365,18 @@ inline void psr_filter_load8(__global const psr_logit_t *src, uint i, uint end, 
 #define PSR_FILTER_STEP (8 * PSR_WG_SIZE)
 
 /* Pass 1, groups_per_row groups per row: the row's largest key and, for
- * top-k, the count of keys in each 12-bit bin. Rows without a filter get
- * their threshold here, min-p-only rows from their last group. */
+ * top-k, the count of keys in each 12-bit bin. The row's last group then
+ * finds the bin that holds the k-th largest key (state word 3), or for
+ * min-p-only rows writes the threshold. Rows without a filter get their
+ * threshold from their first group. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_filter_scan(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __global uint *state,
                      __global uint *hist, __global float *thresholds)
 {
     __local uint lh[PSR_FILTER_HBINS];
     __local uint lmax[PSR_WG_SIZE];
-    __local uint flag[1];
+    __local ulong seg[PSR_WG_SIZE];
+    __local uint pick[3];
     uint lid = get_local_id(0);
     uint row_id = get_group_id(0) / groups_per_row;
     uint part = get_group_id(0) % groups_per_row;
@@ -383,6 +389,7 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __glo
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     __global uint *st = state + PSR_FILTER_STATE * row_id;
+    __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
     uint start = part * chunk, end = min(start + chunk, vocab);
     if (f.k_on) {
         for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
@@ -411,16 +418,31 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __glo
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid == 0 && lmax[0])
         atomic_max(&st[0], lmax[0]);
-    if (f.k_on) {
-        __global uint *h = hist + (ulong)row_id * 2 * PSR_FILTER_HBINS;
+    if (f.k_on)
         for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
             if (lh[b])
                 atomic_add(&h[b], lh[b]);
-    }
-    /* Rows with top-k or top-p: the collect passes finish them. */
-    bool last = psr_filter_last_group(&st[2], groups_per_row, flag);
-    if (last && !(f.k_on || f.p_on)) {
-        volatile __global const uint *vst = st; /* past any cache: other groups wrote it */
+    /* The row's last group. Other groups wrote these: volatile reads go
+     * past any cache. */
+    bool last = psr_filter_last_group(&st[2], groups_per_row, &pick[2]);
+    volatile __global const uint *vst = st, *vh = h;
+    if (last && f.k_on) {
+        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+            lh[b] = vh[b];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ulong total = psr_filter_suffix(lh, lh, false, PSR_FILTER_HBINS, seg);
+        uint low = 0; /* fewer than k tokens: every key is a candidate */
+        if (total >= (ulong)f.k) {
+            psr_filter_cross(lh, lh, false, PSR_FILTER_HBINS, 0, false, (ulong)f.k, 0.0f, seg,
+                             pick);
+            low = pick[0] << PSR_FILTER_HSHIFT;
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+            h[b] = 0;
+        if (lid == 0)
+            st[3] = low;
+    } else if (last && !f.p_on) {
         float cut = psr_filter_min_p_cut(&f, psr_filter_max_of(vst[0]));
         barrier(CLK_GLOBAL_MEM_FENCE);
         if (lid == 0) {
@@ -432,8 +454,8 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __glo
 
 /* Appends the keys of [start, end) at or above `low` to the row's
  * candidate list: gathered in local memory, then one atomic reserves the
- * group's place. The count runs on past `cap` so that the row's last
- * group sees the overflow. */
+ * group's place (keys past the local buffer go one by one). The count
+ * runs on past `cap` so that the row's last group sees the overflow. */
 inline void psr_filter_gather(__global const psr_logit_t *src, bool aligned, const psr_filter_row *f,
                               uint start, uint end, uint low, __global uint *count,
                               __global uint *rc, uint cap, __local uint *lbuf, __local uint *n_local)
@@ -446,27 +468,33 @@ inline void psr_filter_gather(__global const psr_logit_t *src, bool aligned, con
         float v[8];
         psr_filter_load8(src, i, end, aligned, f->t, f->r, v);
         for (int q = 0; q < 8; q++) {
-            if (isnan(v[q]) || psr_filter_key(v[q]) < low)
+            uint key = psr_filter_key(v[q]);
+            if (isnan(v[q]) || key < low)
                 continue;
             uint j = atomic_inc(n_local);
-            if (j < PSR_FILTER_LCAP)
-                lbuf[j] = psr_filter_key(v[q]);
+            if (j < PSR_FILTER_GCAP) {
+                lbuf[j] = key;
+            } else {
+                uint g = atomic_inc(count);
+                if (g < cap)
+                    atomic_xchg(&rc[g], key);
+            }
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    uint n = n_local[0];
+    uint n = min(n_local[0], (uint)PSR_FILTER_GCAP);
     if (lid == 0)
         n_local[1] = n ? atomic_add(count, n) : 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     uint at = n_local[1];
-    for (uint j = lid; j < min(n, (uint)PSR_FILTER_LCAP) && at + j < cap; j += PSR_WG_SIZE)
+    for (uint j = lid; j < n && at + j < cap; j += PSR_WG_SIZE)
         atomic_xchg(&rc[at + j], lbuf[j]);
 }
 
 /* A row's last group: the exact threshold from the candidate list (or
  * from the whole row when the list overflowed), then the row's state
  * cleared for the next launch. Top-p alone takes its total from the mass
- * histogram, as its list holds only the top of the set. */
+ * histogram, as its list holds only the top of the set. lbuf: 4096 words. */
 inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit_t *src, float m,
                               uint floor_key, uint vocab, uint cap, __global uint *st,
                               __global uint *h, __global uint *rc, __global float *threshold,
@@ -479,20 +507,13 @@ inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit
     volatile __global const uint *vst = st, *vh = h, *vrc = rc;
     float cut = psr_filter_min_p_cut(&f, m);
     if (m > -INFINITY) {
-        uint n = vocab;
-        __local const uint *keys = 0; /* 0: search the whole row */
         uint count = vst[1];
-        if (count <= cap) {
-            for (uint j = lid; j < count; j += PSR_WG_SIZE)
-                lbuf[j] = vrc[j];
-            n = count;
-            keys = lbuf;
-        }
+        bool fits = count <= cap;
         ulong total = 0;
-        if (!f.k_on && keys) {
+        if (!f.k_on && fits) {
             ulong mine = 0;
-            for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
-                mine += ((ulong)vh[PSR_FILTER_HBINS + b] << 32) | vh[b];
+            for (uint b = lid; b < PSR_FILTER_MBINS; b += PSR_WG_SIZE)
+                mine += ((ulong)vh[PSR_FILTER_MBINS + b] << 32) | vh[b];
             seg[lid] = mine;
             for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
                 barrier(CLK_LOCAL_MEM_FENCE);
@@ -501,18 +522,23 @@ inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             total = seg[0];
+            barrier(CLK_LOCAL_MEM_FENCE);
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
         float p = fmax(f.p, FLT_MIN);
-        if (keys && n <= PSR_FILTER_RANK_MAX) {
-            __local ulong *w = (__local ulong *)(lbuf + PSR_FILTER_LCAP / 2); /* past the keys */
+        if (count <= PSR_FILTER_RANK_MAX) {
+            for (uint j = lid; j < count; j += PSR_WG_SIZE)
+                lbuf[j] = vrc[j];
+            barrier(CLK_LOCAL_MEM_FENCE);
+            __local ulong *w = (__local ulong *)(lbuf + 2 * PSR_FILTER_RANK_MAX);
             if (f.k_on)
-                floor_key = psr_filter_rank_search(keys, n, m, floor_key, false, (ulong)f.k, 1.0f,
-                                                   0, w, seg, pick);
+                floor_key = psr_filter_rank_search(lbuf, count, m, floor_key, false, (ulong)f.k,
+                                                   1.0f, 0, w, seg, pick);
             if (f.p_on)
-                floor_key = psr_filter_rank_search(keys, n, m, floor_key, true, 0, p, total, w,
+                floor_key = psr_filter_rank_search(lbuf, count, m, floor_key, true, 0, p, total, w,
                                                    seg, pick);
         } else {
+            volatile __global const uint *keys = fits ? vrc : 0; /* 0: the whole row */
+            uint n = fits ? count : vocab;
             if (f.k_on)
                 floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, false,
                                               (ulong)f.k, 1.0f, 0, hlo, hhi, seg, pick);
@@ -524,17 +550,19 @@ inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit
     }
     /* Clear the row's state for the next launch, after every read. */
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-    for (uint b = lid; b < 2 * PSR_FILTER_HBINS; b += PSR_WG_SIZE)
-        h[b] = 0;
+    if (!f.k_on)
+        for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
+            h[b] = 0;
     if (lid == 0) {
         *threshold = cut;
         st[0] = 0;
         st[1] = 0;
+        st[3] = 0;
     }
 }
 
 #define PSR_FILTER_COLLECT_START                                                                  \
-    __local ulong lbuf64[PSR_FILTER_LCAP / 2]; /* histograms, then candidate keys */               \
+    __local ulong lbuf64[PSR_FILTER_HBINS / 2]; /* 4096 words: a histogram or keys */             \
     __local uint *lbuf = (__local uint *)lbuf64;                                                   \
     __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS];                                       \
     __local ulong seg[PSR_WG_SIZE];                                                                \
@@ -545,10 +573,10 @@ inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit
     psr_filter_row f = PSR_FILTER_ROW_GET(row_id)
 
 /* Pass 2, groups_per_row groups per row, for rows with top-k or top-p.
- * Top-k rows: the 12-bit bin of the k-th largest key from pass 1's
- * counts, then the candidates (keys at or above both that bin and the
- * min-p cut); the row's last group finishes it. Rows with top-p and no
- * top-k: the masses of the keys at or above the min-p cut, per bin. */
+ * Top-k rows: the candidates, keys at or above both the bin pass 1 found
+ * and the min-p cut; the row's last group finishes it. Rows with top-p
+ * and no top-k: the masses of the keys at or above the min-p cut, per
+ * 11-bit bin. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __global uint *state,
                         __global uint *hist, __global uint *cand, uint cap,
@@ -560,35 +588,23 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __
     __global uint *st = state + PSR_FILTER_STATE * row_id;
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    __global uint *h = hist + (ulong)row_id * 2 * PSR_FILTER_HBINS;
+    __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
     __global uint *rc = cand + (ulong)row_id * cap;
     float m = psr_filter_max_of(st[0]); /* complete: pass 1 has ended */
     uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));
     uint start = part * chunk, end = min(start + chunk, vocab);
     if (f.k_on) {
-        if (m > -INFINITY) {
-            for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
-                lbuf[b] = h[b];
-            barrier(CLK_LOCAL_MEM_FENCE);
-            ulong total = psr_filter_suffix(lbuf, lbuf, false, PSR_FILTER_HBINS, seg);
-            uint low = 0; /* fewer than k tokens: every key is a candidate */
-            if (total >= (ulong)f.k) {
-                psr_filter_cross(lbuf, lbuf, false, PSR_FILTER_HBINS, 0, false, (ulong)f.k, 0.0f,
-                                 seg, pick);
-                low = pick[0] << PSR_FILTER_HSHIFT;
-            }
-            low = max(low, floor_key);
-            barrier(CLK_LOCAL_MEM_FENCE); /* pick is read; the gather reuses it */
-            psr_filter_gather(src, aligned, &f, start, end, low, &st[1], rc, cap, lbuf, pick);
-        }
+        if (m > -INFINITY)
+            psr_filter_gather(src, aligned, &f, start, end, max(st[3], floor_key), &st[1], rc, cap,
+                              lbuf, pick);
         if (psr_filter_last_group(&st[2], groups_per_row, &pick[2]))
             psr_filter_finish(&f, src, m, floor_key, vocab, cap, st, h, rc, thresholds + row_id,
                               lbuf, hlo, hhi, seg, pick);
     } else if (m > -INFINITY) {
         /* Top-p alone: 64-bit masses per bin, local then global
          * (m = -inf: psr_filter_collect_mass writes -inf). */
-        __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_HBINS;
-        for (uint b = lid; b < 2 * PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+        __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS;
+        for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
             lbuf[b] = 0;
         barrier(CLK_LOCAL_MEM_FENCE);
         for (uint i = start + 4 * lid; i < end; i += PSR_FILTER_STEP) {
@@ -598,17 +614,17 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __
                 if (isnan(v[q]))
                     continue;
                 uint key = psr_filter_key(v[q]);
-                uint b = key >> PSR_FILTER_HSHIFT;
+                uint b = key >> PSR_FILTER_MSHIFT;
                 ulong w = key < floor_key ? 0 : psr_filter_weight(v[q], m, true);
                 if (w)
                     psr_filter_add_local(&mlo[b], &mhi[b], w);
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE) {
+        for (uint b = lid; b < PSR_FILTER_MBINS; b += PSR_WG_SIZE) {
             ulong w = ((ulong)mhi[b] << 32) | mlo[b];
             if (w)
-                psr_filter_add_global(&h[b], &h[PSR_FILTER_HBINS + b], w);
+                psr_filter_add_global(&h[b], &h[PSR_FILTER_MBINS + b], w);
         }
     }
 }
@@ -627,20 +643,20 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chun
     __global uint *st = state + PSR_FILTER_STATE * row_id;
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    __global uint *h = hist + (ulong)row_id * 2 * PSR_FILTER_HBINS;
+    __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
     __global uint *rc = cand + (ulong)row_id * cap;
     float m = psr_filter_max_of(st[0]);
     uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));
     uint start = part * chunk, end = min(start + chunk, vocab);
     if (m > -INFINITY) {
-        __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_HBINS;
-        for (uint b = lid; b < 2 * PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+        __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS;
+        for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
             lbuf[b] = h[b];
         barrier(CLK_LOCAL_MEM_FENCE);
-        ulong total = psr_filter_suffix(mlo, mhi, true, PSR_FILTER_HBINS, seg);
+        ulong total = psr_filter_suffix(mlo, mhi, true, PSR_FILTER_MBINS, seg);
         float goal = fmax(f.p, FLT_MIN) * (float)total;
-        psr_filter_cross(mlo, mhi, true, PSR_FILTER_HBINS, 0, true, 0, goal, seg, pick);
-        uint low = max(floor_key, pick[0] << PSR_FILTER_HSHIFT);
+        psr_filter_cross(mlo, mhi, true, PSR_FILTER_MBINS, 0, true, 0, goal, seg, pick);
+        uint low = max(floor_key, pick[0] << PSR_FILTER_MSHIFT);
         barrier(CLK_LOCAL_MEM_FENCE);
         psr_filter_gather(src, aligned, &f, start, end, low, &st[1], rc, cap, lbuf, pick);
     }
