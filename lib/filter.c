@@ -80,7 +80,7 @@ psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *a, const 
     if (st == PSR_OK)
         st = psr_scratch_reserve(ctx, &ctx->filter_state, a->rows * 4 * sizeof(cl_uint));
     if (st == PSR_OK)
-        st = psr_scratch_reserve(ctx, &ctx->filter_hist, a->rows * FILTER_HBINS * sizeof(cl_uint));
+        st = psr_scratch_reserve(ctx, &ctx->filter_hist, a->rows * 2 * FILTER_HBINS * sizeof(cl_uint));
     if (st == PSR_OK && searches)
         st = psr_scratch_reserve(ctx, &ctx->filter_cand, a->rows * cap * sizeof(cl_uint));
     if (st != PSR_OK)
