@@ -24,7 +24,7 @@
  *                       them: by counting for up to 512, else by radix
  *                       search (8 bits a pass), over the whole row when
  *                       the list overflowed. Rows with top-p but no
- *                       top-k: a histogram of masses (12 bits).
+ *                       top-k: a histogram of masses (11 bits).
  *   psr_filter_collect_mass  rows with top-p alone: the bin where the
  *                       mass from the top reaches p, the keys at or above
  *                       it, and the same exact search in the last group.
@@ -37,13 +37,13 @@
  * group clears it): state[4 * row] the largest key + 1 seen (0: none),
  * [4 * row + 1] the candidate count, [4 * row + 2] the groups done, [4 *
  * row + 3] the lowest key a top-k candidate can have; hist[row] 4096
- * counts, or 4096 low then 4096 high words of masses. */
+ * counts, or 2048 low then 2048 high words of masses. */
 
 #define PSR_FILTER_BINS 256                  /* one radix pass: 8 bits */
 #define PSR_FILTER_HBINS 4096                /* top-k's histogram of counts: 12 bits */
 #define PSR_FILTER_HSHIFT 20
-#define PSR_FILTER_MBINS 4096                /* top-p's histogram of masses: 12 bits */
-#define PSR_FILTER_MSHIFT 20
+#define PSR_FILTER_MBINS 2048                /* top-p's histogram of masses: 11 bits */
+#define PSR_FILTER_MSHIFT 21
 #define PSR_FILTER_GCAP 1024                 /* candidates a group gathers in local memory */
 #define PSR_FILTER_STATE 4                   /* state words per row */
 
@@ -245,6 +245,7 @@ inline uint psr_filter_rank_search(__local const uint *keys, uint n, float m, ui
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     ulong total = seg[0];
+    barrier(CLK_LOCAL_MEM_FENCE); /* read by all before the next call writes seg */
     float goal = p * (float)(total_in ? total_in : total);
     if (!psr_filter_reached(total, mass, want, goal))
         return floor_key; /* uniform: every work-item sees the same total */
@@ -389,7 +390,7 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __glo
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     __global uint *st = state + PSR_FILTER_STATE * row_id;
-    __global uint *h = hist + (ulong)row_id * 2 * PSR_FILTER_MBINS;
+    __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
     uint start = part * chunk, end = min(start + chunk, vocab);
     if (f.k_on) {
         for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
@@ -494,7 +495,7 @@ inline void psr_filter_gather(__global const psr_logit_t *src, bool aligned, con
 /* A row's last group: the exact threshold from the candidate list (or
  * from the whole row when the list overflowed), then the row's state
  * cleared for the next launch. Top-p alone takes its total from the mass
- * histogram, as its list holds only the top of the set. lbuf: 8192 words. */
+ * histogram, as its list holds only the top of the set. lbuf: 4096 words. */
 inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit_t *src, float m,
                               uint floor_key, uint vocab, uint cap, __global uint *st,
                               __global uint *h, __global uint *rc, __global float *threshold,
@@ -562,7 +563,7 @@ inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit
 }
 
 #define PSR_FILTER_COLLECT_START                                                                  \
-    __local ulong lbuf64[PSR_FILTER_MBINS]; /* 8192 words: a histogram or keys */                 \
+    __local ulong lbuf64[PSR_FILTER_MBINS]; /* 4096 words: a histogram or keys */                 \
     __local uint *lbuf = (__local uint *)lbuf64;                                                   \
     __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS];                                       \
     __local ulong seg[PSR_WG_SIZE];                                                                \
@@ -576,7 +577,7 @@ inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit
  * Top-k rows: the candidates, keys at or above both the bin pass 1 found
  * and the min-p cut; the row's last group finishes it. Rows with top-p
  * and no top-k: the masses of the keys at or above the min-p cut, per
- * 12-bit bin. */
+ * 11-bit bin. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __global uint *state,
                         __global uint *hist, __global uint *cand, uint cap,
@@ -588,7 +589,7 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __
     __global uint *st = state + PSR_FILTER_STATE * row_id;
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    __global uint *h = hist + (ulong)row_id * 2 * PSR_FILTER_MBINS;
+    __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
     __global uint *rc = cand + (ulong)row_id * cap;
     float m = psr_filter_max_of(st[0]); /* complete: pass 1 has ended */
     uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));
@@ -643,7 +644,7 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chun
     __global uint *st = state + PSR_FILTER_STATE * row_id;
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    __global uint *h = hist + (ulong)row_id * 2 * PSR_FILTER_MBINS;
+    __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
     __global uint *rc = cand + (ulong)row_id * cap;
     float m = psr_filter_max_of(st[0]);
     uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));

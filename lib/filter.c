@@ -39,9 +39,9 @@ psr_status psr_filter_check_values(psr_context *ctx, const char *who, size_t i,
     return PSR_OK;
 }
 
-/* Candidates a row may gather before the finish kernel falls back to
+/* Candidates a row may gather before its last work-group falls back to
  * searching the whole row (a flat top of the distribution, many ties). */
-#define FILTER_CAP 8192
+#define FILTER_CAP 16384
 #define FILTER_HBINS 4096
 
 static psr_status filter_kernel(psr_context *ctx, const psr_variant *v, const char *name,
@@ -80,7 +80,7 @@ psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *a, const 
     if (st == PSR_OK)
         st = psr_scratch_reserve(ctx, &ctx->filter_state, a->rows * 4 * sizeof(cl_uint));
     if (st == PSR_OK)
-        st = psr_scratch_reserve(ctx, &ctx->filter_hist, a->rows * 2 * FILTER_HBINS * sizeof(cl_uint));
+        st = psr_scratch_reserve(ctx, &ctx->filter_hist, a->rows * FILTER_HBINS * sizeof(cl_uint));
     if (st == PSR_OK && searches)
         st = psr_scratch_reserve(ctx, &ctx->filter_cand, a->rows * cap * sizeof(cl_uint));
     if (st != PSR_OK)
@@ -90,21 +90,21 @@ psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *a, const 
     cl_mem cand = ctx->filter_cand.buffer;
 
     /* The kernels leave their state zero; a launch cut short by a failed
-     * enqueue may not have, so the next one clears it first. */
+     * enqueue may not have, so the next one clears it first. The first
+     * command waits on the caller's list and gives the caller's event. */
     cl_uint nwait = a->num_events_in_wait_list;
     const cl_event *wait = a->event_wait_list;
-    if (ctx->filter_dirty) {
+    bool clear = ctx->filter_dirty;
+    for (int i = 0; clear && i < 2 && st == PSR_OK; i++) {
         cl_uint zero = 0;
-        cl_mem bufs[2] = {state, hist};
-        size_t bytes[2] = {ctx->filter_state.bytes, ctx->filter_hist.bytes};
-        for (int i = 0; i < 2; i++) {
-            cl_int err = clEnqueueFillBuffer(ctx->queue, bufs[i], &zero, sizeof zero, 0, bytes[i],
-                                             nwait, wait, NULL);
-            if (err != CL_SUCCESS)
-                return psr_fail(ctx, PSR_ERR_OPENCL, "clearing the filter state failed: %s (%d)",
-                                psr_cl_error_name(err), err);
-            nwait = 0, wait = NULL; /* queue order from here */
-        }
+        cl_mem buf = i == 0 ? state : hist;
+        size_t bytes = i == 0 ? ctx->filter_state.bytes : ctx->filter_hist.bytes;
+        cl_int err = clEnqueueFillBuffer(ctx->queue, buf, &zero, sizeof zero, 0, bytes, nwait, wait,
+                                         i == 0 ? event : NULL);
+        if (err != CL_SUCCESS)
+            st = psr_fail(ctx, PSR_ERR_OPENCL, "clearing the filter state failed: %s (%d)",
+                          psr_cl_error_name(err), err);
+        nwait = 0, wait = NULL; /* queue order from here */
     }
     ctx->filter_dirty = true;
 
@@ -114,8 +114,9 @@ psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *a, const 
     const size_t ms = sizeof(cl_mem);
     const size_t scan_sizes[] = {4, 4, ms, ms, ms};
     const void *scan_values[] = {&groups, &chunk, &state, &hist, cut};
-    st = filter_kernel(ctx, v, "psr_filter_scan", a, 5, scan_sizes, scan_values, parts, nwait, wait,
-                       event);
+    if (st == PSR_OK)
+        st = filter_kernel(ctx, v, "psr_filter_scan", a, 5, scan_sizes, scan_values, parts, nwait,
+                           wait, clear ? NULL : event);
     const size_t col_sizes[] = {4, 4, ms, ms, ms, 4, ms};
     const void *col_values[] = {&groups, &chunk, &state, &hist, &cand, &cap, cut};
     if (st == PSR_OK && searches)

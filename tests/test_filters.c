@@ -258,9 +258,10 @@ static void test_requests_independent(void **state)
 
 /* Each way the device search can go, against the oracle, twice in a
  * row (the state the kernels leave must not leak into the next launch):
- * the candidate list for top-k and for top-p alone, and rows whose top
- * holds more candidates than the list (8,192) takes, which search the
- * whole row instead. */
+ * the candidate list for top-k and for top-p alone (short lists are
+ * counted, long ones radix-searched), and rows whose top holds more
+ * candidates than the list (16,384) takes, which search the whole row
+ * instead. */
 static void test_search_paths(void **state)
 {
     (void)state;
@@ -272,7 +273,7 @@ static void test_search_paths(void **state)
         x[1 * V + i] = n;                           /* candidates, top-p alone */
         x[2 * V + i] = 0.5f;                        /* all tied: top-k overflows */
         x[3 * V + i] = 0.5f;                        /* all tied: top-p overflows */
-        x[4 * V + i] = i < 9000 ? 2.0f : n - 10.0f; /* 9,000 tied at the top */
+        x[4 * V + i] = i < 17000 ? 2.0f : n - 10.0f; /* 17,000 tied at the top */
         x[5 * V + i] = n;                           /* min-p alone */
         x[6 * V + i] = 0.01f * normal();            /* a flat top: many candidates */
         x[7 * V + i] = i % 100 == 0 ? NAN : n;      /* fewer finite tokens than k */
