@@ -85,23 +85,25 @@ inline bool psr_filter_reached(ulong cum, bool mass, ulong want, float goal)
 }
 
 /* Adds a 64-bit weight to a bin kept as two 32-bit words; each carry is
- * counted once however the adds interleave. */
+ * counted once however the adds interleave. A macro because OpenCL 1.2
+ * has no pointer that takes both local and global memory. */
+#define PSR_FILTER_ADD64(lo, hi, w)                                                               \
+    do {                                                                                           \
+        uint wlo_ = (uint)(w), whi_ = (uint)((w) >> 32);                                           \
+        if (wlo_ && atomic_add((lo), wlo_) > ~wlo_)                                                \
+            whi_++;                                                                                \
+        if (whi_)                                                                                  \
+            atomic_add((hi), whi_);                                                                \
+    } while (0)
+
 inline void psr_filter_add_local(__local uint *lo, __local uint *hi, ulong w)
 {
-    uint wlo = (uint)w, whi = (uint)(w >> 32);
-    if (wlo && atomic_add(lo, wlo) > ~wlo)
-        whi++;
-    if (whi)
-        atomic_add(hi, whi);
+    PSR_FILTER_ADD64(lo, hi, w);
 }
 
 inline void psr_filter_add_global(__global uint *lo, __global uint *hi, ulong w)
 {
-    uint wlo = (uint)w, whi = (uint)(w >> 32);
-    if (wlo && atomic_add(lo, wlo) > ~wlo)
-        whi++;
-    if (whi)
-        atomic_add(hi, whi);
+    PSR_FILTER_ADD64(lo, hi, w);
 }
 
 inline ulong psr_filter_bin(__local const uint *hlo, __local const uint *hhi, bool wide, uint b)
