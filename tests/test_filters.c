@@ -302,6 +302,59 @@ static void test_search_paths(void **state)
     free(x);
 }
 
+/* A launch cut short by a failed enqueue leaves the filters' state
+ * dirty; the next launch must clear it first. Garbage in the state and
+ * histograms with the dirty mark set gives the oracle's thresholds; the
+ * same garbage without the mark (the control) does not. */
+static void test_dirty_state_cleared(void **state)
+{
+    (void)state;
+    enum { R = 4, V = 3000 };
+    float *x = malloc(R * V * sizeof *x);
+    for (size_t i = 0; i < R * V; i++)
+        x[i] = 3.0f * normal();
+    int32_t k[R] = {50, 0, 20, 0};
+    float p[R] = {0.9f, 0.8f, 1.0f, 1.0f};
+    float mp[R] = {0.0f, 0.0f, 0.05f, 0.1f};
+    int64_t seeds[R] = {1, 2, 3, 4}, pos[R] = {5, 6, 7, 8};
+    float temps[R] = {0.8f, 1.0f, 1.2f, 0.7f};
+    int32_t tokens[R];
+    for (int control = 0; control < 2; control++) {
+        assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
+                                                  k, p, mp, 0, tokens, NULL, NULL),
+                         PSR_OK);
+        cl_uint junk = 0x7f7f7f7fu;
+        psr_scratch *dirty[] = {&ctx->filter_state, &ctx->filter_hist};
+        for (int b = 0; b < 2; b++)
+            assert_int_equal(clEnqueueFillBuffer(ctx->queue, dirty[b]->buffer, &junk, sizeof junk, 0,
+                                                 dirty[b]->bytes, 0, NULL, NULL),
+                             CL_SUCCESS);
+        float sentinel = 12345.0f; /* so that a threshold left unwritten shows */
+        assert_int_equal(clEnqueueFillBuffer(ctx->queue, ctx->filter_cut.buffer, &sentinel,
+                                             sizeof sentinel, 0, ctx->filter_cut.bytes, 0, NULL,
+                                             NULL),
+                         CL_SUCCESS);
+        ctx->filter_dirty = !control;
+        assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
+                                                  k, p, mp, 0, tokens, NULL, NULL),
+                         PSR_OK);
+        float cut[R];
+        download(ctx->filter_cut.buffer, cut, sizeof cut);
+        size_t wrong = 0;
+        for (size_t r = 0; r < R; r++)
+            wrong += !(cut[r] == psr_oracle_filter_threshold(x + r * V, V, temps[r], k[r], p[r], mp[r]));
+        if (control)
+            assert_true(wrong > 0);
+        else
+            assert_int_equal(wrong, 0);
+        ctx->filter_dirty = true; /* leave clean state for the next test */
+        assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
+                                                  k, p, mp, 0, tokens, NULL, NULL),
+                         PSR_OK);
+    }
+    free(x);
+}
+
 /* Samples one filtered row `trials` times and judges the counts. */
 static void filtered_fit(const float *logits, size_t vocab, float temp, int32_t k, float p,
                          float mp, uint64_t trials, int64_t seed, chi2_result *fit,
@@ -494,6 +547,7 @@ int main(void)
         cmocka_unit_test(test_kept_set_equals_oracle),
         cmocka_unit_test(test_requests_independent),
         cmocka_unit_test(test_search_paths),
+        cmocka_unit_test(test_dirty_state_cleared),
         cmocka_unit_test(test_off_and_greedy),
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_distribution),
