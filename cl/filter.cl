@@ -39,6 +39,10 @@
  * row + 3] the lowest key a top-k candidate can have; hist[row] 4096
  * counts, or 2048 low then 2048 high words of masses. */
 
+/* Only the variant that applies thresholds builds these kernels: the
+ * others would pay their compile time (minutes on PoCL) for nothing. */
+#if PSR_FILTERS
+
 #define PSR_FILTER_BINS 256                  /* one radix pass: 8 bits */
 #define PSR_FILTER_HBINS 4096                /* top-k's histogram of counts: 12 bits */
 #define PSR_FILTER_HSHIFT 20
@@ -667,3 +671,5 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chun
         psr_filter_finish(&f, src, m, floor_key, vocab, cap, st, h, rc, thresholds + row_id, lbuf,
                           hlo, hhi, seg, pick);
 }
+
+#endif /* PSR_FILTERS */
