@@ -531,27 +531,31 @@ inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit
             total = seg[0];
             barrier(CLK_LOCAL_MEM_FENCE);
         }
-        float p = fmax(f.p, FLT_MIN);
-        if (count <= PSR_FILTER_RANK_MAX) {
+        bool short_list = count <= PSR_FILTER_RANK_MAX;
+        if (short_list) {
             for (uint j = lid; j < count; j += PSR_WG_SIZE)
                 lbuf[j] = vrc[j];
             barrier(CLK_LOCAL_MEM_FENCE);
-            __local ulong *w = (__local ulong *)(lbuf + 2 * PSR_FILTER_RANK_MAX);
-            if (f.k_on)
-                floor_key = psr_filter_rank_search(lbuf, count, m, floor_key, false, (ulong)f.k,
-                                                   1.0f, 0, w, seg, pick);
-            if (f.p_on)
-                floor_key = psr_filter_rank_search(lbuf, count, m, floor_key, true, 0, p, total, w,
-                                                   seg, pick);
-        } else {
-            volatile __global const uint *keys = fits ? vrc : 0; /* 0: the whole row */
-            uint n = fits ? count : vocab;
-            if (f.k_on)
-                floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, false,
-                                              (ulong)f.k, 1.0f, 0, hlo, hhi, seg, pick);
-            if (f.p_on)
-                floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, true, 0, p,
-                                              total, hlo, hhi, seg, pick);
+        }
+        __local ulong *w = (__local ulong *)(lbuf + 2 * PSR_FILTER_RANK_MAX);
+        volatile __global const uint *keys = fits ? vrc : 0; /* 0: the whole row */
+        uint n = fits ? count : vocab;
+        /* Top-k, then top-p. One call site per search keeps the program
+         * small: PoCL's compile time grows fast with inlined barriers. */
+#pragma unroll 1
+        for (int pass = 0; pass < 2; pass++) {
+            bool mass = pass == 1;
+            if (!(mass ? f.p_on : f.k_on))
+                continue; /* uniform */
+            ulong want = mass ? 0 : (ulong)f.k;
+            float p = mass ? fmax(f.p, FLT_MIN) : 1.0f;
+            ulong total_in = mass ? total : 0;
+            if (short_list)
+                floor_key = psr_filter_rank_search(lbuf, count, m, floor_key, mass, want, p,
+                                                   total_in, w, seg, pick);
+            else
+                floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, mass, want, p,
+                                              total_in, hlo, hhi, seg, pick);
         }
         cut = psr_filter_unkey(floor_key);
     }
