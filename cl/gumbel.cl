@@ -551,21 +551,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         psr_consider4_cut(&row, x, i, &best, &best_i, cut);
     }
     i += 4 * PSR_WG_SIZE;
-    if (active && row.greedy) {
-        /* Greedy rows only stream memory: keep two loads in flight. (The
-         * sampling path gains nothing from this and loses registers.) */
-        for (; i + 4 * PSR_WG_SIZE < end; i += 8 * PSR_WG_SIZE) {
-            uint j = i + 4 * PSR_WG_SIZE;
-            float4 x = psr_load4(src, i, end, aligned);
-            float4 y = psr_load4(src, j, end, aligned);
-            if (cache) {
-                psr_store_cache(cache, i, end, x);
-                psr_store_cache(cache, j, end, y);
-            }
-            psr_consider4_cut(&row, x, i, &best, &best_i, cut);
-            psr_consider4_cut(&row, y, j, &best, &best_i, cut);
-        }
-    } else if (start + 4 * PSR_WG_SIZE < end) {
+    if (!(active && row.greedy) && start + 4 * PSR_WG_SIZE < end) {
         /* Every work-item reaches this barrier: the condition is uniform
          * (greedy is a property of the row, and rows span whole groups). */
         lv[lid] = best;
@@ -578,10 +564,11 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         row.floor = lv[0];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-#if PSR_FILTERS
-    /* A filtered row draws noise only for the tokens it keeps, so it
-     * mostly streams memory too: two loads in flight, as for greedy rows. */
-    for (; active && cut > -INFINITY && i + 4 * PSR_WG_SIZE < end; i += 8 * PSR_WG_SIZE) {
+    /* Greedy rows only stream memory, and so mostly do filtered rows (no
+     * noise for the tokens they remove): keep two loads in flight. (The
+     * sampling path gains nothing from this and loses registers.) */
+    bool streaming = active && (row.greedy || (PSR_FILTERS && cut > -INFINITY));
+    for (; streaming && i + 4 * PSR_WG_SIZE < end; i += 8 * PSR_WG_SIZE) {
         uint j = i + 4 * PSR_WG_SIZE;
         float4 x = psr_load4(src, i, end, aligned);
         float4 y = psr_load4(src, j, end, aligned);
@@ -592,7 +579,6 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         psr_consider4_cut(&row, x, i, &best, &best_i, cut);
         psr_consider4_cut(&row, y, j, &best, &best_i, cut);
     }
-#endif
     for (; active && i < end; i += 4 * PSR_WG_SIZE) {
         float4 x = psr_load4(src, i, end, aligned);
         if (cache)
