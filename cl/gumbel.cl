@@ -450,6 +450,99 @@ inline void psr_consider4(const psr_row *row, float4 x, uint i, psr_acc_t *best,
     psr_consider4_cut(row, x, i, best, best_i, -INFINITY);
 }
 
+/* The vector path (cl/vecmath.cl) serves fp32 Gumbel-max; other noises
+ * and the race keep the scalar loop on every device. */
+#if PSR_VEC && PSR_METHOD == 0 && !USE_FP64 && !USE_WIDE
+#define PSR_VEC_PATH 1
+#define PSR_STEP PSR_VEC
+#else
+#define PSR_VEC_PATH 0
+#define PSR_STEP 4
+#endif
+
+#if PSR_VEC_PATH
+/* No fp32 noise exceeds 23 (its bound is at most 33 ln 2 + 1e-3). */
+#define PSR_NOISE_MAX 23.0f
+
+inline psr_vfloat psr_vload_logits(__global const psr_logit_t *src, uint i)
+{
+#if PSR_LOGIT_DTYPE == 0
+    return psr_vload(0, src + i);
+#elif PSR_LOGIT_DTYPE == 1
+    return psr_vload_half(0, src + i);
+#else
+    return psr_as_vfloat(psr_convert_vuint(psr_vload(0, src + i)) << 16);
+#endif
+}
+
+/* Tokens i .. i + PSR_VEC - 1 into the lanes' running bests, as
+ * psr_consider_cut takes them one by one. A lane that loses on its bound
+ * may still be computed exactly (the argmax of exact values is the same),
+ * so a block draws noise only if some lane may win, and no Philox at all
+ * when even the largest noise cannot lift its best logit to the floor.
+ * Each exact value raises the floor. */
+inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vfloat *best,
+                             psr_vuint *best_i, float cut)
+{
+    psr_vint dead = isnan(x);
+    psr_vfloat v;
+    if (row->greedy) {
+        v = x;
+    } else {
+        psr_vfloat xs = psr_vscale(x, row->t, row->r);
+#if PSR_FILTERS
+        dead |= xs < cut;
+#endif
+        xs = select(xs, (psr_vfloat)(-INFINITY), dead);
+        if (psr_vmax(xs) + PSR_NOISE_MAX < row->floor)
+            return;
+        psr_vuint w = psr_vtoken_word(row->key, (psr_vuint)i + PSR_LANE_IDS);
+        if (!any(xs + psr_vnoise_bound(w) >= (psr_vfloat)row->floor))
+            return;
+        v = xs + psr_vnoise(w); /* an infinite xs stays itself */
+        row->floor = fmax(row->floor, psr_vmax(v));
+    }
+    psr_vint better = v > *best; /* never for a NaN or filtered lane */
+    *best = select(*best, v, better);
+    *best_i = select(*best_i, (psr_vuint)i + PSR_LANE_IDS, better);
+}
+
+/* One work-item's step: a whole vector, or the chunk's last few tokens
+ * one by one. */
+inline void psr_consider_step(psr_row *row, __global const psr_logit_t *src, uint i, uint end,
+                              __global float *cache, float cut, psr_vfloat *lane_best,
+                              psr_vuint *lane_best_i, psr_acc_t *best, uint *best_i)
+{
+    if (i + PSR_VEC <= end) {
+        psr_vfloat x = psr_vload_logits(src, i);
+        if (cache)
+            psr_vstore(x, 0, cache + i);
+        psr_consider_vec(row, x, i, lane_best, lane_best_i, cut);
+        return;
+    }
+    for (uint j = i; j < end; j++) {
+        float x = psr_load_logit(src, j);
+        if (cache)
+            cache[j] = x;
+        psr_consider_cut(row, x, j, best, best_i, cut);
+    }
+}
+
+/* Folds the lanes into the work-item's (best, best_i). */
+inline void psr_merge_lanes(psr_vfloat lane_best, psr_vuint lane_best_i, psr_acc_t *best,
+                            uint *best_i)
+{
+    for (int l = 0; l < PSR_VEC; l++) {
+        float v = ((float *)&lane_best)[l];
+        uint i = ((uint *)&lane_best_i)[l];
+        if (psr_better(v, i, *best, *best_i)) {
+            *best = v;
+            *best_i = i;
+        }
+    }
+}
+#endif
+
 /* Each work-item takes 4 consecutive tokens per step, the group 4 * WG.
  * After the first step the group's best so far becomes the pruning floor
  * for the rest of its chunk. */
@@ -486,7 +579,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     uint start = part * chunk; /* chunk is a multiple of 4 */
     uint end = min(start + chunk, vocab);
     psr_acc_t best = PSR_ACC_NEG_INF;
-    uint best_i = start + 4 * lid < end ? start + 4 * lid : 0xffffffffu;
+    uint best_i = start + PSR_STEP * lid < end ? start + PSR_STEP * lid : 0xffffffffu;
 
     psr_row row;
     row.t = 1.0f;
@@ -543,6 +636,31 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     }
 #endif
 
+#if PSR_VEC_PATH
+    psr_vfloat lane_best = -INFINITY;
+    psr_vuint lane_best_i = 0xffffffffu;
+    uint i = start + PSR_VEC * lid;
+    if (active)
+        psr_consider_step(&row, src, i, end, cache, cut, &lane_best, &lane_best_i, &best, &best_i);
+    i += PSR_VEC * PSR_WG_SIZE;
+    if (!(active && row.greedy) && start + PSR_VEC * PSR_WG_SIZE < end) {
+        /* The group's best so far becomes every work-item's floor (a
+         * uniform condition, as below). */
+        lv[lid] = max(best, psr_vmax(lane_best));
+        for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (lid < s)
+                lv[lid] = max(lv[lid], lv[lid + s]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        row.floor = fmax(row.floor, lv[0]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (; active && i < end; i += PSR_VEC * PSR_WG_SIZE)
+        psr_consider_step(&row, src, i, end, cache, cut, &lane_best, &lane_best_i, &best, &best_i);
+    psr_merge_lanes(lane_best, lane_best_i, &best, &best_i);
+    (void)aligned;
+#else
     uint i = start + 4 * lid;
     if (active) {
         float4 x = psr_load4(src, i, end, aligned);
@@ -585,6 +703,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
             psr_store_cache(cache, i, end, x);
         psr_consider4_cut(&row, x, i, &best, &best_i, cut);
     }
+#endif
 
     lv[lid] = best;
     li[lid] = best_i;
@@ -703,6 +822,21 @@ __kernel void psr_gumbel_noise_kat(__global const long *seeds, __global const lo
     uint key = psr_row_key((ulong)seeds[i], (ulong)positions[i]);
     noise[i] = psr_noise(psr_token_words(key, tokens[i]));
 }
+
+#if PSR_VEC_PATH
+/* The vector path's noise and bound of tokens first .. first + 16 * n - 1
+ * of row key `key`, 16 per work-item, for the bit-exactness tests. */
+__kernel void psr_gumbel_vnoise_kat(uint key, uint first, uint n, __global float *noise,
+                                    __global float *bound)
+{
+    uint i = get_global_id(0);
+    if (i >= n)
+        return;
+    psr_vuint w = psr_vtoken_word(key, (psr_vuint)(first + PSR_VEC * i) + PSR_LANE_IDS);
+    psr_vstore(psr_vnoise(w), i, noise);
+    psr_vstore(psr_vnoise_bound(w), i, bound);
+}
+#endif
 
 /* Lower-tail census of the noise option this program was built with:
  * counts[0] += draws with E < 2^-24, counts[1] += draws with E < 2^-32,

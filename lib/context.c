@@ -102,6 +102,7 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
     /* Tuning aids (docs/devices.md): override the table for experiments. */
     const char *wg = getenv("PSR_TUNE_WG"), *resident = getenv("PSR_TUNE_RESIDENT");
     const char *mulhi = getenv("PSR_TUNE_MULHI"), *extra = getenv("PSR_TUNE_BUILD_OPTIONS");
+    const char *vector = getenv("PSR_TUNE_VECTOR");
     int w = wg ? atoi(wg) : 0;
     if (w >= 16 && (size_t)w <= ctx->info.max_work_group_size && !(w & (w - 1)))
         ctx->tuning.work_group_size = (size_t)w;
@@ -110,18 +111,20 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
     if (mulhi && *mulhi)
         ctx->tuning.mulhi = strcmp(mulhi, "0") != 0;
     ctx->tuning.two_pass = psr_env_flag("PSR_TUNE_TWO_PASS");
+    if (vector && (strcmp(vector, "0") == 0 || strcmp(vector, "16") == 0))
+        ctx->tuning.vector_width = (unsigned)atoi(vector);
     if (extra && psr_strlcpy(ctx->tuning.extra_options, extra, sizeof ctx->tuning.extra_options) >=
                      sizeof ctx->tuning.extra_options) {
         psr_log(ctx, PSR_LOG_WARNING, "PSR_TUNE_BUILD_OPTIONS is longer than %zu bytes: ignored",
                 sizeof ctx->tuning.extra_options - 1);
         ctx->tuning.extra_options[0] = '\0';
     }
-    if (wg || resident || mulhi || extra || ctx->tuning.two_pass)
+    if (wg || resident || mulhi || extra || vector || ctx->tuning.two_pass)
         psr_log(ctx, PSR_LOG_INFO,
                 "tuning from the environment: work-group %zu, resident %zu, mul_hi %d, two-pass %d, "
-                "extra options \"%s\"",
+                "vector lanes %u, extra options \"%s\"",
                 ctx->tuning.work_group_size, ctx->tuning.resident_per_unit, ctx->tuning.mulhi,
-                ctx->tuning.two_pass, ctx->tuning.extra_options);
+                ctx->tuning.two_pass, ctx->tuning.vector_width, ctx->tuning.extra_options);
     setup_disk_cache(ctx, o);
     return PSR_OK;
 }

@@ -15,12 +15,12 @@ typedef struct kernel_set_def {
 static const kernel_set_def sets[PSR_KERNEL_SET_COUNT] = {
     [PSR_KERNELS_STREAM] = {"stream", {"random123/philox.h", "stream.cl", NULL}},
     [PSR_KERNELS_GUMBEL] = {"gumbel",
-                            {"random123/philox.h", "stream.cl", "detmath.cl", "gumbel.cl",
-                             "filter.cl", NULL}},
+                            {"random123/philox.h", "stream.cl", "detmath.cl", "vecmath.cl",
+                             "gumbel.cl", "filter.cl", NULL}},
     /* Verification and logprobs share the log-sum-exp of verify.cl. */
     [PSR_KERNELS_VERIFY] = {"verify",
-                            {"random123/philox.h", "stream.cl", "detmath.cl", "gumbel.cl",
-                             "verify.cl", "logprobs.cl", NULL}},
+                            {"random123/philox.h", "stream.cl", "detmath.cl", "vecmath.cl",
+                             "gumbel.cl", "verify.cl", "logprobs.cl", NULL}},
 };
 
 bool psr_kernel_set_uses_logits(psr_kernel_set set)
@@ -83,13 +83,16 @@ static int opencl_c_version(const psr_device_info *info)
 
 void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, size_t len)
 {
-    char extra[160] = "";
+    char extra[192] = "", vec[32] = "";
+    /* Only the sampling program has a vector path. */
+    if (v->set == PSR_KERNELS_GUMBEL && ctx->tuning.vector_width)
+        snprintf(vec, sizeof vec, " -DPSR_VEC=%u", ctx->tuning.vector_width);
     if (psr_kernel_set_uses_logits(v->set))
         snprintf(extra, sizeof extra,
-                 " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d -DUSE_WIDE=%d -DPSR_METHOD=%d%s%s",
+                 " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d -DUSE_WIDE=%d -DPSR_METHOD=%d%s%s%s",
                  (int)v->dtype, v->fast_math ? 0 : 1, v->wide ? 1 : 0, v->method,
                  v->filtered ? " -DPSR_FILTERS=1" : "",
-                 ctx->info.capabilities & PSR_CAP_INT64_ATOMICS ? " -DPSR_INT64_ATOMICS=1" : "");
+                 ctx->info.capabilities & PSR_CAP_INT64_ATOMICS ? " -DPSR_INT64_ATOMICS=1" : "", vec);
     /* mul_hi is core OpenCL C, and Random123 otherwise builds its 32-bit
      * multiply from a 64-bit product (9-12% slower on NVIDIA). Its 64-bit
      * path wins over the intrinsic unless R123_USE_64BIT=0 (psr uses only

@@ -173,8 +173,11 @@ void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *
      * ceil(rows * G / resident) waves, each as long as one chunk of
      * vocab / G tokens plus a fixed cost per group (reductions, the fold),
      * counted as two steps of tokens. Rows split into at most
-     * vocab / (2 steps) groups, so chunks are about two steps or longer. */
-    size_t step = 4 * ctx->tuning.work_group_size;
+     * vocab / (2 steps) groups, so chunks are about two steps or longer.
+     * Chunks are whole multiples of a work-item's step (4 tokens, or the
+     * vector path's lanes). */
+    size_t lanes = ctx->tuning.vector_width > 4 ? ctx->tuning.vector_width : 4;
+    size_t step = lanes * ctx->tuning.work_group_size;
     size_t resident = ctx->tuning.resident_per_unit * (ctx->info.compute_units ? ctx->info.compute_units : 1);
     size_t g_max = (vocab + 2 * step - 1) / (2 * step);
     if (g_max > 4095)
@@ -190,7 +193,7 @@ void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *
         }
     }
     size_t c = (vocab + best_g - 1) / best_g;
-    c = (c + 3) / 4 * 4;
+    c = (c + lanes - 1) / lanes * lanes;
     *chunk = (cl_uint)c;
     *groups = (cl_uint)((vocab + c - 1) / c);
 }

@@ -105,6 +105,60 @@ static void test_noise_bit_exact(void **state)
         assert_int_equal(noise_mismatches(false, PSR_NOISE_FP64, 300000), 0);
 }
 
+/* The sampler's vector path (cl/vecmath.cl): its noise equals the
+ * oracle's bit for bit, and its bound lies between the noise and the 23
+ * that lets a whole block skip Philox. The path is forced on, so GPUs,
+ * which sample through the scalar loop, check it too. */
+static void test_vector_noise_bit_exact(void **state)
+{
+    (void)state;
+    psr_context *vc = ctx;
+    if (!ctx->tuning.vector_width) {
+        setenv("PSR_TUNE_VECTOR", "16", 1);
+        vc = open_context(NULL);
+        unsetenv("PSR_TUNE_VECTOR");
+    }
+    assert_int_equal(vc->tuning.vector_width, 16);
+    psr_variant v = {.set = PSR_KERNELS_GUMBEL};
+    cl_kernel k;
+    assert_int_equal(psr_kernel_get(vc, &v, "psr_gumbel_vnoise_kat", &k), PSR_OK);
+    const cl_uint n = 16384; /* vectors per key: 262,144 tokens */
+    float *noise = malloc(16 * n * sizeof *noise), *bound = malloc(16 * n * sizeof *bound);
+    cl_int err;
+    cl_mem dn = clCreateBuffer(vc->cl_ctx, CL_MEM_WRITE_ONLY, 16 * n * 4, NULL, &err);
+    cl_mem db = clCreateBuffer(vc->cl_ctx, CL_MEM_WRITE_ONLY, 16 * n * 4, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    size_t bad = 0, loose = 0;
+    for (int round = 0; round < 4; round++) {
+        cl_uint key = rnd(), first = rnd() % (1u << 20);
+        clSetKernelArg(k, 0, sizeof key, &key);
+        clSetKernelArg(k, 1, sizeof first, &first);
+        clSetKernelArg(k, 2, sizeof n, &n);
+        clSetKernelArg(k, 3, sizeof dn, &dn);
+        assert_int_equal(clSetKernelArg(k, 4, sizeof db, &db), CL_SUCCESS);
+        size_t global = n;
+        assert_int_equal(clEnqueueNDRangeKernel(vc->queue, k, 1, NULL, &global, NULL, 0, NULL, NULL),
+                         CL_SUCCESS);
+        clEnqueueReadBuffer(vc->queue, dn, CL_TRUE, 0, 16 * n * 4, noise, 0, NULL, NULL);
+        assert_int_equal(clEnqueueReadBuffer(vc->queue, db, CL_TRUE, 0, 16 * n * 4, bound, 0, NULL, NULL),
+                         CL_SUCCESS);
+        for (cl_uint i = 0; i < 16 * n; i++) {
+            float want = psr_oracle_gumbel32(key, first + i);
+            if (memcmp(&want, &noise[i], 4) != 0 && bad++ < 3)
+                print_message("vector noise differs: key %08x token %u: %a, want %a\n", key, first + i,
+                              noise[i], want);
+            loose += !(bound[i] >= want && bound[i] <= 23.0f);
+        }
+    }
+    assert_int_equal(bad, 0);
+    assert_int_equal(loose, 0);
+    clReleaseMemObject(dn);
+    clReleaseMemObject(db);
+    free(noise), free(bound);
+    if (vc != ctx)
+        psr_context_free(vc);
+}
+
 /* ---- known answers ---- */
 
 
@@ -191,7 +245,8 @@ static void check_ramp(size_t rows, size_t vocab)
 }
 
 /* The two ways a split row finishes (one kernel with 64-bit atomics, or a
- * second kernel) and the two Random123 multiplies give the same tokens. */
+ * second kernel), the two Random123 multiplies, and the scalar and vector
+ * token loops give the same tokens. */
 static void test_finish_paths_agree(void **state)
 {
     (void)state;
@@ -199,16 +254,24 @@ static void test_finish_paths_agree(void **state)
     setenv("PSR_TUNE_TWO_PASS", "1", 1);
     setenv("PSR_TUNE_MULHI", "0", 1);
     setenv("PSR_TUNE_RESIDENT", "64", 1);
+    setenv("PSR_TUNE_VECTOR", "0", 1);
     ctx = open_context(NULL);
     unsetenv("PSR_TUNE_TWO_PASS");
     unsetenv("PSR_TUNE_MULHI");
     assert_true(ctx->tuning.two_pass);
     assert_false(ctx->tuning.mulhi);
+    assert_int_equal(ctx->tuning.vector_width, 0);
     check_against_oracle(8, 40000, 3.0f, 1.0f, 0);
     check_against_oracle(4, 9000, 3.0f, 0.0f, 0);
+    check_against_oracle(16, 32000, 0.5f, 0.7f, 0);
+    check_ramp(4, 70000);
     psr_context_free(ctx);
-    ctx = open_context(NULL); /* one pass, many resident groups: many groups fold each row */
+    /* One pass, many resident groups (many groups fold each row), the vector loop. */
+    setenv("PSR_TUNE_VECTOR", "16", 1);
+    ctx = open_context(NULL);
     unsetenv("PSR_TUNE_RESIDENT");
+    unsetenv("PSR_TUNE_VECTOR");
+    assert_int_equal(ctx->tuning.vector_width, 16);
     cl_uint chunk, groups;
     psr_split_rows(ctx, 8, 40000, &chunk, &groups);
     assert_true(groups >= 9); /* several buckets in the two-level fold */
@@ -715,6 +778,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_noise_bit_exact),
+        cmocka_unit_test(test_vector_noise_bit_exact),
         cmocka_unit_test(test_token_vectors),
         cmocka_unit_test(test_tokens_equal_oracle),
         cmocka_unit_test(test_finish_paths_agree),
