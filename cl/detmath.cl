@@ -13,21 +13,25 @@
 #define PSR_LN2_LO 0x1.0bfbe8p-15f
 
 /* log1p(f) for f in [sqrt(1/2) - 1, sqrt(2) - 1]: f + f^2 * P(f), with P a
- * degree-8 least-squares fit of (log1p(f) - f) / f^2 (max error 0.7 ulp). */
-inline float psr_log1p_reduced(float f)
-{
-    float p = -0x1.321a4cp-4f;
-    p = fma(p, f, 0x1.068b2ap-3f);
-    p = fma(p, f, -0x1.0f9b0cp-3f);
-    p = fma(p, f, 0x1.22bf86p-3f);
-    p = fma(p, f, -0x1.5424e0p-3f);
-    p = fma(p, f, 0x1.999fc2p-3f);
-    p = fma(p, f, -0x1.000422p-2f);
-    p = fma(p, f, 0x1.555558p-2f);
-    p = fma(p, f, -0x1.fffff8p-2f);
-    float f2 = f * f;
-    return fma(f2, p, f);
-}
+ * degree-8 least-squares fit of (log1p(f) - f) / f^2 (max error 0.7 ulp).
+ * A macro defines `T name(T f)`, so that the vector path (vecmath.cl)
+ * evaluates the very same polynomial on float16. */
+#define PSR_DEFINE_LOG1P_REDUCED(name, T)                                                   \
+    inline T name(T f)                                                                      \
+    {                                                                                       \
+        T p = (T)(-0x1.321a4cp-4f);                                                         \
+        p = fma(p, f, (T)(0x1.068b2ap-3f));                                                 \
+        p = fma(p, f, (T)(-0x1.0f9b0cp-3f));                                                \
+        p = fma(p, f, (T)(0x1.22bf86p-3f));                                                 \
+        p = fma(p, f, (T)(-0x1.5424e0p-3f));                                                \
+        p = fma(p, f, (T)(0x1.999fc2p-3f));                                                 \
+        p = fma(p, f, (T)(-0x1.000422p-2f));                                                \
+        p = fma(p, f, (T)(0x1.555558p-2f));                                                 \
+        p = fma(p, f, (T)(-0x1.fffff8p-2f));                                                \
+        T f2 = f * f;                                                                       \
+        return fma(f2, p, f);                                                               \
+    }
+PSR_DEFINE_LOG1P_REDUCED(psr_log1p_reduced, float)
 
 /* Natural log of a positive normal float: x = m * 2^e, m in [sqrt(1/2), sqrt(2)). */
 inline float psr_det_log(float x)

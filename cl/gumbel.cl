@@ -497,7 +497,7 @@ inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vfloat *bes
         if (psr_vmax(xs) + PSR_NOISE_MAX < row->floor)
             return;
         psr_vuint w = psr_vtoken_word(row->key, (psr_vuint)i + PSR_LANE_IDS);
-        if (!any(xs + psr_vnoise_bound(w) >= (psr_vfloat)row->floor))
+        if (psr_vmax(xs + psr_vnoise_bound(w)) < row->floor) /* PoCL's any() goes lane by lane */
             return;
         v = xs + psr_vnoise(w); /* an infinite xs stays itself */
         row->floor = fmax(row->floor, psr_vmax(v));
@@ -637,8 +637,8 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
 #endif
 
 #if PSR_VEC_PATH
-    psr_vfloat lane_best = -INFINITY;
-    psr_vuint lane_best_i = 0xffffffffu;
+    psr_vfloat lane_best = (psr_vfloat)(-INFINITY);
+    psr_vuint lane_best_i = (psr_vuint)0xffffffffu;
     uint i = start + PSR_VEC * lid;
     if (active)
         psr_consider_step(&row, src, i, end, cache, cut, &lane_best, &lane_best_i, &best, &best_i);

@@ -38,6 +38,19 @@ inline float psr_vmax(psr_vfloat v)
     return fmax(m2.x, m2.y);
 }
 
+/* a * m per lane: the low halves returned, the high halves in *hi. PoCL
+ * splits a vector mul_hi into scalar multiplies; this form takes the
+ * 64-bit products of the even and the odd lanes separately (two vpmuludq
+ * on AVX-512), whatever the byte order. */
+inline psr_vuint psr_vmulhilo(psr_vuint a, uint m, psr_vuint *hi)
+{
+    ulong8 pairs = as_ulong8(a);
+    ulong8 low = (pairs & 0xffffffffUL) * (ulong)m;
+    ulong8 high = (pairs >> 32) * (ulong)m;
+    *hi = as_uint16((low >> 32) | (high & 0xffffffff00000000UL));
+    return as_uint16((low & 0xffffffffUL) | (high << 32));
+}
+
 /* Word 0 of philox4x32_10(ctr = {token, 0, 0, 0}, key = {row_key, 0}) per
  * lane: psr_token_words(row_key, token).x. */
 inline psr_vuint psr_vtoken_word(uint row_key, psr_vuint tokens)
@@ -49,8 +62,9 @@ inline psr_vuint psr_vtoken_word(uint row_key, psr_vuint tokens)
             k0 += PHILOX_W32_0;
             k1 += PHILOX_W32_1;
         }
-        psr_vuint hi0 = mul_hi((psr_vuint)PHILOX_M4x32_0, c0), lo0 = c0 * PHILOX_M4x32_0;
-        psr_vuint hi1 = mul_hi((psr_vuint)PHILOX_M4x32_1, c2), lo1 = c2 * PHILOX_M4x32_1;
+        psr_vuint hi0, hi1;
+        psr_vuint lo0 = psr_vmulhilo(c0, PHILOX_M4x32_0, &hi0);
+        psr_vuint lo1 = psr_vmulhilo(c2, PHILOX_M4x32_1, &hi1);
         c0 = hi1 ^ c1 ^ k0;
         c1 = lo1;
         c2 = hi0 ^ c3 ^ k1;
@@ -64,7 +78,7 @@ inline psr_vfloat psr_vu32(psr_vuint w)
 {
     psr_vint s = psr_as_vint(w);
     s = s ^ (s >> 31);
-    return fmax(psr_convert_vfloat(s) * 0x1.fffffep-32f, 0x1.fffffep-32f);
+    return fmax(psr_convert_vfloat(s) * 0x1.fffffep-32f, (psr_vfloat)0x1.fffffep-32f);
 }
 
 /* The noise bound of psr_noise_bound (gumbel.cl) per lane. */
@@ -75,20 +89,7 @@ inline psr_vfloat psr_vnoise_bound(psr_vuint w)
     return psr_convert_vfloat(psr_as_vint(clz(folded)) + 1) * 0x1.62e430p-1f + 1e-3f;
 }
 
-inline psr_vfloat psr_vlog1p_reduced(psr_vfloat f)
-{
-    psr_vfloat p = -0x1.321a4cp-4f;
-    p = fma(p, f, 0x1.068b2ap-3f);
-    p = fma(p, f, -0x1.0f9b0cp-3f);
-    p = fma(p, f, 0x1.22bf86p-3f);
-    p = fma(p, f, -0x1.5424e0p-3f);
-    p = fma(p, f, 0x1.999fc2p-3f);
-    p = fma(p, f, -0x1.000422p-2f);
-    p = fma(p, f, 0x1.555558p-2f);
-    p = fma(p, f, -0x1.fffff8p-2f);
-    psr_vfloat f2 = f * f;
-    return fma(f2, p, f);
-}
+PSR_DEFINE_LOG1P_REDUCED(psr_vlog1p_reduced, psr_vfloat)
 
 /* x = m * 2^e with m in [sqrt(1/2), sqrt(2)), as psr_det_log reduces it. */
 inline void psr_vsplit(psr_vfloat x, psr_vfloat *m, psr_vint *e)
@@ -106,7 +107,7 @@ inline psr_vfloat psr_vlog_join(psr_vint e, psr_vfloat f)
 {
     psr_vfloat q = psr_vlog1p_reduced(f);
     psr_vfloat fe = psr_convert_vfloat(e);
-    return fma(fe, PSR_LN2_HI, fma(fe, PSR_LN2_LO, q));
+    return fma(fe, (psr_vfloat)PSR_LN2_HI, fma(fe, (psr_vfloat)PSR_LN2_LO, q));
 }
 
 inline psr_vfloat psr_vdet_log(psr_vfloat x)

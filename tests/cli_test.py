@@ -143,6 +143,13 @@ if have_device:
     r = run("bench", "sample", "--shapes", "2x3000", "--iters", "3", "--variants", "race,fp32", "--json")
     out = json.loads(r.stdout) if r.returncode == 0 else {}
     check(sorted(x["variant"] for x in out.get("results", [])) == ["fp32", "race"], "bench --variants picks exact names")
+    # On a CPU the bench also times the host oracle's plain C loop, for fp32 only.
+    info = run("info", "--json")
+    default_type = json.loads(info.stdout)["devices"][0]["type"] if info.returncode == 0 else None
+    loops = {x["variant"]: x.get("c_loop_us", "absent") for x in out.get("results", [])}
+    check(loops.get("race") is None, "bench sample: no C loop for the race")
+    if default_type == "cpu":
+        check(isinstance(loops.get("fp32"), (int, float)) and loops["fp32"] > 0, "bench sample: C loop time on a CPU")
     check(run("bench", "sample", "--shapes", "2by3").returncode == 2, "bad --shapes is a usage error")
 
 

@@ -21,6 +21,8 @@ static const struct {
 };
 
 static const char *default_shapes = "1x128256,64x128256,256x151936,1024x151936,4096x32000";
+/* On a CPU the GPU shapes take minutes; 8 x 128,256 is the CPU shape. */
+static const char *default_cpu_shapes = "1x128256,8x128256,64x128256";
 
 typedef struct variant_def {
     const char *name;
@@ -51,8 +53,12 @@ static void bench_usage(FILE *out)
             "(piped_us). Each line gives the memory floor (logits read once at the\n"
             "copy bandwidth measured on the same device in the same run) and the ratio\n"
             "of us to it, and on NVIDIA the ratio of us to vLLM's Triton kernel on an H200.\n"
+            "On a CPU device it also times psr's host oracle, a plain single-threaded C\n"
+            "loop of the same math (cloop_us, for all rows; fp32 and greedy lines), and\n"
+            "gives us over it (xcloop).\n"
             "\n"
             "  --shapes     default %s\n"
+            "               (on a CPU: %s)\n"
             "  --variants   any of fp32, fp32-fast, fp64, wide, race, race-wide, race-fp64,\n"
             "               greedy (default: all the\n"
             "               device can run); fp32 is the default deterministic mode\n"
@@ -60,7 +66,7 @@ static void bench_usage(FILE *out)
             "  --iters      timed runs per line (at least 50 recommended)\n"
             "\n"
             "psr bench verify|logprobs|filters|gemm --help describe the others.\n",
-            default_shapes);
+            default_shapes, default_cpu_shapes);
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -94,8 +100,25 @@ static bool in_list(const char *list, const char *name)
 typedef struct result {
     size_t rows, vocab;
     const char *variant;
-    double us, piped_us, floor_us, vllm_us;
+    double us, piped_us, floor_us, vllm_us, cloop_us;
 } result;
+
+/* Time of psr's host oracle (a plain single-threaded C loop of the same
+ * math) over all `rows`, from the first few rows; 0 if not measured. */
+static double c_loop_us(const float *logits, size_t rows, size_t vocab, float temperature)
+{
+    size_t n = rows < 4 ? rows : 4;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    volatile int32_t sink = 0;
+    for (size_t r = 0; r < n; r++)
+        sink += psr_oracle_sample_row(logits + r * vocab, vocab, temperature, 1 + (int64_t)r, 7, false,
+                                      PSR_NOISE_FP32, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    (void)sink;
+    double us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+    return us / (double)n * (double)rows;
+}
 
 /* Median span of `iters` launches enqueued back to back, as an engine that
  * never waits between steps would see them; launch gaps overlap work. */
@@ -148,12 +171,28 @@ static bool parse_shapes(const char *s, size_t *rows, size_t *vocab, size_t cap,
     return *n > 0;
 }
 
+/* A reference time and us over it, or two nulls where none was measured (ref <= 0). */
+static void json_reference(json_writer *w, const char *key, const char *ratio_key, double ref, double us)
+{
+    json_key(w, key);
+    if (ref > 0)
+        json_double(w, ref);
+    else
+        json_null(w);
+    json_key(w, ratio_key);
+    if (ref > 0)
+        json_double(w, us / ref);
+    else
+        json_null(w);
+}
+
 static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, size_t nshapes,
                      const char *variant_list, bool peaked, int iters, bool as_json)
 {
     psr_device_info info;
     psr_context_device_info(ctx, &info);
     bool nvidia = psr_contains_nocase(info.platform_vendor, "nvidia");
+    bool cpu = info.type == PSR_DEVICE_CPU;
     size_t max_bytes = 0;
     for (size_t s = 0; s < nshapes; s++)
         if (rows[s] * vocab[s] * 4 > max_bytes)
@@ -177,8 +216,8 @@ static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, 
     if (!as_json) {
         printf("device: %s (%s), copy bandwidth %.0f GB/s, empty kernel %.1f us, logits %s\n",
                info.name, info.platform_name, bw / 1e9, empty_us, peaked ? "peaked" : "N(0,3)");
-        printf("%-14s %-10s %10s %10s %10s %8s %10s %8s\n", "shape", "variant", "us", "piped_us",
-               "floor_us", "xfloor", "vllm_us", "xvllm");
+        printf("%-14s %-10s %10s %10s %10s %8s %10s %8s%s\n", "shape", "variant", "us", "piped_us",
+               "floor_us", "xfloor", "vllm_us", "xvllm", cpu ? "  cloop_us   xcloop" : "");
     }
     for (size_t s = 0; s < nshapes && rc == CLI_OK; s++) {
         size_t B = rows[s], V = vocab[s];
@@ -254,15 +293,21 @@ static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, 
                         r->vllm_us = (vd->flags & PSR_SAMPLE_FP64_NOISE) ? vllm_h200[k].fp64_us
                                      : vd->greedy                       ? 0
                                                                          : vllm_h200[k].fp32_us;
+                if (cpu && (vd->flags & ~PSR_SAMPLE_FAST_MATH) == 0)
+                    r->cloop_us = c_loop_us(host, B, V, vd->greedy ? 0.0f : 0.8f);
                 if (!as_json) {
-                    char shape[32], vllm[16] = "-", xv[16] = "-";
+                    char shape[32], vllm[16] = "-", xv[16] = "-", cl[40] = "";
                     snprintf(shape, sizeof shape, "%zux%zu", B, V);
                     if (r->vllm_us > 0) {
                         snprintf(vllm, sizeof vllm, "%.1f", r->vllm_us);
                         snprintf(xv, sizeof xv, "%.2f", r->us / r->vllm_us);
                     }
-                    printf("%-14s %-10s %10.1f %10.1f %10.1f %8.2f %10s %8s\n", shape, vd->name, r->us,
-                           r->piped_us, floor_us, r->us / floor_us, vllm, xv);
+                    if (cpu && r->cloop_us > 0)
+                        snprintf(cl, sizeof cl, " %10.1f %8.3f", r->cloop_us, r->us / r->cloop_us);
+                    else if (cpu)
+                        snprintf(cl, sizeof cl, " %10s %8s", "-", "-");
+                    printf("%-14s %-10s %10.1f %10.1f %10.1f %8.2f %10s %8s%s\n", shape, vd->name, r->us,
+                           r->piped_us, floor_us, r->us / floor_us, vllm, xv, cl);
                     fflush(stdout);
                 }
             }
@@ -309,16 +354,8 @@ static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, 
             json_double(&w, results[i].floor_us);
             json_key(&w, "x_floor");
             json_double(&w, results[i].us / results[i].floor_us);
-            json_key(&w, "vllm_us");
-            if (results[i].vllm_us > 0)
-                json_double(&w, results[i].vllm_us);
-            else
-                json_null(&w);
-            json_key(&w, "x_vllm");
-            if (results[i].vllm_us > 0)
-                json_double(&w, results[i].us / results[i].vllm_us);
-            else
-                json_null(&w);
+            json_reference(&w, "vllm_us", "x_vllm", results[i].vllm_us, results[i].us);
+            json_reference(&w, "c_loop_us", "x_c_loop", results[i].cloop_us, results[i].us);
             json_end_object(&w);
         }
         json_end_array(&w);
@@ -559,7 +596,7 @@ int cmd_bench(int argc, char **argv)
         return bench_filters(argc - 1, argv + 1);
     if (strcmp(argv[1], "sample") != 0)
         return cli_usage_error("bench", "unknown benchmark \"%s\" (try: sample, verify, logprobs, filters, gemm)", argv[1]);
-    const char *shapes = default_shapes, *variant_list = NULL, *device = NULL;
+    const char *shapes = NULL, *variant_list = NULL, *device = NULL;
     bool as_json = false, peaked = false;
     int iters = 50;
     for (int i = 2; i < argc; i++) {
@@ -591,12 +628,17 @@ int cmd_bench(int argc, char **argv)
         }
     }
     size_t rows[32], vocab[32], n;
-    if (!parse_shapes(shapes, rows, vocab, 32, &n))
+    if (shapes && !parse_shapes(shapes, rows, vocab, 32, &n))
         return cli_usage_error("bench sample", "--shapes \"%s\" is not a list like 1x128256,64x32000",
                                shapes);
     psr_context *ctx = cli_open_context(device, true);
     if (!ctx)
         return CLI_FAILED;
+    if (!shapes) {
+        psr_device_info info;
+        psr_context_device_info(ctx, &info);
+        parse_shapes(info.type == PSR_DEVICE_CPU ? default_cpu_shapes : default_shapes, rows, vocab, 32, &n);
+    }
     int rc = run_bench(ctx, rows, vocab, n, variant_list, peaked, iters, as_json);
     psr_context_free(ctx);
     return rc;
