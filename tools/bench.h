@@ -5,6 +5,8 @@
 #include "internal.h"
 #include "json.h"
 
+#include <stdio.h>
+
 /* qsort comparator of doubles, ascending. */
 int cmp_double(const void *a, const void *b);
 /* Microseconds from the start of `first` to the end of `last` (profiling queue). */
@@ -22,6 +24,25 @@ psr_status bench_launch_sample(psr_context *ctx, const void *args, cl_event *fir
  * the end of a marker enqueued just before to the end of the last kernel. */
 psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *args, int iters,
                              double *median);
+
+/* The options every bench takes. */
+typedef struct bench_options {
+    const char *shapes; /* --shapes (the caller sets the default) */
+    const char *device; /* --device, or NULL */
+    bool json;          /* --json */
+    int iters;          /* --iters, 1 .. 10000 (the caller sets the default) */
+} bench_options;
+/* A bench's own options: called with an argument the common parser does
+ * not know and the argument after it (NULL at the end). Returns how many
+ * it used (1 or 2), 0 when `arg` is not its option, or -1 after a
+ * cli_usage_error. */
+typedef int (*bench_option_fn)(const char *arg, const char *val, void *user);
+/* Parses argv[1 ..] for `command` ("bench filters"): --help, --json,
+ * --shapes, --device, --iters, then `extra` (may be NULL). Returns -1 when
+ * the bench should run, else the exit code: CLI_OK after printing `usage`
+ * for --help, CLI_USAGE after a usage error. */
+int bench_parse_options(int argc, char **argv, const char *command, void (*usage)(FILE *),
+                        bench_option_fn extra, void *user, bench_options *o);
 
 /* Parses "BxV,BxV,..." (each 1 .. 2^20) into rows and vocab; false when malformed. */
 bool bench_parse_bxv(const char *s, size_t *rows, size_t *vocab, size_t cap, size_t *n);

@@ -36,30 +36,13 @@ static void usage(FILE *out)
 
 int bench_filters(int argc, char **argv)
 {
-    const char *shapes = default_shapes, *device = NULL;
-    bool as_json = false;
-    int iters = 50;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (cli_is_help(arg)) {
-            usage(stdout);
-            return CLI_OK;
-        } else if (strcmp(arg, "--json") == 0) {
-            as_json = true;
-        } else if (!val) {
-            return cli_usage_error("bench filters", "%s needs a value", arg);
-        } else if (strcmp(arg, "--shapes") == 0) {
-            shapes = val, i++;
-        } else if (strcmp(arg, "--device") == 0) {
-            device = val, i++;
-        } else if (strcmp(arg, "--iters") == 0) {
-            iters = atoi(val), i++;
-            if (iters < 1 || iters > 10000)
-                return cli_usage_error("bench filters", "--iters \"%s\" is not 1..10000", val);
-        } else {
-            return cli_usage_error("bench filters", "bad argument \"%s\"", arg);
-        }
-    }
+    bench_options o = {.shapes = default_shapes, .iters = 50};
+    int parsed = bench_parse_options(argc, argv, "bench filters", usage, NULL, NULL, &o);
+    if (parsed >= 0)
+        return parsed;
+    const char *shapes = o.shapes, *device = o.device;
+    bool as_json = o.json;
+    int iters = o.iters;
     size_t B[16], V[16], n = 0;
     if (!bench_parse_bxv(shapes, B, V, 16, &n))
         return cli_usage_error("bench filters", "--shapes \"%s\" is not a list of BxV", shapes);

@@ -36,36 +36,35 @@ static psr_status launch_logprobs(psr_context *ctx, const void *args, cl_event *
     return st;
 }
 
+/* --top-n N, 0 .. PSR_LOGPROBS_MAX_TOP_N (a bench_option_fn). */
+static int top_n_option(const char *arg, const char *val, void *user)
+{
+    if (strcmp(arg, "--top-n") != 0)
+        return 0;
+    if (!val) {
+        cli_usage_error("bench logprobs", "--top-n needs a value");
+        return -1;
+    }
+    char *end;
+    long v = strtol(val, &end, 10);
+    if (end == val || *end || v < 0 || v > PSR_LOGPROBS_MAX_TOP_N) {
+        cli_usage_error("bench logprobs", "--top-n \"%s\" is not 0..%d", val, PSR_LOGPROBS_MAX_TOP_N);
+        return -1;
+    }
+    *(int *)user = (int)v;
+    return 2;
+}
+
 int bench_logprobs(int argc, char **argv)
 {
-    const char *shapes = default_shapes, *device = NULL;
-    bool as_json = false;
-    int iters = 50, top_n = 20;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (cli_is_help(arg)) {
-            usage(stdout);
-            return CLI_OK;
-        } else if (strcmp(arg, "--json") == 0) {
-            as_json = true;
-        } else if (!val) {
-            return cli_usage_error("bench logprobs", "%s needs a value", arg);
-        } else if (strcmp(arg, "--shapes") == 0) {
-            shapes = val, i++;
-        } else if (strcmp(arg, "--device") == 0) {
-            device = val, i++;
-        } else if (strcmp(arg, "--iters") == 0 || strcmp(arg, "--top-n") == 0) {
-            char *end;
-            long v = strtol(val, &end, 10);
-            bool is_iters = strcmp(arg, "--iters") == 0;
-            if (end == val || *end || v < (is_iters ? 1 : 0) || v > (is_iters ? 10000 : PSR_LOGPROBS_MAX_TOP_N))
-                return cli_usage_error("bench logprobs", "%s \"%s\" is out of range", arg, val);
-            *(is_iters ? &iters : &top_n) = (int)v;
-            i++;
-        } else {
-            return cli_usage_error("bench logprobs", "bad argument \"%s\"", arg);
-        }
-    }
+    bench_options o = {.shapes = default_shapes, .iters = 50};
+    int top_n = 20;
+    int parsed = bench_parse_options(argc, argv, "bench logprobs", usage, top_n_option, &top_n, &o);
+    if (parsed >= 0)
+        return parsed;
+    const char *shapes = o.shapes, *device = o.device;
+    bool as_json = o.json;
+    int iters = o.iters;
     size_t B[16], V[16], n = 0;
     if (!bench_parse_bxv(shapes, B, V, 16, &n))
         return cli_usage_error("bench logprobs", "--shapes \"%s\" is not a list of BxV", shapes);

@@ -1,9 +1,11 @@
 /* Timing helpers shared by the psr bench subcommands. */
 #include "bench.h"
+#include "cli.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int cmp_double(const void *a, const void *b)
 {
@@ -112,6 +114,46 @@ psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *a
     return st;
 }
 
+
+int bench_parse_options(int argc, char **argv, const char *command, void (*usage)(FILE *),
+                        bench_option_fn extra, void *user, bench_options *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int used = 0;
+        if (cli_is_help(arg)) {
+            usage(stdout);
+            return CLI_OK;
+        } else if (strcmp(arg, "--json") == 0) {
+            o->json = true;
+            used = 1;
+        } else if (strcmp(arg, "--shapes") == 0 || strcmp(arg, "--device") == 0 ||
+                   strcmp(arg, "--iters") == 0) {
+            if (!val)
+                return cli_usage_error(command, "%s needs a value", arg);
+            if (arg[2] == 's') {
+                o->shapes = val;
+            } else if (arg[2] == 'd') {
+                o->device = val;
+            } else {
+                char *end;
+                long n = strtol(val, &end, 10);
+                if (end == val || *end || n < 1 || n > 10000)
+                    return cli_usage_error(command, "--iters \"%s\" is not 1..10000", val);
+                o->iters = (int)n;
+            }
+            used = 2;
+        } else if (extra) {
+            used = extra(arg, val, user);
+            if (used < 0)
+                return CLI_USAGE;
+        }
+        if (used == 0)
+            return cli_usage_error(command, "unknown argument \"%s\"", arg);
+        i += used - 1;
+    }
+    return -1;
+}
 
 bool bench_parse_bxv(const char *s, size_t *rows, size_t *vocab, size_t cap, size_t *n)
 {

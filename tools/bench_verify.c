@@ -198,30 +198,13 @@ static bool parse_shapes(const char *s, size_t *R, size_t *K, size_t *V, size_t 
 
 int bench_verify(int argc, char **argv)
 {
-    const char *shapes = default_shapes, *device = NULL;
-    bool as_json = false;
-    int iters = 50;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (cli_is_help(arg)) {
-            usage(stdout);
-            return CLI_OK;
-        } else if (strcmp(arg, "--json") == 0) {
-            as_json = true;
-        } else if (!val) {
-            return cli_usage_error("bench verify", "%s needs a value", arg);
-        } else if (strcmp(arg, "--shapes") == 0) {
-            shapes = val, i++;
-        } else if (strcmp(arg, "--device") == 0) {
-            device = val, i++;
-        } else if (strcmp(arg, "--iters") == 0) {
-            iters = atoi(val), i++;
-            if (iters < 1 || iters > 10000)
-                return cli_usage_error("bench verify", "--iters \"%s\" is not 1..10000", val);
-        } else {
-            return cli_usage_error("bench verify", "bad argument \"%s\"", arg);
-        }
-    }
+    bench_options o = {.shapes = default_shapes, .iters = 50};
+    int parsed = bench_parse_options(argc, argv, "bench verify", usage, NULL, NULL, &o);
+    if (parsed >= 0)
+        return parsed;
+    const char *shapes = o.shapes, *device = o.device;
+    bool as_json = o.json;
+    int iters = o.iters;
     size_t R[16], K[16], V[16], n;
     if (!parse_shapes(shapes, R, K, V, 16, &n))
         return cli_usage_error("bench verify", "--shapes \"%s\" is not a list of RxKxV", shapes);

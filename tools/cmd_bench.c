@@ -147,30 +147,6 @@ static double piped_median(psr_context *ctx, const psr_sample_args *a, int iters
     return median;
 }
 
-static bool parse_shapes(const char *s, size_t *rows, size_t *vocab, size_t cap, size_t *n)
-{
-    *n = 0;
-    while (*s) {
-        char *end;
-        unsigned long long b = strtoull(s, &end, 10);
-        if (end == s || (*end != 'x' && *end != 'X'))
-            return false;
-        s = end + 1;
-        unsigned long long v = strtoull(s, &end, 10);
-        if (end == s || b == 0 || v == 0 || *n == cap)
-            return false;
-        rows[*n] = (size_t)b;
-        vocab[*n] = (size_t)v;
-        (*n)++;
-        s = end;
-        if (*s == ',')
-            s++;
-        else if (*s)
-            return false;
-    }
-    return *n > 0;
-}
-
 /* A reference time and us over it, or two nulls where none was measured (ref <= 0). */
 static void json_reference(json_writer *w, const char *key, const char *ratio_key, double ref, double us)
 {
@@ -365,6 +341,34 @@ static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, 
     free(results);
     free(host);
     return rc;
+}
+
+/* psr bench sample's own options. */
+typedef struct sample_options {
+    const char *variants;
+    bool peaked;
+} sample_options;
+
+/* --variants LIST and --logits normal|peaked (a bench_option_fn). */
+static int sample_option(const char *arg, const char *val, void *user)
+{
+    sample_options *so = user;
+    bool is_variants = strcmp(arg, "--variants") == 0;
+    if (!is_variants && strcmp(arg, "--logits") != 0)
+        return 0;
+    if (!val) {
+        cli_usage_error("bench sample", "%s needs a value", arg);
+        return -1;
+    }
+    if (is_variants) {
+        so->variants = val;
+    } else if (strcmp(val, "peaked") == 0 || strcmp(val, "normal") == 0) {
+        so->peaked = strcmp(val, "peaked") == 0;
+    } else {
+        cli_usage_error("bench sample", "--logits is normal or peaked, not \"%s\"", val);
+        return -1;
+    }
+    return 2;
 }
 
 /* ---- psr bench gemm: the LM head's GEMM alone ---- */
@@ -596,39 +600,16 @@ int cmd_bench(int argc, char **argv)
         return bench_filters(argc - 1, argv + 1);
     if (strcmp(argv[1], "sample") != 0)
         return cli_usage_error("bench", "unknown benchmark \"%s\" (try: sample, verify, logprobs, filters, gemm)", argv[1]);
-    const char *shapes = NULL, *variant_list = NULL, *device = NULL;
-    bool as_json = false, peaked = false;
-    int iters = 50;
-    for (int i = 2; i < argc; i++) {
-        const char *arg = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (cli_is_help(arg)) {
-            bench_usage(stdout);
-            return CLI_OK;
-        } else if (strcmp(arg, "--json") == 0) {
-            as_json = true;
-        } else if (!val) {
-            return cli_usage_error("bench sample", "%s needs a value", arg);
-        } else if (strcmp(arg, "--shapes") == 0) {
-            shapes = val, i++;
-        } else if (strcmp(arg, "--variants") == 0) {
-            variant_list = val, i++;
-        } else if (strcmp(arg, "--device") == 0) {
-            device = val, i++;
-        } else if (strcmp(arg, "--iters") == 0) {
-            iters = atoi(val), i++;
-            if (iters < 1)
-                return cli_usage_error("bench sample", "--iters must be at least 1");
-        } else if (strcmp(arg, "--logits") == 0) {
-            if (strcmp(val, "peaked") != 0 && strcmp(val, "normal") != 0)
-                return cli_usage_error("bench sample", "--logits is normal or peaked, not \"%s\"", val);
-            peaked = strcmp(val, "peaked") == 0, i++;
-        } else {
-            return cli_usage_error("bench sample", "unknown argument \"%s\"", arg);
-        }
-    }
+    bench_options o = {.iters = 50};
+    sample_options so = {NULL, false};
+    int parsed = bench_parse_options(argc - 1, argv + 1, "bench sample", bench_usage, sample_option, &so, &o);
+    if (parsed >= 0)
+        return parsed;
+    const char *shapes = o.shapes, *variant_list = so.variants, *device = o.device;
+    bool as_json = o.json, peaked = so.peaked;
+    int iters = o.iters;
     size_t rows[32], vocab[32], n;
-    if (shapes && !parse_shapes(shapes, rows, vocab, 32, &n))
+    if (shapes && !bench_parse_bxv(shapes, rows, vocab, 32, &n))
         return cli_usage_error("bench sample", "--shapes \"%s\" is not a list like 1x128256,64x32000",
                                shapes);
     psr_context *ctx = cli_open_context(device, true);
@@ -637,7 +618,8 @@ int cmd_bench(int argc, char **argv)
     if (!shapes) {
         psr_device_info info;
         psr_context_device_info(ctx, &info);
-        parse_shapes(info.type == PSR_DEVICE_CPU ? default_cpu_shapes : default_shapes, rows, vocab, 32, &n);
+        bench_parse_bxv(info.type == PSR_DEVICE_CPU ? default_cpu_shapes : default_shapes, rows, vocab, 32,
+                        &n);
     }
     int rc = run_bench(ctx, rows, vocab, n, variant_list, peaked, iters, as_json);
     psr_context_free(ctx);
