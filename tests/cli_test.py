@@ -150,6 +150,10 @@ if have_device:
     if default_type == "cpu":
         check(isinstance(loops.get("fp32"), (int, float)) and loops["fp32"] > 0, "bench sample: C loop time on a CPU")
     check(run("bench", "sample", "--shapes", "2by3").returncode == 2, "bad --shapes is a usage error")
+    for args in (["filters", "--iters", "0"], ["logprobs", "--top-n", "21"], ["logprobs", "--top-n"],
+                 ["verify", "--bogus"], ["sample", "--logits", "flat"], ["sample", "--device"]):
+        r = run("bench", *args)
+        check(r.returncode == 2 and f"bench {args[0]}" in r.stderr, f"bench {' '.join(args)} is a usage error")
 
 
 # The LM head: `psr sample --hidden --weights` samples the tokens that
