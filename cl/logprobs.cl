@@ -13,8 +13,77 @@
  */
 
 #define PSR_MAX_TOP_N 20
-/* Top-N candidates of a block: at most N work-items' tokens reach tau. */
+/* Top-N candidates of a block: at most N work-items' tokens reach the
+ * exact bound (below), so this many always fit. */
 #define PSR_LP_CANDIDATES (PSR_MAX_TOP_N * 16 * PSR_LPT * 4)
+/* The cheap bound first: the N-th best of the maxima of 32 segments of
+ * work-items (1: on; 0: only the exact bound, for comparison). */
+#ifndef PSR_LP_SEGMENT_TAU
+#define PSR_LP_SEGMENT_TAU 1
+#endif
+#define PSR_LP_SEGMENTS 32
+#if PSR_LP_SEGMENT_TAU && PSR_VWG >= 2 * PSR_LP_SEGMENTS
+#define PSR_LP_FIRST_BOUND 0
+#else
+#define PSR_LP_FIRST_BOUND 1
+#endif
+#define PSR_LP_NONE 0xffffffffu
+
+/* A bound tau on a block's top_n-th token, from each work-item's best
+ * (bv, bi): top_n distinct tokens come at or before it (value descending,
+ * index ascending), so the block's top_n do too. Kind 0 takes the top_n-th
+ * best of 32 segment maxima: a few barriers, a looser tau. Kind 1 takes the
+ * top_n-th best of all the work-items' bests: each work-item ranks its own
+ * against every other, and at most top_n work-items' tokens reach tau.
+ * With fewer owners than top_n, tau is -inf (every token qualifies).
+ * Uses lbv, lbi, lm[0], lcount[1]; zeroes lcount[0]. */
+inline void psr_lp_tau(uint kind, float bv, uint bi, uint top_n, uint lid, __local float *lbv,
+                       __local uint *lbi, __local float *lm, __local uint *lcount, float *tau_v,
+                       uint *tau_i)
+{
+    lbv[lid] = bv;
+    lbi[lid] = bi;
+    if (lid == 0)
+        lcount[0] = 0;
+    uint stride = 1, count = PSR_VWG;
+    if (kind == 0) { /* uniform */
+        stride = PSR_VWG / PSR_LP_SEGMENTS;
+        count = PSR_LP_SEGMENTS;
+        for (uint s = stride / 2; s > 0; s >>= 1) {
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if ((lid & (stride - 1)) < s && lbi[lid + s] != PSR_LP_NONE &&
+                (lbi[lid] == PSR_LP_NONE || psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid]))) {
+                lbv[lid] = lbv[lid + s];
+                lbi[lid] = lbi[lid + s];
+            }
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* Work-item c < count ranks entry c * stride among the count entries. */
+    float mv = -INFINITY;
+    uint mi = PSR_LP_NONE, place = 0, owners = 0;
+    if (lid < count) {
+        mv = lbv[lid * stride];
+        mi = lbi[lid * stride];
+        for (uint d = 0; d < count; d++) {
+            uint di = lbi[d * stride];
+            owners += di != PSR_LP_NONE;
+            place += di != PSR_LP_NONE && psr_better(lbv[d * stride], di, mv, mi);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0 && owners < top_n) {
+        lm[0] = -INFINITY;
+        lcount[1] = PSR_LP_NONE;
+    }
+    if (owners >= top_n && mi != PSR_LP_NONE && place == top_n - 1) {
+        lm[0] = mv;
+        lcount[1] = mi;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    *tau_v = lm[0];
+    *tau_i = lcount[1];
+}
 
 /* Value of a token for ordering: NaN is -inf, and so is a scaled logit
  * below the row's filter threshold `cut` (-inf: no filter). */
@@ -140,62 +209,47 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
     if (lid == 0)
         lse_out[at] = (float2)(big, sum);
 
-    /* Pass 3: the block's top-N. tau, the N-th best of the work-items'
-     * own best tokens, bounds it from below (N distinct tokens reach tau),
-     * so only tokens at or above tau are candidates: at most N work-items'
-     * worth. They are gathered in local memory and each is placed by how
-     * many candidates beat it (value descending, index ascending). */
+    /* Pass 3: the block's top-N. A bound tau (psr_lp_tau) leaves as
+     * candidates only the tokens at or before it. They are gathered in
+     * local memory, first under the cheap bound; if they overflow it, again
+     * under the exact one, under which they always fit. Each candidate is
+     * then placed by how many candidates beat it. */
     if (top_n > 0) { /* uniform */
         float bv = -INFINITY;
-        uint bi = 0xffffffffu;
+        uint bi = PSR_LP_NONE;
         for (uint j = 0; j < PSR_LPT; j++)
             for (uint k = 0; k < steps[j]; k++) {
                 uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
                 float4 x = PSR_LP_VALUES(j, k, i);
                 float xs[4] = {x.s0, x.s1, x.s2, x.s3};
                 for (uint c = 0; c < 4; c++)
-                    if (i + c < vocab && (bi == 0xffffffffu || psr_better(xs[c], i + c, bv, bi)))
+                    if (i + c < vocab && (bi == PSR_LP_NONE || psr_better(xs[c], i + c, bv, bi)))
                         bv = xs[c], bi = i + c;
             }
-        lbv[lid] = bv;
-        lbi[lid] = bi;
-        if (lid == 0)
-            lcount[0] = 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        uint place = 0, owners = 0;
-        for (uint d = 0; d < PSR_VWG; d++) {
-            owners += lbi[d] != 0xffffffffu;
-            place += lbi[d] != 0xffffffffu && psr_better(lbv[d], lbi[d], bv, bi);
-        }
-        /* tau: the top_n-th best owner; with fewer owners every token is a
-         * candidate (and there are fewer than top_n work-items' worth). */
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid == 0 && owners < top_n) {
-            lm[0] = -INFINITY;
-            lcount[1] = 0xffffffffu;
-        }
-        if (owners >= top_n && bi != 0xffffffffu && place == top_n - 1) {
-            lm[0] = bv;
-            lcount[1] = bi;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        float tau_v = lm[0];
-        uint tau_i = lcount[1];
-        for (uint j = 0; j < PSR_LPT; j++)
-            for (uint k = 0; k < steps[j]; k++) {
-                uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
-                float4 x = PSR_LP_VALUES(j, k, i);
-                float xs[4] = {x.s0, x.s1, x.s2, x.s3};
-                for (uint c = 0; c < 4; c++)
-                    if (i + c < vocab && !psr_after(xs[c], i + c, tau_v, tau_i)) {
-                        uint slot = atomic_inc(&lcount[0]);
-                        if (slot < PSR_LP_CANDIDATES) {
-                            lcv[slot] = xs[c];
-                            lci[slot] = i + c;
+        for (uint kind = PSR_LP_FIRST_BOUND; kind < 2; kind++) { /* uniform */
+            float tau_v;
+            uint tau_i;
+            psr_lp_tau(kind, bv, bi, top_n, lid, lbv, lbi, lm, lcount, &tau_v, &tau_i);
+            for (uint j = 0; j < PSR_LPT; j++)
+                for (uint k = 0; k < steps[j]; k++) {
+                    uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
+                    float4 x = PSR_LP_VALUES(j, k, i);
+                    float xs[4] = {x.s0, x.s1, x.s2, x.s3};
+                    for (uint c = 0; c < 4; c++)
+                        if (i + c < vocab && !psr_after(xs[c], i + c, tau_v, tau_i)) {
+                            uint slot = atomic_inc(&lcount[0]);
+                            if (slot < PSR_LP_CANDIDATES) {
+                                lcv[slot] = xs[c];
+                                lci[slot] = i + c;
+                            }
                         }
-                    }
-            }
-        barrier(CLK_LOCAL_MEM_FENCE);
+                }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            bool fits = lcount[0] <= PSR_LP_CANDIDATES; /* the same for every work-item */
+            barrier(CLK_LOCAL_MEM_FENCE); /* all have read it before the next bound resets it */
+            if (fits)
+                break;
+        }
         uint cands = min(lcount[0], (uint)PSR_LP_CANDIDATES); /* the bound keeps it far below */
         for (uint c = lid; c < cands; c += PSR_VWG) {
             uint at_place = 0;

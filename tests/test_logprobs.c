@@ -205,6 +205,20 @@ static void test_matches_oracle(void **state)
     }
     check_case(&c, PSR_DTYPE_F32, 0, 20);
     free_case(&c);
+    /* High values crowded into 19 of a block's 32 segments of work-items
+     * (cl/logprobs.cl): the cheap bound leaves too many candidates, so the
+     * exact bound must take over. Token i of a block belongs to work-item
+     * ((i / 4) mod 256) mod VWG. */
+    size_t vwg = ctx->tuning.work_group_size < 256 ? ctx->tuning.work_group_size : 256;
+    c = make_case(2, 16384, false);
+    for (size_t r = 0; r < 2; r++)
+        for (size_t i = 0; i < 16384; i++) {
+            size_t segment = ((i / 4) % 256 % vwg) / (vwg / 32);
+            bool high = r == 0 ? segment < 19 : segment >= 13;
+            c.x[r * 16384 + i] = high ? 10.0f + 0.25f * normal() : normal();
+        }
+    check_case(&c, PSR_DTYPE_F32, 0, 20);
+    free_case(&c);
     c = make_case(9, 3, false); /* fewer tokens than top_n: -1 and -inf after them */
     check_case(&c, PSR_DTYPE_F32, 0, 5);
     free_case(&c);
