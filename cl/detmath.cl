@@ -8,6 +8,9 @@
  */
 #pragma OPENCL FP_CONTRACT OFF
 
+#define PSR_CAT2(a, b) a##b
+#define PSR_CAT(a, b) PSR_CAT2(a, b)
+
 /* ln 2 split so that e * PSR_LN2_HI is exact for |e| < 2^10. */
 #define PSR_LN2_HI 0x1.62e000p-1f
 #define PSR_LN2_LO 0x1.0bfbe8p-15f
@@ -107,31 +110,34 @@ inline float psr_det_div(float a, float b, float r)
 #define PSR_LN2_LO_D 0x1.a39ef35793c76p-33
 
 /* Natural log of a positive normal double, from log1p(f) = 2 atanh(s),
- * s = f / (2 + f), |s| < 0.172: the series converges by s^2 < 0.03 a term. */
-inline double psr_det_log_d(double x)
-{
-    ulong bits = as_ulong(x);
-    long e = (long)((bits >> 52) & 0x7ffUL) - 1023;
-    double m = as_double((bits & 0x000fffffffffffffUL) | 0x3ff0000000000000UL);
-    if (m > 0x1.6a09e667f3bcdp+0) {
-        m = m * 0.5;
-        e = e + 1;
+ * s = f / (2 + f), |s| < 0.172: the series converges by s^2 < 0.03 a term.
+ * A macro defines `T name(T x)` for T = double and (vecmath.cl) double16;
+ * I and U are the signed and unsigned integers of T's size and shape. */
+#define PSR_DEFINE_DET_LOG_D(name, T, I, U)                                                 \
+    inline T name(T x)                                                                      \
+    {                                                                                       \
+        U bits = PSR_CAT(as_, U)(x);                                                        \
+        I e = PSR_CAT(as_, I)((bits >> 52) & 0x7ffUL) - 1023;                               \
+        T m = PSR_CAT(as_, T)((bits & 0x000fffffffffffffUL) | 0x3ff0000000000000UL);        \
+        T m0 = m;                                                                           \
+        m = m0 > 0x1.6a09e667f3bcdp+0 ? m0 * 0.5 : m0;                                      \
+        e = m0 > 0x1.6a09e667f3bcdp+0 ? e + 1 : e;                                          \
+        T f = m - 1.0;                                                                      \
+        T s = f / (2.0 + f);                                                                \
+        T z = s * s;                                                                        \
+        T q = (T)(1.0 / 19.0);                                                              \
+        q = fma(q, z, (T)(1.0 / 17.0));                                                     \
+        q = fma(q, z, (T)(1.0 / 15.0));                                                     \
+        q = fma(q, z, (T)(1.0 / 13.0));                                                     \
+        q = fma(q, z, (T)(1.0 / 11.0));                                                     \
+        q = fma(q, z, (T)(1.0 / 9.0));                                                      \
+        q = fma(q, z, (T)(1.0 / 7.0));                                                      \
+        q = fma(q, z, (T)(1.0 / 5.0));                                                      \
+        q = fma(q, z, (T)(1.0 / 3.0));                                                      \
+        T two_s = 2.0 * s;                                                                  \
+        T l = fma(two_s * z, q, two_s);                                                     \
+        T de = PSR_CAT(convert_, T)(e);                                                     \
+        return fma(de, (T)PSR_LN2_HI_D, fma(de, (T)PSR_LN2_LO_D, l));                       \
     }
-    double f = m - 1.0;
-    double s = f / (2.0 + f);
-    double z = s * s;
-    double q = 1.0 / 19.0;
-    q = fma(q, z, 1.0 / 17.0);
-    q = fma(q, z, 1.0 / 15.0);
-    q = fma(q, z, 1.0 / 13.0);
-    q = fma(q, z, 1.0 / 11.0);
-    q = fma(q, z, 1.0 / 9.0);
-    q = fma(q, z, 1.0 / 7.0);
-    q = fma(q, z, 1.0 / 5.0);
-    q = fma(q, z, 1.0 / 3.0);
-    double two_s = 2.0 * s;
-    double l = fma(two_s * z, q, two_s);
-    double de = (double)e;
-    return fma(de, PSR_LN2_HI_D, fma(de, PSR_LN2_LO_D, l));
-}
+PSR_DEFINE_DET_LOG_D(psr_det_log_d, double, long, ulong)
 #endif

@@ -450,9 +450,9 @@ inline void psr_consider4(const psr_row *row, float4 x, uint i, psr_acc_t *best,
     psr_consider4_cut(row, x, i, best, best_i, -INFINITY);
 }
 
-/* The vector path (cl/vecmath.cl) serves fp32 Gumbel-max; other noises
- * and the race keep the scalar loop on every device. */
-#if PSR_VEC && PSR_METHOD == 0 && !USE_FP64 && !USE_WIDE
+/* The vector path (cl/vecmath.cl) serves Gumbel-max with every noise; the
+ * race keeps the scalar loop on every device. */
+#if PSR_VEC && PSR_METHOD == 0
 #define PSR_VEC_PATH 1
 #define PSR_STEP PSR_VEC
 #else
@@ -461,9 +461,6 @@ inline void psr_consider4(const psr_row *row, float4 x, uint i, psr_acc_t *best,
 #endif
 
 #if PSR_VEC_PATH
-/* No fp32 noise exceeds 23 (its bound is at most 33 ln 2 + 1e-3). */
-#define PSR_NOISE_MAX 23.0f
-
 inline psr_vfloat psr_vload_logits(__global const psr_logit_t *src, uint i)
 {
 #if PSR_LOGIT_DTYPE == 0
@@ -481,14 +478,14 @@ inline psr_vfloat psr_vload_logits(__global const psr_logit_t *src, uint i)
  * so a block draws noise only if some lane may win, and no Philox at all
  * when even the largest noise cannot lift its best logit to the floor.
  * Each exact value raises the floor. */
-inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vfloat *best,
+inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
                              psr_vuint *best_i, float cut)
 {
-    psr_vint dead = isnan(x);
-    psr_vfloat v;
+    psr_vacc v;
     if (row->greedy) {
-        v = x;
+        v = psr_to_vacc(x);
     } else {
+        psr_vint dead = isnan(x);
         psr_vfloat xs = psr_vscale(x, row->t, row->r);
 #if PSR_FILTERS
         dead |= xs < cut;
@@ -496,21 +493,22 @@ inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vfloat *bes
         xs = select(xs, (psr_vfloat)(-INFINITY), dead);
         if (psr_vmax(xs) + PSR_NOISE_MAX < row->floor)
             return;
-        psr_vuint w = psr_vtoken_word(row->key, (psr_vuint)i + PSR_LANE_IDS);
-        if (psr_vmax(xs + psr_vnoise_bound(w)) < row->floor) /* PoCL's any() goes lane by lane */
+        psr_vuint w1, w0 = psr_vtoken_words(row->key, (psr_vuint)i + PSR_LANE_IDS, &w1);
+        psr_vacc xa = psr_to_vacc(xs);
+        if (psr_vmax_acc(xa + psr_vnoise_bound(w0, w1)) < row->floor) /* PoCL's any() goes lane by lane */
             return;
-        v = xs + psr_vnoise(w); /* an infinite xs stays itself */
-        row->floor = fmax(row->floor, psr_vmax(v));
+        v = xa + psr_vnoise(w0, w1); /* an infinite xs stays itself */
+        row->floor = fmax(row->floor, psr_vmax_acc(v));
     }
-    psr_vint better = v > *best; /* never for a NaN or filtered lane */
+    psr_vacc_mask better = v > *best; /* never for a NaN or filtered lane */
     *best = select(*best, v, better);
-    *best_i = select(*best_i, (psr_vuint)i + PSR_LANE_IDS, better);
+    *best_i = select(*best_i, (psr_vuint)i + PSR_LANE_IDS, convert_int16(better));
 }
 
 /* One work-item's step: a whole vector, or the chunk's last few tokens
  * one by one. */
 inline void psr_consider_step(psr_row *row, __global const psr_logit_t *src, uint i, uint end,
-                              __global float *cache, float cut, psr_vfloat *lane_best,
+                              __global float *cache, float cut, psr_vacc *lane_best,
                               psr_vuint *lane_best_i, psr_acc_t *best, uint *best_i)
 {
     if (i + PSR_VEC <= end) {
@@ -529,11 +527,11 @@ inline void psr_consider_step(psr_row *row, __global const psr_logit_t *src, uin
 }
 
 /* Folds the lanes into the work-item's (best, best_i). */
-inline void psr_merge_lanes(psr_vfloat lane_best, psr_vuint lane_best_i, psr_acc_t *best,
+inline void psr_merge_lanes(psr_vacc lane_best, psr_vuint lane_best_i, psr_acc_t *best,
                             uint *best_i)
 {
     for (int l = 0; l < PSR_VEC; l++) {
-        float v = ((float *)&lane_best)[l];
+        psr_acc_t v = ((psr_acc_t *)&lane_best)[l];
         uint i = ((uint *)&lane_best_i)[l];
         if (psr_better(v, i, *best, *best_i)) {
             *best = v;
@@ -637,7 +635,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
 #endif
 
 #if PSR_VEC_PATH
-    psr_vfloat lane_best = (psr_vfloat)(-INFINITY);
+    psr_vacc lane_best = (psr_vacc)(-INFINITY);
     psr_vuint lane_best_i = (psr_vuint)0xffffffffu;
     uint i = start + PSR_VEC * lid;
     if (active)
@@ -646,7 +644,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     if (!(active && row.greedy) && start + PSR_VEC * PSR_WG_SIZE < end) {
         /* The group's best so far becomes every work-item's floor (a
          * uniform condition, as below). */
-        lv[lid] = max(best, psr_vmax(lane_best));
+        lv[lid] = max(best, psr_vmax_acc(lane_best));
         for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
             barrier(CLK_LOCAL_MEM_FENCE);
             if (lid < s)
@@ -826,15 +824,15 @@ __kernel void psr_gumbel_noise_kat(__global const long *seeds, __global const lo
 #if PSR_VEC_PATH
 /* The vector path's noise and bound of tokens first .. first + 16 * n - 1
  * of row key `key`, 16 per work-item, for the bit-exactness tests. */
-__kernel void psr_gumbel_vnoise_kat(uint key, uint first, uint n, __global float *noise,
-                                    __global float *bound)
+__kernel void psr_gumbel_vnoise_kat(uint key, uint first, uint n, __global psr_acc_t *noise,
+                                    __global psr_acc_t *bound)
 {
     uint i = get_global_id(0);
     if (i >= n)
         return;
-    psr_vuint w = psr_vtoken_word(key, (psr_vuint)(first + PSR_VEC * i) + PSR_LANE_IDS);
-    psr_vstore(psr_vnoise(w), i, noise);
-    psr_vstore(psr_vnoise_bound(w), i, bound);
+    psr_vuint w1, w0 = psr_vtoken_words(key, (psr_vuint)(first + PSR_VEC * i) + PSR_LANE_IDS, &w1);
+    psr_vstore(psr_vnoise(w0, w1), i, noise);
+    psr_vstore(psr_vnoise_bound(w0, w1), i, bound);
 }
 #endif
 

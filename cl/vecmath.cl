@@ -1,4 +1,5 @@
-/* Lane-parallel copies of the token stream and the fp32 noise, for the
+/* Lane-parallel copies of the token stream and the noise (classic fp32,
+ * wide-tail and fp64), for the
  * sampler's vector path (PSR_VEC lanes per work-item; CPU devices, where
  * PoCL does not vectorise the scalar loop across work-items). Every lane
  * computes the same operations, in the same order, as the scalar
@@ -51,9 +52,10 @@ inline psr_vuint psr_vmulhilo(psr_vuint a, uint m, psr_vuint *hi)
     return as_uint16((low & 0xffffffffUL) | (high << 32));
 }
 
-/* Word 0 of philox4x32_10(ctr = {token, 0, 0, 0}, key = {row_key, 0}) per
- * lane: psr_token_words(row_key, token).x. */
-inline psr_vuint psr_vtoken_word(uint row_key, psr_vuint tokens)
+/* Words 0 and 1 of philox4x32_10(ctr = {token, 0, 0, 0}, key = {row_key,
+ * 0}) per lane: psr_token_words(row_key, token), word 1 in *w1 (the fp32
+ * noise reads only word 0, and the compiler drops what word 1 costs). */
+inline psr_vuint psr_vtoken_words(uint row_key, psr_vuint tokens, psr_vuint *w1)
 {
     psr_vuint c0 = tokens, c1 = 0, c2 = 0, c3 = 0;
     uint k0 = row_key, k1 = 0;
@@ -70,6 +72,7 @@ inline psr_vuint psr_vtoken_word(uint row_key, psr_vuint tokens)
         c2 = hi0 ^ c3 ^ k1;
         c3 = lo0;
     }
+    *w1 = c1;
     return c0;
 }
 
@@ -79,14 +82,6 @@ inline psr_vfloat psr_vu32(psr_vuint w)
     psr_vint s = psr_as_vint(w);
     s = s ^ (s >> 31);
     return fmax(psr_convert_vfloat(s) * 0x1.fffffep-32f, (psr_vfloat)0x1.fffffep-32f);
-}
-
-/* The noise bound of psr_noise_bound (gumbel.cl) per lane. */
-inline psr_vfloat psr_vnoise_bound(psr_vuint w)
-{
-    psr_vint s = psr_as_vint(w);
-    psr_vuint folded = psr_as_vuint(s ^ (s >> 31));
-    return psr_convert_vfloat(psr_as_vint(clz(folded)) + 1) * 0x1.62e430p-1f + 1e-3f;
 }
 
 PSR_DEFINE_LOG1P_REDUCED(psr_vlog1p_reduced, psr_vfloat)
@@ -121,27 +116,119 @@ inline psr_vfloat psr_vdet_log(psr_vfloat x)
 /* psr_det_log1p_neg per lane. Its three cases differ only in (e, f) of
  * e * ln 2 + log1p(f): (0, -u), (-1, 1 - 2u) and the split of 1 - u; with
  * e = 0 the two fmas return log1p(f) unchanged, as the first case does. */
-inline psr_vfloat psr_vdet_log1p_neg(psr_vfloat u)
+inline void psr_vlog1p_neg_split(psr_vfloat u, psr_vint *e, psr_vfloat *f)
 {
     psr_vfloat m;
-    psr_vint e;
-    psr_vsplit(1.0f - u, &m, &e);
+    psr_vsplit(1.0f - u, &m, e);
     psr_vint small = u <= 0x1.2bec34p-2f, mid = u <= 0.5f;
-    psr_vfloat f = select(select(m - 1.0f, 1.0f - 2.0f * u, mid), -u, small);
-    e = select(select(e, (psr_vint)(-1), mid), (psr_vint)(0), small);
+    *f = select(select(m - 1.0f, 1.0f - 2.0f * u, mid), -u, small);
+    *e = select(select(*e, (psr_vint)(-1), mid), (psr_vint)(0), small);
+}
+
+inline psr_vfloat psr_vdet_log1p_neg(psr_vfloat u)
+{
+    psr_vint e;
+    psr_vfloat f;
+    psr_vlog1p_neg_split(u, &e, &f);
     return psr_vlog_join(e, f);
 }
 
-/* psr_noise (fp32, not wide) per lane. */
-inline psr_vfloat psr_vnoise(psr_vuint w)
+/* Noise values and their sums: double16 with fp64 noise (comparisons
+ * give psr_vacc_mask), else psr_vfloat. */
+#if USE_FP64
+typedef double16 psr_vacc;
+typedef long16 psr_vacc_mask;
+#define psr_to_vacc convert_double16
+inline double psr_vmax_acc(psr_vacc v)
 {
-    psr_vfloat u = psr_vu32(w);
+    double8 m8 = fmax(v.lo, v.hi);
+    double4 m4 = fmax(m8.lo, m8.hi);
+    double2 m2 = fmax(m4.lo, m4.hi);
+    return fmax(m2.x, m2.y);
+}
+#else
+typedef psr_vfloat psr_vacc;
+typedef psr_vint psr_vacc_mask;
+#define psr_to_vacc(x) (x)
+#define psr_vmax_acc psr_vmax
+#endif
+
+/* The three noises of gumbel.cl per lane from a token's two words, each
+ * with its psr_noise_bound and PSR_NOISE_MAX, a value no noise of that
+ * kind exceeds (a block whose best scaled logit is that far below the
+ * floor needs no Philox). */
+#if USE_FP64
+#define PSR_NOISE_MAX 710.0 /* u rounded to 1: -log of psr_det_log_d(-0) */
+PSR_DEFINE_DET_LOG_D(psr_vdet_log_d, double16, long16, ulong16)
+
+inline psr_vacc psr_vnoise_bound(psr_vuint w0, psr_vuint w1)
+{
+    ulong16 rest = ~upsample(w1, w0); /* 2^64 - 1 - bits */
+    long16 e = as_long16(63UL - clz(rest - 2048UL)) - 64;
+    return select(-convert_double16(e) * 0x1.62e42fefa39efp-1 + 1e-6, (psr_vacc)INFINITY,
+                  as_long16(rest < 4096UL));
+}
+
+inline psr_vacc psr_vnoise(psr_vuint w0, psr_vuint w1)
+{
+    psr_vacc u = fmax(convert_double16(upsample(w1, w0)) * 0x1p-64, (psr_vacc)DBL_MIN);
+#if PSR_DETERMINISTIC
+    return -psr_vdet_log_d(-psr_vdet_log_d(u));
+#else
+    return -log(-log(u));
+#endif
+}
+#elif USE_WIDE
+#define PSR_NOISE_MAX 46.0f /* the bound is at most 65 ln 2 + 1e-3 */
+
+inline psr_vacc psr_vnoise_bound(psr_vuint w0, psr_vuint w1)
+{
+    ulong16 rest = ~upsample(w1, w0) + 1UL; /* 2^64 - bits (0 for bits = 0) */
+    return psr_convert_vfloat(convert_int16(clz(rest)) + 1) * 0x1.62e430p-1f + 1e-3f;
+}
+
+/* psr_wide_e: -log1p(-v) where the top bit is set, else -log(u); both are
+ * e * ln 2 + log1p(f), so each lane picks its (e, f) and one polynomial
+ * serves. */
+inline psr_vfloat psr_vwide_e(psr_vuint w0, psr_vuint w1)
+{
+    ulong16 bits = upsample(w1, w0);
+    psr_vint top = convert_int16(as_long16(bits) < 0L);
+    psr_vfloat v = psr_convert_vfloat(~bits + 1UL) * 0x1p-64f;
+    psr_vfloat u = fmax(psr_convert_vfloat(bits) * 0x1p-64f, (psr_vfloat)0x1p-64f);
+    psr_vint ev, eu;
+    psr_vfloat fv, mu;
+    psr_vlog1p_neg_split(v, &ev, &fv);
+    psr_vsplit(u, &mu, &eu);
+    return -psr_vlog_join(select(eu, ev, top), select(mu - 1.0f, fv, top));
+}
+
+inline psr_vacc psr_vnoise(psr_vuint w0, psr_vuint w1)
+{
+    return -psr_vdet_log(psr_vwide_e(w0, w1));
+}
+#else
+#define PSR_NOISE_MAX 23.0f /* the bound is at most 33 ln 2 + 1e-3 */
+
+inline psr_vacc psr_vnoise_bound(psr_vuint w0, psr_vuint w1)
+{
+    (void)w1;
+    psr_vint s = psr_as_vint(w0);
+    psr_vuint folded = psr_as_vuint(s ^ (s >> 31));
+    return psr_convert_vfloat(psr_as_vint(clz(folded)) + 1) * 0x1.62e430p-1f + 1e-3f;
+}
+
+inline psr_vacc psr_vnoise(psr_vuint w0, psr_vuint w1)
+{
+    (void)w1;
+    psr_vfloat u = psr_vu32(w0);
 #if PSR_DETERMINISTIC
     return -psr_vdet_log(-psr_vdet_log1p_neg(u));
 #else
     return -native_log(-log1p(-u));
 #endif
 }
+#endif
 
 /* psr_scale per lane. */
 inline psr_vfloat psr_vscale(psr_vfloat x, float t, float r)

@@ -105,30 +105,25 @@ static void test_noise_bit_exact(void **state)
         assert_int_equal(noise_mismatches(false, PSR_NOISE_FP64, 300000), 0);
 }
 
-/* The sampler's vector path (cl/vecmath.cl): its noise equals the
- * oracle's bit for bit, and its bound lies between the noise and the 23
- * that lets a whole block skip Philox. The path is forced on, so GPUs,
- * which sample through the scalar loop, check it too. */
-static void test_vector_noise_bit_exact(void **state)
+/* The sampler's vector path (cl/vecmath.cl) with one noise: `n` vectors
+ * of 16 tokens from each of 4 row keys. Returns the tokens whose noise
+ * differs from the oracle's bit for bit; *loose counts bounds below the
+ * noise, and noises or finite bounds above the block skip's `noise_max`. */
+static size_t vector_noise_mismatches(psr_context *vc, psr_noise_kind kind, cl_uint n, double noise_max,
+                                      size_t *loose)
 {
-    (void)state;
-    psr_context *vc = ctx;
-    if (!ctx->tuning.vector_width) {
-        setenv("PSR_TUNE_VECTOR", "16", 1);
-        vc = open_context(NULL);
-        unsetenv("PSR_TUNE_VECTOR");
-    }
-    assert_int_equal(vc->tuning.vector_width, 16);
-    psr_variant v = {.set = PSR_KERNELS_GUMBEL};
+    bool fp64 = kind == PSR_NOISE_FP64;
+    psr_variant v = {.set = PSR_KERNELS_GUMBEL, .fp64 = fp64, .wide = kind == PSR_NOISE_WIDE};
     cl_kernel k;
     assert_int_equal(psr_kernel_get(vc, &v, "psr_gumbel_vnoise_kat", &k), PSR_OK);
-    const cl_uint n = 16384; /* vectors per key: 262,144 tokens */
-    float *noise = malloc(16 * n * sizeof *noise), *bound = malloc(16 * n * sizeof *bound);
+    size_t acc = fp64 ? 8 : 4, count = 16 * (size_t)n;
+    unsigned char *noise = malloc(count * acc), *bound = malloc(count * acc);
     cl_int err;
-    cl_mem dn = clCreateBuffer(vc->cl_ctx, CL_MEM_WRITE_ONLY, 16 * n * 4, NULL, &err);
-    cl_mem db = clCreateBuffer(vc->cl_ctx, CL_MEM_WRITE_ONLY, 16 * n * 4, NULL, &err);
+    cl_mem dn = clCreateBuffer(vc->cl_ctx, CL_MEM_WRITE_ONLY, count * acc, NULL, &err);
+    cl_mem db = clCreateBuffer(vc->cl_ctx, CL_MEM_WRITE_ONLY, count * acc, NULL, &err);
     assert_int_equal(err, CL_SUCCESS);
-    size_t bad = 0, loose = 0;
+    size_t bad = 0;
+    *loose = 0;
     for (int round = 0; round < 4; round++) {
         cl_uint key = rnd(), first = rnd() % (1u << 20);
         clSetKernelArg(k, 0, sizeof key, &key);
@@ -139,22 +134,62 @@ static void test_vector_noise_bit_exact(void **state)
         size_t global = n;
         assert_int_equal(clEnqueueNDRangeKernel(vc->queue, k, 1, NULL, &global, NULL, 0, NULL, NULL),
                          CL_SUCCESS);
-        clEnqueueReadBuffer(vc->queue, dn, CL_TRUE, 0, 16 * n * 4, noise, 0, NULL, NULL);
-        assert_int_equal(clEnqueueReadBuffer(vc->queue, db, CL_TRUE, 0, 16 * n * 4, bound, 0, NULL, NULL),
+        clEnqueueReadBuffer(vc->queue, dn, CL_TRUE, 0, count * acc, noise, 0, NULL, NULL);
+        assert_int_equal(clEnqueueReadBuffer(vc->queue, db, CL_TRUE, 0, count * acc, bound, 0, NULL, NULL),
                          CL_SUCCESS);
-        for (cl_uint i = 0; i < 16 * n; i++) {
-            float want = psr_oracle_gumbel32(key, first + i);
-            if (memcmp(&want, &noise[i], 4) != 0 && bad++ < 3)
-                print_message("vector noise differs: key %08x token %u: %a, want %a\n", key, first + i,
-                              noise[i], want);
-            loose += !(bound[i] >= want && bound[i] <= 23.0f);
+        for (size_t i = 0; i < count; i++) {
+            cl_uint token = first + (cl_uint)i;
+            double got, lim, want;
+            bool same;
+            if (fp64) {
+                double w = psr_oracle_gumbel64(key, token);
+                memcpy(&got, noise + 8 * i, 8);
+                memcpy(&lim, bound + 8 * i, 8);
+                same = memcmp(&w, noise + 8 * i, 8) == 0;
+                want = w;
+            } else {
+                float w = kind == PSR_NOISE_WIDE ? psr_oracle_gumbel_wide(key, token)
+                                                 : psr_oracle_gumbel32(key, token);
+                float g, b;
+                memcpy(&g, noise + 4 * i, 4);
+                memcpy(&b, bound + 4 * i, 4);
+                same = memcmp(&w, &g, 4) == 0;
+                got = g, lim = b, want = w;
+            }
+            if (!same && bad++ < 3)
+                print_message("vector noise differs: key %08x token %u: %a, want %a\n", key, token, got, want);
+            *loose += !(lim >= want && want <= noise_max && (lim <= noise_max || isinf(lim)));
         }
     }
-    assert_int_equal(bad, 0);
-    assert_int_equal(loose, 0);
     clReleaseMemObject(dn);
     clReleaseMemObject(db);
     free(noise), free(bound);
+    return bad;
+}
+
+/* The vector path's noises equal the oracle's bit for bit, and each bound
+ * lies between its noise and the value that lets a whole block skip
+ * Philox. The path is forced on, so GPUs, which sample through the scalar
+ * loop, check it too. */
+static void test_vector_noise_bit_exact(void **state)
+{
+    (void)state;
+    psr_context *vc = ctx;
+    if (!ctx->tuning.vector_width) {
+        setenv("PSR_TUNE_VECTOR", "16", 1);
+        vc = open_context(NULL);
+        unsetenv("PSR_TUNE_VECTOR");
+    }
+    assert_int_equal(vc->tuning.vector_width, 16);
+    size_t loose = 0;
+    assert_int_equal(vector_noise_mismatches(vc, PSR_NOISE_FP32, 16384, 23.0, &loose), 0);
+    assert_int_equal(loose, 0);
+    assert_int_equal(vector_noise_mismatches(vc, PSR_NOISE_WIDE, 4096, 46.0, &loose), 0);
+    assert_int_equal(loose, 0);
+    if (has_fp64) {
+        assert_int_equal(vector_noise_mismatches(vc, PSR_NOISE_FP64, 4096, 710.0, &loose), 0);
+        assert_int_equal(loose, 0);
+    }
     if (vc != ctx)
         psr_context_free(vc);
 }
