@@ -102,7 +102,7 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
     /* Tuning aids (docs/devices.md): override the table for experiments. */
     const char *wg = getenv("PSR_TUNE_WG"), *resident = getenv("PSR_TUNE_RESIDENT");
     const char *mulhi = getenv("PSR_TUNE_MULHI"), *extra = getenv("PSR_TUNE_BUILD_OPTIONS");
-    const char *vector = getenv("PSR_TUNE_VECTOR");
+    const char *vector = getenv("PSR_TUNE_VECTOR"), *min_steps = getenv("PSR_TUNE_MIN_STEPS");
     int w = wg ? atoi(wg) : 0;
     if (w >= 16 && (size_t)w <= ctx->info.max_work_group_size && !(w & (w - 1)))
         ctx->tuning.work_group_size = (size_t)w;
@@ -113,18 +113,21 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
     ctx->tuning.two_pass = psr_env_flag("PSR_TUNE_TWO_PASS");
     if (vector && (strcmp(vector, "0") == 0 || strcmp(vector, "16") == 0))
         ctx->tuning.vector_width = (unsigned)atoi(vector);
+    if (min_steps && atoi(min_steps) >= 1 && atoi(min_steps) <= 64)
+        ctx->tuning.min_steps = (unsigned)atoi(min_steps);
     if (extra && psr_strlcpy(ctx->tuning.extra_options, extra, sizeof ctx->tuning.extra_options) >=
                      sizeof ctx->tuning.extra_options) {
         psr_log(ctx, PSR_LOG_WARNING, "PSR_TUNE_BUILD_OPTIONS is longer than %zu bytes: ignored",
                 sizeof ctx->tuning.extra_options - 1);
         ctx->tuning.extra_options[0] = '\0';
     }
-    if (wg || resident || mulhi || extra || vector || ctx->tuning.two_pass)
+    if (wg || resident || mulhi || extra || vector || min_steps || ctx->tuning.two_pass)
         psr_log(ctx, PSR_LOG_INFO,
                 "tuning from the environment: work-group %zu, resident %zu, mul_hi %d, two-pass %d, "
-                "vector lanes %u, extra options \"%s\"",
+                "vector lanes %u, min steps %u, extra options \"%s\"",
                 ctx->tuning.work_group_size, ctx->tuning.resident_per_unit, ctx->tuning.mulhi,
-                ctx->tuning.two_pass, ctx->tuning.vector_width, ctx->tuning.extra_options);
+                ctx->tuning.two_pass, ctx->tuning.vector_width, ctx->tuning.min_steps,
+                ctx->tuning.extra_options);
     setup_disk_cache(ctx, o);
     return PSR_OK;
 }

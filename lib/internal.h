@@ -74,6 +74,7 @@ typedef struct psr_tuning {
     const char *rule;          /* which table entry chose these */
     bool mulhi;                /* Random123 multiplies through mul_hi (else a 64-bit product) */
     bool two_pass;             /* always finish rows in a second kernel (PSR_TUNE_TWO_PASS) */
+    unsigned min_steps;        /* steps of tokens a sampling work-group takes at least (2; PSR_TUNE_MIN_STEPS) */
     unsigned vector_width;     /* lanes per work-item of the sampler's vector path (cl/vecmath.cl); 0: off */
     char extra_options[256];   /* appended to every build (PSR_TUNE_BUILD_OPTIONS), or "" */
 } psr_tuning;

@@ -173,13 +173,15 @@ void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *
      * ceil(rows * G / resident) waves, each as long as one chunk of
      * vocab / G tokens plus a fixed cost per group (reductions, the fold),
      * counted as two steps of tokens. Rows split into at most
-     * vocab / (2 steps) groups, so chunks are about two steps or longer.
+     * vocab / (min_steps steps) groups, so chunks are about min_steps (2)
+     * steps or longer.
      * Chunks are whole multiples of a work-item's step (4 tokens, or the
      * vector path's lanes). */
     size_t lanes = ctx->tuning.vector_width > 4 ? ctx->tuning.vector_width : 4;
     size_t step = lanes * ctx->tuning.work_group_size;
     size_t resident = ctx->tuning.resident_per_unit * (ctx->info.compute_units ? ctx->info.compute_units : 1);
-    size_t g_max = (vocab + 2 * step - 1) / (2 * step);
+    size_t least = ctx->tuning.min_steps * step;
+    size_t g_max = (vocab + least - 1) / least;
     if (g_max > 4095)
         g_max = 4095;
     size_t best_g = 1;

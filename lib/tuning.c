@@ -56,6 +56,7 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                     .rule = r->name,
                     .mulhi = true,
                     .two_pass = false,
+                    .min_steps = 2,
                     .extra_options = ""};
     /* Never ask for more than the device allows; keep a power of two. */
     while (info->max_work_group_size && t.work_group_size > info->max_work_group_size &&

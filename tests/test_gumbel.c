@@ -290,12 +290,19 @@ static void test_finish_paths_agree(void **state)
     setenv("PSR_TUNE_MULHI", "0", 1);
     setenv("PSR_TUNE_RESIDENT", "64", 1);
     setenv("PSR_TUNE_VECTOR", "0", 1);
+    setenv("PSR_TUNE_MIN_STEPS", "1", 1);
     ctx = open_context(NULL);
     unsetenv("PSR_TUNE_TWO_PASS");
     unsetenv("PSR_TUNE_MULHI");
+    unsetenv("PSR_TUNE_MIN_STEPS");
     assert_true(ctx->tuning.two_pass);
     assert_false(ctx->tuning.mulhi);
     assert_int_equal(ctx->tuning.vector_width, 0);
+    assert_int_equal(ctx->tuning.min_steps, 1);
+    /* One step per group allows twice the groups a row of two steps had. */
+    cl_uint chunk1, groups1;
+    psr_split_rows(ctx, 1, 8 * 4 * ctx->tuning.work_group_size, &chunk1, &groups1);
+    assert_int_equal(groups1, 8);
     check_against_oracle(8, 40000, 3.0f, 1.0f, 0);
     check_against_oracle(4, 9000, 3.0f, 0.0f, 0);
     check_against_oracle(16, 32000, 0.5f, 0.7f, 0);
