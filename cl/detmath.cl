@@ -64,9 +64,25 @@ inline float psr_det_log1p_neg(float u)
     return psr_det_log(1.0f - u);
 }
 
+/* e^r for |r| <= ln 2 / 2 by its Taylor series to r^7 (error under 0.1
+ * ulp); a macro defines `T name(T r)` for float and (vecmath.cl) float16. */
+#define PSR_DEFINE_EXP_REDUCED(name, T)                                                     \
+    inline T name(T r)                                                                      \
+    {                                                                                       \
+        T p = (T)(0x1.a01a02p-13f); /* 1/7! */                                              \
+        p = fma(p, r, (T)(0x1.6c16c2p-10f)); /* 1/6! */                                     \
+        p = fma(p, r, (T)(0x1.111112p-7f));  /* 1/5! */                                     \
+        p = fma(p, r, (T)(0x1.555556p-5f));  /* 1/4! */                                     \
+        p = fma(p, r, (T)(0x1.555556p-3f));  /* 1/3! */                                     \
+        p = fma(p, r, (T)(0.5f));                                                           \
+        p = fma(p, r, (T)(1.0f));                                                           \
+        return fma(p, r, (T)(1.0f));                                                        \
+    }
+PSR_DEFINE_EXP_REDUCED(psr_exp_reduced, float)
+
 /* e^y for y <= 0 (0 below about -87, where the result would be
- * subnormal): y = k ln 2 + r with |r| <= ln 2 / 2, then e^r by its Taylor
- * series to r^7 (error under 0.1 ulp), scaled by an exact power of two. */
+ * subnormal): y = k ln 2 + r with |r| <= ln 2 / 2, then e^r, scaled by an
+ * exact power of two. */
 inline float psr_det_exp_neg(float y)
 {
     if (!(y > -87.0f))
@@ -74,28 +90,23 @@ inline float psr_det_exp_neg(float y)
     float k = rint(y * 0x1.715476p+0f);
     float r = fma(-k, PSR_LN2_HI, y);
     r = fma(-k, PSR_LN2_LO, r);
-    float p = 0x1.a01a02p-13f; /* 1/7! */
-    p = fma(p, r, 0x1.6c16c2p-10f); /* 1/6! */
-    p = fma(p, r, 0x1.111112p-7f);  /* 1/5! */
-    p = fma(p, r, 0x1.555556p-5f);  /* 1/4! */
-    p = fma(p, r, 0x1.555556p-3f);  /* 1/3! */
-    p = fma(p, r, 0.5f);
-    p = fma(p, r, 1.0f);
-    p = fma(p, r, 1.0f);
-    return p * as_float((uint)((int)k + 127) << 23);
+    return psr_exp_reduced(r) * as_float((uint)((int)k + 127) << 23);
 }
 
 /* 1/b for a positive normal b, within 1 ulp: a bit-trick seed and four
- * Newton steps, each residual computed exactly by fma. */
-inline float psr_det_recip(float b)
-{
-    float y = as_float(0x7ef311c3u - as_uint(b));
-    for (int i = 0; i < 4; i++) {
-        float r = fma(-b, y, 1.0f);
-        y = fma(y, r, y);
+ * Newton steps, each residual computed exactly by fma. A macro defines
+ * `T name(T b)` for T = float and (vecmath.cl) float16, U its uint type. */
+#define PSR_DEFINE_DET_RECIP(name, T, U)                                                    \
+    inline T name(T b)                                                                      \
+    {                                                                                       \
+        T y = PSR_CAT(as_, T)((U)0x7ef311c3u - PSR_CAT(as_, U)(b));                         \
+        for (int i = 0; i < 4; i++) {                                                       \
+            T r = fma(-b, y, (T)(1.0f));                                                    \
+            y = fma(y, r, y);                                                               \
+        }                                                                                   \
+        return y;                                                                           \
     }
-    return y;
-}
+PSR_DEFINE_DET_RECIP(psr_det_recip, float, uint)
 
 /* a / b given r = psr_det_recip(b): one fma correction of a * r. */
 inline float psr_det_div(float a, float b, float r)

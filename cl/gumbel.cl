@@ -450,9 +450,8 @@ inline void psr_consider4(const psr_row *row, float4 x, uint i, psr_acc_t *best,
     psr_consider4_cut(row, x, i, best, best_i, -INFINITY);
 }
 
-/* The vector path (cl/vecmath.cl) serves Gumbel-max with every noise; the
- * race keeps the scalar loop on every device. */
-#if PSR_VEC && PSR_METHOD == 0
+/* The vector path (cl/vecmath.cl): Gumbel-max and the race, every noise. */
+#if PSR_VEC
 #define PSR_VEC_PATH 1
 #define PSR_STEP PSR_VEC
 #else
@@ -478,6 +477,63 @@ inline psr_vfloat psr_vload_logits(__global const psr_logit_t *src, uint i)
  * so a block draws noise only if some lane may win, and no Philox at all
  * when even the largest noise cannot lift its best logit to the floor.
  * Each exact value raises the floor. */
+#if PSR_METHOD != 0
+/* The race's psr_consider_cut on 16 lanes. A lane of weight p loses on
+ * its bound p * 2^k (k from the words); a block whose largest p cannot
+ * reach the floor even with the largest k needs no Philox. */
+inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
+                             psr_vuint *best_i, float cut)
+{
+    psr_vfloat p;
+#if PSR_METHOD == 2
+    p = select((psr_vfloat)(0.0f), x, x > 0.0f); /* 0, negative or NaN: weight 0 */
+#else
+    if (row->greedy) {
+        p = x;
+    } else {
+        psr_vint dead = isnan(x);
+        psr_vfloat xs = psr_vscale(x, row->t, row->r);
+#if PSR_FILTERS
+        dead |= xs < cut;
+#endif
+        p = select(psr_vdet_exp_neg(xs - row->shift), select((psr_vfloat)(0.0f), (psr_vfloat)INFINITY, xs > 0.0f),
+                   isinf(xs));
+        p = select(p, (psr_vfloat)(0.0f), dead);
+    }
+#endif
+    psr_vacc v;
+    if (row->greedy) {
+        v = psr_to_vacc(p);
+    } else {
+        float top = psr_vmax(p);
+        if (!(top > 0.0f))
+            return;
+#if !USE_FP64
+        /* k is at most 33 (classic) or 65 (wide) */
+        if ((psr_acc_t)ldexp(top, USE_WIDE ? 65 : 33) * (psr_acc_t)1.001f < row->floor)
+            return;
+#endif
+        psr_vuint w1, w0 = psr_vtoken_words(row->key, (psr_vuint)i + PSR_LANE_IDS, &w1);
+        psr_vint k = psr_vrace_e_shift(w0, w1);
+        psr_vacc bound = psr_to_vacc(ldexp(p, min(k, 200))) * (psr_acc_t)1.001f;
+#if USE_FP64
+        bound = select(bound, (psr_vacc)INFINITY, psr_to_vacc_mask(k >= 1000));
+#endif
+        if (psr_vmax_acc(bound) < row->floor)
+            return;
+#if USE_FP64
+        v = psr_to_vacc(p) * (1.0 / psr_vrace_e(w0, w1));
+#else
+        v = p * psr_vdet_recip(psr_vrace_e(w0, w1));
+#endif
+        v = select(v, (psr_vacc)PSR_ACC_NEG_INF, psr_to_vacc_mask(~(p > 0.0f))); /* weight 0: never */
+        row->floor = fmax(row->floor, psr_vmax_acc(v));
+    }
+    psr_vacc_mask better = v > *best;
+    *best = select(*best, v, better);
+    *best_i = select(*best_i, (psr_vuint)i + PSR_LANE_IDS, convert_int16(better));
+}
+#else
 inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
                              psr_vuint *best_i, float cut)
 {
@@ -504,6 +560,7 @@ inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
     *best = select(*best, v, better);
     *best_i = select(*best_i, (psr_vuint)i + PSR_LANE_IDS, convert_int16(better));
 }
+#endif
 
 /* One work-item's step: a whole vector, or the chunk's last few tokens
  * one by one. */
@@ -615,6 +672,16 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         /* The race's scale: the group's largest scaled logit (a uniform
          * condition, so every work-item reaches the barriers). */
         float m = -INFINITY;
+#if PSR_VEC_PATH
+        /* fmax passes over NaN, and psr_vscale keeps infinities */
+        for (uint j = start + PSR_VEC * lid; j + PSR_VEC <= end; j += PSR_VEC * PSR_WG_SIZE)
+            m = fmax(m, psr_vmax(psr_vscale(psr_vload_logits(src, j), row.t, row.r)));
+        for (uint j = start + (end - start) / PSR_VEC * PSR_VEC + lid; j < end; j += PSR_WG_SIZE) {
+            float x = psr_load_logit(src, j);
+            if (!isnan(x))
+                m = fmax(m, isinf(x) ? x : psr_scale(x, row.t, row.r));
+        }
+#else
         for (uint j = start + 4 * lid; j < end; j += 4 * PSR_WG_SIZE) {
             float4 x = psr_load4(src, j, end, aligned);
             float xs[4] = {x.s0, x.s1, x.s2, x.s3};
@@ -622,6 +689,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
                 if (!isnan(xs[k]))
                     m = fmax(m, isinf(xs[k]) ? xs[k] : psr_scale(xs[k], row.t, row.r));
         }
+#endif
         lv[lid] = m;
         for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
             barrier(CLK_LOCAL_MEM_FENCE);
@@ -635,7 +703,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
 #endif
 
 #if PSR_VEC_PATH
-    psr_vacc lane_best = (psr_vacc)(-INFINITY);
+    psr_vacc lane_best = (psr_vacc)(PSR_ACC_NEG_INF);
     psr_vuint lane_best_i = (psr_vuint)0xffffffffu;
     uint i = start + PSR_VEC * lid;
     if (active)

@@ -133,12 +133,26 @@ inline psr_vfloat psr_vdet_log1p_neg(psr_vfloat u)
     return psr_vlog_join(e, f);
 }
 
+PSR_DEFINE_EXP_REDUCED(psr_vexp_reduced, psr_vfloat)
+PSR_DEFINE_DET_RECIP(psr_vdet_recip, float16, uint16)
+
+/* psr_det_exp_neg per lane (0 where y <= -87 or NaN). */
+inline psr_vfloat psr_vdet_exp_neg(psr_vfloat y)
+{
+    psr_vfloat k = rint(y * 0x1.715476p+0f);
+    psr_vfloat r = fma(-k, (psr_vfloat)PSR_LN2_HI, y);
+    r = fma(-k, (psr_vfloat)PSR_LN2_LO, r);
+    psr_vfloat scale = psr_as_vfloat(psr_as_vuint(convert_int16(k) + 127) << 23);
+    return select((psr_vfloat)(0.0f), psr_vexp_reduced(r) * scale, y > -87.0f);
+}
+
 /* Noise values and their sums: double16 with fp64 noise (comparisons
  * give psr_vacc_mask), else psr_vfloat. */
 #if USE_FP64
 typedef double16 psr_vacc;
 typedef long16 psr_vacc_mask;
 #define psr_to_vacc convert_double16
+#define psr_to_vacc_mask convert_long16 /* a lane mask of int16 for psr_vacc */
 inline double psr_vmax_acc(psr_vacc v)
 {
     double8 m8 = fmax(v.lo, v.hi);
@@ -150,6 +164,7 @@ inline double psr_vmax_acc(psr_vacc v)
 typedef psr_vfloat psr_vacc;
 typedef psr_vint psr_vacc_mask;
 #define psr_to_vacc(x) (x)
+#define psr_to_vacc_mask(m) (m)
 #define psr_vmax_acc psr_vmax
 #endif
 
@@ -169,14 +184,31 @@ inline psr_vacc psr_vnoise_bound(psr_vuint w0, psr_vuint w1)
                   as_long16(rest < 4096UL));
 }
 
+inline psr_vacc psr_vu64(psr_vuint w0, psr_vuint w1)
+{
+    return fmax(convert_double16(upsample(w1, w0)) * 0x1p-64, (psr_vacc)DBL_MIN);
+}
+
 inline psr_vacc psr_vnoise(psr_vuint w0, psr_vuint w1)
 {
-    psr_vacc u = fmax(convert_double16(upsample(w1, w0)) * 0x1p-64, (psr_vacc)DBL_MIN);
+    psr_vacc u = psr_vu64(w0, w1);
 #if PSR_DETERMINISTIC
     return -psr_vdet_log_d(-psr_vdet_log_d(u));
 #else
     return -log(-log(u));
 #endif
+}
+
+/* The race's E and the k of E >= 2^-k (psr_race_e, psr_race_e_shift). */
+inline psr_vacc psr_vrace_e(psr_vuint w0, psr_vuint w1)
+{
+    return -psr_vdet_log_d(psr_vu64(w0, w1));
+}
+inline psr_vint psr_vrace_e_shift(psr_vuint w0, psr_vuint w1)
+{
+    ulong16 rest = ~upsample(w1, w0);
+    psr_vint k = 64 - (63 - convert_int16(clz(rest - 2048UL)));
+    return select(k, (psr_vint)1100, convert_int16(rest < 4096UL));
 }
 #elif USE_WIDE
 #define PSR_NOISE_MAX 46.0f /* the bound is at most 65 ln 2 + 1e-3 */
@@ -207,6 +239,15 @@ inline psr_vacc psr_vnoise(psr_vuint w0, psr_vuint w1)
 {
     return -psr_vdet_log(psr_vwide_e(w0, w1));
 }
+
+inline psr_vacc psr_vrace_e(psr_vuint w0, psr_vuint w1)
+{
+    return psr_vwide_e(w0, w1);
+}
+inline psr_vint psr_vrace_e_shift(psr_vuint w0, psr_vuint w1)
+{
+    return convert_int16(clz(~upsample(w1, w0) + 1UL)) + 1;
+}
 #else
 #define PSR_NOISE_MAX 23.0f /* the bound is at most 33 ln 2 + 1e-3 */
 
@@ -227,6 +268,18 @@ inline psr_vacc psr_vnoise(psr_vuint w0, psr_vuint w1)
 #else
     return -native_log(-log1p(-u));
 #endif
+}
+
+inline psr_vacc psr_vrace_e(psr_vuint w0, psr_vuint w1)
+{
+    (void)w1;
+    return -psr_vdet_log1p_neg(psr_vu32(w0));
+}
+inline psr_vint psr_vrace_e_shift(psr_vuint w0, psr_vuint w1)
+{
+    (void)w1;
+    psr_vint s = psr_as_vint(w0);
+    return psr_as_vint(clz(psr_as_vuint(s ^ (s >> 31)))) + 1;
 }
 #endif
 

@@ -123,15 +123,25 @@ static void test_race_matches_gumbel(void **state)
 }
 
 /* Rows split over many work-groups compare m + log(score) across groups,
- * in one kernel or two: still the Gumbel token. */
+ * in one kernel or two: still the Gumbel token. The two-kernel round also
+ * takes the scalar token loop (GPUs') where the device has the vector one,
+ * and checks the race over probabilities there too. */
 static void test_split_rows_match_gumbel(void **state)
 {
     (void)state;
     psr_context *saved = ctx;
     setenv("PSR_TUNE_RESIDENT", "64", 1);
     for (int two_pass = 0; two_pass <= 1; two_pass++) {
+        if (two_pass)
+            setenv("PSR_TUNE_VECTOR", "0", 1);
         ctx = open_context(NULL);
+        unsetenv("PSR_TUNE_VECTOR");
         ctx->tuning.two_pass = two_pass;
+        if (two_pass) {
+            assert_int_equal(ctx->tuning.vector_width, 0);
+            check_probs_against_oracle(16, 3000, 0, 1.0f);
+            check_probs_against_oracle(16, 3000, PSR_SAMPLE_DRAFTING, 0.0f);
+        }
         const size_t rows = 16, vocab = 20000;
         cl_uint chunk, groups;
         psr_split_rows(ctx, rows, vocab, &chunk, &groups);
