@@ -477,6 +477,20 @@ inline psr_vfloat psr_vload_logits(__global const psr_logit_t *src, uint i)
  * so a block draws noise only if some lane may win, and no Philox at all
  * when even the largest noise cannot lift its best logit to the floor.
  * Each exact value raises the floor. */
+/* A block's scaled logits, and its dead lanes: NaN, or below the filter
+ * threshold `cut`. */
+inline psr_vfloat psr_vscaled(const psr_row *row, psr_vfloat x, float cut, psr_vint *dead)
+{
+    *dead = isnan(x);
+    psr_vfloat xs = psr_vscale(x, row->t, row->r);
+#if PSR_FILTERS
+    *dead |= xs < cut;
+#else
+    (void)cut;
+#endif
+    return xs;
+}
+
 #if PSR_METHOD != 0
 /* The race's psr_consider_cut on 16 lanes. A lane of weight p loses on
  * its bound p * 2^k (k from the words); a block whose largest p cannot
@@ -491,11 +505,8 @@ inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
     if (row->greedy) {
         p = x;
     } else {
-        psr_vint dead = isnan(x);
-        psr_vfloat xs = psr_vscale(x, row->t, row->r);
-#if PSR_FILTERS
-        dead |= xs < cut;
-#endif
+        psr_vint dead;
+        psr_vfloat xs = psr_vscaled(row, x, cut, &dead);
         p = select(psr_vdet_exp_neg(xs - row->shift), select((psr_vfloat)(0.0f), (psr_vfloat)INFINITY, xs > 0.0f),
                    isinf(xs));
         p = select(p, (psr_vfloat)(0.0f), dead);
@@ -541,11 +552,8 @@ inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
     if (row->greedy) {
         v = psr_to_vacc(x);
     } else {
-        psr_vint dead = isnan(x);
-        psr_vfloat xs = psr_vscale(x, row->t, row->r);
-#if PSR_FILTERS
-        dead |= xs < cut;
-#endif
+        psr_vint dead;
+        psr_vfloat xs = psr_vscaled(row, x, cut, &dead);
         xs = select(xs, (psr_vfloat)(-INFINITY), dead);
         if (psr_vmax(xs) + PSR_NOISE_MAX < row->floor)
             return;
