@@ -471,12 +471,6 @@ inline psr_vfloat psr_vload_logits(__global const psr_logit_t *src, uint i)
 #endif
 }
 
-/* Tokens i .. i + PSR_VEC - 1 into the lanes' running bests, as
- * psr_consider_cut takes them one by one. A lane that loses on its bound
- * may still be computed exactly (the argmax of exact values is the same),
- * so a block draws noise only if some lane may win, and no Philox at all
- * when even the largest noise cannot lift its best logit to the floor.
- * Each exact value raises the floor. */
 /* A block's scaled logits, and its dead lanes: NaN, or below the filter
  * threshold `cut`. */
 inline psr_vfloat psr_vscaled(const psr_row *row, psr_vfloat x, float cut, psr_vint *dead)
@@ -545,6 +539,12 @@ inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
     *best_i = select(*best_i, (psr_vuint)i + PSR_LANE_IDS, convert_int16(better));
 }
 #else
+/* Tokens i .. i + PSR_VEC - 1 into the lanes' running bests, as
+ * psr_consider_cut takes them one by one. A lane that loses on its bound
+ * may still be computed exactly (the argmax of exact values is the same),
+ * so a block draws noise only if some lane may win, and no Philox at all
+ * when even the largest noise cannot lift its best logit to the floor.
+ * Each exact value raises the floor. */
 inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
                              psr_vuint *best_i, float cut)
 {
