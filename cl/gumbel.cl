@@ -285,7 +285,9 @@ typedef struct psr_row {
 #if USE_FP64
 inline double psr_race_e(uint2 w)
 {
-    return -psr_det_log_d(psr_u64(w.x, w.y));
+    /* 0 - log, not -log: u rounded to 1 gives E = +0 and an infinite score
+     * (the Gumbel path's largest noise), not -0 and -inf */
+    return 0.0 - psr_det_log_d(psr_u64(w.x, w.y));
 }
 inline int psr_race_e_shift(uint2 w) /* E >= 1 - u >= 2^-k; 1100: no bound */
 {
@@ -595,9 +597,13 @@ inline void psr_consider_step(psr_row *row, __global const psr_logit_t *src, uin
 inline void psr_merge_lanes(psr_vacc lane_best, psr_vuint lane_best_i, psr_acc_t *best,
                             uint *best_i)
 {
+    psr_acc_t values[PSR_VEC];
+    uint indices[PSR_VEC];
+    psr_vstore(lane_best, 0, values);
+    psr_vstore(lane_best_i, 0, indices);
     for (int l = 0; l < PSR_VEC; l++) {
-        psr_acc_t v = ((psr_acc_t *)&lane_best)[l];
-        uint i = ((uint *)&lane_best_i)[l];
+        psr_acc_t v = values[l];
+        uint i = indices[l];
         if (psr_better(v, i, *best, *best_i)) {
             *best = v;
             *best_i = i;
@@ -702,7 +708,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
             barrier(CLK_LOCAL_MEM_FENCE);
             if (lid < s)
-                lv[lid] = max(lv[lid], lv[lid + s]);
+                lv[lid] = fmax(lv[lid], lv[lid + s]); /* max() is undefined for infinities */
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         row.shift = (float)lv[0];
@@ -720,11 +726,11 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     if (!(active && row.greedy) && start + PSR_VEC * PSR_WG_SIZE < end) {
         /* The group's best so far becomes every work-item's floor (a
          * uniform condition, as below). */
-        lv[lid] = max(best, psr_vmax_acc(lane_best));
+        lv[lid] = fmax(best, psr_vmax_acc(lane_best));
         for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
             barrier(CLK_LOCAL_MEM_FENCE);
             if (lid < s)
-                lv[lid] = max(lv[lid], lv[lid + s]);
+                lv[lid] = fmax(lv[lid], lv[lid + s]); /* max() is undefined for infinities */
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         row.floor = fmax(row.floor, lv[0]);
@@ -750,7 +756,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
             barrier(CLK_LOCAL_MEM_FENCE);
             if (lid < s)
-                lv[lid] = max(lv[lid], lv[lid + s]);
+                lv[lid] = fmax(lv[lid], lv[lid + s]); /* max() is undefined for infinities */
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         row.floor = lv[0];

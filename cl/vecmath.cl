@@ -3,8 +3,10 @@
  * sampler's vector path (PSR_VEC lanes per work-item; CPU devices, where
  * PoCL does not vectorise the scalar loop across work-items). Every lane
  * computes the same operations, in the same order, as the scalar
- * psr_token_words, psr_noise and psr_scale, so each lane's bits equal
- * theirs (tests/test_gumbel.c checks it on a million tokens).
+ * psr_token_words, psr_noise and psr_scale, so with PSR_DETERMINISTIC=1
+ * each lane's bits equal theirs (tests/test_gumbel.c checks it on a
+ * million tokens). Fast math uses the vector native logs, whose last bits
+ * may differ from the scalar ones.
  *
  * Needs philox.h, stream.cl and detmath.cl before it. PSR_VEC is 0 (off)
  * or 16 (AVX-512's width; narrower units split each vector).
@@ -139,7 +141,7 @@ PSR_DEFINE_DET_RECIP(psr_vdet_recip, float16, uint16)
 /* psr_det_exp_neg per lane (0 where y <= -87 or NaN). */
 inline psr_vfloat psr_vdet_exp_neg(psr_vfloat y)
 {
-    psr_vfloat k = rint(y * 0x1.715476p+0f);
+    psr_vfloat k = rint(fmax(y, -87.0f) * 0x1.715476p+0f); /* lanes below -87 (or NaN) give 0 below */
     psr_vfloat r = fma(-k, (psr_vfloat)PSR_LN2_HI, y);
     r = fma(-k, (psr_vfloat)PSR_LN2_LO, r);
     psr_vfloat scale = psr_as_vfloat(psr_as_vuint(convert_int16(k) + 127) << 23);
@@ -173,7 +175,11 @@ typedef psr_vint psr_vacc_mask;
  * kind exceeds (a block whose best scaled logit is that far below the
  * floor needs no Philox). */
 #if USE_FP64
+#if PSR_DETERMINISTIC
 #define PSR_NOISE_MAX 710.0 /* u rounded to 1: -log of psr_det_log_d(-0) */
+#else
+#define PSR_NOISE_MAX INFINITY /* native logs: u rounded to 1 gives +inf */
+#endif
 PSR_DEFINE_DET_LOG_D(psr_vdet_log_d, double16, long16, ulong16)
 
 inline psr_vacc psr_vnoise_bound(psr_vuint w0, psr_vuint w1)
@@ -202,7 +208,7 @@ inline psr_vacc psr_vnoise(psr_vuint w0, psr_vuint w1)
 /* The race's E and the k of E >= 2^-k (psr_race_e, psr_race_e_shift). */
 inline psr_vacc psr_vrace_e(psr_vuint w0, psr_vuint w1)
 {
-    return -psr_vdet_log_d(psr_vu64(w0, w1));
+    return 0.0 - psr_vdet_log_d(psr_vu64(w0, w1)); /* as psr_race_e: +0 where u is 1 */
 }
 inline psr_vint psr_vrace_e_shift(psr_vuint w0, psr_vuint w1)
 {

@@ -250,8 +250,8 @@ int32_t psr_oracle_sample_row(const float *logits, size_t vocab, float temperatu
 /* E of the exponential race for one token's words, per noise option. */
 static double race_e(uint32_t w0, uint32_t w1, psr_noise_kind noise)
 {
-    if (noise == PSR_NOISE_FP64)
-        return -psr_oracle_log_d(psr_oracle_u64(w0, w1));
+    if (noise == PSR_NOISE_FP64) /* 0 - log: u rounded to 1 gives E = +0, an infinite score */
+        return 0.0 - psr_oracle_log_d(psr_oracle_u64(w0, w1));
     if (noise == PSR_NOISE_WIDE)
         return psr_oracle_wide_e(w0, w1);
     return -psr_oracle_log1p_neg(psr_oracle_u32(w0));
