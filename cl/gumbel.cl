@@ -245,6 +245,22 @@ inline void psr_reduce_best(__local psr_acc_t *lv, __local uint *li, uint lid)
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
+/* The largest `mine` over the work-group; every work-item must call it
+ * (a uniform condition), and lv is free again when it returns. */
+inline psr_acc_t psr_group_max(__local psr_acc_t *lv, psr_acc_t mine, uint lid)
+{
+    lv[lid] = mine;
+    for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < s)
+            lv[lid] = fmax(lv[lid], lv[lid + s]); /* max() is undefined for infinities */
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    psr_acc_t m = lv[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return m;
+}
+
 /* A row's request (*req, -1 for padding) and the flags of its inputs;
  * 0 means the row is sampled. Indices are checked before any use. */
 inline uint psr_row_status(uint row_id, __global const int *row_request, uint requests,
@@ -487,6 +503,15 @@ inline psr_vfloat psr_vscaled(const psr_row *row, psr_vfloat x, float cut, psr_v
     return xs;
 }
 
+/* Lanes whose value v (tokens i, i + 1, ...) beats their best take it:
+ * strictly, so the lowest index keeps a tie. */
+inline void psr_keep_better(psr_vacc v, uint i, psr_vacc *best, psr_vuint *best_i)
+{
+    psr_vacc_mask better = v > *best;
+    *best = select(*best, v, better);
+    *best_i = select(*best_i, (psr_vuint)i + PSR_LANE_IDS, convert_int16(better));
+}
+
 #if PSR_METHOD != 0
 /* The race's psr_consider_cut on 16 lanes. A lane of weight p loses on
  * its bound p * 2^k (k from the words); a block whose largest p cannot
@@ -536,9 +561,7 @@ inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
         v = select(v, (psr_vacc)PSR_ACC_NEG_INF, psr_to_vacc_mask(~(p > 0.0f))); /* weight 0: never */
         row->floor = fmax(row->floor, psr_vmax_acc(v));
     }
-    psr_vacc_mask better = v > *best;
-    *best = select(*best, v, better);
-    *best_i = select(*best_i, (psr_vuint)i + PSR_LANE_IDS, convert_int16(better));
+    psr_keep_better(v, i, best, best_i);
 }
 #else
 /* Tokens i .. i + PSR_VEC - 1 into the lanes' running bests, as
@@ -566,9 +589,7 @@ inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
         v = xa + psr_vnoise(w0, w1); /* an infinite xs stays itself */
         row->floor = fmax(row->floor, psr_vmax_acc(v));
     }
-    psr_vacc_mask better = v > *best; /* never for a NaN or filtered lane */
-    *best = select(*best, v, better);
-    *best_i = select(*best_i, (psr_vuint)i + PSR_LANE_IDS, convert_int16(better));
+    psr_keep_better(v, i, best, best_i); /* never for a NaN or filtered lane */
 }
 #endif
 
@@ -704,15 +725,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
                     m = fmax(m, isinf(xs[k]) ? xs[k] : psr_scale(xs[k], row.t, row.r));
         }
 #endif
-        lv[lid] = m;
-        for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if (lid < s)
-                lv[lid] = fmax(lv[lid], lv[lid + s]); /* max() is undefined for infinities */
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        row.shift = (float)lv[0];
-        barrier(CLK_LOCAL_MEM_FENCE);
+        row.shift = (float)psr_group_max(lv, m, lid);
     }
 #endif
 
@@ -726,15 +739,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     if (!(active && row.greedy) && start + PSR_VEC * PSR_WG_SIZE < end) {
         /* The group's best so far becomes every work-item's floor (a
          * uniform condition, as below). */
-        lv[lid] = fmax(best, psr_vmax_acc(lane_best));
-        for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if (lid < s)
-                lv[lid] = fmax(lv[lid], lv[lid + s]); /* max() is undefined for infinities */
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        row.floor = fmax(row.floor, lv[0]);
-        barrier(CLK_LOCAL_MEM_FENCE);
+        row.floor = fmax(row.floor, psr_group_max(lv, fmax(best, psr_vmax_acc(lane_best)), lid));
     }
     for (; active && i < end; i += PSR_VEC * PSR_WG_SIZE)
         psr_consider_step(&row, src, i, end, cache, cut, &lane_best, &lane_best_i, &best, &best_i);
@@ -752,15 +757,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     if (!(active && row.greedy) && start + 4 * PSR_WG_SIZE < end) {
         /* Every work-item reaches this barrier: the condition is uniform
          * (greedy is a property of the row, and rows span whole groups). */
-        lv[lid] = best;
-        for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if (lid < s)
-                lv[lid] = fmax(lv[lid], lv[lid + s]); /* max() is undefined for infinities */
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        row.floor = lv[0];
-        barrier(CLK_LOCAL_MEM_FENCE);
+        row.floor = psr_group_max(lv, best, lid);
     }
     /* Greedy rows only stream memory, and so mostly do filtered rows (no
      * noise for the tokens they remove): keep two loads in flight. (The

@@ -40,23 +40,20 @@ int bench_filters(int argc, char **argv)
     int parsed = bench_parse_options(argc, argv, "bench filters", usage, NULL, NULL, &o);
     if (parsed >= 0)
         return parsed;
-    const char *shapes = o.shapes, *device = o.device;
-    bool as_json = o.json;
-    int iters = o.iters;
     size_t B[16], V[16], n = 0;
-    if (!bench_parse_bxv(shapes, B, V, 16, &n))
-        return cli_usage_error("bench filters", "--shapes \"%s\" is not a list of BxV", shapes);
-    psr_context *ctx = cli_open_context(device, true);
+    if (!bench_parse_bxv(o.shapes, B, V, 16, &n))
+        return cli_usage_error("bench filters", "--shapes \"%s\" is not a list of BxV", o.shapes);
+    psr_context *ctx = cli_open_context(o.device, true);
     if (!ctx)
         return CLI_FAILED;
     psr_device_info info;
     psr_context_device_info(ctx, &info);
     json_writer w;
     json_init(&w, stdout);
-    if (as_json) {
+    if (o.json) {
         bench_json_begin(&w, &info);
     } else {
-        printf("device: %s (%s); T 0.8; median of %d\n", info.name, info.platform_name, iters);
+        printf("device: %s (%s); T 0.8; median of %d\n", info.name, info.platform_name, o.iters);
         printf("%-14s %-24s %10s %8s\n", "shape", "filters", "us", "x plain");
     }
     int rc = CLI_OK;
@@ -112,12 +109,12 @@ int bench_filters(int argc, char **argv)
             a.top_p = cases[c].top_p < 1.0f ? m[6] : NULL;
             a.min_p = cases[c].min_p > 0.0f ? m[7] : NULL;
             double us = 0;
-            st = bench_time_launch(ctx, bench_launch_sample, &a, iters, &us);
+            st = bench_time_launch(ctx, bench_launch_sample, &a, o.iters, &us);
             if (st != PSR_OK)
                 break;
             if (c == 0)
                 plain = us;
-            if (as_json) {
+            if (o.json) {
                 json_begin_object(&w);
                 json_key(&w, "rows");
                 json_uint(&w, rows);
@@ -143,7 +140,7 @@ int bench_filters(int argc, char **argv)
                 clReleaseMemObject(m[b]);
         free(x), free(temps), free(ps), free(mps), free(seeds), free(pos), free(ks);
     }
-    if (as_json && rc == CLI_OK) {
+    if (o.json && rc == CLI_OK) {
         json_end_array(&w);
         json_end_object(&w);
         json_finish(&w);

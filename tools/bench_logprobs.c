@@ -62,24 +62,21 @@ int bench_logprobs(int argc, char **argv)
     int parsed = bench_parse_options(argc, argv, "bench logprobs", usage, top_n_option, &top_n, &o);
     if (parsed >= 0)
         return parsed;
-    const char *shapes = o.shapes, *device = o.device;
-    bool as_json = o.json;
-    int iters = o.iters;
     size_t B[16], V[16], n = 0;
-    if (!bench_parse_bxv(shapes, B, V, 16, &n))
-        return cli_usage_error("bench logprobs", "--shapes \"%s\" is not a list of BxV", shapes);
-    psr_context *ctx = cli_open_context(device, true);
+    if (!bench_parse_bxv(o.shapes, B, V, 16, &n))
+        return cli_usage_error("bench logprobs", "--shapes \"%s\" is not a list of BxV", o.shapes);
+    psr_context *ctx = cli_open_context(o.device, true);
     if (!ctx)
         return CLI_FAILED;
     psr_device_info info;
     psr_context_device_info(ctx, &info);
     json_writer w;
     json_init(&w, stdout);
-    if (as_json) {
+    if (o.json) {
         bench_json_begin(&w, &info);
     } else {
         printf("device: %s (%s); top %d processed logprobs at T 0.8; median of %d\n", info.name,
-               info.platform_name, top_n, iters);
+               info.platform_name, top_n, o.iters);
         printf("%-14s %10s %10s %8s\n", "shape", "sample_us", "logprobs_us", "ratio");
     }
     int rc = CLI_OK;
@@ -117,7 +114,7 @@ int bench_logprobs(int argc, char **argv)
             a.seeds = m[2];
             a.positions = m[3];
             a.tokens = m[4];
-            st = bench_time_launch(ctx, bench_launch_sample, &a, iters, &sample_us);
+            st = bench_time_launch(ctx, bench_launch_sample, &a, o.iters, &sample_us);
             psr_logprobs_args l;
             psr_logprobs_args_init(&l);
             l.rows = rows;
@@ -132,11 +129,11 @@ int bench_logprobs(int argc, char **argv)
             l.top_ids = top_n ? m[6] : NULL;
             l.top_logprobs = top_n ? m[7] : NULL;
             if (st == PSR_OK)
-                st = bench_time_launch(ctx, launch_logprobs, &l, iters, &logprobs_us);
+                st = bench_time_launch(ctx, launch_logprobs, &l, o.iters, &logprobs_us);
         }
         if (st != PSR_OK) {
             rc = cli_report(st, ctx);
-        } else if (as_json) {
+        } else if (o.json) {
             json_begin_object(&w);
             json_key(&w, "rows");
             json_uint(&w, rows);
@@ -161,7 +158,7 @@ int bench_logprobs(int argc, char **argv)
                 clReleaseMemObject(m[b]);
         free(x), free(temps), free(seeds), free(pos);
     }
-    if (as_json && rc == CLI_OK) {
+    if (o.json && rc == CLI_OK) {
         json_end_array(&w);
         json_end_object(&w);
         json_finish(&w);

@@ -202,13 +202,10 @@ int bench_verify(int argc, char **argv)
     int parsed = bench_parse_options(argc, argv, "bench verify", usage, NULL, NULL, &o);
     if (parsed >= 0)
         return parsed;
-    const char *shapes = o.shapes, *device = o.device;
-    bool as_json = o.json;
-    int iters = o.iters;
     size_t R[16], K[16], V[16], n;
-    if (!parse_shapes(shapes, R, K, V, 16, &n))
-        return cli_usage_error("bench verify", "--shapes \"%s\" is not a list of RxKxV", shapes);
-    psr_context *ctx = cli_open_context(device, true);
+    if (!parse_shapes(o.shapes, R, K, V, 16, &n))
+        return cli_usage_error("bench verify", "--shapes \"%s\" is not a list of RxKxV", o.shapes);
+    psr_context *ctx = cli_open_context(o.device, true);
     if (!ctx)
         return CLI_FAILED;
     psr_device_info info;
@@ -221,7 +218,7 @@ int bench_verify(int argc, char **argv)
     double empty_us = empty_kernel_us(ctx);
     json_writer w;
     json_init(&w, stdout);
-    if (as_json) {
+    if (o.json) {
         json_begin_object(&w);
         json_key(&w, "device");
         json_string(&w, info.name);
@@ -233,7 +230,7 @@ int bench_verify(int argc, char **argv)
         json_begin_array(&w);
     } else {
         printf("device: %s (%s); copy %.0f GB/s; empty kernel %.1f us; median of %d\n", info.name,
-               info.platform_name, bw / 1e9, empty_us, iters);
+               info.platform_name, bw / 1e9, empty_us, o.iters);
         printf("%-18s %-7s %9s %9s %9s %7s %9s %8s\n", "shape RxKxV", "mode", "us", "stats_us",
                "floor_us", "xfloor", "accepted", "target");
     }
@@ -261,7 +258,7 @@ int bench_verify(int argc, char **argv)
             a.tokens = b.tokens;
             a.num_sampled = b.num;
             double us = 0, stats_us = 0;
-            st = time_verify(ctx, &a, iters, &us, &stats_us);
+            st = time_verify(ctx, &a, o.iters, &us, &stats_us);
             if (st == PSR_OK && clEnqueueReadBuffer(ctx->queue, b.num, CL_TRUE, 0, R[s] * 4, num, 0, NULL,
                                                     NULL) != CL_SUCCESS)
                 st = psr_fail(ctx, PSR_ERR_OPENCL, "reading num_sampled failed");
@@ -284,7 +281,7 @@ int bench_verify(int argc, char **argv)
                     else
                         snprintf(target, sizeof target, "<=%.0fus", h200_targets[t].us);
                 }
-            if (as_json) {
+            if (o.json) {
                 json_begin_object(&w);
                 json_key(&w, "requests");
                 json_uint(&w, R[s]);
@@ -317,7 +314,7 @@ int bench_verify(int argc, char **argv)
         release_all(&b);
         free(cu), free(num);
     }
-    if (as_json && rc == CLI_OK) {
+    if (o.json && rc == CLI_OK) {
         json_end_array(&w);
         json_end_object(&w);
         json_finish(&w);

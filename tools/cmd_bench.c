@@ -605,23 +605,20 @@ int cmd_bench(int argc, char **argv)
     int parsed = bench_parse_options(argc - 1, argv + 1, "bench sample", bench_usage, sample_option, &so, &o);
     if (parsed >= 0)
         return parsed;
-    const char *shapes = o.shapes, *variant_list = so.variants, *device = o.device;
-    bool as_json = o.json, peaked = so.peaked;
-    int iters = o.iters;
     size_t rows[32], vocab[32], n;
-    if (shapes && !bench_parse_bxv(shapes, rows, vocab, 32, &n))
+    if (o.shapes && !bench_parse_bxv(o.shapes, rows, vocab, 32, &n))
         return cli_usage_error("bench sample", "--shapes \"%s\" is not a list like 1x128256,64x32000",
-                               shapes);
-    psr_context *ctx = cli_open_context(device, true);
+                               o.shapes);
+    psr_context *ctx = cli_open_context(o.device, true);
     if (!ctx)
         return CLI_FAILED;
-    if (!shapes) {
+    if (!o.shapes) {
         psr_device_info info;
         psr_context_device_info(ctx, &info);
         bench_parse_bxv(info.type == PSR_DEVICE_CPU ? default_cpu_shapes : default_shapes, rows, vocab, 32,
                         &n);
     }
-    int rc = run_bench(ctx, rows, vocab, n, variant_list, peaked, iters, as_json);
+    int rc = run_bench(ctx, rows, vocab, n, so.variants, so.peaked, o.iters, o.json);
     psr_context_free(ctx);
     return rc;
 }
