@@ -105,7 +105,9 @@ inline uint psr_ordered(float v)
  * the last of them, with the best key of all in *key. */
 inline bool psr_fold_key(volatile __global ulong *word, ulong mine, uint target, ulong *key)
 {
-    ulong cur = *word; /* a guess: the swap below checks it */
+    /* A guess the swap checks: an untouched word (the first group to come
+     * needs no read; the others learn the word from the failed swap). */
+    ulong cur = 0;
     for (;;) {
         ulong best = max(cur & PSR_KEY_MASK, mine);
         ulong count = (cur >> PSR_KEY_BITS) + 1;
@@ -652,6 +654,19 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     uint lid = get_local_id(0);
     uint row_id = get_group_id(0) / groups_per_row;
     uint part = get_group_id(0) % groups_per_row;
+    uint start = part * chunk; /* chunk is a multiple of 4 (of PSR_VEC) */
+    uint end = min(start + chunk, vocab);
+    /* Every row lies inside the logits buffer, valid or not, so the first
+     * step's logits are asked for before the row's status: at small batch
+     * the kernel is a chain of latencies, and these two overlap. (The
+     * second step's too would cost registers, and greedy speed.) */
+    __global const psr_logit_t *row_src = logits + logits_offset + (ulong)row_id * row_stride;
+    /* Vector loads need the row's real address aligned (a buffer made from
+     * a host pointer need not be): test the pointer, not the offset. */
+    bool aligned = ((size_t)row_src & (4 * sizeof(psr_logit_t) - 1)) == 0;
+#if !PSR_VEC_PATH
+    float4 x_first = psr_load4(row_src, start + 4 * lid, end, aligned);
+#endif
     int req;
     uint flags = psr_row_status(row_id, row_request, requests, temperatures, positions, draft_cache,
                                 draft_cache_rows, draft_cache_rows_total, &req);
@@ -666,8 +681,6 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
 #endif
     bool active = req >= 0 && !flags;
 
-    uint start = part * chunk; /* chunk is a multiple of 4 */
-    uint end = min(start + chunk, vocab);
     psr_acc_t best = PSR_ACC_NEG_INF;
     uint best_i = start + PSR_STEP * lid < end ? start + PSR_STEP * lid : 0xffffffffu;
 
@@ -688,7 +701,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         if (!row.greedy)
             row.r = psr_det_recip(row.t);
 #endif
-        src = logits + logits_offset + (ulong)row_id * row_stride;
+        src = row_src;
         if (draft_cache) {
             /* [requests, K, vocab] with K = draft_cache_k, else one row per row */
             int crow = draft_cache_rows ? draft_cache_rows[row_id]
@@ -698,9 +711,6 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
                 cache = draft_cache + (ulong)crow * draft_cache_stride;
         }
     }
-    /* Vector loads need the row's real address aligned (a buffer made from
-     * a host pointer need not be): test the pointer, not the offset. */
-    bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
 
 #if PSR_METHOD == 1
     if (active && !row.greedy) {
@@ -748,10 +758,9 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
 #else
     uint i = start + 4 * lid;
     if (active) {
-        float4 x = psr_load4(src, i, end, aligned);
         if (cache)
-            psr_store_cache(cache, i, end, x);
-        psr_consider4_cut(&row, x, i, &best, &best_i, cut);
+            psr_store_cache(cache, i, end, x_first);
+        psr_consider4_cut(&row, x_first, i, &best, &best_i, cut);
     }
     i += 4 * PSR_WG_SIZE;
     if (!(active && row.greedy) && start + 4 * PSR_WG_SIZE < end) {
@@ -759,13 +768,15 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
          * (greedy is a property of the row, and rows span whole groups). */
         row.floor = psr_group_max(lv, best, lid);
     }
+    /* x holds the logits at i (NaN past the end); the loops load the next
+     * step's after their work, so no extra logits stay live across it. */
+    float4 x = psr_load4(src, i, end, aligned);
     /* Greedy rows only stream memory, and so mostly do filtered rows (no
      * noise for the tokens they remove): keep two loads in flight. (The
      * sampling path gains nothing from this and loses registers.) */
     bool streaming = active && (row.greedy || (PSR_FILTERS && cut > -INFINITY));
     for (; streaming && i + 4 * PSR_WG_SIZE < end; i += 8 * PSR_WG_SIZE) {
         uint j = i + 4 * PSR_WG_SIZE;
-        float4 x = psr_load4(src, i, end, aligned);
         float4 y = psr_load4(src, j, end, aligned);
         if (cache) {
             psr_store_cache(cache, i, end, x);
@@ -773,12 +784,13 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         }
         psr_consider4_cut(&row, x, i, &best, &best_i, cut);
         psr_consider4_cut(&row, y, j, &best, &best_i, cut);
+        x = psr_load4(src, j + 4 * PSR_WG_SIZE, end, aligned);
     }
     for (; active && i < end; i += 4 * PSR_WG_SIZE) {
-        float4 x = psr_load4(src, i, end, aligned);
         if (cache)
             psr_store_cache(cache, i, end, x);
         psr_consider4_cut(&row, x, i, &best, &best_i, cut);
+        x = psr_load4(src, i + 4 * PSR_WG_SIZE, end, aligned);
     }
 #endif
 

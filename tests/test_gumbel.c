@@ -294,7 +294,6 @@ static void test_finish_paths_agree(void **state)
     ctx = open_context(NULL);
     unsetenv("PSR_TUNE_TWO_PASS");
     unsetenv("PSR_TUNE_MULHI");
-    unsetenv("PSR_TUNE_MIN_STEPS");
     assert_true(ctx->tuning.two_pass);
     assert_false(ctx->tuning.mulhi);
     assert_int_equal(ctx->tuning.vector_width, 0);
@@ -308,11 +307,14 @@ static void test_finish_paths_agree(void **state)
     check_against_oracle(16, 32000, 0.5f, 0.7f, 0);
     check_ramp(4, 70000);
     psr_context_free(ctx);
-    /* One pass, many resident groups (many groups fold each row), the vector loop. */
+    /* One pass, many resident groups (many groups fold each row), the vector
+     * loop; one step per group, so that a GPU's wide steps (16 lanes of 256
+     * work-items) still split these rows into more than 8 groups. */
     setenv("PSR_TUNE_VECTOR", "16", 1);
     ctx = open_context(NULL);
     unsetenv("PSR_TUNE_RESIDENT");
     unsetenv("PSR_TUNE_VECTOR");
+    unsetenv("PSR_TUNE_MIN_STEPS");
     assert_int_equal(ctx->tuning.vector_width, 16);
     cl_uint chunk, groups;
     psr_split_rows(ctx, 8, 40000, &chunk, &groups);

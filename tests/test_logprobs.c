@@ -224,6 +224,18 @@ static void test_matches_oracle(void **state)
     free_case(&c);
 }
 
+/* The same cases with the other bound than the device's tuning chose
+ * (docs/devices.md): both must give the oracle's results. */
+static void test_other_bound_matches_oracle(void **state)
+{
+    psr_context *saved = ctx;
+    ctx = open_context(getenv("PSR_CACHE_DIR"));
+    ctx->tuning.lp_segment_tau = !ctx->tuning.lp_segment_tau; /* before its first build */
+    test_matches_oracle(state);
+    psr_context_free(ctx);
+    ctx = saved;
+}
+
 /* Against double precision: logprobs within fp32 tolerance, ranks exact. */
 static void test_accuracy(void **state)
 {
@@ -315,6 +327,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_oracle),
+        cmocka_unit_test(test_other_bound_matches_oracle),
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_bad_input),
     };
