@@ -29,33 +29,29 @@
 #endif
 #define PSR_LP_NONE 0xffffffffu
 
-/* A bound tau on a block's top_n-th token, from each work-item's best
- * (bv, bi): top_n distinct tokens come at or before it (value descending,
- * index ascending), so the block's top_n do too. Kind 0 takes the top_n-th
- * best of 32 segment maxima: a few barriers, a looser tau. Kind 1 takes the
- * top_n-th best of all the work-items' bests: each work-item ranks its own
- * against every other, and at most top_n work-items' tokens reach tau.
- * With fewer owners than top_n, tau is -inf (every token qualifies).
- * Uses lbv, lbi, lm[0], lcount[1]; zeroes lcount[0]. */
-inline void psr_lp_tau(uint kind, float bv, uint bi, uint top_n, uint lid, __local float *lbv,
-                       __local uint *lbi, __local float *lm, __local uint *lcount, float *tau_v,
-                       uint *tau_i)
+/* Bounds tau on a block's top_n-th token, from each work-item's best
+ * (bv, bi): top_n distinct tokens come at or before tau (value
+ * descending, index ascending), so the block's top_n do too. With fewer
+ * owners than top_n, tau is -inf (every token qualifies). Both use lbv and
+ * lbi and zero lcount[0].
+ *
+ * The segment bound: the top_n-th best of 32 segment maxima, a few
+ * barriers and a looser tau. Uses lm[0] and lcount[1] too. */
+inline void psr_lp_tau_segments(float bv, uint bi, uint top_n, uint lid, __local float *lbv,
+                                __local uint *lbi, __local float *lm, __local uint *lcount,
+                                float *tau_v, uint *tau_i)
 {
     lbv[lid] = bv;
     lbi[lid] = bi;
     if (lid == 0)
         lcount[0] = 0;
-    uint stride = 1, count = PSR_VWG;
-    if (kind == 0) { /* uniform */
-        stride = PSR_VWG / PSR_LP_SEGMENTS;
-        count = PSR_LP_SEGMENTS;
-        for (uint s = stride / 2; s > 0; s >>= 1) {
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if ((lid & (stride - 1)) < s && lbi[lid + s] != PSR_LP_NONE &&
-                (lbi[lid] == PSR_LP_NONE || psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid]))) {
-                lbv[lid] = lbv[lid + s];
-                lbi[lid] = lbi[lid + s];
-            }
+    const uint stride = PSR_VWG / PSR_LP_SEGMENTS, count = PSR_LP_SEGMENTS;
+    for (uint s = stride / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if ((lid & (stride - 1)) < s && lbi[lid + s] != PSR_LP_NONE &&
+            (lbi[lid] == PSR_LP_NONE || psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid]))) {
+            lbv[lid] = lbv[lid + s];
+            lbi[lid] = lbi[lid + s];
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -83,6 +79,47 @@ inline void psr_lp_tau(uint kind, float bv, uint bi, uint top_n, uint lid, __loc
     barrier(CLK_LOCAL_MEM_FENCE);
     *tau_v = lm[0];
     *tau_i = lcount[1];
+}
+
+/* The exact bound: the top_n-th best of all the work-items' bests, so at
+ * most top_n work-items' tokens reach it. A bitonic sort of the bests,
+ * best first and no token last: log2(WG) (log2(WG) + 1) / 2 rounds of one
+ * compare-exchange (on the H200 a quarter faster overall than each
+ * work-item ranking its best against all the others). Tokens are distinct,
+ * so the order is total. */
+inline void psr_lp_tau_sorted(float bv, uint bi, uint top_n, uint lid, __local float *lbv,
+                              __local uint *lbi, __local uint *lcount, float *tau_v, uint *tau_i)
+{
+    lbv[lid] = bv;
+    lbi[lid] = bi;
+    if (lid == 0)
+        lcount[0] = 0;
+    for (uint size = 2, span = 1; size <= PSR_VWG;) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        uint other = lid ^ span;
+        if (other > lid) {
+            float av = lbv[lid], ov = lbv[other];
+            uint ai = lbi[lid], oi = lbi[other];
+            bool other_first = oi != PSR_LP_NONE && (ai == PSR_LP_NONE || psr_better(ov, oi, av, ai));
+            if (other_first == ((lid & size) == 0)) {
+                lbv[lid] = ov;
+                lbi[lid] = oi;
+                lbv[other] = av;
+                lbi[other] = ai;
+            }
+        }
+        if (span == 1) {
+            size <<= 1;
+            span = size >> 1;
+        } else {
+            span >>= 1;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    bool enough = top_n <= PSR_VWG && lbi[top_n - 1] != PSR_LP_NONE;
+    *tau_v = enough ? lbv[top_n - 1] : -INFINITY;
+    *tau_i = enough ? lbi[top_n - 1] : PSR_LP_NONE;
+    barrier(CLK_LOCAL_MEM_FENCE); /* all have read it before lbv is reused */
 }
 
 /* Value of a token for ordering: NaN is -inf, and so is a scaled logit
@@ -209,7 +246,7 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
     if (lid == 0)
         lse_out[at] = (float2)(big, sum);
 
-    /* Pass 3: the block's top-N. A bound tau (psr_lp_tau) leaves as
+    /* Pass 3: the block's top-N. A bound tau (psr_lp_tau_*) leaves as
      * candidates only the tokens at or before it. They are gathered in
      * local memory, first under the cheap bound; if they overflow it, again
      * under the exact one, under which they always fit. Each candidate is
@@ -229,7 +266,10 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
         for (uint kind = PSR_LP_FIRST_BOUND; kind < 2; kind++) { /* uniform */
             float tau_v;
             uint tau_i;
-            psr_lp_tau(kind, bv, bi, top_n, lid, lbv, lbi, lm, lcount, &tau_v, &tau_i);
+            if (kind == 0)
+                psr_lp_tau_segments(bv, bi, top_n, lid, lbv, lbi, lm, lcount, &tau_v, &tau_i);
+            else
+                psr_lp_tau_sorted(bv, bi, top_n, lid, lbv, lbi, lcount, &tau_v, &tau_i);
             for (uint j = 0; j < PSR_LPT; j++)
                 for (uint k = 0; k < steps[j]; k++) {
                     uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
