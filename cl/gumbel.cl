@@ -691,7 +691,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     row.greedy = true;
     row.floor = PSR_ACC_NEG_INF;
     row.shift = 0.0f;
-    __global const psr_logit_t *src = logits;
+    __global const psr_logit_t *src = row_src; /* inactive rows load from it too: `aligned` is its */
     __global float *cache = 0;
     if (active) {
         row.t = temperatures[req];
@@ -701,7 +701,6 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         if (!row.greedy)
             row.r = psr_det_recip(row.t);
 #endif
-        src = row_src;
         if (draft_cache) {
             /* [requests, K, vocab] with K = draft_cache_k, else one row per row */
             int crow = draft_cache_rows ? draft_cache_rows[row_id]

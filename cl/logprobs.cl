@@ -119,7 +119,6 @@ inline void psr_lp_tau_sorted(float bv, uint bi, uint top_n, uint lid, __local f
     bool enough = top_n <= PSR_VWG && lbi[top_n - 1] != PSR_LP_NONE;
     *tau_v = enough ? lbv[top_n - 1] : -INFINITY;
     *tau_i = enough ? lbi[top_n - 1] : PSR_LP_NONE;
-    barrier(CLK_LOCAL_MEM_FENCE); /* all have read it before lbv is reused */
 }
 
 /* Value of a token for ordering: NaN is -inf, and so is a scaled logit

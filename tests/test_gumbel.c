@@ -633,6 +633,42 @@ static void test_unaligned_host_buffer(void **state)
     for (int r = 0; r < ROWS; r++)
         assert_int_equal(tokens[r], psr_oracle_sample_row(logits + (size_t)r * V, V, temps[r], seeds[r],
                                                           pos[r], false, PSR_NOISE_FP32, NULL));
+    /* An offset of 3 floats makes every row aligned in this misaligned
+     * buffer, and row 1 is padding: the padding row must not read the
+     * buffer's start as vectors (the scalar token loop once did, and
+     * crashed on PoCL). Both token loops. */
+    cl_int req[ROWS - 1] = {0, -1, 2};
+    cl_mem dr = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof req, req, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    a.rows = ROWS - 1;
+    a.logits_offset = 3;
+    a.row_request = dr;
+    psr_context *saved = ctx;
+    for (int loop = 0; loop < 2; loop++) {
+        if (loop == 1) { /* the same OpenCL objects, so the buffers stay valid */
+            setenv("PSR_TUNE_VECTOR", "0", 1);
+            assert_int_equal(psr_context_create_from_cl(saved->cl_ctx, saved->device, saved->queue,
+                                                        NULL, &ctx),
+                             PSR_OK);
+            unsetenv("PSR_TUNE_VECTOR");
+            assert_int_equal(ctx->tuning.vector_width, 0);
+        }
+        assert_int_equal(psr_sample(ctx, &a, NULL), PSR_OK);
+        assert_int_equal(clEnqueueReadBuffer(ctx->queue, dk, CL_TRUE, 0, (ROWS - 1) * 4, tokens, 0,
+                                             NULL, NULL),
+                         CL_SUCCESS);
+        for (int r = 0; r < ROWS - 1; r++)
+            assert_int_equal(tokens[r], req[r] < 0 ? -1
+                                        : psr_oracle_sample_row(logits + 3 + (size_t)r * V, V, temps[r],
+                                                                seeds[r], pos[r], false, PSR_NOISE_FP32,
+                                                                NULL));
+    }
+    psr_context_free(ctx);
+    ctx = saved;
+    a.rows = ROWS;
+    a.logits_offset = 0;
+    a.row_request = NULL;
+    clReleaseMemObject(dr);
     /* A stride that wraps the size arithmetic is refused, not followed. */
     a.row_stride = (size_t)1 << 61;
     assert_int_equal(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT);
