@@ -83,19 +83,19 @@ static int opencl_c_version(const psr_device_info *info)
 
 void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, size_t len)
 {
-    char extra[192] = "", vec[32] = "";
+    char extra[192] = "", set_option[32] = "";
     /* Only the sampling program has a vector path, and only the verify
      * program (which holds logprobs.cl) a choice of bound. */
     if (v->set == PSR_KERNELS_GUMBEL && ctx->tuning.vector_width)
-        snprintf(vec, sizeof vec, " -DPSR_VEC=%u", ctx->tuning.vector_width);
+        snprintf(set_option, sizeof set_option, " -DPSR_VEC=%u", ctx->tuning.vector_width);
     if (v->set == PSR_KERNELS_VERIFY && !ctx->tuning.lp_segment_tau)
-        snprintf(vec, sizeof vec, " -DPSR_LP_SEGMENT_TAU=0");
+        snprintf(set_option, sizeof set_option, " -DPSR_LP_SEGMENT_TAU=0");
     if (psr_kernel_set_uses_logits(v->set))
         snprintf(extra, sizeof extra,
                  " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d -DUSE_WIDE=%d -DPSR_METHOD=%d%s%s%s",
                  (int)v->dtype, v->fast_math ? 0 : 1, v->wide ? 1 : 0, v->method,
                  v->filtered ? " -DPSR_FILTERS=1" : "",
-                 ctx->info.capabilities & PSR_CAP_INT64_ATOMICS ? " -DPSR_INT64_ATOMICS=1" : "", vec);
+                 ctx->info.capabilities & PSR_CAP_INT64_ATOMICS ? " -DPSR_INT64_ATOMICS=1" : "", set_option);
     /* mul_hi is core OpenCL C, and Random123 otherwise builds its 32-bit
      * multiply from a 64-bit product (9-12% slower on NVIDIA). Its 64-bit
      * path wins over the intrinsic unless R123_USE_64BIT=0 (psr uses only

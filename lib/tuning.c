@@ -18,9 +18,9 @@ typedef struct tuning_rule {
 /* First match wins, so specific rows come before general ones. */
 static const tuning_rule rules[] = {
     /* Measured on the H200 (docs/benchmarks.md): 256-wide groups; the
-     * sampling kernel's registers leave room for about 6 per SM. Ranking
-     * 256 work-items' bests in parallel beat the segment bound's barriers
-     * by 10-13% at 64 and 256 rows. */
+     * sampling kernel's registers leave room for about 6 per SM. The
+     * exact logprobs bound alone beat the segment bound first by 10-13%
+     * at 64 and 256 rows (and has only got faster since, as a sort). */
     {"nvidia", PSR_DEVICE_GPU, 256, 6, 0, false, "nvidia-gpu"},
     /* 64-wide wavefronts, up to 40 waves per CU: keep groups a multiple of 64. */
     {"advanced micro devices", PSR_DEVICE_GPU, 256, 8, 0, false, "amd-gpu"},
@@ -31,9 +31,8 @@ static const tuning_rule rules[] = {
     /* CPUs (PoCL): one group per core at a time, so whole rows stream.
      * PoCL does not vectorise the sampler's token loop across work-items,
      * so each work-item takes 16 tokens as explicit vectors (AVX-512's
-     * width; narrower units split them). A work-group runs as a loop,
-     * so ranking every work-item's best against all others costs 64^2
-     * steps: the segment bound goes first. */
+     * width; narrower units split them). The segment bound first was
+     * faster for logprobs here (docs/devices.md). */
     {NULL, PSR_DEVICE_CPU, 64, 1, 16, true, "cpu"},
     {NULL, PSR_DEVICE_OTHER, 128, 2, 0, true, "default"},
 };
