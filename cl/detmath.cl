@@ -93,6 +93,27 @@ inline float psr_det_exp_neg(float y)
     return psr_exp_reduced(r) * as_float((uint)((int)k + 127) << 23);
 }
 
+/* 2^z for z <= 0, the log-sum-exp's term (cl/verify.cl): 0 for NaN and
+ * at or below -125 (the result stays normal, so no device flushes it);
+ * else z = k + f with k = rint(z) and f = z - k exact, |f| <= 1/2, and
+ * 2^f by a degree-5 fit with 2^0 exactly 1 (within 2.9 ulp), scaled by
+ * 2^k. Cheaper than psr_det_exp_neg: no ln 2 reduction, a shorter
+ * polynomial; a sum of exps needs no more. */
+inline float psr_det_exp2_neg(float z)
+{
+    if (!(z > -125.0f))
+        return 0.0f;
+    float k = rint(z);
+    float f = z - k;
+    float p = 0x1.5bba14p-10f;
+    p = fma(p, f, 0x1.3cea88p-7f);
+    p = fma(p, f, 0x1.c6b752p-5f);
+    p = fma(p, f, 0x1.ebf9bcp-3f);
+    p = fma(p, f, 0x1.62e42ap-1f);
+    p = fma(p, f, 1.0f);
+    return p * as_float((uint)((int)k + 127) << 23);
+}
+
 /* 1/b for a positive normal b, within 1 ulp: a bit-trick seed and four
  * Newton steps, each residual computed exactly by fma. A macro defines
  * `T name(T b)` for T = float and (vecmath.cl) float16, U its uint type. */

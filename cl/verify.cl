@@ -20,8 +20,9 @@
  * (k = 0..15) adds exp(x / T - M) to lane L's sum in order of k; the 1024
  * lane sums add pairwise (L + s into L for s = 512, 256, ..., 1). The row
  * then takes the largest M and adds each super-block's sum scaled by
- * exp(M_i - M) in order of i (psr_row_lse). Lanes are independent, so
- * each work-item runs four exp chains side by side.
+ * exp(M_i - M) in order of i (psr_row_lse). Every exp is psr_lse_term.
+ * Lanes are independent, so each work-item runs four exp chains side by
+ * side.
  */
 
 #define PSR_LANES 256
@@ -82,17 +83,18 @@ inline uint psr_steps_left(uint first, uint vocab)
     return first < vocab ? min((uint)PSR_SB_STEPS, (vocab - first + 4 * PSR_LANES - 1) / (4 * PSR_LANES)) : 0u;
 }
 
-/* exp(x - m) of a scaled logit against the super-block's max (m finite or
- * +inf); NaN adds nothing, and x == m is exactly 1 (also for +inf). */
-inline float psr_exp_term(float x, float m)
+/* exp(x - m) of a scaled logit against the super-block's max m, as
+ * 2^((x - m) log2 e): NaN and -inf add 0, x == m exactly 1. With m = +inf
+ * the row's log-sum-exp is +inf whatever the terms (psr_row_lse). */
+inline float psr_lse_term(float x, float m)
 {
-    return isnan(x) ? 0.0f : x == m ? 1.0f : psr_det_exp_neg(x - m);
+    return psr_det_exp2_neg((x - m) * 0x1.715476p+0f);
 }
 
 inline float4 psr_exp_terms(float4 x, float m)
 {
-    return (float4)(psr_exp_term(x.s0, m), psr_exp_term(x.s1, m), psr_exp_term(x.s2, m),
-                    psr_exp_term(x.s3, m));
+    return (float4)(psr_lse_term(x.s0, m), psr_lse_term(x.s1, m), psr_lse_term(x.s2, m),
+                    psr_lse_term(x.s3, m));
 }
 
 inline float4 psr_scaled4(float4 x, float t, float r)
@@ -156,12 +158,12 @@ inline void psr_verify_check(uint lid, uint rows, uint requests, uint vocab, __g
         *status = *flags;
 }
 
-/* One group per (row, super-block) of the target logits: the argmax
- * partial and, unless the request is greedy, the log-sum-exp partial of
- * logits / T; then, with a draft cache, one group per (draft row,
- * super-block) for the draft's log-sum-exp. Each work-item loads all its
- * tokens first (independent loads), then the group finds the max and sums
- * the exps from registers. */
+/* One group per (row, super-block) of the target logits: for a greedy
+ * request the argmax partial, else the log-sum-exp partial of logits / T
+ * (neither needs the other); then, with a draft cache, one group per
+ * (draft row, super-block) for the draft's log-sum-exp. Each work-item
+ * loads all its tokens first (independent loads), then the group finds
+ * the max and sums the exps from registers. */
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
 void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                       uint vocab, uint rows, uint requests, uint nsb, __global const int *row_req,
@@ -171,7 +173,7 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
                       __global uint *t_best_i, __global float2 *q_lse, __global uint *status)
 {
     __local float ls[4 * PSR_LANES];
-    __local float lm[PSR_VWG], lbv[PSR_VWG];
+    __local float lbv[PSR_VWG];
     __local uint lbi[PSR_VWG];
     __local uint lflags;
     uint lid = get_local_id(0);
@@ -195,6 +197,7 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
         return; /* uniform across the group */
     uint base = sb * PSR_SB;
     bool full = base + PSR_SB <= vocab;
+    ulong at = (ulong)row * nsb + sb;
 
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
     __global const float *q = is_draft ? psr_cache_row(draft_cache, (uint)req, cache_k,
@@ -203,15 +206,14 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
     bool aligned = is_draft ? ((size_t)q & 15) == 0
                             : ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     uint steps[PSR_LPT];
-    float m = -INFINITY, bv = -INFINITY;
-    uint bi = base + 4 * lid < vocab ? base + 4 * lid : 0xffffffffu;
+    for (uint j = 0; j < PSR_LPT; j++)
+        steps[j] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + j * PSR_VWG), vocab);
 #if PSR_LPT == 1
     /* GPUs: one lane per work-item, its 16 steps held in registers. Every
      * load is issued first, none waiting on another, so the memory system
      * sees all of a work-item's requests at once. */
     float4 v[PSR_SB_STEPS];
     uint first = base + 4 * lid;
-    steps[0] = full ? PSR_SB_STEPS : psr_steps_left(first, vocab);
     if (full && aligned) {
 #pragma unroll
         for (uint k = 0; k < PSR_SB_STEPS; k++) {
@@ -222,63 +224,81 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
         for (uint k = 0; k < steps[0]; k++)
             v[k] = psr_stats_load(is_draft, src, q, first + k * 4 * PSR_LANES, vocab, aligned);
     }
-#pragma unroll
-    for (uint k = 0; k < PSR_SB_STEPS; k++) {
-        if (k >= steps[0])
-            break; /* the rest of the lane is past the row */
-        uint i = first + k * 4 * PSR_LANES;
-        float4 x = v[k];
-#else
-    /* Small work-groups (CPUs): several lanes per work-item, read twice
-     * (the second time from cache) rather than held. */
-    for (uint j = 0; j < PSR_LPT; j++) {
-        uint first = base + 4 * (lid + j * PSR_VWG);
-        steps[j] = full ? PSR_SB_STEPS : psr_steps_left(first, vocab);
-    }
-    for (uint j = 0; j < PSR_LPT; j++)
-    for (uint k = 0; k < steps[j]; k++) {
-        uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
-        float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
 #endif
-        /* A work-item's tokens are not in increasing order when it has
-         * several lanes: compare indices on ties (NaN never wins). */
-        if (psr_better(x.s0, i, bv, bi))
-            bv = x.s0, bi = i;
-        if (psr_better(x.s1, i + 1, bv, bi))
-            bv = x.s1, bi = i + 1;
-        if (psr_better(x.s2, i + 2, bv, bi))
-            bv = x.s2, bi = i + 2;
-        if (psr_better(x.s3, i + 3, bv, bi))
-            bv = x.s3, bi = i + 3;
-        float4 xs = divide ? psr_scaled4(x, t, r) : x;
+
+    if (!scale) {
+        /* Greedy: only the argmax, ties to the lowest index (NaN never
+         * wins); a work-item's tokens are in increasing order only when
+         * it has one lane, so ties compare indices. */
+        float bv = -INFINITY;
+        uint bi = base + 4 * lid < vocab ? base + 4 * lid : 0xffffffffu;
 #if PSR_LPT == 1
-        v[k] = xs;
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
+            if (k >= steps[0])
+                break; /* the rest of the lane is past the row */
+            uint i = first + k * 4 * PSR_LANES;
+            float4 x = v[k];
+#else
+        for (uint j = 0; j < PSR_LPT; j++)
+        for (uint k = 0; k < steps[j]; k++) {
+            uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
+            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
 #endif
-        m = fmax(m, fmax(fmax(xs.s0, xs.s1), fmax(xs.s2, xs.s3)));
-    }
-    /* One tree for the argmax (ties to the lowest index) and the max. */
-    lm[lid] = m;
-    lbv[lid] = bv;
-    lbi[lid] = bi;
-    for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid < s) {
-            lm[lid] = fmax(lm[lid], lm[lid + s]);
-            if (psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid])) {
+            if (psr_better(x.s0, i, bv, bi))
+                bv = x.s0, bi = i;
+            if (psr_better(x.s1, i + 1, bv, bi))
+                bv = x.s1, bi = i + 1;
+            if (psr_better(x.s2, i + 2, bv, bi))
+                bv = x.s2, bi = i + 2;
+            if (psr_better(x.s3, i + 3, bv, bi))
+                bv = x.s3, bi = i + 3;
+        }
+        lbv[lid] = bv;
+        lbi[lid] = bi;
+        for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (lid < s && psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid])) {
                 lbv[lid] = lbv[lid + s];
                 lbi[lid] = lbi[lid + s];
             }
         }
+        if (lid == 0) {
+            t_best[at] = lbv[0];
+            t_best_i[at] = lbi[0];
+        }
+        return;
+    }
+
+    /* The super-block's max of logits / T. */
+    float m = -INFINITY;
+#if PSR_LPT == 1
+#pragma unroll
+    for (uint k = 0; k < PSR_SB_STEPS; k++) {
+        if (k >= steps[0])
+            break;
+        if (divide)
+            v[k] = psr_scaled4(v[k], t, r);
+        float4 x = v[k];
+#else
+    for (uint j = 0; j < PSR_LPT; j++)
+    for (uint k = 0; k < steps[j]; k++) {
+        uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
+        float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+        x = divide ? psr_scaled4(x, t, r) : x;
+#endif
+        m = fmax(m, fmax(fmax(x.s0, x.s1), fmax(x.s2, x.s3)));
+    }
+    lbv[lid] = m;
+    for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < s)
+            lbv[lid] = fmax(lbv[lid], lbv[lid + s]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    ulong at = (ulong)row * nsb + sb;
-    float big = lm[0];
-    if (lid == 0 && !is_draft) {
-        t_best[at] = lbv[0];
-        t_best_i[at] = lbi[0];
-    }
-    if (!scale)
-        return; /* greedy: no probabilities (uniform across the group) */
+    float big = lbv[0];
+
+    /* The exp sums, lane by lane in the fixed order. */
     float sum = 0.0f;
     if (big > -INFINITY) { /* uniform across the group */
         for (uint j = 0; j < PSR_LPT; j++) {
@@ -320,7 +340,7 @@ inline float psr_row_lse(__global const float2 *lse, uint row, uint nsb)
         return big; /* no finite logit, or an infinite one */
     float sum = 0.0f;
     for (uint sb = 0; sb < nsb; sb++)
-        sum += a[sb].x == big ? a[sb].y : a[sb].y * psr_det_exp_neg(a[sb].x - big);
+        sum += a[sb].y * psr_lse_term(a[sb].x, big);
     return big + psr_det_log(sum);
 }
 
@@ -498,7 +518,8 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         lwalk.accepted = first_reject;
         lwalk.row = first_row + (uint)first_reject;
         lwalk.mode = greedy || bad ? 0 : first_reject + 1 < (int)n ? 1 : 2;
-        lwalk.token = lwalk.mode == 0 ? (int)psr_row_argmax(t_best, t_best_i, lwalk.row, nsb) : -1;
+        /* Only greedy requests have argmax partials (and bad input writes nothing). */
+        lwalk.token = greedy && !bad ? (int)psr_row_argmax(t_best, t_best_i, lwalk.row, nsb) : -1;
         /* A rejected draft's log-sum-exps, computed by the walk when its
          * accept test got that far (a -1 draft or a bad id did not). */
         bool have = first_reject < PSR_WG_SIZE && !isnan(lwalk_lse[2 * first_reject]);

@@ -312,6 +312,8 @@ int32_t psr_oracle_race_row(const float *probs, size_t vocab, float temperature,
                             int64_t pos, bool drafting, psr_noise_kind noise, bool *no_positive);
 
 float psr_oracle_exp_neg(float y);
+/* 2^z for z <= 0 as cl/detmath.cl psr_det_exp2_neg (the log-sum-exp term). */
+float psr_oracle_exp2_neg(float z);
 
 /* The filter threshold of cl/filter.cl for one fp32 row (lib/oracle_filter.c):
  * keep token i iff its scaled logit psr_oracle_div(x, T) >= the result;

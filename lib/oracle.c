@@ -132,6 +132,21 @@ float psr_oracle_exp_neg(float y)
     return p * as_float((uint32_t)((int)k + 127) << 23);
 }
 
+float psr_oracle_exp2_neg(float z)
+{
+    if (!(z > -125.0f))
+        return 0.0f;
+    float k = rintf(z);
+    float f = z - k;
+    float p = 0x1.5bba14p-10f;
+    p = fmaf(p, f, 0x1.3cea88p-7f);
+    p = fmaf(p, f, 0x1.c6b752p-5f);
+    p = fmaf(p, f, 0x1.ebf9bcp-3f);
+    p = fmaf(p, f, 0x1.62e42ap-1f);
+    p = fmaf(p, f, 1.0f);
+    return p * as_float((uint32_t)((int)k + 127) << 23);
+}
+
 float psr_oracle_recip(float b)
 {
     float y = as_float(0x7ef311c3u - as_uint(b));

@@ -20,6 +20,12 @@ static float scaled(float x, float t, float r)
     return isinf(x) || t == 1.0f ? x : psr_oracle_div(x, t, r);
 }
 
+/* exp(y) for y <= 0 as the log-sum-exp computes it: 2^(y * log2 e). */
+static float lse_term(float y)
+{
+    return psr_oracle_exp2_neg(y * 0x1.715476p+0f);
+}
+
 /* log-sum-exp of x / T over a row, in the kernel's fixed order: per
  * super-block its max M, lane L's sum over k of exp(x_{L + 1024k} / T - M),
  * the 1024 lane sums added pairwise; then the row's largest M and the
@@ -43,10 +49,8 @@ float psr_oracle_row_lse(const float *x, size_t vocab, float t, float r)
                 float s = 0.0f;
                 for (size_t k = 0; k < SB_STEPS; k++) {
                     size_t i = base + l + k * 4 * LANES;
-                    if (i < end && !isnan(x[i])) {
-                        float xs = scaled(x[i], t, r);
-                        s = s + (xs == big ? 1.0f : psr_oracle_exp_neg(xs - big));
-                    }
+                    if (i < end)
+                        s = s + lse_term(scaled(x[i], t, r) - big); /* NaN adds 0 */
                 }
                 sums[l] = s;
             }
@@ -62,7 +66,7 @@ float psr_oracle_row_lse(const float *x, size_t vocab, float t, float r)
         big = fmaxf(big, parts[sb].m);
     float sum = 0.0f;
     for (size_t sb = 0; sb < nsb && !isinf(big); sb++)
-        sum = sum + (parts[sb].m == big ? parts[sb].s : parts[sb].s * psr_oracle_exp_neg(parts[sb].m - big));
+        sum = sum + parts[sb].s * lse_term(parts[sb].m - big);
     free(parts);
     return isinf(big) ? big : big + psr_oracle_log(sum);
 }

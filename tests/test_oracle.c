@@ -143,6 +143,31 @@ static void test_log_accuracy(void **state)
     assert_true(psr_oracle_log_d(1.0) == 0.0);
 }
 
+/* The log-sum-exp's 2^z: within 3 ulp on (-125, 0], exactly 1 at 0, and
+ * 0 where the result would leave the normal range or z is NaN. */
+static void test_exp2_accuracy(void **state)
+{
+    (void)state;
+    uint64_t s = 3;
+    double worst = 0;
+    for (int i = 0; i < 2000000; i++) {
+        float z = -(float)(lcg(&s) >> 8) * 0x1p-24f * (i % 2 ? 1.0f : 125.0f);
+        if (!(z > -125.0f))
+            continue;
+        double e = ulp_error_f(psr_oracle_exp2_neg(z), exp2l((long double)z));
+        if (e > worst)
+            worst = e;
+    }
+    print_message("max error: exp2 %.3f ulp\n", worst);
+    assert_true(worst < 3.0);
+    assert_true(psr_oracle_exp2_neg(0.0f) == 1.0f);
+    assert_true(psr_oracle_exp2_neg(-1.0f) == 0.5f);
+    assert_true(psr_oracle_exp2_neg(-125.0f) == 0.0f);
+    assert_true(psr_oracle_exp2_neg(-INFINITY) == 0.0f);
+    assert_true(psr_oracle_exp2_neg(NAN) == 0.0f);
+    assert_true(psr_oracle_exp2_neg(-124.9f) >= FLT_MIN);
+}
+
 static void test_division(void **state)
 {
     (void)state;
@@ -177,7 +202,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_philox_vectors),   cmocka_unit_test(test_stream_vectors),
         cmocka_unit_test(test_token_uniform_vectors), cmocka_unit_test(test_token_vectors),
-        cmocka_unit_test(test_log_accuracy),     cmocka_unit_test(test_division),
+        cmocka_unit_test(test_log_accuracy),     cmocka_unit_test(test_exp2_accuracy),
+        cmocka_unit_test(test_division),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
