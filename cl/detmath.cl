@@ -98,20 +98,24 @@ inline float psr_det_exp_neg(float y)
  * else z = k + f with k = rint(z) and f = z - k exact, |f| <= 1/2, and
  * 2^f by a degree-5 fit with 2^0 exactly 1 (within 2.9 ulp), scaled by
  * 2^k. Cheaper than psr_det_exp_neg: no ln 2 reduction, a shorter
- * polynomial; a sum of exps needs no more. */
+ * polynomial; a sum of exps needs no more. k comes from adding 1.5 * 2^23,
+ * which rounds z to an integer as rint does (to nearest, ties to even)
+ * and leaves k in the low bits, so the scaling is an integer add: the
+ * same bits as rint and a multiply by 2^k, without the conversions (a
+ * quarter-rate instruction class on NVIDIA). */
 inline float psr_det_exp2_neg(float z)
 {
     if (!(z > -125.0f))
         return 0.0f;
-    float k = rint(z);
-    float f = z - k;
+    float kk = z + 0x1.8p23f;
+    float f = z - (kk - 0x1.8p23f);
     float p = 0x1.5bba14p-10f;
     p = fma(p, f, 0x1.3cea88p-7f);
     p = fma(p, f, 0x1.c6b752p-5f);
     p = fma(p, f, 0x1.ebf9bcp-3f);
     p = fma(p, f, 0x1.62e42ap-1f);
     p = fma(p, f, 1.0f);
-    return p * as_float((uint)((int)k + 127) << 23);
+    return as_float(as_int(p) + (as_int(kk) << 23)); /* p * 2^k: k's bits shift into the exponent */
 }
 
 /* 1/b for a positive normal b, within 1 ulp: a bit-trick seed and four

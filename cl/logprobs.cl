@@ -33,7 +33,8 @@
  * (bv, bi): top_n distinct tokens come at or before tau (value
  * descending, index ascending), so the block's top_n do too. With fewer
  * owners than top_n, tau is -inf (every token qualifies). Both use lbv and
- * lbi and zero lcount[0].
+ * lbi, and start with no barrier, so the caller's writes before the call
+ * (lcount[0]) are ordered before the candidates are counted.
  *
  * The segment bound: the top_n-th best of 32 segment maxima, a few
  * barriers and a looser tau. Uses lm[0] and lcount[1] too. */
@@ -43,8 +44,6 @@ inline void psr_lp_tau_segments(float bv, uint bi, uint top_n, uint lid, __local
 {
     lbv[lid] = bv;
     lbi[lid] = bi;
-    if (lid == 0)
-        lcount[0] = 0;
     const uint stride = PSR_VWG / PSR_LP_SEGMENTS, count = PSR_LP_SEGMENTS;
     for (uint s = stride / 2; s > 0; s >>= 1) {
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -92,8 +91,6 @@ inline void psr_lp_tau_sorted(float bv, uint bi, uint top_n, uint lid, __local f
 {
     lbv[lid] = bv;
     lbi[lid] = bi;
-    if (lid == 0)
-        lcount[0] = 0;
     for (uint size = 2, span = 1; size <= PSR_VWG;) {
         barrier(CLK_LOCAL_MEM_FENCE);
         uint other = lid ^ span;
@@ -203,47 +200,37 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
 #define PSR_LP_VALUES(j, k, i) psr_lp_values(psr_load4(src, i, vocab, aligned), divide, t, r, cut)
 #endif
 
-    /* Pass 1: the block's max and how many tokens beat the sampled one. */
-    float m = -INFINITY;
+    /* Pass 1: each lane's max and how many tokens beat the sampled one;
+     * pass 2: the lane's exp sums against its max (verify.cl's order). */
+    if (lid == 0)
+        lcount[0] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
     uint beat = 0;
-    for (uint j = 0; j < PSR_LPT; j++)
+    for (uint j = 0; j < PSR_LPT; j++) {
+        float wm = -INFINITY;
         for (uint k = 0; k < steps[j]; k++) {
             uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
             float4 x = PSR_LP_VALUES(j, k, i);
-            m = fmax(m, fmax(fmax(x.s0, x.s1), fmax(x.s2, x.s3)));
+            wm = fmax(wm, psr_max4(x));
             beat += (x.s0 > tv) + (x.s1 > tv) + (x.s2 > tv) + (x.s3 > tv);
             /* past the row's end the values are -inf: they beat nothing */
         }
-    lm[lid] = m;
-    lcount[lid] = beat;
-    for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid < s) {
-            lm[lid] = fmax(lm[lid], lm[lid + s]);
-            lcount[lid] += lcount[lid + s];
+        float4 lane = (float4)(0.0f);
+        for (uint k = 0; k < steps[j]; k++) {
+            uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
+            lane += psr_exp_terms(PSR_LP_VALUES(j, k, i), wm);
         }
+        ls[PSR_LANES + lid + j * PSR_VWG] = wm;
+        ls[lid + j * PSR_VWG] = psr_lane_sum(lane);
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float big = lm[0];
+    if (beat)
+        atomic_add(&lcount[0], beat);
+    float2 part = psr_lse_tree(lid, ls + PSR_LANES, ls); /* its barriers publish lcount */
     ulong at = (ulong)row * nsb + sb;
-    if (lid == 0)
+    if (lid == 0) {
         beat_out[at] = lcount[0];
-
-    /* Pass 2: the exp sums in the fixed lane order (verify.cl). */
-    float sum = 0.0f;
-    if (big > -INFINITY) { /* uniform across the group */
-        for (uint j = 0; j < PSR_LPT; j++) {
-            float4 lane = (float4)(0.0f);
-            for (uint k = 0; k < steps[j]; k++) {
-                uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
-                lane += psr_exp_terms(PSR_LP_VALUES(j, k, i), big);
-            }
-            vstore4(lane, lid + j * PSR_VWG, ls);
-        }
-        sum = psr_lane_tree(lid, ls);
+        lse_out[at] = part;
     }
-    if (lid == 0)
-        lse_out[at] = (float2)(big, sum);
 
     /* Pass 3: the block's top-N. A bound tau (psr_lp_tau_*) leaves as
      * candidates only the tokens at or before it. They are gathered in
@@ -262,6 +249,8 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
                     if (i + c < vocab && (bi == PSR_LP_NONE || psr_better(xs[c], i + c, bv, bi)))
                         bv = xs[c], bi = i + c;
             }
+        if (lid == 0)
+            lcount[0] = 0; /* the candidates */
         for (uint kind = PSR_LP_FIRST_BOUND; kind < 2; kind++) { /* uniform */
             float tau_v;
             uint tau_i;
@@ -285,9 +274,11 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
                 }
             barrier(CLK_LOCAL_MEM_FENCE);
             bool fits = lcount[0] <= PSR_LP_CANDIDATES; /* the same for every work-item */
-            barrier(CLK_LOCAL_MEM_FENCE); /* all have read it before the next bound resets it */
+            barrier(CLK_LOCAL_MEM_FENCE); /* all have read it before it is reset */
             if (fits)
                 break;
+            if (lid == 0)
+                lcount[0] = 0;
         }
         uint cands = min(lcount[0], (uint)PSR_LP_CANDIDATES); /* the bound keeps it far below */
         for (uint c = lid; c < cands; c += PSR_VWG) {

@@ -16,13 +16,14 @@
  * Log-sum-exp has a fixed reduction order that depends on neither the
  * work-group size nor the split, so every device (and lib/oracle_verify.c)
  * gets the same bits: a row is cut into super-blocks of PSR_SB = 16384
- * tokens. In each, M is the largest scaled logit; token base + L + 1024k
- * (k = 0..15) adds exp(x / T - M) to lane L's sum in order of k; the 1024
- * lane sums add pairwise (L + s into L for s = 512, 256, ..., 1). The row
- * then takes the largest M and adds each super-block's sum scaled by
- * exp(M_i - M) in order of i (psr_row_lse). Every exp is psr_lse_term.
- * Lanes are independent, so each work-item runs four exp chains side by
- * side.
+ * tokens, and a super-block into 256 lanes. Lane w holds the 64 tokens
+ * base + 4w + c + 1024k (c = 0..3, k = 0..15); M_w is their largest
+ * scaled logit; for each c, exp(x / T - M_w) adds to a sum in order of k;
+ * the lane's sum is (s_0 + s_1) + (s_2 + s_3). The 256 lanes' (M, S)
+ * merge pairwise (psr_lse_tree), and the row merges its super-blocks'
+ * (M, S) in order (psr_row_lse). Every exp is psr_lse_term. No lane waits
+ * for another before its exps, so a GPU's warps overlap their arithmetic
+ * with the memory traffic of the others.
  */
 
 #define PSR_LANES 256
@@ -83,7 +84,7 @@ inline uint psr_steps_left(uint first, uint vocab)
     return first < vocab ? min((uint)PSR_SB_STEPS, (vocab - first + 4 * PSR_LANES - 1) / (4 * PSR_LANES)) : 0u;
 }
 
-/* exp(x - m) of a scaled logit against the super-block's max m, as
+/* exp(x - m) of a scaled logit against its lane's max m, as
  * 2^((x - m) log2 e): NaN and -inf add 0, x == m exactly 1. With m = +inf
  * the row's log-sum-exp is +inf whatever the terms (psr_row_lse). */
 inline float psr_lse_term(float x, float m)
@@ -105,17 +106,32 @@ inline float4 psr_scaled4(float4 x, float t, float r)
 
 #define PSR_LPT (PSR_LANES / PSR_VWG) /* lanes of 4 tokens per work-item */
 
-/* Adds the 1024 lane sums in ls pairwise (L + s into L for s = 512 .. 1);
- * the total, valid in every work-item. */
-inline float psr_lane_tree(uint lid, __local float *ls)
+/* Merges the 256 lanes' (max, sum) in lm, ls pairwise, lane L + s into L
+ * for s = 128, 64, ..., 1, each sum scaled to the larger max; the
+ * super-block's (max, sum), valid in every work-item. */
+inline float2 psr_lse_tree(uint lid, __local float *lm, __local float *ls)
 {
-    for (uint s = 2 * PSR_LANES; s > 0; s >>= 1) {
+    for (uint s = PSR_LANES / 2; s > 0; s >>= 1) {
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint l = lid; l < s; l += PSR_VWG)
-            ls[l] += ls[l + s];
+        for (uint l = lid; l < s; l += PSR_VWG) {
+            float ma = lm[l], mb = lm[l + s], m = fmax(ma, mb);
+            ls[l] = ls[l] * psr_lse_term(ma, m) + ls[l + s] * psr_lse_term(mb, m);
+            lm[l] = m;
+        }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    return ls[0];
+    return (float2)(lm[0], ls[0]);
+}
+
+/* A lane's sum from its four exp chains. */
+inline float psr_lane_sum(float4 s)
+{
+    return (s.s0 + s.s1) + (s.s2 + s.s3);
+}
+
+inline float psr_max4(float4 x)
+{
+    return fmax(fmax(x.s0, x.s1), fmax(x.s2, x.s3));
 }
 
 /* One lane's 4 tokens: logits i .. i + 3 of the target or the draft row. */
@@ -162,8 +178,8 @@ inline void psr_verify_check(uint lid, uint rows, uint requests, uint vocab, __g
  * request the argmax partial, else the log-sum-exp partial of logits / T
  * (neither needs the other); then, with a draft cache, one group per
  * (draft row, super-block) for the draft's log-sum-exp. Each work-item
- * loads all its tokens first (independent loads), then the group finds
- * the max and sums the exps from registers. */
+ * loads all its tokens first (independent loads), then finds its lanes'
+ * max and sums their exps from registers; the group merges the lanes. */
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
 void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                       uint vocab, uint rows, uint requests, uint nsb, __global const int *row_req,
@@ -172,7 +188,7 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
                       __global const long *positions, __global float2 *t_lse, __global float *t_best,
                       __global uint *t_best_i, __global float2 *q_lse, __global uint *status)
 {
-    __local float ls[4 * PSR_LANES];
+    __local float lm[PSR_LANES], ls[PSR_LANES];
     __local float lbv[PSR_VWG];
     __local uint lbi[PSR_VWG];
     __local uint lflags;
@@ -270,60 +286,48 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
         return;
     }
 
-    /* The super-block's max of logits / T. */
-    float m = -INFINITY;
+    /* Each lane's max of logits / T, then its exp sums against it. */
 #if PSR_LPT == 1
+    float wm = -INFINITY;
 #pragma unroll
     for (uint k = 0; k < PSR_SB_STEPS; k++) {
         if (k >= steps[0])
-            break;
+            break; /* the rest of the lane is past the row */
         if (divide)
             v[k] = psr_scaled4(v[k], t, r);
-        float4 x = v[k];
-#else
-    for (uint j = 0; j < PSR_LPT; j++)
-    for (uint k = 0; k < steps[j]; k++) {
-        uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
-        float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-        x = divide ? psr_scaled4(x, t, r) : x;
-#endif
-        m = fmax(m, fmax(fmax(x.s0, x.s1), fmax(x.s2, x.s3)));
+        wm = fmax(wm, psr_max4(v[k]));
     }
-    lbv[lid] = m;
-    for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid < s)
-            lbv[lid] = fmax(lbv[lid], lbv[lid + s]);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float big = lbv[0];
-
-    /* The exp sums, lane by lane in the fixed order. */
-    float sum = 0.0f;
-    if (big > -INFINITY) { /* uniform across the group */
-        for (uint j = 0; j < PSR_LPT; j++) {
-            float4 lane = (float4)(0.0f);
-#if PSR_LPT == 1
+    float4 lane = (float4)(0.0f);
 #pragma unroll
-            for (uint k = 0; k < PSR_SB_STEPS; k++)
-                if (k < steps[0]) /* past the row, NaN would add 0 */
-                    lane += psr_exp_terms(v[k], big);
+    for (uint k = 0; k < PSR_SB_STEPS; k++)
+        if (k < steps[0])
+            lane += psr_exp_terms(v[k], wm);
+    lm[lid] = wm;
+    ls[lid] = psr_lane_sum(lane);
 #else
-            for (uint k = 0; k < steps[j]; k++) {
-                uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
-                float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-                lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, big);
-            }
-#endif
-            vstore4(lane, lid + j * PSR_VWG, ls); /* lanes 4l .. 4l + 3 */
+    for (uint j = 0; j < PSR_LPT; j++) {
+        float wm = -INFINITY;
+        for (uint k = 0; k < steps[j]; k++) {
+            uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
+            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+            wm = fmax(wm, psr_max4(divide ? psr_scaled4(x, t, r) : x));
         }
-        sum = psr_lane_tree(lid, ls);
+        float4 lane = (float4)(0.0f);
+        for (uint k = 0; k < steps[j]; k++) {
+            uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
+            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+            lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, wm);
+        }
+        lm[lid + j * PSR_VWG] = wm;
+        ls[lid + j * PSR_VWG] = psr_lane_sum(lane);
     }
+#endif
+    float2 part = psr_lse_tree(lid, lm, ls);
     if (lid == 0) {
         if (is_draft)
-            q_lse[at] = (float2)(big, sum);
+            q_lse[at] = part;
         else
-            t_lse[at] = (float2)(big, sum);
+            t_lse[at] = part;
     }
 }
 
@@ -448,17 +452,15 @@ inline void psr_write_output(uint req, const psr_walk *walk, int token, uint lid
         num_sampled[req] = walk->accepted + 1;
 }
 
-/* One step of 4 tokens of the row being sampled: bonus (mode 2) or residual. */
-inline void psr_verify_step(int mode, const psr_row *row, const psr_residual *res,
-                            __global const psr_logit_t *src, __global const float *q, uint i, uint end,
-                            bool aligned, bool q_aligned, psr_acc_t *best, uint *best_i)
+/* One step of 4 tokens of the row being sampled, x its target logits and
+ * y its draft logits (NaN without a cache): bonus (mode 2) or residual. */
+inline void psr_verify_step(int mode, const psr_row *row, const psr_residual *res, float4 x, float4 y,
+                            uint i, psr_acc_t *best, uint *best_i)
 {
-    float4 x = psr_load4(src, i, end, aligned);
     if (mode == 2) {
         psr_consider4(row, x, i, best, best_i);
         return;
     }
-    float4 y = res->cache ? psr_load4_f32(q, i, end, q_aligned) : (float4)(NAN);
     psr_consider_residual(res, x.s0, y.s0, i, best, best_i);
     psr_consider_residual(res, x.s1, y.s1, i + 1, best, best_i);
     psr_consider_residual(res, x.s2, y.s2, i + 2, best, best_i);
@@ -575,10 +577,17 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         }
     }
 
+    /* Each step's logits are loaded a step ahead, so the loads are in
+     * flight while the previous step's noise is drawn. */
+    bool with_q = active && walk.mode == 1 && res.cache;
     uint i = start + 4 * lid;
+    float4 x = active ? psr_load4(src, i, end, aligned) : (float4)(NAN);
+    float4 y = with_q ? psr_load4_f32(q, i, end, q_aligned) : (float4)(NAN);
+    uint next = i + 4 * PSR_WG_SIZE;
+    float4 x_next = active ? psr_load4(src, next, end, aligned) : (float4)(NAN);
+    float4 y_next = with_q ? psr_load4_f32(q, next, end, q_aligned) : (float4)(NAN);
     if (active)
-        psr_verify_step(walk.mode, &row, &res, src, q, i, end, aligned, q_aligned, &best, &best_i);
-    i += 4 * PSR_WG_SIZE;
+        psr_verify_step(walk.mode, &row, &res, x, y, i, &best, &best_i);
     if (active && start + 4 * PSR_WG_SIZE < end) {
         /* After one step the group's best so far prunes the rest (a
          * uniform condition: every work-item reaches the barriers). */
@@ -592,8 +601,14 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         row.floor = res.floor = lv[0];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    for (; active && i < end; i += 4 * PSR_WG_SIZE)
-        psr_verify_step(walk.mode, &row, &res, src, q, i, end, aligned, q_aligned, &best, &best_i);
+    for (i = next; active && i < end; i += 4 * PSR_WG_SIZE) {
+        x = x_next;
+        y = y_next;
+        next = i + 4 * PSR_WG_SIZE;
+        x_next = psr_load4(src, next, end, aligned);
+        y_next = with_q ? psr_load4_f32(q, next, end, q_aligned) : (float4)(NAN);
+        psr_verify_step(walk.mode, &row, &res, x, y, i, &best, &best_i);
+    }
 
     lv[lid] = best;
     li[lid] = best_i;

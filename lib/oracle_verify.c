@@ -26,40 +26,44 @@ static float lse_term(float y)
     return psr_oracle_exp2_neg(y * 0x1.715476p+0f);
 }
 
-/* log-sum-exp of x / T over a row, in the kernel's fixed order: per
- * super-block its max M, lane L's sum over k of exp(x_{L + 1024k} / T - M),
- * the 1024 lane sums added pairwise; then the row's largest M and the
- * super-blocks' sums scaled to it, added in order. */
+/* log-sum-exp of x / T over a row, in the kernel's fixed order
+ * (cl/verify.cl): per super-block, lane w's max M_w over its 64 tokens
+ * base + 4w + c + 1024k, four sums over k of exp(x / T - M_w) (one per
+ * c), the lane's (s_0 + s_1) + (s_2 + s_3); the 256 lanes' (M, S) merged
+ * pairwise; then the super-blocks' (M, S) merged in order. */
 float psr_oracle_row_lse(const float *x, size_t vocab, float t, float r)
 {
-    float sums[4 * LANES];
+    float lm[LANES], ls[LANES];
     size_t nsb = (vocab + SB - 1) / SB;
     lse *parts = malloc(nsb * sizeof *parts);
     if (!parts)
         return NAN;
     for (size_t sb = 0; sb < nsb; sb++) {
         size_t base = sb * SB, end = base + SB < vocab ? base + SB : vocab;
-        float big = -INFINITY;
-        for (size_t i = base; i < end; i++)
-            if (!isnan(x[i]))
-                big = fmaxf(big, scaled(x[i], t, r));
-        lse part = {big, 0.0f};
-        if (big > -INFINITY) {
-            for (size_t l = 0; l < 4 * LANES; l++) {
-                float s = 0.0f;
-                for (size_t k = 0; k < SB_STEPS; k++) {
-                    size_t i = base + l + k * 4 * LANES;
-                    if (i < end)
-                        s = s + lse_term(scaled(x[i], t, r) - big); /* NaN adds 0 */
+        for (size_t w = 0; w < LANES; w++) {
+            float m = -INFINITY, s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (size_t k = 0; k < SB_STEPS; k++)
+                for (size_t c = 0; c < 4; c++) {
+                    size_t i = base + 4 * w + c + k * 4 * LANES;
+                    if (i < end && !isnan(x[i]))
+                        m = fmaxf(m, scaled(x[i], t, r));
                 }
-                sums[l] = s;
-            }
-            for (size_t s = 2 * LANES; s > 0; s >>= 1)
-                for (size_t l = 0; l < s; l++)
-                    sums[l] = sums[l] + sums[l + s];
-            part.s = sums[0];
+            for (size_t k = 0; k < SB_STEPS; k++)
+                for (size_t c = 0; c < 4; c++) {
+                    size_t i = base + 4 * w + c + k * 4 * LANES;
+                    if (i < end)
+                        s[c] = s[c] + lse_term(scaled(x[i], t, r) - m); /* NaN adds 0 */
+                }
+            lm[w] = m;
+            ls[w] = (s[0] + s[1]) + (s[2] + s[3]);
         }
-        parts[sb] = part;
+        for (size_t half = LANES / 2; half > 0; half >>= 1)
+            for (size_t l = 0; l < half; l++) {
+                float m = fmaxf(lm[l], lm[l + half]);
+                ls[l] = ls[l] * lse_term(lm[l] - m) + ls[l + half] * lse_term(lm[l + half] - m);
+                lm[l] = m;
+            }
+        parts[sb] = (lse){lm[0], ls[0]};
     }
     float big = -INFINITY;
     for (size_t sb = 0; sb < nsb; sb++)

@@ -52,7 +52,14 @@ psr_status psr_program_build_source(psr_context *ctx, const char *label, const c
         if (text && clGetProgramBuildInfo(p, ctx->device, CL_PROGRAM_BUILD_LOG, n, text, NULL) ==
                         CL_SUCCESS) {
             text[n] = '\0';
-            psr_log(ctx, PSR_LOG_DEBUG, "build log of '%s' (%s):\n%.900s", label, options, text);
+            /* Line by line: a whole log would not fit one message. */
+            psr_log(ctx, PSR_LOG_DEBUG, "build log of '%s' (%s):", label, options);
+            for (char *line = text; *line;) {
+                size_t len = strcspn(line, "\n");
+                if (len > 0)
+                    psr_log(ctx, PSR_LOG_DEBUG, "  %.*s", (int)len, line);
+                line += len + (line[len] == '\n');
+            }
         }
         free(text);
     }
