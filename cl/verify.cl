@@ -369,10 +369,10 @@ typedef struct psr_residual {
     uint key;          /* the row's (target) Philox key */
     bool cache;        /* q from the draft cache; else one-hot at `masked` */
     uint masked;
-    psr_acc_t floor;   /* pruning, as psr_row.floor */
+    psr_acc_t floor;   /* pruning, as psr_row.floor; every exact value raises it */
 } psr_residual;
 
-inline void psr_consider_residual(const psr_residual *res, float x, float y, uint i, psr_acc_t *best,
+inline void psr_consider_residual(psr_residual *res, float x, float y, uint i, psr_acc_t *best,
                                   uint *best_i)
 {
     if (isnan(x))
@@ -398,6 +398,8 @@ inline void psr_consider_residual(const psr_residual *res, float x, float y, uin
         *best = v;
         *best_i = i;
     }
+    if (v > res->floor)
+        res->floor = v; /* this token reaches v: a bound below it cannot win */
 }
 
 /* What the walk decided for one request, shared by its groups. */
@@ -454,7 +456,7 @@ inline void psr_write_output(uint req, const psr_walk *walk, int token, uint lid
 
 /* One step of 4 tokens of the row being sampled, x its target logits and
  * y its draft logits (NaN without a cache): bonus (mode 2) or residual. */
-inline void psr_verify_step(int mode, const psr_row *row, const psr_residual *res, float4 x, float4 y,
+inline void psr_verify_step(int mode, const psr_row *row, psr_residual *res, float4 x, float4 y,
                             uint i, psr_acc_t *best, uint *best_i)
 {
     if (mode == 2) {
