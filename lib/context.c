@@ -107,7 +107,7 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
     if (w >= 16 && (size_t)w <= ctx->info.max_work_group_size && !(w & (w - 1)))
         ctx->tuning.work_group_size = (size_t)w;
     if (resident && atoi(resident) >= 1)
-        ctx->tuning.resident_per_unit = (size_t)atoi(resident);
+        ctx->tuning.resident_per_unit = ctx->tuning.verify_resident_per_unit = (size_t)atoi(resident);
     if (mulhi && *mulhi)
         ctx->tuning.mulhi = strcmp(mulhi, "0") != 0;
     ctx->tuning.two_pass = psr_env_flag("PSR_TUNE_TWO_PASS");

@@ -71,6 +71,7 @@ long psr_selector_match(const psr_selector *sel, const psr_found_device *devices
 typedef struct psr_tuning {
     size_t work_group_size;    /* work-items per group of the sampling kernels */
     size_t resident_per_unit;  /* work-groups one compute unit runs at once */
+    size_t verify_resident_per_unit; /* the same for psr_verify_sample (more registers) */
     const char *rule;          /* which table entry chose these */
     bool mulhi;                /* Random123 multiplies through mul_hi (else a 64-bit product) */
     bool two_pass;             /* always finish rows in a second kernel (PSR_TUNE_TWO_PASS) */
@@ -141,6 +142,9 @@ psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const cha
 /* How a row is split over work-groups: `groups` chunks of `chunk` tokens
  * (a multiple of 4). */
 void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *chunk, cl_uint *groups);
+/* The same for a kernel of which `resident_per_unit` groups fit a compute unit. */
+void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_t resident_per_unit,
+                        cl_uint *chunk, cl_uint *groups);
 /* clSetKernelArg for arguments 0 .. n-1, failing with the kernel's name. */
 psr_status psr_set_kernel_args(psr_context *ctx, cl_kernel k, const char *name, int n,
                                const size_t *sizes, const void *const *values);

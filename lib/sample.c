@@ -168,6 +168,12 @@ static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
 void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *chunk,
                     cl_uint *groups)
 {
+    psr_split_rows_for(ctx, rows, vocab, ctx->tuning.resident_per_unit, chunk, groups);
+}
+
+void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_t resident_per_unit,
+                        cl_uint *chunk, cl_uint *groups)
+{
     /* Pick the split G (groups per row) with the least modelled time: the
      * device runs `resident` groups at once, so rows * G groups take
      * ceil(rows * G / resident) waves, each as long as one chunk of
@@ -179,7 +185,7 @@ void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *
      * vector path's lanes). */
     size_t lanes = ctx->tuning.vector_width > 4 ? ctx->tuning.vector_width : 4;
     size_t step = lanes * ctx->tuning.work_group_size;
-    size_t resident = ctx->tuning.resident_per_unit * (ctx->info.compute_units ? ctx->info.compute_units : 1);
+    size_t resident = resident_per_unit * (ctx->info.compute_units ? ctx->info.compute_units : 1);
     size_t least = ctx->tuning.min_steps * step;
     size_t g_max = (vocab + least - 1) / least;
     if (g_max > 4095)

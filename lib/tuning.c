@@ -10,6 +10,7 @@ typedef struct tuning_rule {
     psr_device_type type;   /* PSR_DEVICE_OTHER: any type */
     size_t work_group_size;
     size_t resident_per_unit; /* groups of that size a compute unit holds at once */
+    size_t verify_resident;   /* the same for the verification sampler (psr_verify_sample) */
     unsigned vector_width;    /* the sampler's explicit vector lanes per work-item; 0: off */
     bool lp_segment_tau;      /* logprobs bound a block's top-N from 32 segment maxima first */
     const char *name;
@@ -18,23 +19,24 @@ typedef struct tuning_rule {
 /* First match wins, so specific rows come before general ones. */
 static const tuning_rule rules[] = {
     /* Measured on the H200 (docs/benchmarks.md): 256-wide groups; the
-     * sampling kernel's registers leave room for about 6 per SM. The
-     * exact logprobs bound alone beat the segment bound first by 10-13%
-     * at 64 and 256 rows (and has only got faster since, as a sort). */
-    {"nvidia", PSR_DEVICE_GPU, 256, 6, 0, false, "nvidia-gpu"},
+     * sampling kernel's registers leave room for about 6 per SM, the
+     * verification sampler's 63 registers for 4. The exact logprobs bound
+     * alone beat the segment bound first by 10-13% at 64 and 256 rows
+     * (and has only got faster since, as a sort). */
+    {"nvidia", PSR_DEVICE_GPU, 256, 6, 4, 0, false, "nvidia-gpu"},
     /* 64-wide wavefronts, up to 40 waves per CU: keep groups a multiple of 64. */
-    {"advanced micro devices", PSR_DEVICE_GPU, 256, 8, 0, false, "amd-gpu"},
-    {"amd", PSR_DEVICE_GPU, 256, 8, 0, false, "amd-gpu"},
+    {"advanced micro devices", PSR_DEVICE_GPU, 256, 8, 8, 0, false, "amd-gpu"},
+    {"amd", PSR_DEVICE_GPU, 256, 8, 8, 0, false, "amd-gpu"},
     /* Xe cores hold fewer threads than an SM. */
-    {"intel", PSR_DEVICE_GPU, 256, 4, 0, false, "intel-gpu"},
-    {NULL, PSR_DEVICE_GPU, 256, 4, 0, false, "gpu"},
+    {"intel", PSR_DEVICE_GPU, 256, 4, 4, 0, false, "intel-gpu"},
+    {NULL, PSR_DEVICE_GPU, 256, 4, 4, 0, false, "gpu"},
     /* CPUs (PoCL): one group per core at a time, so whole rows stream.
      * PoCL does not vectorise the sampler's token loop across work-items,
      * so each work-item takes 16 tokens as explicit vectors (AVX-512's
      * width; narrower units split them). The segment bound first was
      * faster for logprobs here (docs/devices.md). */
-    {NULL, PSR_DEVICE_CPU, 64, 1, 16, true, "cpu"},
-    {NULL, PSR_DEVICE_OTHER, 128, 2, 0, true, "default"},
+    {NULL, PSR_DEVICE_CPU, 64, 1, 1, 16, true, "cpu"},
+    {NULL, PSR_DEVICE_OTHER, 128, 2, 2, 0, true, "default"},
 };
 
 static bool vendor_is(const psr_device_info *info, const char *vendor)
@@ -56,6 +58,7 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
     }
     psr_tuning t = {.work_group_size = r->work_group_size,
                     .resident_per_unit = r->resident_per_unit,
+                    .verify_resident_per_unit = r->verify_resident,
                     .vector_width = r->vector_width,
                     .lp_segment_tau = r->lp_segment_tau,
                     .rule = r->name,

@@ -209,7 +209,8 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     cl_uint rows = (cl_uint)a->rows, requests = (cl_uint)a->requests;
     cl_uint nsb = (vocab + VERIFY_SB - 1) / VERIFY_SB;
     cl_uint chunk, groups;
-    psr_split_rows(ctx, a->requests, a->vocab, &chunk, &groups);
+    psr_split_rows_for(ctx, a->requests, a->vocab, ctx->tuning.verify_resident_per_unit, &chunk,
+                       &groups);
     bool one_pass = groups > 1 && !v.fp64 && (ctx->info.capabilities & PSR_CAP_INT64_ATOMICS) &&
                     a->vocab <= (1u << 20) && groups < 4096 && !ctx->tuning.two_pass;
     cl_uint fold_width = 1;

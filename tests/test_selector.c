@@ -130,6 +130,7 @@ static void test_tuning_fallbacks(void **state)
     assert_string_equal(t.rule, "nvidia-gpu");
     assert_int_equal(t.work_group_size, 256);
     assert_false(t.lp_segment_tau); /* GPUs take the exact logprobs bound at once */
+    assert_int_equal(t.verify_resident_per_unit, 4); /* the verification sampler's registers */
     assert_true(psr_tuning_for(&machine[3].info).lp_segment_tau);
     assert_string_equal(psr_tuning_for(&machine[2].info).rule, "amd-gpu");
     assert_string_equal(psr_tuning_for(&machine[4].info).rule, "intel-gpu");
