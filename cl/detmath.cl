@@ -115,7 +115,9 @@ inline float psr_det_exp2_neg(float z)
     p = fma(p, f, 0x1.ebf9bcp-3f);
     p = fma(p, f, 0x1.62e42ap-1f);
     p = fma(p, f, 1.0f);
-    return as_float(as_int(p) + (as_int(kk) << 23)); /* p * 2^k: k's bits shift into the exponent */
+    /* p * 2^k: k's bits shift into the exponent (unsigned, so the shift
+     * and the add wrap mod 2^32 instead of overflowing). */
+    return as_float(as_uint(p) + (as_uint(kk) << 23));
 }
 
 /* 1/b for a positive normal b, within 1 ulp: a bit-trick seed and four
