@@ -102,7 +102,9 @@ inline float psr_det_exp_neg(float y)
  * which rounds z to an integer as rint does (to nearest, ties to even)
  * and leaves k in the low bits, so the scaling is an integer add: the
  * same bits as rint and a multiply by 2^k, without the conversions (a
- * quarter-rate instruction class on NVIDIA). */
+ * quarter-rate instruction class on NVIDIA). Only for z <= 0 (above, the
+ * shift wraps), and only without -cl-fast-relaxed-math or
+ * -cl-unsafe-math-optimizations, which may fold (z + C) - C to z. */
 inline float psr_det_exp2_neg(float z)
 {
     if (!(z > -125.0f))

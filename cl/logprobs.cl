@@ -277,8 +277,8 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
             barrier(CLK_LOCAL_MEM_FENCE); /* all have read it before it is reset */
             if (fits)
                 break;
-            if (lid == 0)
-                lcount[0] = 0;
+            if (kind == 0 && lid == 0)
+                lcount[0] = 0; /* the exact bound counts afresh (it always fits) */
         }
         uint cands = min(lcount[0], (uint)PSR_LP_CANDIDATES); /* the bound keeps it far below */
         for (uint c = lid; c < cands; c += PSR_VWG) {

@@ -597,7 +597,7 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
             barrier(CLK_LOCAL_MEM_FENCE);
             if (lid < s)
-                lv[lid] = max(lv[lid], lv[lid + s]);
+                lv[lid] = fmax(lv[lid], lv[lid + s]); /* max() is undefined for -inf */
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         row.floor = res.floor = lv[0];

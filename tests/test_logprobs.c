@@ -213,7 +213,7 @@ static void test_matches_oracle(void **state)
     c = make_case(2, 16384, false);
     for (size_t r = 0; r < 2; r++)
         for (size_t i = 0; i < 16384; i++) {
-            size_t segment = ((i / 4) % 256 % vwg) / (vwg / 32);
+            size_t segment = ((i / 4) % 256 % vwg) / (vwg >= 32 ? vwg / 32 : 1);
             bool high = r == 0 ? segment < 19 : segment >= 13;
             c.x[r * 16384 + i] = high ? 10.0f + 0.25f * normal() : normal();
         }
