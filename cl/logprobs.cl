@@ -155,9 +155,9 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
                           uint top_n, __global float2 *lse_out, __global uint *beat_out,
                           __global float *top_v, __global uint *top_i, __global const float *cuts)
 {
-    __local float ls[4 * PSR_LANES];
-    __local float lm[PSR_VWG], lbv[PSR_VWG];
-    __local uint lbi[PSR_VWG], lcount[PSR_VWG];
+    __local float ls[2 * PSR_LANES]; /* the lanes' sums, then their maxima */
+    __local float lm[1], lbv[PSR_VWG];  /* lm: the segment bound's tau */
+    __local uint lbi[PSR_VWG], lcount[2]; /* beats or candidates; the bound's index */
     __local float lcv[PSR_LP_CANDIDATES];
     __local uint lci[PSR_LP_CANDIDATES];
     uint lid = get_local_id(0);
