@@ -1,6 +1,6 @@
 /* Per-request logit filters (min-p, top-k, top-p) as one threshold per
  * row: psr_gumbel_sample then treats a scaled logit below it as -inf.
- * Needs gumbel.cl (and what it needs) before it.
+ * Needs groups.cl and gumbel.cl (and what it needs) before it.
  *
  * The filters work on s = logit / T exactly as psr_gumbel_sample scales
  * it (psr_scale), in the order min-p, top-k, top-p; every token kept has
@@ -328,25 +328,6 @@ inline float psr_filter_min_p_cut(const psr_filter_row *f, float m)
     return f->m_on ? m + psr_det_log(f->mp) : -INFINITY;
 }
 
-/* Called by every work-item once the group's atomics are issued: true in
- * the row's last group to get here, which then resets the count. */
-inline bool psr_filter_last_group(__global uint *done, uint groups_per_row, __local uint *flag)
-{
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
-    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-    if (get_local_id(0) == 0) {
-        uint before = atomic_inc(done);
-        flag[0] = before == groups_per_row - 1;
-        if (flag[0])
-            atomic_xchg(done, 0);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    bool last = flag[0] != 0;
-    if (last)
-        mem_fence(CLK_GLOBAL_MEM_FENCE);
-    return last;
-}
-
 #define PSR_FILTER_ROW_ARGS                                                                       \
     __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride, uint vocab,          \
         __global const int *row_request, uint requests, __global const float *temperatures,         \
@@ -431,7 +412,7 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __glo
                 atomic_add(&h[b], lh[b]);
     /* The row's last group. Other groups wrote these: volatile reads go
      * past any cache. */
-    bool last = psr_filter_last_group(&st[2], groups_per_row, &pick[2]);
+    bool last = psr_last_group(&st[2], groups_per_row, &pick[2]);
     volatile __global const uint *vst = st, *vh = h;
     if (last && f.k_on) {
         for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
@@ -608,7 +589,7 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __
         if (m > -INFINITY)
             psr_filter_gather(src, aligned, &f, start, end, max(st[3], floor_key), &st[1], rc, cap,
                               lbuf, pick);
-        if (psr_filter_last_group(&st[2], groups_per_row, &pick[2]))
+        if (psr_last_group(&st[2], groups_per_row, &pick[2]))
             psr_filter_finish(&f, src, m, floor_key, vocab, cap, st, h, rc, thresholds + row_id,
                               lbuf, hlo, hhi, seg, pick);
     } else if (m > -INFINITY) {
@@ -671,7 +652,7 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chun
         barrier(CLK_LOCAL_MEM_FENCE);
         psr_filter_gather(src, aligned, &f, start, end, low, &st[1], rc, cap, lbuf, pick);
     }
-    if (psr_filter_last_group(&st[2], groups_per_row, &pick[2]))
+    if (psr_last_group(&st[2], groups_per_row, &pick[2]))
         psr_filter_finish(&f, src, m, floor_key, vocab, cap, st, h, rc, thresholds + row_id, lbuf,
                           hlo, hhi, seg, pick);
 }

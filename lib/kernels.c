@@ -9,18 +9,18 @@
 
 typedef struct kernel_set_def {
     const char *name;
-    const char *parts[8]; /* embedded source names, NULL-terminated */
+    const char *parts[12]; /* embedded source names, NULL-terminated */
 } kernel_set_def;
 
 static const kernel_set_def sets[PSR_KERNEL_SET_COUNT] = {
     [PSR_KERNELS_STREAM] = {"stream", {"random123/philox.h", "stream.cl", NULL}},
     [PSR_KERNELS_GUMBEL] = {"gumbel",
                             {"random123/philox.h", "stream.cl", "detmath.cl", "vecmath.cl",
-                             "gumbel.cl", "filter.cl", NULL}},
+                             "groups.cl", "gumbel.cl", "filter.cl", NULL}},
     /* Verification and logprobs share the log-sum-exp of verify.cl. */
     [PSR_KERNELS_VERIFY] = {"verify",
                             {"random123/philox.h", "stream.cl", "detmath.cl", "vecmath.cl",
-                             "gumbel.cl", "verify.cl", "logprobs.cl", NULL}},
+                             "groups.cl", "gumbel.cl", "verify.cl", "logprobs.cl", NULL}},
 };
 
 bool psr_kernel_set_uses_logits(psr_kernel_set set)

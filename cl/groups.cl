@@ -1,0 +1,39 @@
+/* Work-groups that hand work to each other within one launch.
+ *
+ * OpenCL 1.2 orders nothing between work-groups except through atomics, so
+ * data one group leaves for another is stored with atomics (psr_publish*),
+ * which go to the device-wide level of the memory, and read through
+ * volatile pointers, which go past any per-unit cache; a group fences its
+ * stores before it counts itself done.
+ */
+
+/* Stores for another group to read. */
+inline void psr_publish(__global uint *at, uint v)
+{
+    atomic_xchg(at, v);
+}
+
+inline void psr_publish_float(__global float *at, float v)
+{
+    atomic_xchg((__global uint *)at, as_uint(v));
+}
+
+/* Called by every work-item once the group's stores are issued: true in
+ * the last of `groups` groups to get here for the count `done`, which
+ * that group resets to 0 for the next launch. */
+inline bool psr_last_group(__global uint *done, uint groups, __local uint *flag)
+{
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (get_local_id(0) == 0) {
+        uint before = atomic_inc(done);
+        flag[0] = before == groups - 1;
+        if (flag[0])
+            atomic_xchg(done, 0);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    bool last = flag[0] != 0;
+    if (last)
+        mem_fence(CLK_GLOBAL_MEM_FENCE);
+    return last;
+}
