@@ -3,12 +3,11 @@
  * order, so a logprob is the same bits on every device and in
  * lib/oracle_logprobs.c.
  *
- * psr_logprobs: per (row, super-block): the (max, sum) of the
+ * psr_logprobs_partial: per (row, super-block): the (max, sum) of the
  *   log-sum-exp, how many tokens beat the sampled one, and the block's
- *   top-N tokens (value descending, index ascending). The row's last
- *   block to finish (groups.cl) then merges the row's blocks: the
- *   log-sum-exp, the sampled token's logprob and rank, and the row's
- *   top-N, so one launch does it all.
+ *   top-N tokens (value descending, index ascending).
+ * psr_logprobs_finish: per row: the log-sum-exp, the sampled token's
+ *   logprob and rank, and the row's top-N merged from its blocks.
  * Values are logits / T ("processed"; T = 0 counts as 1) or the logits
  * themselves (raw); NaN counts as -inf.
  */
@@ -149,83 +148,18 @@ inline bool psr_after(float v, uint i, float pv, uint pi)
     return v < pv || (v == pv && i > pi);
 }
 
-/* The row's last block to finish: merges the row's nsb blocks, which
- * other groups published (hence the volatile reads), into the outputs.
- * The top-N candidates (each block's list) are ranked against each other
- * in parallel: a candidate's place is how many candidates beat it. cv and
- * ci hold 64 blocks' lists; valid and tv: the sampled token and its value. */
-inline void psr_lp_merge_row(uint lid, uint row, uint nsb, uint top_n, bool valid, float tv,
-                             volatile __global const float2 *lse_in,
-                             volatile __global const uint *beat_in, volatile __global const float *top_v,
-                             volatile __global const uint *top_i, __global float *token_logprobs,
-                             __global int *token_ranks, __global int *top_ids,
-                             __global float *top_logprobs, __local float *cv, __local uint *ci,
-                             __local float *llse, __local uint *lvalid)
-{
-    uint cands = min(nsb, 64u) * top_n;
-    ulong first = (ulong)row * nsb * top_n;
-    for (uint c = lid; c < cands; c += PSR_VWG) {
-        cv[c] = top_v[first + c];
-        ci[c] = top_i[first + c];
-    }
-    if (lid == 0) {
-        *lvalid = 0;
-        float lse = psr_row_lse(lse_in, row, nsb);
-        *llse = lse;
-        uint beat = 0;
-        for (uint sb = 0; sb < nsb; sb++)
-            beat += beat_in[(ulong)row * nsb + sb];
-        if (token_logprobs)
-            token_logprobs[row] = valid ? tv - lse : NAN;
-        if (token_ranks)
-            token_ranks[row] = valid ? (int)beat + 1 : 0;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float lse = *llse;
-    uint mine = 0;
-    for (uint c = lid; c < cands; c += PSR_VWG) {
-        if (ci[c] == PSR_LP_NONE)
-            continue; /* a block with fewer tokens than top_n */
-        mine++;
-        uint place = 0;
-        for (uint d = 0; d < cands; d++)
-            place += ci[d] != PSR_LP_NONE && psr_better(cv[d], ci[d], cv[c], ci[c]);
-        if (place < top_n) {
-            top_ids[(ulong)row * top_n + place] = (int)ci[c];
-            top_logprobs[(ulong)row * top_n + place] = cv[c] - lse;
-        }
-    }
-    if (mine)
-        atomic_add(lvalid, mine);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint n = *lvalid + lid; n < top_n; n += PSR_VWG) { /* fewer tokens than top_n */
-        top_ids[(ulong)row * top_n + n] = -1;
-        top_logprobs[(ulong)row * top_n + n] = -INFINITY;
-    }
-}
-
-#if PSR_LP_CANDIDATES < 64 * PSR_MAX_TOP_N
-#error "the merge keeps 64 blocks' top-N lists in the candidate space"
-#endif
-
-/* One group per (row, super-block); done[row] counts the row's blocks
- * finished (zero between launches). */
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
-void psr_logprobs(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride, uint vocab,
-                  uint nsb, __global const int *row_request, uint requests,
-                  __global const float *temperatures, uint raw, __global const int *tokens, uint top_n,
-                  __global float2 *lse_out, __global uint *beat_out, __global float *top_v,
-                  __global uint *top_i, __global const float *cuts, __global uint *done,
-                  __global float *token_logprobs, __global int *token_ranks, __global int *top_ids,
-                  __global float *top_logprobs)
+void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                          uint vocab, uint nsb, __global const int *row_request, uint requests,
+                          __global const float *temperatures, uint raw, __global const int *tokens,
+                          uint top_n, __global float2 *lse_out, __global uint *beat_out,
+                          __global float *top_v, __global uint *top_i, __global const float *cuts)
 {
     __local float ls[2 * PSR_LANES]; /* the lanes' sums, then their maxima */
     __local float lm[1], lbv[PSR_VWG];  /* lm: the segment bound's tau */
     __local uint lbi[PSR_VWG], lcount[2]; /* beats or candidates; the bound's index */
-    __local float lcv[PSR_LP_CANDIDATES]; /* the block's candidates, then the row's */
+    __local float lcv[PSR_LP_CANDIDATES];
     __local uint lci[PSR_LP_CANDIDATES];
-    __local float lrow_lse;
-    __local uint lflag, lvalid;
     uint lid = get_local_id(0);
     uint row = get_group_id(0) / nsb;
     uint sb = get_group_id(0) % nsb;
@@ -239,9 +173,8 @@ void psr_logprobs(__global const psr_logit_t *logits, ulong logits_offset, ulong
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     int tok = tokens[row];
-    bool valid = tok >= 0 && (uint)tok < vocab;
-    float tv = valid ? psr_lp_value(psr_load_logit(src, (ulong)tok), divide, t, r, cut)
-                     : INFINITY; /* nothing beats it: rank 0 later */
+    float tv = tok >= 0 && (uint)tok < vocab ? psr_lp_value(psr_load_logit(src, (ulong)tok), divide, t, r, cut)
+                                             : INFINITY; /* nothing beats it: rank 0 later */
 
     uint steps[PSR_LPT];
     for (uint j = 0; j < PSR_LPT; j++)
@@ -295,9 +228,8 @@ void psr_logprobs(__global const psr_logit_t *logits, ulong logits_offset, ulong
     float2 part = psr_lse_tree(lid, ls + PSR_LANES, ls); /* its barriers publish lcount */
     ulong at = (ulong)row * nsb + sb;
     if (lid == 0) {
-        psr_publish(beat_out + at, lcount[0]);
-        psr_publish_float((__global float *)(lse_out + at), part.x);
-        psr_publish_float((__global float *)(lse_out + at) + 1, part.y);
+        beat_out[at] = lcount[0];
+        lse_out[at] = part;
     }
 
     /* Pass 3: the block's top-N. A bound tau (psr_lp_tau_*) leaves as
@@ -307,6 +239,19 @@ void psr_logprobs(__global const psr_logit_t *logits, ulong logits_offset, ulong
      * then placed by how many candidates beat it. */
     if (top_n > 0) { /* uniform */
         float bv = -INFINITY;
+#if PSR_LPT == 1
+        /* One lane, visited in increasing token order: only a larger value
+         * is better. Past the row the values are -inf and never are. */
+        uint bi = base + 4 * lid < vocab ? base + 4 * lid : PSR_LP_NONE;
+        for (uint k = 0; k < steps[0]; k++) {
+            uint i = base + 4 * lid + k * 4 * PSR_LANES;
+            float4 x = PSR_LP_VALUES(0, k, i);
+            float xs[4] = {x.s0, x.s1, x.s2, x.s3};
+            for (uint c = 0; c < 4; c++)
+                if (xs[c] > bv)
+                    bv = xs[c], bi = i + c;
+        }
+#else
         uint bi = PSR_LP_NONE;
         for (uint j = 0; j < PSR_LPT; j++)
             for (uint k = 0; k < steps[j]; k++) {
@@ -317,6 +262,7 @@ void psr_logprobs(__global const psr_logit_t *logits, ulong logits_offset, ulong
                     if (i + c < vocab && (bi == PSR_LP_NONE || psr_better(xs[c], i + c, bv, bi)))
                         bv = xs[c], bi = i + c;
             }
+#endif
         if (lid == 0)
             lcount[0] = 0; /* the candidates */
         for (uint kind = PSR_LP_FIRST_BOUND; kind < 2; kind++) { /* uniform */
@@ -326,13 +272,17 @@ void psr_logprobs(__global const psr_logit_t *logits, ulong logits_offset, ulong
                 psr_lp_tau_segments(bv, bi, top_n, lid, lbv, lbi, lm, lcount, &tau_v, &tau_i);
             else
                 psr_lp_tau_sorted(bv, bi, top_n, lid, lbv, lbi, lcount, &tau_v, &tau_i);
+            /* No bound (every token qualifies): the row's last token bounds
+             * it, so tokens past the row (-inf) never qualify. */
+            if (tau_i == PSR_LP_NONE)
+                tau_i = vocab - 1;
             for (uint j = 0; j < PSR_LPT; j++)
                 for (uint k = 0; k < steps[j]; k++) {
                     uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
                     float4 x = PSR_LP_VALUES(j, k, i);
                     float xs[4] = {x.s0, x.s1, x.s2, x.s3};
                     for (uint c = 0; c < 4; c++)
-                        if (i + c < vocab && !psr_after(xs[c], i + c, tau_v, tau_i)) {
+                        if (!psr_after(xs[c], i + c, tau_v, tau_i)) {
                             uint slot = atomic_inc(&lcount[0]);
                             if (slot < PSR_LP_CANDIDATES) {
                                 lcv[slot] = xs[c];
@@ -354,16 +304,83 @@ void psr_logprobs(__global const psr_logit_t *logits, ulong logits_offset, ulong
             for (uint d = 0; d < cands; d++)
                 at_place += psr_better(lcv[d], lci[d], lcv[c], lci[c]);
             if (at_place < top_n) {
-                psr_publish_float(top_v + at * top_n + at_place, lcv[c]);
-                psr_publish(top_i + at * top_n + at_place, lci[c]);
+                top_v[at * top_n + at_place] = lcv[c];
+                top_i[at * top_n + at_place] = lci[c];
             }
         }
         for (uint n = cands + lid; n < top_n; n += PSR_VWG) /* fewer tokens than top_n */
-            psr_publish(top_i + at * top_n + n, PSR_LP_NONE);
+            top_i[at * top_n + n] = 0xffffffffu;
     }
 #undef PSR_LP_VALUES
-    if (psr_last_group(done + row, nsb, &lflag))
-        psr_lp_merge_row(lid, row, nsb, top_n, valid, tv, lse_out, beat_out, top_v, top_i,
-                         token_logprobs, token_ranks, top_ids, top_logprobs, lcv, lci, &lrow_lse,
-                         &lvalid);
+}
+
+/* One group per row: merges the blocks and writes the outputs. The top-N
+ * candidates (each block's list) are ranked against each other in
+ * parallel: a candidate's place is how many candidates beat it. */
+__kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
+void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *tokens,
+                         __global const float2 *lse_in, __global const uint *beat_in,
+                         __global const float *top_v, __global const uint *top_i, uint top_n,
+                         __global float *token_logprobs, __global int *token_ranks,
+                         __global int *top_ids, __global float *top_logprobs,
+                         __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                         __global const int *row_request, uint requests,
+                         __global const float *temperatures, uint raw, __global const float *cuts)
+{
+    __local float cv[64 * PSR_MAX_TOP_N];
+    __local uint ci[64 * PSR_MAX_TOP_N];
+    __local float llse;
+    __local uint lvalid;
+    uint lid = get_local_id(0);
+    uint row = get_group_id(0);
+    uint cands = min(nsb, 64u) * top_n;
+    ulong first = (ulong)row * nsb * top_n;
+    for (uint c = lid; c < cands; c += PSR_VWG) {
+        cv[c] = top_v[first + c];
+        ci[c] = top_i[first + c];
+    }
+    if (lid == 0) {
+        lvalid = 0;
+        float lse = psr_row_lse(lse_in, row, nsb);
+        llse = lse;
+        int tok = tokens[row];
+        bool valid = tok >= 0 && (uint)tok < vocab;
+        int req = row_request ? row_request[row] : (int)row;
+        float t = !raw && req >= 0 && req < (int)requests ? temperatures[req] : 1.0f;
+        bool divide = isnormal(t) && t > 0.0f && t != 1.0f;
+        float r = divide ? psr_det_recip(t) : 1.0f;
+        float tv = valid ? psr_lp_value(psr_load_logit(logits + logits_offset + (ulong)row * row_stride,
+                                                       (ulong)tok),
+                                        divide, t, r, psr_lp_cut(cuts, row, raw, t))
+                         : NAN;
+        uint beat = 0;
+        for (uint sb = 0; sb < nsb; sb++)
+            beat += beat_in[(ulong)row * nsb + sb];
+        if (token_logprobs)
+            token_logprobs[row] = valid ? tv - lse : NAN;
+        if (token_ranks)
+            token_ranks[row] = valid ? (int)beat + 1 : 0;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float lse = llse;
+    uint mine = 0;
+    for (uint c = lid; c < cands; c += PSR_VWG) {
+        if (ci[c] == 0xffffffffu)
+            continue; /* a block with fewer tokens than top_n */
+        mine++;
+        uint place = 0;
+        for (uint d = 0; d < cands; d++)
+            place += ci[d] != 0xffffffffu && psr_better(cv[d], ci[d], cv[c], ci[c]);
+        if (place < top_n) {
+            top_ids[(ulong)row * top_n + place] = (int)ci[c];
+            top_logprobs[(ulong)row * top_n + place] = cv[c] - lse;
+        }
+    }
+    if (mine)
+        atomic_add(&lvalid, mine);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint n = lvalid + lid; n < top_n; n += PSR_VWG) { /* fewer tokens than top_n */
+        top_ids[(ulong)row * top_n + n] = -1;
+        top_logprobs[(ulong)row * top_n + n] = -INFINITY;
+    }
 }

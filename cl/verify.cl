@@ -334,9 +334,9 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
 /* A row's log-sum-exp from its super-blocks' (max, sum): M the largest
  * max, then sum_i s_i exp(m_i - M) added in order of i. The exps are
  * independent, so the walk waits for one, not one per super-block. */
-inline float psr_row_lse(volatile __global const float2 *lse, uint row, uint nsb)
+inline float psr_row_lse(__global const float2 *lse, uint row, uint nsb)
 {
-    volatile __global const float2 *a = lse + (ulong)row * nsb;
+    __global const float2 *a = lse + (ulong)row * nsb;
     float big = -INFINITY;
     for (uint sb = 0; sb < nsb; sb++)
         big = fmax(big, a[sb].x);

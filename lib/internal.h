@@ -275,7 +275,7 @@ struct psr_context {
     psr_scratch filter_cand;  /* per row: candidate keys for the exact search */
     bool filter_dirty;        /* a filter launch was cut short: clear the state first */
     psr_scratch verify[6];  /* psr_verify's per-row statistics, walks and status (verify.c) */
-    psr_scratch logprobs[5]; /* psr_logprobs' per-block partials and row counts (logprobs.c) */
+    psr_scratch logprobs[4]; /* psr_logprobs' per-block partials (logprobs.c) */
     cl_mem verify_layout[2]; /* the last cu and row-to-request map uploaded, and */
     int32_t *verify_cu;      /* a host copy of that cu, to reuse them when it repeats */
     size_t verify_requests;

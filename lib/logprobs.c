@@ -5,9 +5,8 @@
 
 #define LOGPROBS_SB 16384u /* tokens per super-block, as cl/verify.cl */
 
-/* ctx->logprobs[] scratch; DONE counts each row's blocks finished (zero
- * between launches: the row's last block resets it). */
-enum { LSE, BEAT, TOP_V, TOP_I, DONE };
+/* ctx->logprobs[] scratch. */
+enum { LSE, BEAT, TOP_V, TOP_I };
 
 void psr_logprobs_args_init(psr_logprobs_args *args)
 {
@@ -118,22 +117,23 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     if (st != PSR_OK)
         return st;
     psr_variant v = {.set = PSR_KERNELS_VERIFY, .dtype = a->logits_dtype};
-    cl_kernel kernel;
-    st = psr_kernel_get(ctx, &v, "psr_logprobs", &kernel);
-    cl_uint vocab = (cl_uint)a->vocab;
+    cl_kernel partial, finish;
+    st = psr_kernel_get(ctx, &v, "psr_logprobs_partial", &partial);
+    if (st == PSR_OK)
+        st = psr_kernel_get(ctx, &v, "psr_logprobs_finish", &finish);
+    cl_uint vocab = (cl_uint)a->vocab, rows = (cl_uint)a->rows;
     cl_uint nsb = (vocab + LOGPROBS_SB - 1) / LOGPROBS_SB;
     cl_uint top_n = (cl_uint)a->top_n, raw = (a->flags & PSR_LOGPROBS_RAW) != 0;
     cl_uint requests = (cl_uint)a->requests;
     size_t blocks = a->rows * nsb;
-    const size_t need[5] = {blocks * 8, blocks * 4, blocks * (top_n ? top_n : 1) * 4,
-                            blocks * (top_n ? top_n : 1) * 4, a->rows * 4};
-    for (int i = 0; i < 5 && st == PSR_OK; i++)
+    const size_t need[4] = {blocks * 8, blocks * 4, blocks * (top_n ? top_n : 1) * 4,
+                            blocks * (top_n ? top_n : 1) * 4};
+    for (int i = 0; i < 4 && st == PSR_OK; i++)
         st = psr_scratch_reserve(ctx, &ctx->logprobs[i], need[i]);
     if (st != PSR_OK)
         return st;
     cl_mem lse = ctx->logprobs[LSE].buffer, beat = ctx->logprobs[BEAT].buffer;
     cl_mem top_v = ctx->logprobs[TOP_V].buffer, top_i = ctx->logprobs[TOP_I].buffer;
-    cl_mem done = ctx->logprobs[DONE].buffer;
     cl_ulong offset = a->logits_offset, stride = a->row_stride ? a->row_stride : a->vocab;
     cl_mem temps = raw ? NULL : a->temperatures;
     /* Filters: their threshold pre-pass first (it waits on the wait list). */
@@ -149,14 +149,21 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
         nwait = 0, wait = NULL;
     }
     const size_t ms = sizeof(cl_mem);
-    const size_t sizes[] = {ms, 8, 8, 4, 4, ms, 4, ms, 4, ms, 4, ms, ms, ms, ms, ms, ms, ms, ms, ms, ms};
-    const void *values[] = {&a->logits, &offset, &stride,    &vocab, &nsb, &a->row_request, &requests,
-                            &temps,     &raw,    &a->tokens, &top_n, &lse, &beat,           &top_v,
-                            &top_i,     &cuts,   &done,      &a->token_logprobs, &a->token_ranks,
-                            &a->top_ids, &a->top_logprobs};
-    st = psr_set_kernel_args(ctx, kernel, "psr_logprobs", 21, sizes, values);
+    const size_t psizes[] = {ms, 8, 8, 4, 4, ms, 4, ms, 4, ms, 4, ms, ms, ms, ms, ms};
+    const void *pvalues[] = {&a->logits, &offset, &stride,  &vocab, &nsb,  &a->row_request, &requests, &temps,
+                             &raw,       &a->tokens, &top_n, &lse,   &beat, &top_v,          &top_i, &cuts};
+    st = psr_set_kernel_args(ctx, partial, "psr_logprobs_partial", 16, psizes, pvalues);
     size_t local = ctx->tuning.work_group_size < 256 ? ctx->tuning.work_group_size : 256;
     if (st == PSR_OK)
-        st = psr_enqueue_groups(ctx, kernel, "psr_logprobs", blocks, local, nwait, wait, event);
+        st = psr_enqueue_groups(ctx, partial, "psr_logprobs_partial", blocks, local, nwait, wait, NULL);
+    const size_t fsizes[] = {4, 4, 4, ms, ms, ms, ms, ms, 4, ms, ms, ms, ms, ms, 8, 8, ms, 4, ms, 4, ms};
+    const void *fvalues[] = {&rows,  &vocab,  &nsb,    &a->tokens, &lse,     &beat,    &top_v,
+                             &top_i, &top_n,  &a->token_logprobs,  &a->token_ranks,   &a->top_ids,
+                             &a->top_logprobs, &a->logits, &offset, &stride, &a->row_request,
+                             &requests, &temps, &raw, &cuts};
+    if (st == PSR_OK)
+        st = psr_set_kernel_args(ctx, finish, "psr_logprobs_finish", 21, fsizes, fvalues);
+    if (st == PSR_OK)
+        st = psr_enqueue_groups(ctx, finish, "psr_logprobs_finish", a->rows, local, 0, NULL, event);
     return st;
 }
