@@ -465,7 +465,7 @@ inline void psr_filter_gather(__global const psr_logit_t *src, bool aligned, con
             } else {
                 uint g = atomic_inc(count);
                 if (g < cap)
-                    atomic_xchg(&rc[g], key);
+                    psr_publish(&rc[g], key);
             }
         }
     }
@@ -476,7 +476,7 @@ inline void psr_filter_gather(__global const psr_logit_t *src, bool aligned, con
     barrier(CLK_LOCAL_MEM_FENCE);
     uint at = n_local[1];
     for (uint j = lid; j < n && at + j < cap; j += PSR_WG_SIZE)
-        atomic_xchg(&rc[at + j], lbuf[j]);
+        psr_publish(&rc[at + j], lbuf[j]);
 }
 
 /* A row's last group: the exact threshold from the candidate list (or

@@ -1,21 +1,16 @@
 /* Work-groups that hand work to each other within one launch.
  *
  * OpenCL 1.2 orders nothing between work-groups except through atomics, so
- * data one group leaves for another is stored with atomics (psr_publish*),
+ * data one group leaves for another is stored with atomics (psr_publish),
  * which go to the device-wide level of the memory, and read through
  * volatile pointers, which go past any per-unit cache; a group fences its
  * stores before it counts itself done.
  */
 
-/* Stores for another group to read. */
+/* A store for another group to read. */
 inline void psr_publish(__global uint *at, uint v)
 {
     atomic_xchg(at, v);
-}
-
-inline void psr_publish_float(__global float *at, float v)
-{
-    atomic_xchg((__global uint *)at, as_uint(v));
 }
 
 /* Called by every work-item once the group's stores are issued: true in

@@ -217,7 +217,8 @@ inline float psr_noise(uint2 w)
 }
 #endif
 
-/* x / T for finite x; r = 1/T from psr_det_recip. */
+/* x / T, r = 1/T from psr_det_recip: psr_det_div for finite x;
+ * infinities (and overflow) give infinity, NaN stays NaN. */
 inline float psr_scale(float x, float t, float r)
 {
 #if PSR_DETERMINISTIC

@@ -122,8 +122,8 @@ inline void psr_lp_tau_sorted(float bv, uint bi, uint top_n, uint lid, __local f
  * below the row's filter threshold `cut` (-inf: no filter). */
 inline float psr_lp_value(float x, bool divide, float t, float r, float cut)
 {
-    float v = isnan(x) ? -INFINITY : divide ? psr_scaled(x, t, r) : x;
-    return v < cut ? -INFINITY : v;
+    float v = divide ? psr_scale(x, t, r) : x; /* NaN stays NaN, and fails the test: */
+    return v >= cut ? v : -INFINITY;
 }
 
 inline float4 psr_lp_values(float4 x, bool divide, float t, float r, float cut)

@@ -36,10 +36,11 @@
 #define PSR_VERIFY_BAD_POSITION 2u
 #define PSR_VERIFY_BAD_TEMPERATURE 4u
 
-/* A logit scaled by the temperature (infinities stay; x / 1 is x). */
+/* A logit scaled by the temperature (x / 1 is x; psr_scale keeps
+ * infinities and NaN). */
 inline float psr_scaled(float x, float t, float r)
 {
-    return isinf(x) || t == 1.0f ? x : psr_scale(x, t, r);
+    return t == 1.0f ? x : psr_scale(x, t, r);
 }
 
 inline float4 psr_load4_f32(__global const float *src, uint i, uint end, bool aligned)
