@@ -16,11 +16,17 @@
 /* Top-N candidates of a block: at most N work-items' tokens reach the
  * exact bound (below), so this many always fit. */
 #define PSR_LP_CANDIDATES (PSR_MAX_TOP_N * 16 * PSR_LPT * 4)
-/* The cheap bound: the N-th best of the maxima of 32 segments of
- * work-items, tried first when the host asks (first_bound 0) and the
- * group has the work-items for it. */
+/* The cheap bound first: the N-th best of the maxima of 32 segments of
+ * work-items (1: on; 0: only the exact bound, for comparison). */
+#ifndef PSR_LP_SEGMENT_TAU
+#define PSR_LP_SEGMENT_TAU 1
+#endif
 #define PSR_LP_SEGMENTS 32
-#define PSR_LP_SEGMENTS_FIT (PSR_VWG >= 2 * PSR_LP_SEGMENTS)
+#if PSR_LP_SEGMENT_TAU && PSR_VWG >= 2 * PSR_LP_SEGMENTS
+#define PSR_LP_FIRST_BOUND 0
+#else
+#define PSR_LP_FIRST_BOUND 1
+#endif
 #define PSR_LP_NONE 0xffffffffu
 
 /* Bounds tau on a block's top_n-th token, from each work-item's best
@@ -147,8 +153,7 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
                           uint vocab, uint nsb, __global const int *row_request, uint requests,
                           __global const float *temperatures, uint raw, __global const int *tokens,
                           uint top_n, __global float2 *lse_out, __global uint *beat_out,
-                          __global float *top_v, __global uint *top_i, __global const float *cuts,
-                          uint first_bound)
+                          __global float *top_v, __global uint *top_i, __global const float *cuts)
 {
     __local float ls[2 * PSR_LANES]; /* the lanes' sums, then their maxima */
     __local float lm[1], lbv[PSR_VWG];  /* lm: the segment bound's tau */
@@ -260,7 +265,7 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
 #endif
         if (lid == 0)
             lcount[0] = 0; /* the candidates */
-        for (uint kind = PSR_LP_SEGMENTS_FIT ? first_bound : 1; kind < 2; kind++) { /* uniform */
+        for (uint kind = PSR_LP_FIRST_BOUND; kind < 2; kind++) { /* uniform */
             float tau_v;
             uint tau_i;
             if (kind == 0)

@@ -77,8 +77,7 @@ typedef struct psr_tuning {
     bool two_pass;             /* always finish rows in a second kernel (PSR_TUNE_TWO_PASS) */
     unsigned min_steps;        /* steps of tokens a sampling work-group takes at least (2; PSR_TUNE_MIN_STEPS) */
     unsigned vector_width;     /* lanes per work-item of the sampler's vector path (cl/vecmath.cl); 0: off */
-    size_t lp_segment_below;   /* logprobs: the segment bound first when a launch has fewer
-                                  blocks than this (cl/logprobs.cl); 0 never, SIZE_MAX always */
+    bool lp_segment_tau;       /* logprobs: the segment bound before the exact one (cl/logprobs.cl) */
     char extra_options[256];   /* appended to every build (PSR_TUNE_BUILD_OPTIONS), or "" */
 } psr_tuning;
 

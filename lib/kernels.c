@@ -84,9 +84,12 @@ static int opencl_c_version(const psr_device_info *info)
 void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, size_t len)
 {
     char extra[192] = "", set_option[32] = "";
-    /* Only the sampling program has a vector path. */
+    /* Only the sampling program has a vector path, and only the verify
+     * program (which holds logprobs.cl) a choice of bound. */
     if (v->set == PSR_KERNELS_GUMBEL && ctx->tuning.vector_width)
         snprintf(set_option, sizeof set_option, " -DPSR_VEC=%u", ctx->tuning.vector_width);
+    if (v->set == PSR_KERNELS_VERIFY && !ctx->tuning.lp_segment_tau)
+        snprintf(set_option, sizeof set_option, " -DPSR_LP_SEGMENT_TAU=0");
     if (psr_kernel_set_uses_logits(v->set))
         snprintf(extra, sizeof extra,
                  " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d -DUSE_WIDE=%d -DPSR_METHOD=%d%s%s%s",

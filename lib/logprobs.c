@@ -149,15 +149,10 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
         nwait = 0, wait = NULL;
     }
     const size_t ms = sizeof(cl_mem);
-    /* The segment bound first (cl/logprobs.cl) where the tuning says so:
-     * always, or for launches too small for the exact bound's throughput
-     * to pay for its longer chain of barriers. */
-    cl_uint first_bound = blocks < ctx->tuning.lp_segment_below ? 0 : 1;
-    const size_t psizes[] = {ms, 8, 8, 4, 4, ms, 4, ms, 4, ms, 4, ms, ms, ms, ms, ms, 4};
+    const size_t psizes[] = {ms, 8, 8, 4, 4, ms, 4, ms, 4, ms, 4, ms, ms, ms, ms, ms};
     const void *pvalues[] = {&a->logits, &offset, &stride,  &vocab, &nsb,  &a->row_request, &requests, &temps,
-                             &raw,       &a->tokens, &top_n, &lse,   &beat, &top_v,          &top_i, &cuts,
-                             &first_bound};
-    st = psr_set_kernel_args(ctx, partial, "psr_logprobs_partial", 17, psizes, pvalues);
+                             &raw,       &a->tokens, &top_n, &lse,   &beat, &top_v,          &top_i, &cuts};
+    st = psr_set_kernel_args(ctx, partial, "psr_logprobs_partial", 16, psizes, pvalues);
     size_t local = ctx->tuning.work_group_size < 256 ? ctx->tuning.work_group_size : 256;
     if (st == PSR_OK)
         st = psr_enqueue_groups(ctx, partial, "psr_logprobs_partial", blocks, local, nwait, wait, NULL);

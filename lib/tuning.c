@@ -12,9 +12,7 @@ typedef struct tuning_rule {
     size_t resident_per_unit; /* groups of that size a compute unit holds at once */
     size_t verify_resident;   /* the same for the verification sampler (psr_verify_sample) */
     unsigned vector_width;    /* the sampler's explicit vector lanes per work-item; 0: off */
-    bool lp_segment_tau;      /* logprobs bound a block's top-N from 32 segment maxima first:
-                                 always, or (false) only for launches of under one block per
-                                 compute unit, where a block's latency is the whole time */
+    bool lp_segment_tau;      /* logprobs bound a block's top-N from 32 segment maxima first */
     const char *name;
 } tuning_rule;
 
@@ -24,8 +22,7 @@ static const tuning_rule rules[] = {
      * sampling kernel's registers leave room for about 6 per SM, the
      * verification sampler's 63 registers for 4. The exact logprobs bound
      * alone beat the segment bound first by 10-13% at 64 and 256 rows
-     * (and has only got faster since, as a sort); a launch of a few blocks
-     * still takes the segment bound first. */
+     * (and has only got faster since, as a sort). */
     {"nvidia", PSR_DEVICE_GPU, 256, 6, 4, 0, false, "nvidia-gpu"},
     /* 64-wide wavefronts, up to 40 waves per CU: keep groups a multiple of 64. */
     {"advanced micro devices", PSR_DEVICE_GPU, 256, 8, 8, 0, false, "amd-gpu"},
@@ -63,7 +60,7 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                     .resident_per_unit = r->resident_per_unit,
                     .verify_resident_per_unit = r->verify_resident,
                     .vector_width = r->vector_width,
-                    .lp_segment_below = r->lp_segment_tau ? SIZE_MAX : info->compute_units,
+                    .lp_segment_tau = r->lp_segment_tau,
                     .rule = r->name,
                     .mulhi = true,
                     .two_pass = false,

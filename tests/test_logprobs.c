@@ -224,18 +224,16 @@ static void test_matches_oracle(void **state)
     free_case(&c);
 }
 
-/* The same cases with each bound forced (docs/devices.md): the segment
- * bound first for every launch, then the exact bound alone. Both must
- * give the oracle's results. */
-static void test_each_bound_matches_oracle(void **state)
+/* The same cases with the other bound than the device's tuning chose
+ * (docs/devices.md): both must give the oracle's results. */
+static void test_other_bound_matches_oracle(void **state)
 {
-    const size_t below[2] = {SIZE_MAX, 0};
-    for (int b = 0; b < 2; b++) {
-        size_t saved = ctx->tuning.lp_segment_below;
-        ctx->tuning.lp_segment_below = below[b];
-        test_matches_oracle(state);
-        ctx->tuning.lp_segment_below = saved;
-    }
+    psr_context *saved = ctx;
+    ctx = open_context(getenv("PSR_CACHE_DIR"));
+    ctx->tuning.lp_segment_tau = !ctx->tuning.lp_segment_tau; /* before its first build */
+    test_matches_oracle(state);
+    psr_context_free(ctx);
+    ctx = saved;
 }
 
 /* Against double precision: logprobs within fp32 tolerance, ranks exact. */
@@ -329,7 +327,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_oracle),
-        cmocka_unit_test(test_each_bound_matches_oracle),
+        cmocka_unit_test(test_other_bound_matches_oracle),
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_bad_input),
     };

@@ -126,15 +126,12 @@ static void test_public_select_errors(void **state)
 static void test_tuning_fallbacks(void **state)
 {
     (void)state;
-    machine[1].info.compute_units = 132;
     psr_tuning t = psr_tuning_for(&machine[1].info);
     assert_string_equal(t.rule, "nvidia-gpu");
     assert_int_equal(t.work_group_size, 256);
-    /* GPUs take the exact logprobs bound at once, but for launches of
-     * fewer blocks than compute units. */
-    assert_int_equal(t.lp_segment_below, 132);
+    assert_false(t.lp_segment_tau); /* GPUs take the exact logprobs bound at once */
     assert_int_equal(t.verify_resident_per_unit, 4); /* the verification sampler's registers */
-    assert_true(psr_tuning_for(&machine[3].info).lp_segment_below == SIZE_MAX);
+    assert_true(psr_tuning_for(&machine[3].info).lp_segment_tau);
     assert_string_equal(psr_tuning_for(&machine[2].info).rule, "amd-gpu");
     assert_string_equal(psr_tuning_for(&machine[4].info).rule, "intel-gpu");
     /* An Intel CPU is a CPU first: the vendor rows are for GPUs. */
