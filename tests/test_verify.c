@@ -290,6 +290,68 @@ static void test_matches_oracle(void **state)
     free_case(&c);
 }
 
+/* How many requests' outputs differ from the oracle's. */
+static size_t oracle_mismatches(vcase *c, const vrun *run)
+{
+    size_t cols = c->max_drafts + 1, bad = 0;
+    int32_t *tokens = malloc(c->requests * cols * 4), *num = malloc(c->requests * 4);
+    int32_t *want = malloc(c->requests * cols * 4), *want_num = malloc(c->requests * 4);
+    uint32_t status;
+    psr_status st = run_verify(c, run, tokens, num, &status);
+    if (st != PSR_OK)
+        fail_msg("psr_verify: %s: %s", psr_status_string(st), psr_last_error(ctx));
+    psr_oracle_verify_in in = {.requests = c->requests, .rows = c->rows, .vocab = c->vocab,
+                               .max_drafts = c->max_drafts, .cu = c->cu, .target = c->target,
+                               .draft_cache = c->cache, .cache_k = c->cache_k, .draft_tokens = c->drafts,
+                               .seeds = c->seeds, .temperatures = c->temps, .positions = c->positions,
+                               .greedy_all = false, .noise = PSR_NOISE_FP32};
+    psr_oracle_verify(&in, want, want_num);
+    for (size_t r = 0; r < c->requests; r++)
+        bad += num[r] != want_num[r] || memcmp(tokens + r * cols, want + r * cols, cols * 4) != 0;
+    free(tokens), free(num), free(want), free(want_num);
+    return bad;
+}
+
+/* The residual's pruning is exact where it is as tight as it gets. Each
+ * row holds 256 equal tokens over a floor of -20: 0 .. 127, inside every
+ * work-group size's first step, whose best becomes the group's floor, and
+ * 128 more from 1024 on, met after it. When one of those wins it often
+ * wins by little. The drafts are random one-hot tokens outside both sets,
+ * so every request samples a residual. The fp32 noise bound is loose by
+ * ln 2 to 2 ln 2 (a power of two of the folded word), so a floor less than
+ * ln 2 too high can change no token; the control's, 1 nat too high, must
+ * change some, or this test could not fail. */
+static void test_residual_pruning(void **state)
+{
+    (void)state;
+    const vrun prob = {PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_F32, NULL};
+    psr_context *control = NULL;
+    psr_context_options o;
+    psr_context_options_init(&o);
+    o.disk_cache = 0;
+    assert_int_equal(psr_context_create(&o, &control), PSR_OK);
+    assert_int_equal(psr_context_add_build_options(control, "-DPSR_TEST_FLOOR_SLACK=1.0f"), PSR_OK);
+    vcase c = make_case(1024, 4000, 2, false);
+    for (size_t row = 0; row < c.rows; row++)
+        for (size_t i = 0; i < c.vocab; i++)
+            c.target[row * c.vocab + i] = i < 128 || (i >= 1024 && i < 2048 && i % 8 == 0) ? 0.0f : -20.0f;
+    for (size_t r = 0; r < c.requests; r++)
+        c.temps[r] = 1.0f;
+    for (size_t row = 0; row < c.rows; row++)
+        c.drafts[row] = (int32_t)(2048 + rnd() % 1000);
+    check_against_oracle(&c, &prob);
+    psr_context *saved = ctx;
+    ctx = control;
+    size_t control_bad = oracle_mismatches(&c, &prob);
+    ctx = saved;
+    printf("control (floor 1 nat too high): %zu of %zu requests differ from the oracle\n", control_bad,
+           c.requests);
+    if (control_bad == 0)
+        fail_msg("the control's floor changed no token: the pruning test cannot fail");
+    free_case(&c);
+    psr_context_free(control);
+}
+
 /* The bonus token is psr_sample's token for the bonus row, and greedy
  * requests follow the target's argmax exactly. */
 static void test_bonus_and_greedy(void **state)
@@ -662,6 +724,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_oracle),
         cmocka_unit_test(test_bonus_and_greedy),
+        cmocka_unit_test(test_residual_pruning),
         cmocka_unit_test(test_edge_cases),
         cmocka_unit_test(test_streams),
         cmocka_unit_test(test_draft_cache_layout),
