@@ -137,6 +137,14 @@ inline float psr_det_exp2_neg(float z)
     }
 PSR_DEFINE_DET_RECIP(psr_det_recip, float, uint)
 
+/* 1/T for a temperature T > 0: above 2^126 the reciprocal would be
+ * subnormal (zero where denormals flush), so it is 2^-126 there, and
+ * infinite logits stay infinite when scaled (lib/oracle.c: the same). */
+inline float psr_temp_recip(float t)
+{
+    return psr_det_recip(fmin(t, 0x1p126f));
+}
+
 /* a / b given r = psr_det_recip(b): one fma correction of a * r. */
 inline float psr_det_div(float a, float b, float r)
 {

@@ -312,7 +312,7 @@ inline psr_filter_row psr_filter_row_get(uint row_id, uint vocab, __global const
         f.state = 2;
 #if PSR_DETERMINISTIC
     if (f.state == 2)
-        f.r = psr_det_recip(f.t);
+        f.r = psr_temp_recip(f.t);
 #endif
     return f;
 }

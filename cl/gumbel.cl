@@ -700,7 +700,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         row.key = psr_row_key((ulong)seeds[req], (ulong)positions[row_id]);
 #if PSR_DETERMINISTIC
         if (!row.greedy)
-            row.r = psr_det_recip(row.t);
+            row.r = psr_temp_recip(row.t);
 #endif
         if (draft_cache) {
             /* [requests, K, vocab] with K = draft_cache_k, else one row per row */

@@ -166,7 +166,7 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
     int req = row_request ? row_request[row] : (int)row;
     float t = !raw && req >= 0 && req < (int)requests ? temperatures[req] : 1.0f;
     bool divide = isnormal(t) && t > 0.0f && t != 1.0f;
-    float r = divide ? psr_det_recip(t) : 1.0f;
+    float r = divide ? psr_temp_recip(t) : 1.0f;
     float cut = psr_lp_cut(cuts, row, raw, t);
     uint base = sb * PSR_SB;
     bool full = base + PSR_SB <= vocab;
@@ -348,7 +348,7 @@ void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *to
         int req = row_request ? row_request[row] : (int)row;
         float t = !raw && req >= 0 && req < (int)requests ? temperatures[req] : 1.0f;
         bool divide = isnormal(t) && t > 0.0f && t != 1.0f;
-        float r = divide ? psr_det_recip(t) : 1.0f;
+        float r = divide ? psr_temp_recip(t) : 1.0f;
         float tv = valid ? psr_lp_value(psr_load_logit(logits + logits_offset + (ulong)row * row_stride,
                                                        (ulong)tok),
                                         divide, t, r, psr_lp_cut(cuts, row, raw, t))

@@ -208,7 +208,7 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
     float t = temperatures[req];
     bool scale = !greedy_all && isnormal(t) && t > 0.0f;
     bool divide = scale && t != 1.0f; /* x / 1 is x: skip the division */
-    float r = scale ? psr_det_recip(t) : 1.0f;
+    float r = scale ? psr_temp_recip(t) : 1.0f;
     bool draft_row = row + 1 < (uint)cu[req + 1];
     if (is_draft && !(draft_cache && draft_row && scale))
         return; /* uniform across the group */
@@ -503,7 +503,7 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     uint n = (uint)cu[req + 1] - first_row;
     float t = temperatures[req];
     bool greedy = greedy_all || !(isnormal(t) && t > 0.0f);
-    float r = greedy ? 1.0f : psr_det_recip(t);
+    float r = greedy ? 1.0f : psr_temp_recip(t);
     long seed = seeds[req];
     bool bad = *status != 0;
     if (get_group_id(0) == 0 && lid == 0 && user_status)

@@ -298,6 +298,8 @@ uint32_t psr_oracle_row_key(uint64_t seed, uint64_t pos, bool drafting);
 float psr_oracle_log(float x);
 float psr_oracle_log1p_neg(float u);
 float psr_oracle_recip(float b);
+/* 1/T as the kernels take it (psr_temp_recip): T above 2^126 as 2^126. */
+float psr_oracle_temp_recip(float t);
 float psr_oracle_div(float a, float b, float r);
 double psr_oracle_log_d(double x);
 float psr_oracle_gumbel32(uint32_t row_key, uint32_t token);

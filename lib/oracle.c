@@ -157,6 +157,11 @@ float psr_oracle_recip(float b)
     return y;
 }
 
+float psr_oracle_temp_recip(float t)
+{
+    return psr_oracle_recip(fminf(t, 0x1p126f));
+}
+
 float psr_oracle_div(float a, float b, float r)
 {
     float q = a * r;
@@ -236,7 +241,7 @@ int32_t psr_oracle_sample_row(const float *logits, size_t vocab, float temperatu
 {
     bool greedy = temperature == 0.0f;
     uint32_t key = psr_oracle_row_key((uint64_t)seed, (uint64_t)pos, drafting);
-    float r = greedy ? 1.0f : psr_oracle_recip(temperature);
+    float r = greedy ? 1.0f : psr_oracle_temp_recip(temperature);
     double best = -INFINITY;
     uint32_t best_i = 0;
     for (uint32_t i = 0; i < vocab; i++) {

@@ -12,7 +12,7 @@ float psr_oracle_scaled(float x, float temperature)
 {
     if (isnan(x) || isinf(x))
         return x;
-    return psr_oracle_div(x, temperature, psr_oracle_recip(temperature));
+    return psr_oracle_div(x, temperature, psr_oracle_temp_recip(temperature));
 }
 
 static int descending(const void *a, const void *b)

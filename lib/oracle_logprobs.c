@@ -21,7 +21,7 @@ void psr_oracle_logprobs_row(const float *x, size_t vocab, float t, bool raw, fl
     }
     if (isnan(cut))
         cut = -INFINITY;
-    float r = t == 1.0f ? 1.0f : psr_oracle_recip(t);
+    float r = t == 1.0f ? 1.0f : psr_oracle_temp_recip(t);
     float *v = malloc(vocab * sizeof *v), *kept = malloc(vocab * sizeof *kept);
     if (!v || !kept) {
         free(v), free(kept);

@@ -128,7 +128,7 @@ void psr_oracle_verify(const psr_oracle_verify_in *in, int32_t *tokens, int32_t 
         size_t first = (size_t)in->cu[req], n = (size_t)in->cu[req + 1] - first;
         float t = in->temperatures[req];
         bool greedy = in->greedy_all || !(isnormal(t) && t > 0.0f);
-        float r = greedy ? 1.0f : psr_oracle_recip(t);
+        float r = greedy ? 1.0f : psr_oracle_temp_recip(t);
         size_t j = 0;
         for (; j + 1 < n; j++) {
             size_t row = first + j;

@@ -42,7 +42,9 @@ typedef struct lcase {
     float *top_p, *min_p;
 } lcase;
 
-/* Logits with ties (values on a coarse grid), a few NaN and infinities. */
+/* Logits with ties (values on a coarse grid), a few NaN and infinities;
+ * temperatures 0.7, 1, 0 and, past three requests, one above 2^126 (its
+ * reciprocal is held at 2^-126, and infinities stay infinite). */
 static lcase make_case(size_t rows, size_t vocab, bool mapped)
 {
     lcase c = {rows, vocab, mapped ? 3 : rows, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
@@ -51,12 +53,13 @@ static lcase make_case(size_t rows, size_t vocab, bool mapped)
     c.temps = malloc(c.requests * 4);
     for (size_t i = 0; i < rows * vocab; i++) {
         uint32_t k = rnd() % 1000;
-        c.x[i] = k == 0 ? NAN : k == 1 ? -INFINITY : roundf(4.0f * normal()) * 0.5f;
+        c.x[i] = k == 0 ? NAN : k == 1 ? -INFINITY : k == 2 && rnd() % 8 == 0 ? INFINITY
+                                                                        : roundf(4.0f * normal()) * 0.5f;
     }
     for (size_t r = 0; r < rows; r++)
         c.tokens[r] = r % 7 == 6 ? -1 : (int32_t)(rnd() % vocab);
     for (size_t q = 0; q < c.requests; q++)
-        c.temps[q] = q % 3 == 0 ? 0.7f : q % 3 == 1 ? 1.0f : 0.0f;
+        c.temps[q] = q == 3 ? 3e38f : q % 3 == 0 ? 0.7f : q % 3 == 1 ? 1.0f : 0.0f;
     if (mapped) {
         c.row_req = malloc(rows * 4);
         for (size_t r = 0; r < rows; r++)

@@ -267,6 +267,8 @@ static void test_matches_oracle(void **state)
         free_case(&c);
         /* Two super-blocks and rows split over several work-groups. */
         c = make_case(12, 20000, 3, cache);
+        c.temps[5] = 3e38f; /* its reciprocal is held at 2^-126 */
+        c.target[(size_t)c.cu[5] * c.vocab + 17] = INFINITY;
         accepted += check_against_oracle(&c, &prob);
         free_case(&c);
     }
