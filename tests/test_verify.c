@@ -319,7 +319,8 @@ static size_t oracle_mismatches(vcase *c, const vrun *run)
  * work-group size's first step, whose best becomes the group's floor, and
  * 128 more from 1024 on, met after it. When one of those wins it often
  * wins by little. The drafts are random one-hot tokens outside both sets,
- * so every request samples a residual. The fp32 noise bound is loose by
+ * so every request with a draft samples a residual (the others, about a
+ * third, sample their bonus row). The fp32 noise bound is loose by
  * ln 2 to 2 ln 2 (a power of two of the folded word), so a floor less than
  * ln 2 too high can change no token; the control's, 1 nat too high, must
  * change some, or this test could not fail. */
