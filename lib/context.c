@@ -300,7 +300,7 @@ void psr_context_free(psr_context *ctx)
     for (int i = 0; i < 6; i++)
         if (ctx->verify[i].buffer)
             clReleaseMemObject(ctx->verify[i].buffer);
-    for (size_t i = 0; i < sizeof ctx->logprobs / sizeof ctx->logprobs[0]; i++)
+    for (int i = 0; i < 4; i++)
         if (ctx->logprobs[i].buffer)
             clReleaseMemObject(ctx->logprobs[i].buffer);
     for (int i = 0; i < 2; i++)
@@ -388,7 +388,7 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
              ctx->filter_cand.bytes;
     for (int i = 0; i < 6; i++)
         *bytes += ctx->verify[i].bytes;
-    for (size_t i = 0; i < sizeof ctx->logprobs / sizeof ctx->logprobs[0]; i++)
+    for (int i = 0; i < 4; i++)
         *bytes += ctx->logprobs[i].bytes;
     return PSR_OK;
 }

@@ -221,38 +221,56 @@ static psr_noise_kind noise_of(unsigned flags)
                                            : PSR_NOISE_FP32;
 }
 
-/* Device == oracle on every request; returns how many drafts were accepted. */
-static size_t check_against_oracle(vcase *c, const vrun *run)
+/* A case's outputs from psr_verify and from the oracle. */
+typedef struct vouts {
+    int32_t *tokens, *num;     /* the device's, [requests, cols] and [requests] */
+    int32_t *want, *want_num;  /* the oracle's */
+    uint32_t status;           /* the device-side status word */
+} vouts;
+
+static vouts run_with_oracle(vcase *c, const vrun *run)
 {
     size_t cols = c->max_drafts + 1;
-    int32_t *tokens = malloc(c->requests * cols * 4), *num = malloc(c->requests * 4);
-    int32_t *want = malloc(c->requests * cols * 4), *want_num = malloc(c->requests * 4);
-    uint32_t status;
-    psr_status st = run_verify(c, run, tokens, num, &status);
+    vouts o = {malloc(c->requests * cols * 4), malloc(c->requests * 4), malloc(c->requests * cols * 4),
+               malloc(c->requests * 4), 0};
+    psr_status st = run_verify(c, run, o.tokens, o.num, &o.status);
     if (st != PSR_OK)
         fail_msg("psr_verify: %s: %s", psr_status_string(st), psr_last_error(ctx));
-    assert_int_equal(status, 0);
     psr_oracle_verify_in in = {.requests = c->requests, .rows = c->rows, .vocab = c->vocab,
                                .max_drafts = c->max_drafts, .cu = c->cu, .target = c->target,
                                .draft_cache = c->cache, .cache_k = c->cache_k, .draft_tokens = c->drafts,
                                .seeds = c->seeds, .temperatures = c->temps, .positions = c->positions,
                                .greedy_all = run->method == PSR_VERIFY_GREEDY,
                                .noise = noise_of(run->flags)};
-    psr_oracle_verify(&in, want, want_num);
+    psr_oracle_verify(&in, o.want, o.want_num);
+    return o;
+}
+
+static void free_outs(vouts *o)
+{
+    free(o->tokens), free(o->num), free(o->want), free(o->want_num);
+}
+
+/* Device == oracle on every request; returns how many drafts were accepted. */
+static size_t check_against_oracle(vcase *c, const vrun *run)
+{
+    size_t cols = c->max_drafts + 1;
+    vouts o = run_with_oracle(c, run);
+    assert_int_equal(o.status, 0);
     size_t accepted = 0;
     for (size_t r = 0; r < c->requests; r++) {
-        if (num[r] != want_num[r])
+        if (o.num[r] != o.want_num[r])
             fail_msg("vocab %zu request %zu (T %g, %d rows): num_sampled %d, oracle %d", c->vocab, r,
-                     (double)c->temps[r], c->cu[r + 1] - c->cu[r], num[r], want_num[r]);
+                     (double)c->temps[r], c->cu[r + 1] - c->cu[r], o.num[r], o.want_num[r]);
         for (size_t j = 0; j < cols; j++)
-            if (tokens[r * cols + j] != want[r * cols + j])
+            if (o.tokens[r * cols + j] != o.want[r * cols + j])
                 fail_msg("vocab %zu request %zu column %zu: token %d, oracle %d", c->vocab, r, j,
-                         tokens[r * cols + j], want[r * cols + j]);
-        for (size_t j = 0; j < (size_t)num[r]; j++)
-            assert_true(tokens[r * cols + j] >= 0 && (size_t)tokens[r * cols + j] < c->vocab);
-        accepted += (size_t)num[r] - 1;
+                         o.tokens[r * cols + j], o.want[r * cols + j]);
+        for (size_t j = 0; j < (size_t)o.num[r]; j++)
+            assert_true(o.tokens[r * cols + j] >= 0 && (size_t)o.tokens[r * cols + j] < c->vocab);
+        accepted += (size_t)o.num[r] - 1;
     }
-    free(tokens), free(num), free(want), free(want_num);
+    free_outs(&o);
     return accepted;
 }
 
@@ -292,25 +310,27 @@ static void test_matches_oracle(void **state)
     free_case(&c);
 }
 
+/* A context whose kernels are built with a test-only define (a control
+ * that must fail), without the disk cache. */
+static psr_context *open_control(const char *define)
+{
+    psr_context *control = NULL;
+    psr_context_options o;
+    psr_context_options_init(&o);
+    o.disk_cache = 0;
+    assert_int_equal(psr_context_create(&o, &control), PSR_OK);
+    assert_int_equal(psr_context_add_build_options(control, define), PSR_OK);
+    return control;
+}
+
 /* How many requests' outputs differ from the oracle's. */
 static size_t oracle_mismatches(vcase *c, const vrun *run)
 {
     size_t cols = c->max_drafts + 1, bad = 0;
-    int32_t *tokens = malloc(c->requests * cols * 4), *num = malloc(c->requests * 4);
-    int32_t *want = malloc(c->requests * cols * 4), *want_num = malloc(c->requests * 4);
-    uint32_t status;
-    psr_status st = run_verify(c, run, tokens, num, &status);
-    if (st != PSR_OK)
-        fail_msg("psr_verify: %s: %s", psr_status_string(st), psr_last_error(ctx));
-    psr_oracle_verify_in in = {.requests = c->requests, .rows = c->rows, .vocab = c->vocab,
-                               .max_drafts = c->max_drafts, .cu = c->cu, .target = c->target,
-                               .draft_cache = c->cache, .cache_k = c->cache_k, .draft_tokens = c->drafts,
-                               .seeds = c->seeds, .temperatures = c->temps, .positions = c->positions,
-                               .greedy_all = false, .noise = PSR_NOISE_FP32};
-    psr_oracle_verify(&in, want, want_num);
+    vouts o = run_with_oracle(c, run);
     for (size_t r = 0; r < c->requests; r++)
-        bad += num[r] != want_num[r] || memcmp(tokens + r * cols, want + r * cols, cols * 4) != 0;
-    free(tokens), free(num), free(want), free(want_num);
+        bad += o.num[r] != o.want_num[r] || memcmp(o.tokens + r * cols, o.want + r * cols, cols * 4) != 0;
+    free_outs(&o);
     return bad;
 }
 
@@ -328,12 +348,7 @@ static void test_residual_pruning(void **state)
 {
     (void)state;
     const vrun prob = {PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_F32, NULL};
-    psr_context *control = NULL;
-    psr_context_options o;
-    psr_context_options_init(&o);
-    o.disk_cache = 0;
-    assert_int_equal(psr_context_create(&o, &control), PSR_OK);
-    assert_int_equal(psr_context_add_build_options(control, "-DPSR_TEST_FLOOR_SLACK=1.0f"), PSR_OK);
+    psr_context *control = open_control("-DPSR_TEST_FLOOR_SLACK=1.0f");
     vcase c = make_case(1024, 4000, 2, false);
     for (size_t row = 0; row < c.rows; row++)
         for (size_t i = 0; i < c.vocab; i++)
@@ -466,12 +481,7 @@ static void print_positions(const char *what, const psr_unbiased_result *res, ch
 static void test_unbiased_and_control(void **state)
 {
     (void)state;
-    psr_context *control = NULL;
-    psr_context_options o;
-    psr_context_options_init(&o);
-    o.disk_cache = 0;
-    assert_int_equal(psr_context_create(&o, &control), PSR_OK);
-    assert_int_equal(psr_context_add_build_options(control, "-DPSR_TEST_DISABLE_DRAFT_SALT=1"), PSR_OK);
+    psr_context *control = open_control("-DPSR_TEST_DISABLE_DRAFT_SALT=1");
     psr_unbiased_result *res = malloc(sizeof *res);
     chi2_result chi[PSR_UNBIASED_MAX_K + 1];
     const size_t ks[] = {1, 3};
