@@ -122,8 +122,8 @@ inline void psr_lp_tau_sorted(float bv, uint bi, uint top_n, uint lid, __local f
  * below the row's filter threshold `cut` (-inf: no filter). */
 inline float psr_lp_value(float x, bool divide, float t, float r, float cut)
 {
-    float v = divide ? psr_scale(x, t, r) : x; /* NaN stays NaN, and fails the test: */
-    return v >= cut ? v : -INFINITY;
+    float v = divide ? psr_scale(x, t, r) : x; /* NaN stays NaN */
+    return v >= cut ? v : -INFINITY;           /* and fails this test */
 }
 
 inline float4 psr_lp_values(float4 x, bool divide, float t, float r, float cut)
