@@ -3,14 +3,34 @@
  * OpenCL 1.2 orders nothing between work-groups except through atomics, so
  * data one group leaves for another is stored with atomics (psr_publish),
  * which go to the device-wide level of the memory, and read through
- * volatile pointers, which go past any per-unit cache; a group fences its
- * stores before it counts itself done.
+ * volatile pointers or atomics (psr_read_published), which go past any
+ * per-unit cache; a group fences its stores before it counts itself done.
  */
 
 /* A store for another group to read. */
 inline void psr_publish(__global uint *at, uint v)
 {
     atomic_xchg(at, v);
+}
+
+/* A value another group published, read by an atomic that changes
+ * nothing: a work-item's atomics are in flight together, where NVIDIA
+ * waits for each volatile load before the next. */
+inline uint psr_read_published(__global const uint *at)
+{
+    return atomic_or((__global uint *)at, 0u);
+}
+
+/* psr_last_group for one work-item per group (the one that published the
+ * group's results): true in the last of `groups` to get here. */
+inline bool psr_last_arrival(__global uint *done, uint groups)
+{
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    if (atomic_inc(done) != groups - 1)
+        return false;
+    atomic_xchg(done, 0);
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    return true;
 }
 
 /* Called by every work-item once the group's stores are issued: true in

@@ -4,7 +4,10 @@
  *
  * Three launches:
  *  psr_verify_stats     per (row, super-block): the target row's argmax and
- *                       log-sum-exp partials, and those of the draft row;
+ *                       log-sum-exp partials, and those of the draft row,
+ *                       rows in order of their draft slot; a row's last
+ *                       group decides its draft, and a recorded rejection
+ *                       lets the request's later rows skip their tokens;
  *                       group 0 also checks the device-side inputs.
  *  psr_verify_sample    per (request, chunk): walks the request's drafts
  *                       from the partials, then samples the residual or
@@ -175,63 +178,210 @@ inline void psr_verify_check(uint lid, uint rows, uint requests, uint vocab, __g
         *status = *flags;
 }
 
+/* Partial `at` of the statistics; `published` reads one that another
+ * group of the running launch published (groups.cl), else a plain load
+ * (partials of an earlier launch). */
+inline float2 psr_lse_partial(__global const float2 *lse, ulong at, bool published)
+{
+    if (!published)
+        return lse[at];
+    __global const uint *w = (__global const uint *)(lse + at);
+    return (float2)(as_float(psr_read_published(w)), as_float(psr_read_published(w + 1)));
+}
+
+/* A row's log-sum-exp from its super-blocks' (max, sum): M the largest
+ * max, then sum_i s_i exp(m_i - M) added in order of i. The exps are
+ * independent, so the walk waits for one, not one per super-block. */
+inline float psr_row_lse_of(__global const float2 *lse, uint row, uint nsb, bool published)
+{
+    ulong at = (ulong)row * nsb;
+    float big = -INFINITY;
+    for (uint sb = 0; sb < nsb; sb++)
+        big = fmax(big, psr_lse_partial(lse, at + sb, published).x);
+    if (isinf(big))
+        return big; /* no finite logit, or an infinite one */
+    float sum = 0.0f;
+    for (uint sb = 0; sb < nsb; sb++) {
+        float2 p = psr_lse_partial(lse, at + sb, published);
+        sum += p.y * psr_lse_term(p.x, big);
+    }
+    return big + psr_det_log(sum);
+}
+
+inline float psr_row_lse(__global const float2 *lse, uint row, uint nsb)
+{
+    return psr_row_lse_of(lse, row, nsb, false);
+}
+
+inline uint psr_row_argmax(__global const float *best, __global const uint *best_i, uint row, uint nsb,
+                           bool published)
+{
+    float bv = -INFINITY;
+    uint bi = 0xffffffffu;
+    for (uint sb = 0; sb < nsb; sb++) {
+        ulong at = (ulong)row * nsb + sb;
+        float v = published ? as_float(psr_read_published((__global const uint *)(best + at))) : best[at];
+        uint i = published ? psr_read_published(best_i + at) : best_i[at];
+        if (sb == 0 || psr_better(v, i, bv, bi)) {
+            bv = v;
+            bi = i;
+        }
+    }
+    return bi;
+}
+
+/* Is draft j of request req accepted? `published` as psr_lse_partial. */
+inline bool psr_accept(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                       uint vocab, uint nsb, uint req, uint j, uint row, bool greedy, float t, float r,
+                       long seed, __global const long *positions, __global const int *draft_tokens,
+                       __global const float *draft_cache, uint cache_k, __global const float2 *t_lse,
+                       __global const float *t_best, __global const uint *t_best_i,
+                       __global const float2 *q_lse, bool published, float *lse_p, float *lse_q)
+{
+    int d = draft_tokens[row];
+    if (d < 0 || d >= (int)vocab)
+        return false; /* a placeholder (or a bad id: nothing is written then) */
+    if (greedy)
+        return (uint)d == psr_row_argmax(t_best, t_best_i, row, nsb, published);
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
+    *lse_p = psr_row_lse_of(t_lse, row, nsb, published);
+    float tl = psr_scaled(psr_load_logit(src, (ulong)d), t, r) - *lse_p;
+    float dl = 0.0f;
+    if (draft_cache) {
+        float y = psr_cache_row(draft_cache, req, cache_k, j, vocab)[d];
+        *lse_q = psr_row_lse_of(q_lse, row, nsb, published);
+        dl = psr_scaled(y, t, r) - *lse_q;
+    }
+    float u = psr_u32(psr_row_key((ulong)seed, (ulong)positions[row]));
+    return tl > psr_det_log(u) + dl;
+}
+
+/* The first rejected draft of each request that the statistics found,
+ * for later rows to skip: a word per request, (epoch << 12) | (4095 - j),
+ * so the largest is the earliest rejection of this launch and words of
+ * earlier launches (other epochs) read as none. */
+#define PSR_NO_REJECTION 0xffffffffu
+#define PSR_REJECT_BITS 12
+
+inline uint psr_known_rejection(__global const uint *rejected, uint req, uint epoch)
+{
+    uint w = *(volatile __global const uint *)(rejected + req);
+    uint last = (1u << PSR_REJECT_BITS) - 1;
+#ifdef PSR_TEST_ANY_EPOCH
+    epoch = w >> PSR_REJECT_BITS; /* tests only: a control that reads other launches' words */
+#endif
+    return w >> PSR_REJECT_BITS == epoch ? last - (w & last) : PSR_NO_REJECTION;
+}
+
+inline void psr_record_rejection(__global uint *rejected, uint req, uint epoch, uint j)
+{
+    uint last = (1u << PSR_REJECT_BITS) - 1;
+    if (j < last) /* later drafts are not recorded: their rows are computed */
+        atomic_max(rejected + req, epoch << PSR_REJECT_BITS | (last - j));
+}
+
+/* Work-item 0 of each group of a draft row, once the group's partial is
+ * published: counts the group, and the row's last group decides the draft
+ * and records a rejection. Everything is read again after the fence
+ * rather than held across the token loop, which would cost registers. */
+inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                          uint vocab, uint nsb, __global const int *row_req, __global const int *cu,
+                          __global const int *order, __global const float *temperatures,
+                          __global const long *seeds, uint greedy_all,
+                          __global const float *draft_cache, uint cache_k,
+                          __global const int *draft_tokens, __global const long *positions,
+                          __global const float2 *t_lse, __global const float *t_best,
+                          __global const uint *t_best_i, __global const float2 *q_lse,
+                          __global uint *done, __global uint *rejected, uint epoch)
+{
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    uint row = (uint)order[get_group_id(0) / (draft_cache ? 2 * nsb : nsb)];
+    uint req = (uint)row_req[row];
+    if (row + 1 >= (uint)cu[req + 1])
+        return; /* a greedy request's bonus row: nothing to decide */
+    float t = temperatures[req];
+    bool scale = !greedy_all && isnormal(t) && t > 0.0f;
+    if (!psr_last_arrival(done + row, draft_cache && scale ? 2 * nsb : nsb))
+        return;
+    float r = scale ? psr_temp_recip(t) : 1.0f;
+    uint slot = row - (uint)cu[req];
+    float lse_p, lse_q;
+    if (!psr_accept(logits, logits_offset, row_stride, vocab, nsb, req, slot, row, !scale, t, r,
+                    seeds[req], positions, draft_tokens, draft_cache, cache_k, t_lse, t_best,
+                    t_best_i, q_lse, true, &lse_p, &lse_q))
+        psr_record_rejection(rejected, req, epoch, slot);
+}
+
 /* One group per (row, super-block) of the target logits: for a greedy
  * request the argmax partial, else the log-sum-exp partial of logits / T
- * (neither needs the other); then, with a draft cache, one group per
- * (draft row, super-block) for the draft's log-sum-exp. Each work-item
- * loads all its tokens first (independent loads), then finds its lanes'
- * max and sums their exps from registers; the group merges the lanes. */
+ * (neither needs the other); with a draft cache, one per (draft row,
+ * super-block) of the draft logits beside them. Each work-item loads all
+ * its tokens first (independent loads), then finds its lanes' max and sums
+ * their exps from registers; the group merges the lanes.
+ *
+ * Rows come in the order of `order`: every request's first row, then every
+ * second row, and so on. The last group of a draft row decides the draft
+ * from the row's published partials, exactly as the walk will, and records
+ * a rejection; groups of the request's later rows that start after it skip
+ * their tokens, since the walk stops at the first rejection and never
+ * reads them. Which groups skip depends on timing, the tokens do not.
+ * With `decide` 0 (launches of about a wave, where every row starts before
+ * any decision) no group counts, decides or skips. */
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
 void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                       uint vocab, uint rows, uint requests, uint nsb, __global const int *row_req,
-                      __global const int *cu, __global const float *temperatures, uint greedy_all,
+                      __global const int *cu, __global const int *order,
+                      __global const float *temperatures, __global const long *seeds, uint greedy_all,
                       __global const float *draft_cache, uint cache_k, __global const int *draft_tokens,
                       __global const long *positions, __global float2 *t_lse, __global float *t_best,
-                      __global uint *t_best_i, __global float2 *q_lse, __global uint *status)
+                      __global uint *t_best_i, __global float2 *q_lse, __global uint *done,
+                      __global uint *rejected, uint epoch, uint decide, __global uint *status)
 {
     __local float lm[PSR_LANES], ls[PSR_LANES];
     __local float lbv[PSR_VWG];
     __local uint lbi[PSR_VWG];
     __local uint lflags;
     uint lid = get_local_id(0);
-    uint g = get_group_id(0);
-    bool is_draft = g >= rows * nsb;
-    if (is_draft)
-        g -= rows * nsb;
-    uint row = g / nsb;
-    uint sb = g % nsb;
+    uint per_row = draft_cache ? 2 * nsb : nsb;
+    uint h = get_group_id(0) % per_row;
+    bool is_draft = h >= nsb;
+    uint sb = is_draft ? h - nsb : h;
+    uint row = (uint)order[get_group_id(0) / per_row];
     if (get_group_id(0) == 0)
         psr_verify_check(lid, rows, requests, vocab, row_req, cu, draft_tokens, positions,
                          temperatures, status, &lflags);
 
-    int req = row_req[row];
+    uint req = (uint)row_req[row];
     float t = temperatures[req];
     bool scale = !greedy_all && isnormal(t) && t > 0.0f;
     bool divide = scale && t != 1.0f; /* x / 1 is x: skip the division */
     float r = scale ? psr_temp_recip(t) : 1.0f;
+    uint slot = row - (uint)cu[req]; /* draft `slot` of the request */
     bool draft_row = row + 1 < (uint)cu[req + 1];
+    if (!draft_row && scale)
+        return; /* a bonus row is sampled without its log-sum-exp */
     if (is_draft && !(draft_cache && draft_row && scale))
         return; /* uniform across the group */
+    /* Read per work-item: a group may split, each part's loop simply ends. */
+    bool skip = decide && psr_known_rejection(rejected, req, epoch) < slot;
     uint base = sb * PSR_SB;
     bool full = base + PSR_SB <= vocab;
     ulong at = (ulong)row * nsb + sb;
 
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
-    __global const float *q = is_draft ? psr_cache_row(draft_cache, (uint)req, cache_k,
-                                                       row - (uint)cu[req], vocab)
-                                       : 0;
+    __global const float *q = is_draft ? psr_cache_row(draft_cache, req, cache_k, slot, vocab) : 0;
     bool aligned = is_draft ? ((size_t)q & 15) == 0
                             : ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     uint steps[PSR_LPT];
-    for (uint j = 0; j < PSR_LPT; j++)
-        steps[j] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + j * PSR_VWG), vocab);
+    for (uint l = 0; l < PSR_LPT; l++)
+        steps[l] = skip ? 0u : full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
 #if PSR_LPT == 1
     /* GPUs: one lane per work-item, its 16 steps held in registers. Every
      * load is issued first, none waiting on another, so the memory system
      * sees all of a work-item's requests at once. */
     float4 v[PSR_SB_STEPS];
     uint first = base + 4 * lid;
-    if (full && aligned) {
+    if (full && aligned && !skip) {
 #pragma unroll
         for (uint k = 0; k < PSR_SB_STEPS; k++) {
             uint i = first + k * 4 * PSR_LANES;
@@ -257,9 +407,9 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
             uint i = first + k * 4 * PSR_LANES;
             float4 x = v[k];
 #else
-        for (uint j = 0; j < PSR_LPT; j++)
-        for (uint k = 0; k < steps[j]; k++) {
-            uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
+        for (uint l = 0; l < PSR_LPT; l++)
+        for (uint k = 0; k < steps[l]; k++) {
+            uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
             float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
 #endif
             if (psr_better(x.s0, i, bv, bi))
@@ -281,86 +431,58 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
             }
         }
         if (lid == 0) {
-            t_best[at] = lbv[0];
-            t_best_i[at] = lbi[0];
+            psr_publish((__global uint *)(t_best + at), as_uint(lbv[0]));
+            psr_publish(t_best_i + at, lbi[0]);
         }
-        return;
-    }
-
-    /* Each lane's max of logits / T, then its exp sums against it. */
+    } else {
+        /* Each lane's max of logits / T, then its exp sums against it. */
 #if PSR_LPT == 1
-    float wm = -INFINITY;
-#pragma unroll
-    for (uint k = 0; k < PSR_SB_STEPS; k++) {
-        if (k >= steps[0])
-            break; /* the rest of the lane is past the row */
-        if (divide)
-            v[k] = psr_scaled4(v[k], t, r);
-        wm = fmax(wm, psr_max4(v[k]));
-    }
-    float4 lane = (float4)(0.0f);
-#pragma unroll
-    for (uint k = 0; k < PSR_SB_STEPS; k++)
-        if (k < steps[0])
-            lane += psr_exp_terms(v[k], wm);
-    lm[lid] = wm;
-    ls[lid] = psr_lane_sum(lane);
-#else
-    for (uint j = 0; j < PSR_LPT; j++) {
         float wm = -INFINITY;
-        for (uint k = 0; k < steps[j]; k++) {
-            uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
-            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-            wm = fmax(wm, psr_max4(divide ? psr_scaled4(x, t, r) : x));
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
+            if (k >= steps[0])
+                break; /* the rest of the lane is past the row */
+            if (divide)
+                v[k] = psr_scaled4(v[k], t, r);
+            wm = fmax(wm, psr_max4(v[k]));
         }
         float4 lane = (float4)(0.0f);
-        for (uint k = 0; k < steps[j]; k++) {
-            uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
-            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-            lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, wm);
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++)
+            if (k < steps[0])
+                lane += psr_exp_terms(v[k], wm);
+        lm[lid] = wm;
+        ls[lid] = psr_lane_sum(lane);
+#else
+        for (uint l = 0; l < PSR_LPT; l++) {
+            float wm = -INFINITY;
+            for (uint k = 0; k < steps[l]; k++) {
+                uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
+                float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+                wm = fmax(wm, psr_max4(divide ? psr_scaled4(x, t, r) : x));
+            }
+            float4 lane = (float4)(0.0f);
+            for (uint k = 0; k < steps[l]; k++) {
+                uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
+                float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+                lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, wm);
+            }
+            lm[lid + l * PSR_VWG] = wm;
+            ls[lid + l * PSR_VWG] = psr_lane_sum(lane);
         }
-        lm[lid + j * PSR_VWG] = wm;
-        ls[lid + j * PSR_VWG] = psr_lane_sum(lane);
-    }
 #endif
-    float2 part = psr_lse_tree(lid, lm, ls);
-    if (lid == 0) {
-        if (is_draft)
-            q_lse[at] = part;
-        else
-            t_lse[at] = part;
-    }
-}
-
-/* A row's log-sum-exp from its super-blocks' (max, sum): M the largest
- * max, then sum_i s_i exp(m_i - M) added in order of i. The exps are
- * independent, so the walk waits for one, not one per super-block. */
-inline float psr_row_lse(__global const float2 *lse, uint row, uint nsb)
-{
-    __global const float2 *a = lse + (ulong)row * nsb;
-    float big = -INFINITY;
-    for (uint sb = 0; sb < nsb; sb++)
-        big = fmax(big, a[sb].x);
-    if (isinf(big))
-        return big; /* no finite logit, or an infinite one */
-    float sum = 0.0f;
-    for (uint sb = 0; sb < nsb; sb++)
-        sum += a[sb].y * psr_lse_term(a[sb].x, big);
-    return big + psr_det_log(sum);
-}
-
-inline uint psr_row_argmax(__global const float *best, __global const uint *best_i, uint row, uint nsb)
-{
-    float bv = best[(ulong)row * nsb];
-    uint bi = best_i[(ulong)row * nsb];
-    for (uint sb = 1; sb < nsb; sb++) {
-        ulong at = (ulong)row * nsb + sb;
-        if (psr_better(best[at], best_i[at], bv, bi)) {
-            bv = best[at];
-            bi = best_i[at];
+        float2 part = psr_lse_tree(lid, lm, ls);
+        if (lid == 0) {
+            __global uint *w = (__global uint *)((is_draft ? q_lse : t_lse) + at);
+            psr_publish(w, as_uint(part.x));
+            psr_publish(w + 1, as_uint(part.y));
         }
     }
-    return bi;
+
+    if (lid == 0 && decide)
+        psr_count_row(logits, logits_offset, row_stride, vocab, nsb, row_req, cu, order, temperatures,
+                      seeds, greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
+                      t_best_i, q_lse, done, rejected, epoch);
 }
 
 /* The residual of one rejected row: log max(p - q, 0) + g. */
@@ -416,32 +538,6 @@ typedef struct psr_walk {
     int mode;     /* 0 known, 1 residual, 2 bonus */
     uint row;     /* the row sampled */
 } psr_walk;
-
-/* Is draft j of request req accepted? */
-inline bool psr_accept(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                       uint vocab, uint nsb, uint req, uint j, uint row, bool greedy, float t, float r,
-                       long seed, __global const long *positions, __global const int *draft_tokens,
-                       __global const float *draft_cache, uint cache_k, __global const float2 *t_lse,
-                       __global const float *t_best, __global const uint *t_best_i,
-                       __global const float2 *q_lse, float *lse_p, float *lse_q)
-{
-    int d = draft_tokens[row];
-    if (d < 0 || d >= (int)vocab)
-        return false; /* a placeholder (or a bad id: nothing is written then) */
-    if (greedy)
-        return (uint)d == psr_row_argmax(t_best, t_best_i, row, nsb);
-    __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
-    *lse_p = psr_row_lse(t_lse, row, nsb);
-    float tl = psr_scaled(psr_load_logit(src, (ulong)d), t, r) - *lse_p;
-    float dl = 0.0f;
-    if (draft_cache) {
-        float y = psr_cache_row(draft_cache, req, cache_k, j, vocab)[d];
-        *lse_q = psr_row_lse(q_lse, row, nsb);
-        dl = psr_scaled(y, t, r) - *lse_q;
-    }
-    float u = psr_u32(psr_row_key((ulong)seed, (ulong)positions[row]));
-    return tl > psr_det_log(u) + dl;
-}
 
 /* Writes request req's output row: accepted drafts, the token, then -1. */
 inline void psr_write_output(uint req, const psr_walk *walk, int token, uint lid, uint cols,
@@ -517,7 +613,7 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         float lse_p = NAN, lse_q = NAN;
         if (!psr_accept(logits, logits_offset, row_stride, vocab, nsb, req, j, first_row + j, greedy, t,
                         r, seed, positions, draft_tokens, draft_cache, cache_k, t_lse, t_best,
-                        t_best_i, q_lse, &lse_p, &lse_q))
+                        t_best_i, q_lse, false, &lse_p, &lse_q))
             atomic_min(&first_reject, (int)j);
         if (j < PSR_WG_SIZE) { /* kept for the residual (recomputed past the group) */
             lwalk_lse[2 * j] = lse_p;
@@ -530,7 +626,7 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         lwalk.row = first_row + (uint)first_reject;
         lwalk.mode = greedy || bad ? 0 : first_reject + 1 < (int)n ? 1 : 2;
         /* Only greedy requests have argmax partials (and bad input writes nothing). */
-        lwalk.token = greedy && !bad ? (int)psr_row_argmax(t_best, t_best_i, lwalk.row, nsb) : -1;
+        lwalk.token = greedy && !bad ? (int)psr_row_argmax(t_best, t_best_i, lwalk.row, nsb, false) : -1;
         /* A rejected draft's log-sum-exps, computed by the walk when its
          * accept test got that far (a -1 draft or a bad id did not). */
         bool have = first_reject < PSR_WG_SIZE && !isnan(lwalk_lse[2 * first_reject]);

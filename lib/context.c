@@ -115,19 +115,22 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
         ctx->tuning.vector_width = (unsigned)atoi(vector);
     if (min_steps && atoi(min_steps) >= 1 && atoi(min_steps) <= 64)
         ctx->tuning.min_steps = (unsigned)atoi(min_steps);
+    const char *skip = getenv("PSR_TUNE_VERIFY_SKIP");
+    if (skip && atoi(skip) >= 0)
+        ctx->tuning.verify_skip_groups = (size_t)atoi(skip);
     if (extra && psr_strlcpy(ctx->tuning.extra_options, extra, sizeof ctx->tuning.extra_options) >=
                      sizeof ctx->tuning.extra_options) {
         psr_log(ctx, PSR_LOG_WARNING, "PSR_TUNE_BUILD_OPTIONS is longer than %zu bytes: ignored",
                 sizeof ctx->tuning.extra_options - 1);
         ctx->tuning.extra_options[0] = '\0';
     }
-    if (wg || resident || mulhi || extra || vector || min_steps || ctx->tuning.two_pass)
+    if (wg || resident || mulhi || extra || vector || min_steps || skip || ctx->tuning.two_pass)
         psr_log(ctx, PSR_LOG_INFO,
                 "tuning from the environment: work-group %zu, resident %zu, mul_hi %d, two-pass %d, "
-                "vector lanes %u, min steps %u, extra options \"%s\"",
+                "vector lanes %u, min steps %u, verify skip above %zu groups, extra options \"%s\"",
                 ctx->tuning.work_group_size, ctx->tuning.resident_per_unit, ctx->tuning.mulhi,
                 ctx->tuning.two_pass, ctx->tuning.vector_width, ctx->tuning.min_steps,
-                ctx->tuning.extra_options);
+                ctx->tuning.verify_skip_groups, ctx->tuning.extra_options);
     setup_disk_cache(ctx, o);
     return PSR_OK;
 }
@@ -297,13 +300,13 @@ void psr_context_free(psr_context *ctx)
     for (int i = 0; i < 4; i++)
         if (filter[i]->buffer)
             clReleaseMemObject(filter[i]->buffer);
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 8; i++)
         if (ctx->verify[i].buffer)
             clReleaseMemObject(ctx->verify[i].buffer);
     for (int i = 0; i < 4; i++)
         if (ctx->logprobs[i].buffer)
             clReleaseMemObject(ctx->logprobs[i].buffer);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         if (ctx->verify_layout[i])
             clReleaseMemObject(ctx->verify_layout[i]);
     free(ctx->verify_cu);
@@ -386,7 +389,7 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
     *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->row_words.bytes +
              ctx->filter_cut.bytes + ctx->filter_state.bytes + ctx->filter_hist.bytes +
              ctx->filter_cand.bytes;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 8; i++)
         *bytes += ctx->verify[i].bytes;
     for (int i = 0; i < 4; i++)
         *bytes += ctx->logprobs[i].bytes;

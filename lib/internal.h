@@ -9,6 +9,10 @@
 
 #define PSR_ERROR_MAX 1024
 #define PSR_PATH_MAX 512
+/* psr_verify's launches are numbered 1 .. PSR_VERIFY_EPOCHS - 1 and then
+ * again: the statistics kernel's rejection words keep the number in their
+ * top 20 bits (cl/verify.cl, PSR_REJECT_BITS). */
+#define PSR_VERIFY_EPOCHS (1u << 20)
 
 /* ---- errors and logging (status.c) ---- */
 
@@ -78,6 +82,8 @@ typedef struct psr_tuning {
     unsigned min_steps;        /* steps of tokens a sampling work-group takes at least (2; PSR_TUNE_MIN_STEPS) */
     unsigned vector_width;     /* lanes per work-item of the sampler's vector path (cl/vecmath.cl); 0: off */
     bool lp_segment_tau;       /* logprobs: the segment bound before the exact one (cl/logprobs.cl) */
+    size_t verify_skip_groups; /* psr_verify skips rows past a recorded rejection when its statistics
+                                  take more groups than this (PSR_TUNE_VERIFY_SKIP) */
     char extra_options[256];   /* appended to every build (PSR_TUNE_BUILD_OPTIONS), or "" */
 } psr_tuning;
 
@@ -274,11 +280,12 @@ struct psr_context {
     psr_scratch filter_hist;  /* per row: 12-bit histogram (counts or masses); zero between launches */
     psr_scratch filter_cand;  /* per row: candidate keys for the exact search */
     bool filter_dirty;        /* a filter launch was cut short: clear the state first */
-    psr_scratch verify[6];  /* psr_verify's per-row statistics, walks and status (verify.c) */
+    psr_scratch verify[8];  /* psr_verify's per-row statistics, walks, status and skip state (verify.c) */
     psr_scratch logprobs[4]; /* psr_logprobs' per-block partials (logprobs.c) */
-    cl_mem verify_layout[2]; /* the last cu and row-to-request map uploaded, and */
+    cl_mem verify_layout[3]; /* the last cu, row-to-request map and row order uploaded, and */
     int32_t *verify_cu;      /* a host copy of that cu, to reuse them when it repeats */
     size_t verify_requests;
+    uint32_t verify_epoch; /* psr_verify's launch count, below PSR_VERIFY_EPOCHS (verify.c) */
 
     psr_fp64_policy fp64_policy;
     bool fp64_fallback_said;     /* the log has said once that fp64 became wide */

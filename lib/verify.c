@@ -10,7 +10,8 @@
 #define VERIFY_LANES 256u  /* largest work-group of psr_verify_stats */
 
 /* ctx->verify[] scratch. */
-enum { T_LSE, T_BEST, T_BEST_I, Q_LSE, WALKS, STATUS };
+enum { T_LSE, T_BEST, T_BEST_I, Q_LSE, WALKS, STATUS, DONE, REJECTED, VERIFY_SCRATCH };
+
 
 void psr_verify_args_init(psr_verify_args *args)
 {
@@ -127,9 +128,11 @@ static psr_status check_args(psr_context *ctx, const psr_verify_args *a, unsigne
     return st;
 }
 
-/* Uploads cu and the row-to-request map, or reuses the last upload when
- * cu is the same (steady decoding repeats its layout). The buffers are
- * never written after creation, so reuse is safe while kernels run. */
+/* Uploads cu, the row-to-request map and the statistics' row order (each
+ * request's first row, then each request's second, ...), or reuses the
+ * last upload when cu is the same (steady decoding repeats its layout).
+ * The buffers are never written after creation, so reuse is safe while
+ * kernels run. */
 static psr_status upload_layout(psr_context *ctx, const psr_verify_args *a)
 {
     size_t cu_bytes = (a->requests + 1) * sizeof(int32_t);
@@ -138,30 +141,40 @@ static psr_status upload_layout(psr_context *ctx, const psr_verify_args *a)
         return PSR_OK;
     int32_t *cu = malloc(cu_bytes);
     int32_t *row_req = malloc(a->rows * sizeof *row_req);
-    if (!cu || !row_req) {
+    int32_t *order = malloc(a->rows * sizeof *order);
+    if (!cu || !row_req || !order) {
         free(cu);
         free(row_req);
+        free(order);
         return psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "psr_verify: out of memory");
     }
     memcpy(cu, a->cu, cu_bytes);
     for (size_t r = 0; r < a->requests; r++)
         for (int32_t row = cu[r]; row < cu[r + 1]; row++)
             row_req[row] = (int32_t)r;
-    cl_int err;
+    size_t placed = 0;
+    for (int32_t slot = 0; placed < a->rows; slot++)
+        for (size_t r = 0; r < a->requests; r++)
+            if (slot < cu[r + 1] - cu[r])
+                order[placed++] = cu[r] + slot;
+    cl_int err = CL_SUCCESS;
     const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
-    cl_mem bufs[2] = {NULL, NULL};
-    bufs[0] = clCreateBuffer(ctx->cl_ctx, in, cu_bytes, cu, &err);
-    if (err == CL_SUCCESS)
-        bufs[1] = clCreateBuffer(ctx->cl_ctx, in, a->rows * sizeof *row_req, row_req, &err);
+    cl_mem bufs[3] = {NULL, NULL, NULL};
+    void *host[3] = {cu, row_req, order};
+    size_t bytes[3] = {cu_bytes, a->rows * sizeof *row_req, a->rows * sizeof *order};
+    for (int i = 0; i < 3 && err == CL_SUCCESS; i++)
+        bufs[i] = clCreateBuffer(ctx->cl_ctx, in, bytes[i], host[i], &err);
     free(row_req);
+    free(order);
     if (err != CL_SUCCESS) {
-        if (bufs[0])
-            clReleaseMemObject(bufs[0]);
+        for (int i = 0; i < 3; i++)
+            if (bufs[i])
+                clReleaseMemObject(bufs[i]);
         free(cu);
         return psr_fail(ctx, PSR_ERR_OPENCL, "psr_verify: uploading args->cu failed: %s (%d)",
                         psr_cl_error_name(err), err);
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         if (ctx->verify_layout[i])
             clReleaseMemObject(ctx->verify_layout[i]);
         ctx->verify_layout[i] = bufs[i];
@@ -169,6 +182,24 @@ static psr_status upload_layout(psr_context *ctx, const psr_verify_args *a)
     free(ctx->verify_cu);
     ctx->verify_cu = cu;
     ctx->verify_requests = a->requests;
+    return PSR_OK;
+}
+
+/* The statistics kernel's launch number (cl/verify.cl's rejection words):
+ * when it would leave 20 bits, the words are cleared and it starts over. */
+static psr_status next_epoch(psr_context *ctx)
+{
+    if (++ctx->verify_epoch < PSR_VERIFY_EPOCHS)
+        return PSR_OK;
+    ctx->verify_epoch = 1;
+    cl_uint zero = 0;
+    cl_int err = clEnqueueFillBuffer(ctx->queue, ctx->verify[REJECTED].buffer, &zero, sizeof zero, 0,
+                                     ctx->verify[REJECTED].bytes, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        ctx->verify_epoch = PSR_VERIFY_EPOCHS - 1; /* clear again next time */
+        return psr_fail(ctx, PSR_ERR_OPENCL, "psr_verify: clearing the rejection words failed: %s (%d)",
+                        psr_cl_error_name(err), err);
+    }
     return PSR_OK;
 }
 
@@ -220,8 +251,10 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     size_t acc = v.fp64 ? sizeof(cl_double) : sizeof(cl_float);
     size_t parts = a->requests * groups;
     size_t stat_n = a->rows * nsb;
-    const size_t need[6] = {stat_n * 8, stat_n * 4, stat_n * 4, stat_n * 8, a->requests * 16, 4};
-    for (int i = 0; i < 6 && st == PSR_OK; i++)
+    const size_t need[VERIFY_SCRATCH] = {stat_n * 8, stat_n * 4,       stat_n * 4,
+                                         stat_n * 8, a->requests * 16, 4,
+                                         a->rows * 4, a->requests * 4};
+    for (int i = 0; i < VERIFY_SCRATCH && st == PSR_OK; i++)
         st = psr_scratch_reserve(ctx, &ctx->verify[i], need[i]);
     cl_mem row_words = NULL, part_value = NULL, part_index = NULL;
     if (st == PSR_OK && one_pass) {
@@ -238,10 +271,16 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     }
     if (st == PSR_OK)
         st = upload_layout(ctx, a);
+    if (st == PSR_OK)
+        st = next_epoch(ctx);
     if (st != PSR_OK)
         return st;
 
-    cl_mem cu = ctx->verify_layout[0], row_req = ctx->verify_layout[1];
+    cl_mem cu = ctx->verify_layout[0], row_req = ctx->verify_layout[1], order = ctx->verify_layout[2];
+    cl_mem done = ctx->verify[DONE].buffer, rejected = ctx->verify[REJECTED].buffer;
+    cl_uint epoch = ctx->verify_epoch;
+    size_t stats_groups = a->draft_cache ? 2 * stat_n : stat_n;
+    cl_uint decide = stats_groups > ctx->tuning.verify_skip_groups;
     cl_mem t_lse = ctx->verify[T_LSE].buffer, t_best = ctx->verify[T_BEST].buffer;
     cl_mem t_best_i = ctx->verify[T_BEST_I].buffer, q_lse = ctx->verify[Q_LSE].buffer;
     cl_mem walks = ctx->verify[WALKS].buffer, status = ctx->verify[STATUS].buffer;
@@ -253,18 +292,20 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     cl_uint tokens64 = a->tokens_dtype == PSR_TOKENS_I64;
     const size_t ms = sizeof(cl_mem);
 
-    const size_t ssizes[] = {ms, 8, 8, 4, 4, 4, 4, ms, ms, ms, 4, ms, 4, ms, ms, ms, ms, ms, ms, ms};
-    const void *svalues[] = {&a->target_logits, &offset,      &stride,         &vocab,
-                             &rows,             &requests,    &nsb,            &row_req,
-                             &cu,               &a->temperatures, &greedy_all, &a->draft_cache,
-                             &cache_k,          &a->draft_tokens, &a->positions, &t_lse,
-                             &t_best,           &t_best_i,    &q_lse,          &status};
-    st = psr_set_kernel_args(ctx, stats, "psr_verify_stats", 20, ssizes, svalues);
+    const size_t ssizes[] = {ms, 8,  8,  4,  4,  4,  4,  ms, ms, ms, ms, ms, 4,
+                             ms, 4,  ms, ms, ms, ms, ms, ms, ms, ms, 4,  4, ms};
+    const void *svalues[] = {&a->target_logits, &offset,      &stride,          &vocab,
+                             &rows,             &requests,    &nsb,             &row_req,
+                             &cu,               &order,       &a->temperatures, &a->seeds,
+                             &greedy_all,       &a->draft_cache, &cache_k,      &a->draft_tokens,
+                             &a->positions,     &t_lse,       &t_best,          &t_best_i,
+                             &q_lse,            &done,        &rejected,        &epoch,
+                             &decide,           &status};
+    st = psr_set_kernel_args(ctx, stats, "psr_verify_stats", 26, ssizes, svalues);
     size_t stats_local = ctx->tuning.work_group_size < VERIFY_LANES ? ctx->tuning.work_group_size
                                                                     : VERIFY_LANES;
     if (st == PSR_OK)
-        st = psr_enqueue_groups(ctx, stats, "psr_verify_stats", a->draft_cache ? 2 * stat_n : stat_n,
-                                stats_local,
+        st = psr_enqueue_groups(ctx, stats, "psr_verify_stats", stats_groups, stats_local,
                                 a->num_events_in_wait_list, a->event_wait_list, first);
     if (st != PSR_OK)
         return st;

@@ -21,6 +21,10 @@ static int setup(void **state)
     test_seed(2718);
     long_run = getenv("PSR_TEST_LONG") && strcmp(getenv("PSR_TEST_LONG"), "1") == 0;
     ctx = open_context(getenv("PSR_CACHE_DIR"));
+    /* Every launch decides drafts in the statistics and skips rows past a
+     * rejection, however small (by default only launches of more than
+     * about a wave do); test_skip_records_per_launch also runs without. */
+    ctx->tuning.verify_skip_groups = 0;
     psr_device_info info;
     psr_context_device_info(ctx, &info);
     has_fp64 = info.capabilities & PSR_CAP_FP64;
@@ -367,6 +371,58 @@ static void test_residual_pruning(void **state)
     if (control_bad == 0)
         fail_msg("%s", "the control's floor changed no token: the pruning test cannot fail");
     free_case(&c);
+    psr_context_free(control);
+}
+
+/* The statistics of a request's later rows are skipped once its
+ * rejection is recorded for the launch (cl/verify.cl). One call's records
+ * must not reach the next: call A rejects every request's first draft (a
+ * -1 placeholder), and call B, on other logits, accepts every draft (the
+ * draft distribution is the target's), so a record left from A would make
+ * B skip rows its walk reads. B is also the call at which the launch count
+ * starts again. The control reads records of any launch and must get B
+ * wrong, or this test could not fail. */
+static void test_skip_records_per_launch(void **state)
+{
+    (void)state;
+    const vrun prob = {PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_F32, NULL};
+    vcase a = make_case(48, 3000, 6, true);
+    for (size_t r = 0; r < a.requests; r++)
+        a.drafts[a.cu[r]] = -1;
+    vcase b = make_case(48, 3000, 6, true);
+    for (size_t r = 0; r < b.requests; r++) {
+        b.temps[r] = 1.0f;
+        for (int32_t row = b.cu[r]; row < b.cu[r + 1]; row++) {
+            float *x = b.target + (size_t)row * b.vocab;
+            for (size_t i = 0; i < b.vocab; i++)
+                x[i] = 3.0f * normal();
+            b.drafts[row] = host_argmax(x, b.vocab);
+            if (row + 1 < b.cu[r + 1])
+                memcpy(b.cache + (r * b.cache_k + (size_t)(row - b.cu[r])) * b.vocab, x, b.vocab * 4);
+        }
+    }
+    ctx->verify_epoch = PSR_VERIFY_EPOCHS - 2; /* A runs at the last number, B at the first */
+    check_against_oracle(&a, &prob);
+    assert_int_equal(check_against_oracle(&b, &prob), b.rows - b.requests);
+    assert_int_equal(ctx->verify_epoch, 1);
+    ctx->tuning.verify_skip_groups = SIZE_MAX; /* nothing decided, skipped or counted */
+    check_against_oracle(&a, &prob);
+    check_against_oracle(&b, &prob);
+    ctx->tuning.verify_skip_groups = 0;
+
+    psr_context *control = open_control("-DPSR_TEST_ANY_EPOCH");
+    control->tuning.verify_skip_groups = 0;
+    psr_context *saved = ctx;
+    ctx = control;
+    check_against_oracle(&a, &prob);
+    size_t control_bad = oracle_mismatches(&b, &prob);
+    ctx = saved;
+    printf("control (records of other launches read): %zu of %zu requests differ from the oracle\n",
+           control_bad, b.requests);
+    if (control_bad == 0)
+        fail_msg("%s", "the control skipped nothing: the test cannot fail");
+    free_case(&a);
+    free_case(&b);
     psr_context_free(control);
 }
 
@@ -738,6 +794,7 @@ int main(void)
         cmocka_unit_test(test_matches_oracle),
         cmocka_unit_test(test_bonus_and_greedy),
         cmocka_unit_test(test_residual_pruning),
+        cmocka_unit_test(test_skip_records_per_launch),
         cmocka_unit_test(test_edge_cases),
         cmocka_unit_test(test_streams),
         cmocka_unit_test(test_draft_cache_layout),
