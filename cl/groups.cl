@@ -22,15 +22,24 @@ inline uint psr_read_published(__global const uint *at)
 }
 
 /* psr_last_group for one work-item per group (the one that published the
- * group's results): true in the last of `groups` to get here. */
-inline bool psr_last_arrival(__global uint *done, uint groups)
+ * group's results), for counts some groups may never join: the word at
+ * `done` holds the launch's number `launch` above a count of `bits` bits,
+ * and a word of another launch counts as 0, so nothing is reset. True in
+ * the last of `groups` to get here. */
+inline bool psr_last_arrival(__global uint *done, uint groups, uint launch, uint bits)
 {
     mem_fence(CLK_GLOBAL_MEM_FENCE);
-    if (atomic_inc(done) != groups - 1)
-        return false;
-    atomic_xchg(done, 0);
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
-    return true;
+    uint seen = psr_read_published(done), before;
+    do {
+        before = seen;
+        uint count = before >> bits == launch ? before & ((1u << bits) - 1) : 0u;
+        seen = atomic_cmpxchg(done, before, launch << bits | (count + 1));
+        if (seen == before && count + 1 == groups) {
+            mem_fence(CLK_GLOBAL_MEM_FENCE);
+            return true;
+        }
+    } while (seen != before);
+    return false;
 }
 
 /* Called by every work-item once the group's stores are issued: true in

@@ -285,26 +285,24 @@ inline void psr_record_rejection(__global uint *rejected, uint req, uint epoch, 
  * and records a rejection. Everything is read again after the fence
  * rather than held across the token loop, which would cost registers. */
 inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                          uint vocab, uint nsb, __global const int *row_req, __global const int *cu,
-                          __global const int *order, __global const float *temperatures,
-                          __global const long *seeds, uint greedy_all,
-                          __global const float *draft_cache, uint cache_k,
+                          uint vocab, uint nsb, __global const int4 *order,
+                          __global const float *temperatures, __global const long *seeds,
+                          uint greedy_all, __global const float *draft_cache, uint cache_k,
                           __global const int *draft_tokens, __global const long *positions,
                           __global const float2 *t_lse, __global const float *t_best,
                           __global const uint *t_best_i, __global const float2 *q_lse,
                           __global uint *done, __global uint *rejected, uint epoch)
 {
     mem_fence(CLK_GLOBAL_MEM_FENCE);
-    uint row = (uint)order[get_group_id(0) / (draft_cache ? 2 * nsb : nsb)];
-    uint req = (uint)row_req[row];
-    if (row + 1 >= (uint)cu[req + 1])
+    int4 o = order[get_group_id(0) / (draft_cache ? 2 * nsb : nsb)]; /* row, request, slot, rows */
+    uint row = (uint)o.x, req = (uint)o.y, slot = (uint)o.z;
+    if (slot + 1 >= (uint)o.w)
         return; /* a greedy request's bonus row: nothing to decide */
     float t = temperatures[req];
     bool scale = !greedy_all && isnormal(t) && t > 0.0f;
-    if (!psr_last_arrival(done + row, draft_cache && scale ? 2 * nsb : nsb))
+    if (!psr_last_arrival(done + row, draft_cache && scale ? 2 * nsb : nsb, epoch, PSR_REJECT_BITS))
         return;
     float r = scale ? psr_temp_recip(t) : 1.0f;
-    uint slot = row - (uint)cu[req];
     float lse_p, lse_q;
     if (!psr_accept(logits, logits_offset, row_stride, vocab, nsb, req, slot, row, !scale, t, r,
                     seeds[req], positions, draft_tokens, draft_cache, cache_k, t_lse, t_best,
@@ -330,7 +328,7 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
 void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                       uint vocab, uint rows, uint requests, uint nsb, __global const int *row_req,
-                      __global const int *cu, __global const int *order,
+                      __global const int *cu, __global const int4 *order,
                       __global const float *temperatures, __global const long *seeds, uint greedy_all,
                       __global const float *draft_cache, uint cache_k, __global const int *draft_tokens,
                       __global const long *positions, __global float2 *t_lse, __global float *t_best,
@@ -340,30 +338,34 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
     __local float lm[PSR_LANES], ls[PSR_LANES];
     __local float lbv[PSR_VWG];
     __local uint lbi[PSR_VWG];
-    __local uint lflags;
+    __local uint lflags, lskip;
     uint lid = get_local_id(0);
     uint per_row = draft_cache ? 2 * nsb : nsb;
     uint h = get_group_id(0) % per_row;
     bool is_draft = h >= nsb;
     uint sb = is_draft ? h - nsb : h;
-    uint row = (uint)order[get_group_id(0) / per_row];
+    int4 o = order[get_group_id(0) / per_row]; /* row, request, slot, the request's rows */
+    uint row = (uint)o.x, req = (uint)o.y, slot = (uint)o.z;
     if (get_group_id(0) == 0)
         psr_verify_check(lid, rows, requests, vocab, row_req, cu, draft_tokens, positions,
                          temperatures, status, &lflags);
 
-    uint req = (uint)row_req[row];
     float t = temperatures[req];
     bool scale = !greedy_all && isnormal(t) && t > 0.0f;
     bool divide = scale && t != 1.0f; /* x / 1 is x: skip the division */
     float r = scale ? psr_temp_recip(t) : 1.0f;
-    uint slot = row - (uint)cu[req]; /* draft `slot` of the request */
-    bool draft_row = row + 1 < (uint)cu[req + 1];
+    bool draft_row = slot + 1 < (uint)o.w;
     if (!draft_row && scale)
         return; /* a bonus row is sampled without its log-sum-exp */
     if (is_draft && !(draft_cache && draft_row && scale))
         return; /* uniform across the group */
-    /* Read per work-item: a group may split, each part's loop simply ends. */
-    bool skip = decide && psr_known_rejection(rejected, req, epoch) < slot;
+    if (decide) {
+        if (lid == 0)
+            lskip = psr_known_rejection(rejected, req, epoch) < slot;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lskip)
+            return; /* past a recorded rejection: never read (uncounted, so never decided) */
+    }
     uint base = sb * PSR_SB;
     bool full = base + PSR_SB <= vocab;
     ulong at = (ulong)row * nsb + sb;
@@ -374,14 +376,14 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
                             : ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     uint steps[PSR_LPT];
     for (uint l = 0; l < PSR_LPT; l++)
-        steps[l] = skip ? 0u : full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
+        steps[l] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
 #if PSR_LPT == 1
     /* GPUs: one lane per work-item, its 16 steps held in registers. Every
      * load is issued first, none waiting on another, so the memory system
      * sees all of a work-item's requests at once. */
     float4 v[PSR_SB_STEPS];
     uint first = base + 4 * lid;
-    if (full && aligned && !skip) {
+    if (full && aligned) {
 #pragma unroll
         for (uint k = 0; k < PSR_SB_STEPS; k++) {
             uint i = first + k * 4 * PSR_LANES;
@@ -480,8 +482,8 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
     }
 
     if (lid == 0 && decide)
-        psr_count_row(logits, logits_offset, row_stride, vocab, nsb, row_req, cu, order, temperatures,
-                      seeds, greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
+        psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
+                      greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
                       t_best_i, q_lse, done, rejected, epoch);
 }
 
@@ -583,7 +585,8 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
                        __global ulong *row_words, uint fold_width, __global psr_acc_t *part_value,
                        __global uint *part_index, __global int4 *walks, __global const uint *status,
                        __global uint *user_status, uint cols, __global int *tokens, uint tokens64,
-                       __global int *num_sampled)
+                       __global int *num_sampled, uint decide, __global const uint *rejected,
+                       uint epoch)
 {
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
@@ -605,11 +608,15 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     if (get_group_id(0) == 0 && lid == 0 && user_status)
         *user_status = *status;
 
-    /* The walk: every draft in parallel, then the first rejection. */
+    /* The walk. Where the statistics decided every draft up to the first
+     * rejection (decide, and every slot recordable), that rejection is
+     * recorded, or none is when all were accepted; else every draft in
+     * parallel, then the first rejection. */
+    bool recorded = decide && n <= (1u << PSR_REJECT_BITS);
     if (lid == 0)
-        first_reject = (int)n - 1;
+        first_reject = recorded ? (int)min(psr_known_rejection(rejected, req, epoch), n - 1) : (int)n - 1;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint j = lid; j + 1 < n && !bad; j += PSR_WG_SIZE) {
+    for (uint j = lid; !recorded && j + 1 < n && !bad; j += PSR_WG_SIZE) {
         float lse_p = NAN, lse_q = NAN;
         if (!psr_accept(logits, logits_offset, row_stride, vocab, nsb, req, j, first_row + j, greedy, t,
                         r, seed, positions, draft_tokens, draft_cache, cache_k, t_lse, t_best,
@@ -629,7 +636,7 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         lwalk.token = greedy && !bad ? (int)psr_row_argmax(t_best, t_best_i, lwalk.row, nsb, false) : -1;
         /* A rejected draft's log-sum-exps, computed by the walk when its
          * accept test got that far (a -1 draft or a bad id did not). */
-        bool have = first_reject < PSR_WG_SIZE && !isnan(lwalk_lse[2 * first_reject]);
+        bool have = !recorded && first_reject < PSR_WG_SIZE && !isnan(lwalk_lse[2 * first_reject]);
         lres[0] = lwalk.mode != 1 ? 0.0f
                   : have      ? lwalk_lse[2 * first_reject]
                               : psr_row_lse(t_lse, lwalk.row, nsb);

@@ -129,7 +129,8 @@ static psr_status check_args(psr_context *ctx, const psr_verify_args *a, unsigne
 }
 
 /* Uploads cu, the row-to-request map and the statistics' row order (each
- * request's first row, then each request's second, ...), or reuses the
+ * request's first row, then each request's second, ...: row, request,
+ * slot in the request and the request's rows), or reuses the
  * last upload when cu is the same (steady decoding repeats its layout).
  * The buffers are never written after creation, so reuse is safe while
  * kernels run. */
@@ -141,7 +142,7 @@ static psr_status upload_layout(psr_context *ctx, const psr_verify_args *a)
         return PSR_OK;
     int32_t *cu = malloc(cu_bytes);
     int32_t *row_req = malloc(a->rows * sizeof *row_req);
-    int32_t *order = malloc(a->rows * sizeof *order);
+    cl_int4 *order = malloc(a->rows * sizeof *order);
     if (!cu || !row_req || !order) {
         free(cu);
         free(row_req);
@@ -156,7 +157,7 @@ static psr_status upload_layout(psr_context *ctx, const psr_verify_args *a)
     for (int32_t slot = 0; placed < a->rows; slot++)
         for (size_t r = 0; r < a->requests; r++)
             if (slot < cu[r + 1] - cu[r])
-                order[placed++] = cu[r] + slot;
+                order[placed++] = (cl_int4){{cu[r] + slot, (cl_int)r, slot, cu[r + 1] - cu[r]}};
     cl_int err = CL_SUCCESS;
     const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
     cl_mem bufs[3] = {NULL, NULL, NULL};
@@ -185,16 +186,19 @@ static psr_status upload_layout(psr_context *ctx, const psr_verify_args *a)
     return PSR_OK;
 }
 
-/* The statistics kernel's launch number (cl/verify.cl's rejection words):
- * when it would leave 20 bits, the words are cleared and it starts over. */
+/* The statistics kernel's launch number (cl/verify.cl's count and
+ * rejection words): when it would leave 20 bits, the words are cleared and
+ * it starts over. */
 static psr_status next_epoch(psr_context *ctx)
 {
     if (++ctx->verify_epoch < PSR_VERIFY_EPOCHS)
         return PSR_OK;
     ctx->verify_epoch = 1;
     cl_uint zero = 0;
-    cl_int err = clEnqueueFillBuffer(ctx->queue, ctx->verify[REJECTED].buffer, &zero, sizeof zero, 0,
-                                     ctx->verify[REJECTED].bytes, 0, NULL, NULL);
+    cl_int err = CL_SUCCESS;
+    for (int i = DONE; i <= REJECTED && err == CL_SUCCESS; i++)
+        err = clEnqueueFillBuffer(ctx->queue, ctx->verify[i].buffer, &zero, sizeof zero, 0,
+                                  ctx->verify[i].bytes, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         ctx->verify_epoch = PSR_VERIFY_EPOCHS - 1; /* clear again next time */
         return psr_fail(ctx, PSR_ERR_OPENCL, "psr_verify: clearing the rejection words failed: %s (%d)",
@@ -280,7 +284,9 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     cl_mem done = ctx->verify[DONE].buffer, rejected = ctx->verify[REJECTED].buffer;
     cl_uint epoch = ctx->verify_epoch;
     size_t stats_groups = a->draft_cache ? 2 * stat_n : stat_n;
-    cl_uint decide = stats_groups > ctx->tuning.verify_skip_groups;
+    /* Decisions need a row's groups to fit the count's 12 bits (any vocabulary
+     * up to 33 M tokens). */
+    cl_uint decide = stats_groups > ctx->tuning.verify_skip_groups && 2 * nsb < 4096;
     cl_mem t_lse = ctx->verify[T_LSE].buffer, t_best = ctx->verify[T_BEST].buffer;
     cl_mem t_best_i = ctx->verify[T_BEST_I].buffer, q_lse = ctx->verify[Q_LSE].buffer;
     cl_mem walks = ctx->verify[WALKS].buffer, status = ctx->verify[STATUS].buffer;
@@ -311,8 +317,8 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
         return st;
 
     cl_mem walks_arg = finalize ? walks : NULL;
-    const size_t psizes[] = {ms, 8, 8, 4, 4, ms, ms, ms, ms, ms, 4, ms, 4, ms, ms, ms,
-                             ms, 4, 4, ms, 4, ms, ms, ms, ms, ms, 4, ms, 4, ms};
+    const size_t psizes[] = {ms, 8, 8, 4, 4, ms, ms, ms, ms, ms, 4, ms, 4, ms, ms, ms, ms,
+                             4,  4, ms, 4, ms, ms, ms, ms, ms, 4, ms, 4, ms, 4, ms, 4};
     const void *pvalues[] = {&a->target_logits, &offset,      &stride,        &vocab,
                              &nsb,              &cu,          &a->draft_tokens, &a->seeds,
                              &a->temperatures,  &a->positions, &greedy_all,   &a->draft_cache,
@@ -320,8 +326,9 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
                              &q_lse,            &groups,      &chunk,         &row_words,
                              &fold_width,       &part_value,  &part_index,    &walks_arg,
                              &status,           &a->status,   &cols,          &a->tokens,
-                             &tokens64,         &a->num_sampled};
-    st = psr_set_kernel_args(ctx, sample, "psr_verify_sample", 30, psizes, pvalues);
+                             &tokens64,         &a->num_sampled, &decide,     &rejected,
+                             &epoch};
+    st = psr_set_kernel_args(ctx, sample, "psr_verify_sample", 33, psizes, pvalues);
     if (st == PSR_OK)
         st = psr_enqueue_groups(ctx, sample, "psr_verify_sample", parts, ctx->tuning.work_group_size,
                                 0, NULL, finalize ? NULL : event);
