@@ -3,8 +3,8 @@
  * OpenCL 1.2 orders nothing between work-groups except through atomics, so
  * data one group leaves for another is stored with atomics (psr_publish),
  * which go to the device-wide level of the memory, and read through
- * volatile pointers or atomics (psr_read_published), which go past any
- * per-unit cache; a group fences its stores before it counts itself done.
+ * volatile pointers, which go past any per-unit cache; a group fences its
+ * stores before it counts itself done.
  */
 
 /* A store for another group to read. */
@@ -13,33 +13,21 @@ inline void psr_publish(__global uint *at, uint v)
     atomic_xchg(at, v);
 }
 
-/* A value another group published, read by an atomic that changes
- * nothing: a work-item's atomics are in flight together, where NVIDIA
- * waits for each volatile load before the next. */
-inline uint psr_read_published(__global const uint *at)
-{
-    return atomic_or((__global uint *)at, 0u);
-}
-
 /* psr_last_group for one work-item per group (the one that published the
  * group's results), for counts some groups may never join: the word at
- * `done` holds the launch's number `launch` above a count of `bits` bits,
- * and a word of another launch counts as 0, so nothing is reset. True in
- * the last of `groups` to get here. */
+ * `done` holds the launch's number `launch` above a count of `bits` bits.
+ * The first group of a launch to get here raises an older launch's word
+ * to this launch's with a count of 0, so nothing is reset; the two
+ * atomics are on one word, so they take effect in order without waiting
+ * for each other. True in the last of `groups` to get here. */
 inline bool psr_last_arrival(__global uint *done, uint groups, uint launch, uint bits)
 {
     mem_fence(CLK_GLOBAL_MEM_FENCE);
-    uint seen = psr_read_published(done), before;
-    do {
-        before = seen;
-        uint count = before >> bits == launch ? before & ((1u << bits) - 1) : 0u;
-        seen = atomic_cmpxchg(done, before, launch << bits | (count + 1));
-        if (seen == before && count + 1 == groups) {
-            mem_fence(CLK_GLOBAL_MEM_FENCE);
-            return true;
-        }
-    } while (seen != before);
-    return false;
+    atomic_max(done, launch << bits);
+    if ((atomic_inc(done) & ((1u << bits) - 1)) + 1 != groups)
+        return false;
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    return true;
 }
 
 /* Called by every work-item once the group's stores are issued: true in

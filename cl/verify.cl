@@ -183,10 +183,7 @@ inline void psr_verify_check(uint lid, uint rows, uint requests, uint vocab, __g
  * (partials of an earlier launch). */
 inline float2 psr_lse_partial(__global const float2 *lse, ulong at, bool published)
 {
-    if (!published)
-        return lse[at];
-    __global const uint *w = (__global const uint *)(lse + at);
-    return (float2)(as_float(psr_read_published(w)), as_float(psr_read_published(w + 1)));
+    return published ? *(volatile __global const float2 *)(lse + at) : lse[at];
 }
 
 /* A row's log-sum-exp from its super-blocks' (max, sum): M the largest
@@ -220,8 +217,8 @@ inline uint psr_row_argmax(__global const float *best, __global const uint *best
     uint bi = 0xffffffffu;
     for (uint sb = 0; sb < nsb; sb++) {
         ulong at = (ulong)row * nsb + sb;
-        float v = published ? as_float(psr_read_published((__global const uint *)(best + at))) : best[at];
-        uint i = published ? psr_read_published(best_i + at) : best_i[at];
+        float v = published ? *(volatile __global const float *)(best + at) : best[at];
+        uint i = published ? *(volatile __global const uint *)(best_i + at) : best_i[at];
         if (sb == 0 || psr_better(v, i, bv, bi)) {
             bv = v;
             bi = i;
@@ -230,30 +227,48 @@ inline uint psr_row_argmax(__global const float *best, __global const uint *best
     return bi;
 }
 
-/* Is draft j of request req accepted? `published` as psr_lse_partial. */
+/* The probabilistic test of a draft, from its target logit x and draft
+ * logit y (unused without a cache), the rows' log-sum-exps and the row's
+ * uniform u. */
+inline bool psr_accept_test(float x, float y, bool cache, float lse_p, float lse_q, float t, float r,
+                            float u)
+{
+    float tl = psr_scaled(x, t, r) - lse_p;
+    float dl = cache ? psr_scaled(y, t, r) - lse_q : 0.0f;
+    return tl > psr_det_log(u) + dl;
+}
+
+/* A row's draft token, or -1 for a placeholder (or a bad id: nothing is
+ * written then). */
+inline int psr_draft_at(__global const int *draft_tokens, uint row, uint vocab)
+{
+    int d = draft_tokens[row];
+    return d >= 0 && d < (int)vocab ? d : -1;
+}
+
+/* Is draft j of request req accepted? For the walk, from the statistics of
+ * the launch before; the log-sum-exps it computed in *lse_p, *lse_q. */
 inline bool psr_accept(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                        uint vocab, uint nsb, uint req, uint j, uint row, bool greedy, float t, float r,
                        long seed, __global const long *positions, __global const int *draft_tokens,
                        __global const float *draft_cache, uint cache_k, __global const float2 *t_lse,
                        __global const float *t_best, __global const uint *t_best_i,
-                       __global const float2 *q_lse, bool published, float *lse_p, float *lse_q)
+                       __global const float2 *q_lse, float *lse_p, float *lse_q)
 {
-    int d = draft_tokens[row];
-    if (d < 0 || d >= (int)vocab)
-        return false; /* a placeholder (or a bad id: nothing is written then) */
+    int d = psr_draft_at(draft_tokens, row, vocab);
+    if (d < 0)
+        return false;
     if (greedy)
-        return (uint)d == psr_row_argmax(t_best, t_best_i, row, nsb, published);
+        return (uint)d == psr_row_argmax(t_best, t_best_i, row, nsb, false);
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
-    *lse_p = psr_row_lse_of(t_lse, row, nsb, published);
-    float tl = psr_scaled(psr_load_logit(src, (ulong)d), t, r) - *lse_p;
-    float dl = 0.0f;
+    *lse_p = psr_row_lse(t_lse, row, nsb);
+    float x = psr_load_logit(src, (ulong)d), y = 0.0f;
     if (draft_cache) {
-        float y = psr_cache_row(draft_cache, req, cache_k, j, vocab)[d];
-        *lse_q = psr_row_lse_of(q_lse, row, nsb, published);
-        dl = psr_scaled(y, t, r) - *lse_q;
+        y = psr_cache_row(draft_cache, req, cache_k, j, vocab)[d];
+        *lse_q = psr_row_lse(q_lse, row, nsb);
     }
     float u = psr_u32(psr_row_key((ulong)seed, (ulong)positions[row]));
-    return tl > psr_det_log(u) + dl;
+    return psr_accept_test(x, y, draft_cache != 0, *lse_p, *lse_q, t, r, u);
 }
 
 /* The first rejected draft of each request that the statistics found,
@@ -300,13 +315,25 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
         return; /* a greedy request's bonus row: nothing to decide */
     float t = temperatures[req];
     bool scale = !greedy_all && isnormal(t) && t > 0.0f;
+    /* The inputs first, so the last group waits only for the partials. */
+    int d = psr_draft_at(draft_tokens, row, vocab);
+    float x = 0.0f, y = 0.0f, u = 0.0f;
+    if (d >= 0 && scale) {
+        x = psr_load_logit(logits + logits_offset + (ulong)row * row_stride, (ulong)d);
+        if (draft_cache)
+            y = psr_cache_row(draft_cache, req, cache_k, slot, vocab)[d];
+        u = psr_u32(psr_row_key((ulong)seeds[req], (ulong)positions[row]));
+    }
     if (!psr_last_arrival(done + row, draft_cache && scale ? 2 * nsb : nsb, epoch, PSR_REJECT_BITS))
         return;
-    float r = scale ? psr_temp_recip(t) : 1.0f;
-    float lse_p, lse_q;
-    if (!psr_accept(logits, logits_offset, row_stride, vocab, nsb, req, slot, row, !scale, t, r,
-                    seeds[req], positions, draft_tokens, draft_cache, cache_k, t_lse, t_best,
-                    t_best_i, q_lse, true, &lse_p, &lse_q))
+    bool accept = false;
+    if (d >= 0 && !scale)
+        accept = (uint)d == psr_row_argmax(t_best, t_best_i, row, nsb, true);
+    else if (d >= 0)
+        accept = psr_accept_test(x, y, draft_cache != 0, psr_row_lse_of(t_lse, row, nsb, true),
+                                 draft_cache ? psr_row_lse_of(q_lse, row, nsb, true) : 0.0f, t,
+                                 psr_temp_recip(t), u);
+    if (!accept)
         psr_record_rejection(rejected, req, epoch, slot);
 }
 
@@ -620,7 +647,7 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         float lse_p = NAN, lse_q = NAN;
         if (!psr_accept(logits, logits_offset, row_stride, vocab, nsb, req, j, first_row + j, greedy, t,
                         r, seed, positions, draft_tokens, draft_cache, cache_k, t_lse, t_best,
-                        t_best_i, q_lse, false, &lse_p, &lse_q))
+                        t_best_i, q_lse, &lse_p, &lse_q))
             atomic_min(&first_reject, (int)j);
         if (j < PSR_WG_SIZE) { /* kept for the residual (recomputed past the group) */
             lwalk_lse[2 * j] = lse_p;
