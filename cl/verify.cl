@@ -306,7 +306,8 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
                           __global const int *draft_tokens, __global const long *positions,
                           __global const float2 *t_lse, __global const float *t_best,
                           __global const uint *t_best_i, __global const float2 *q_lse,
-                          __global uint *done, __global uint *rejected, uint epoch)
+                          __global uint *done, __global uint *rejected, uint epoch,
+                          __global float2 *row_lse)
 {
     mem_fence(CLK_GLOBAL_MEM_FENCE);
     int4 o = order[get_group_id(0) / (draft_cache ? 2 * nsb : nsb)]; /* row, request, slot, rows */
@@ -327,12 +328,14 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
     if (!psr_last_arrival(done + row, draft_cache && scale ? 2 * nsb : nsb, epoch, PSR_REJECT_BITS))
         return;
     bool accept = false;
-    if (d >= 0 && !scale)
+    if (d >= 0 && !scale) {
         accept = (uint)d == psr_row_argmax(t_best, t_best_i, row, nsb, true);
-    else if (d >= 0)
-        accept = psr_accept_test(x, y, draft_cache != 0, psr_row_lse_of(t_lse, row, nsb, true),
-                                 draft_cache ? psr_row_lse_of(q_lse, row, nsb, true) : 0.0f, t,
-                                 psr_temp_recip(t), u);
+    } else if (d >= 0) {
+        float2 lse = (float2)(psr_row_lse_of(t_lse, row, nsb, true),
+                              draft_cache ? psr_row_lse_of(q_lse, row, nsb, true) : 0.0f);
+        accept = psr_accept_test(x, y, draft_cache != 0, lse.x, lse.y, t, psr_temp_recip(t), u);
+        row_lse[row] = lse; /* for the residual, when this is the first rejection */
+    }
     if (!accept)
         psr_record_rejection(rejected, req, epoch, slot);
 }
@@ -360,7 +363,8 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
                       __global const float *draft_cache, uint cache_k, __global const int *draft_tokens,
                       __global const long *positions, __global float2 *t_lse, __global float *t_best,
                       __global uint *t_best_i, __global float2 *q_lse, __global uint *done,
-                      __global uint *rejected, uint epoch, uint decide, __global uint *status)
+                      __global uint *rejected, uint epoch, uint decide, __global float2 *row_lse,
+                      __global uint *status)
 {
     __local float lm[PSR_LANES], ls[PSR_LANES];
     __local float lbv[PSR_VWG];
@@ -386,7 +390,7 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
         return; /* a bonus row is sampled without its log-sum-exp */
     if (is_draft && !(draft_cache && draft_row && scale))
         return; /* uniform across the group */
-    if (decide) {
+    if (decide && slot > 0) { /* nothing is recorded before a request's first draft */
         if (lid == 0)
             lskip = psr_known_rejection(rejected, req, epoch) < slot;
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -511,7 +515,7 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
     if (lid == 0 && decide)
         psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
                       greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
-                      t_best_i, q_lse, done, rejected, epoch);
+                      t_best_i, q_lse, done, rejected, epoch, row_lse);
 }
 
 /* The residual of one rejected row: log max(p - q, 0) + g. */
@@ -613,7 +617,7 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
                        __global uint *part_index, __global int4 *walks, __global const uint *status,
                        __global uint *user_status, uint cols, __global int *tokens, uint tokens64,
                        __global int *num_sampled, uint decide, __global const uint *rejected,
-                       uint epoch)
+                       uint epoch, __global const float2 *row_lse)
 {
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
@@ -661,15 +665,18 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         lwalk.mode = greedy || bad ? 0 : first_reject + 1 < (int)n ? 1 : 2;
         /* Only greedy requests have argmax partials (and bad input writes nothing). */
         lwalk.token = greedy && !bad ? (int)psr_row_argmax(t_best, t_best_i, lwalk.row, nsb, false) : -1;
-        /* A rejected draft's log-sum-exps, computed by the walk when its
-         * accept test got that far (a -1 draft or a bad id did not). */
-        bool have = !recorded && first_reject < PSR_WG_SIZE && !isnan(lwalk_lse[2 * first_reject]);
-        lres[0] = lwalk.mode != 1 ? 0.0f
-                  : have      ? lwalk_lse[2 * first_reject]
-                              : psr_row_lse(t_lse, lwalk.row, nsb);
+        /* A rejected draft's log-sum-exps, computed by the statistics'
+         * decision or the walk when its accept test got that far (a -1
+         * draft or a bad id did not): NaN where not. */
+        float2 kept = (float2)(NAN);
+        if (recorded && lwalk.mode == 1 && psr_draft_at(draft_tokens, lwalk.row, vocab) >= 0)
+            kept = row_lse[lwalk.row];
+        else if (!recorded && first_reject < PSR_WG_SIZE)
+            kept = (float2)(lwalk_lse[2 * first_reject], lwalk_lse[2 * first_reject + 1]);
+        lres[0] = lwalk.mode != 1 ? 0.0f : !isnan(kept.x) ? kept.x : psr_row_lse(t_lse, lwalk.row, nsb);
         lres[1] = lwalk.mode != 1 || !draft_cache ? 0.0f
-                  : have && !isnan(lwalk_lse[2 * first_reject + 1]) ? lwalk_lse[2 * first_reject + 1]
-                                                                      : psr_row_lse(q_lse, lwalk.row, nsb);
+                  : !isnan(kept.y)                 ? kept.y
+                                                   : psr_row_lse(q_lse, lwalk.row, nsb);
         if (part == 0 && walks)
             walks[req] = (int4)(lwalk.accepted, lwalk.token, 0, 0);
     }

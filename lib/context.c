@@ -300,7 +300,7 @@ void psr_context_free(psr_context *ctx)
     for (int i = 0; i < 4; i++)
         if (filter[i]->buffer)
             clReleaseMemObject(filter[i]->buffer);
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 9; i++)
         if (ctx->verify[i].buffer)
             clReleaseMemObject(ctx->verify[i].buffer);
     for (int i = 0; i < 4; i++)
@@ -389,7 +389,7 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
     *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->row_words.bytes +
              ctx->filter_cut.bytes + ctx->filter_state.bytes + ctx->filter_hist.bytes +
              ctx->filter_cand.bytes;
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 9; i++)
         *bytes += ctx->verify[i].bytes;
     for (int i = 0; i < 4; i++)
         *bytes += ctx->logprobs[i].bytes;

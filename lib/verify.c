@@ -10,7 +10,7 @@
 #define VERIFY_LANES 256u  /* largest work-group of psr_verify_stats */
 
 /* ctx->verify[] scratch. */
-enum { T_LSE, T_BEST, T_BEST_I, Q_LSE, WALKS, STATUS, DONE, REJECTED, VERIFY_SCRATCH };
+enum { T_LSE, T_BEST, T_BEST_I, Q_LSE, WALKS, STATUS, DONE, REJECTED, ROW_LSE, VERIFY_SCRATCH };
 
 
 void psr_verify_args_init(psr_verify_args *args)
@@ -257,7 +257,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     size_t stat_n = a->rows * nsb;
     const size_t need[VERIFY_SCRATCH] = {stat_n * 8, stat_n * 4,       stat_n * 4,
                                          stat_n * 8, a->requests * 16, 4,
-                                         a->rows * 4, a->requests * 4};
+                                         a->rows * 4, a->requests * 4, a->rows * 8};
     for (int i = 0; i < VERIFY_SCRATCH && st == PSR_OK; i++)
         st = psr_scratch_reserve(ctx, &ctx->verify[i], need[i]);
     cl_mem row_words = NULL, part_value = NULL, part_index = NULL;
@@ -282,6 +282,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
 
     cl_mem cu = ctx->verify_layout[0], row_req = ctx->verify_layout[1], order = ctx->verify_layout[2];
     cl_mem done = ctx->verify[DONE].buffer, rejected = ctx->verify[REJECTED].buffer;
+    cl_mem row_lse = ctx->verify[ROW_LSE].buffer;
     cl_uint epoch = ctx->verify_epoch;
     size_t stats_groups = a->draft_cache ? 2 * stat_n : stat_n;
     /* Decisions need a row's groups to fit the count's 12 bits (any vocabulary
@@ -299,15 +300,15 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     const size_t ms = sizeof(cl_mem);
 
     const size_t ssizes[] = {ms, 8,  8,  4,  4,  4,  4,  ms, ms, ms, ms, ms, 4,
-                             ms, 4,  ms, ms, ms, ms, ms, ms, ms, ms, 4,  4, ms};
+                             ms, 4,  ms, ms, ms, ms, ms, ms, ms, ms, 4,  4, ms, ms};
     const void *svalues[] = {&a->target_logits, &offset,      &stride,          &vocab,
                              &rows,             &requests,    &nsb,             &row_req,
                              &cu,               &order,       &a->temperatures, &a->seeds,
                              &greedy_all,       &a->draft_cache, &cache_k,      &a->draft_tokens,
                              &a->positions,     &t_lse,       &t_best,          &t_best_i,
                              &q_lse,            &done,        &rejected,        &epoch,
-                             &decide,           &status};
-    st = psr_set_kernel_args(ctx, stats, "psr_verify_stats", 26, ssizes, svalues);
+                             &decide,           &row_lse,     &status};
+    st = psr_set_kernel_args(ctx, stats, "psr_verify_stats", 27, ssizes, svalues);
     size_t stats_local = ctx->tuning.work_group_size < VERIFY_LANES ? ctx->tuning.work_group_size
                                                                     : VERIFY_LANES;
     if (st == PSR_OK)
@@ -318,7 +319,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
 
     cl_mem walks_arg = finalize ? walks : NULL;
     const size_t psizes[] = {ms, 8, 8, 4, 4, ms, ms, ms, ms, ms, 4, ms, 4, ms, ms, ms, ms,
-                             4,  4, ms, 4, ms, ms, ms, ms, ms, 4, ms, 4, ms, 4, ms, 4};
+                             4,  4, ms, 4, ms, ms, ms, ms, ms, 4, ms, 4, ms, 4, ms, 4, ms};
     const void *pvalues[] = {&a->target_logits, &offset,      &stride,        &vocab,
                              &nsb,              &cu,          &a->draft_tokens, &a->seeds,
                              &a->temperatures,  &a->positions, &greedy_all,   &a->draft_cache,
@@ -327,8 +328,8 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
                              &fold_width,       &part_value,  &part_index,    &walks_arg,
                              &status,           &a->status,   &cols,          &a->tokens,
                              &tokens64,         &a->num_sampled, &decide,     &rejected,
-                             &epoch};
-    st = psr_set_kernel_args(ctx, sample, "psr_verify_sample", 33, psizes, pvalues);
+                             &epoch,            &row_lse};
+    st = psr_set_kernel_args(ctx, sample, "psr_verify_sample", 34, psizes, pvalues);
     if (st == PSR_OK)
         st = psr_enqueue_groups(ctx, sample, "psr_verify_sample", parts, ctx->tuning.work_group_size,
                                 0, NULL, finalize ? NULL : event);
