@@ -205,6 +205,45 @@ inline float psr_row_lse_of(__global const float2 *lse, uint row, uint nsb, bool
     return big + psr_det_log(sum);
 }
 
+#define PSR_HELD 12 /* partials a deciding work-item holds (vocabularies up to 196,608) */
+
+/* psr_row_lse_of over partials held in p (PSR_HELD, those past nsb
+ * (-inf, 0)): the same arithmetic in the same order. */
+inline float psr_held_lse(const float2 *p, uint nsb)
+{
+    float big = -INFINITY;
+#pragma unroll
+    for (uint sb = 0; sb < PSR_HELD; sb++)
+        big = fmax(big, p[sb].x);
+    if (isinf(big))
+        return big;
+    float sum = 0.0f;
+#pragma unroll
+    for (uint sb = 0; sb < PSR_HELD; sb++)
+        if (sb < nsb)
+            sum += p[sb].y * psr_lse_term(p[sb].x, big);
+    return big + psr_det_log(sum);
+}
+
+/* The target row's and (with_q) the draft row's log-sum-exps from their
+ * published partials, every partial read before any is used, so a
+ * decision waits for one round trip of reads rather than four. */
+inline float2 psr_published_lse2(__global const float2 *t_lse, __global const float2 *q_lse, bool with_q,
+                                 uint row, uint nsb)
+{
+    if (nsb > PSR_HELD)
+        return (float2)(psr_row_lse_of(t_lse, row, nsb, true),
+                        with_q ? psr_row_lse_of(q_lse, row, nsb, true) : 0.0f);
+    ulong at = (ulong)row * nsb;
+    float2 tp[PSR_HELD], qp[PSR_HELD];
+#pragma unroll
+    for (uint sb = 0; sb < PSR_HELD; sb++) {
+        tp[sb] = sb < nsb ? psr_lse_partial(t_lse, at + sb, true) : (float2)(-INFINITY, 0.0f);
+        qp[sb] = with_q && sb < nsb ? psr_lse_partial(q_lse, at + sb, true) : (float2)(-INFINITY, 0.0f);
+    }
+    return (float2)(psr_held_lse(tp, nsb), with_q ? psr_held_lse(qp, nsb) : 0.0f);
+}
+
 inline float psr_row_lse(__global const float2 *lse, uint row, uint nsb)
 {
     return psr_row_lse_of(lse, row, nsb, false);
@@ -328,12 +367,11 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
     if (!psr_last_arrival(done + row, draft_cache && scale ? 2 * nsb : nsb, epoch, PSR_REJECT_BITS))
         return;
     bool accept = false;
-    if (d >= 0 && !scale) {
-        accept = (uint)d == psr_row_argmax(t_best, t_best_i, row, nsb, true);
-    } else if (d >= 0) {
-        float2 lse = (float2)(psr_row_lse_of(t_lse, row, nsb, true),
-                              draft_cache ? psr_row_lse_of(q_lse, row, nsb, true) : 0.0f);
-        accept = psr_accept_test(x, y, draft_cache != 0, lse.x, lse.y, t, psr_temp_recip(t), u);
+    if (!scale) {
+        accept = d >= 0 && (uint)d == psr_row_argmax(t_best, t_best_i, row, nsb, true);
+    } else {
+        float2 lse = psr_published_lse2(t_lse, q_lse, draft_cache != 0, row, nsb);
+        accept = d >= 0 && psr_accept_test(x, y, draft_cache != 0, lse.x, lse.y, t, psr_temp_recip(t), u);
         row_lse[row] = lse; /* for the residual, when this is the first rejection */
     }
     if (!accept)
@@ -666,10 +704,10 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         /* Only greedy requests have argmax partials (and bad input writes nothing). */
         lwalk.token = greedy && !bad ? (int)psr_row_argmax(t_best, t_best_i, lwalk.row, nsb, false) : -1;
         /* A rejected draft's log-sum-exps, computed by the statistics'
-         * decision or the walk when its accept test got that far (a -1
-         * draft or a bad id did not): NaN where not. */
+         * decision, or by the walk when its accept test got that far (a
+         * -1 draft or a bad id did not): NaN where not. */
         float2 kept = (float2)(NAN);
-        if (recorded && lwalk.mode == 1 && psr_draft_at(draft_tokens, lwalk.row, vocab) >= 0)
+        if (recorded && lwalk.mode == 1)
             kept = row_lse[lwalk.row];
         else if (!recorded && first_reject < PSR_WG_SIZE)
             kept = (float2)(lwalk_lse[2 * first_reject], lwalk_lse[2 * first_reject + 1]);
