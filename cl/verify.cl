@@ -335,9 +335,12 @@ inline void psr_record_rejection(__global uint *rejected, uint req, uint epoch, 
 }
 
 /* Work-item 0 of each group of a draft row, once the group's partial is
- * published: counts the group, and the row's last group decides the draft
- * and records a rejection. Everything is read again after the fence
- * rather than held across the token loop, which would cost registers. */
+ * published (or at once, for a draft group with nothing to read): counts
+ * the group, and the row's last group decides the draft and records a
+ * rejection. A group only counts, so it is done after one fence and one
+ * round trip of atomics; the last one reads the inputs of the decision
+ * after it. Everything is read again after the fence rather than held
+ * across the token loop, which would cost registers. */
 inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                           uint vocab, uint nsb, __global const int4 *order,
                           __global const float *temperatures, __global const long *seeds,
@@ -348,28 +351,28 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
                           __global uint *done, __global uint *rejected, uint epoch,
                           __global float2 *row_lse)
 {
+    uint groups = draft_cache ? 2 * nsb : nsb; /* every group of a draft row counts */
     mem_fence(CLK_GLOBAL_MEM_FENCE);
-    int4 o = order[get_group_id(0) / (draft_cache ? 2 * nsb : nsb)]; /* row, request, slot, rows */
+    int4 o = order[get_group_id(0) / groups]; /* row, request, slot, rows */
     uint row = (uint)o.x, req = (uint)o.y, slot = (uint)o.z;
     if (slot + 1 >= (uint)o.w)
         return; /* a greedy request's bonus row: nothing to decide */
+    if (!psr_last_arrival(done + row, groups, epoch, PSR_REJECT_BITS))
+        return;
     float t = temperatures[req];
     bool scale = !greedy_all && isnormal(t) && t > 0.0f;
-    /* The inputs first, so the last group waits only for the partials. */
     int d = psr_draft_at(draft_tokens, row, vocab);
-    float x = 0.0f, y = 0.0f, u = 0.0f;
-    if (d >= 0 && scale) {
-        x = psr_load_logit(logits + logits_offset + (ulong)row * row_stride, (ulong)d);
-        if (draft_cache)
-            y = psr_cache_row(draft_cache, req, cache_k, slot, vocab)[d];
-        u = psr_u32(psr_row_key((ulong)seeds[req], (ulong)positions[row]));
-    }
-    if (!psr_last_arrival(done + row, draft_cache && scale ? 2 * nsb : nsb, epoch, PSR_REJECT_BITS))
-        return;
     bool accept = false;
     if (!scale) {
         accept = d >= 0 && (uint)d == psr_row_argmax(t_best, t_best_i, row, nsb, true);
     } else {
+        float x = 0.0f, y = 0.0f;
+        if (d >= 0) {
+            x = psr_load_logit(logits + logits_offset + (ulong)row * row_stride, (ulong)d);
+            if (draft_cache)
+                y = psr_cache_row(draft_cache, req, cache_k, slot, vocab)[d];
+        }
+        float u = psr_u32(psr_row_key((ulong)seeds[req], (ulong)positions[row]));
         float2 lse = psr_published_lse2(t_lse, q_lse, draft_cache != 0, row, nsb);
         accept = d >= 0 && psr_accept_test(x, y, draft_cache != 0, lse.x, lse.y, t, psr_temp_recip(t), u);
         row_lse[row] = lse; /* for the residual, when this is the first rejection */
@@ -426,8 +429,14 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
     bool draft_row = slot + 1 < (uint)o.w;
     if (!draft_row && scale)
         return; /* a bonus row is sampled without its log-sum-exp */
-    if (is_draft && !(draft_cache && draft_row && scale))
+    if (is_draft && !(draft_cache && draft_row && scale)) {
+        /* Nothing to read (a greedy request's draft row): counted at once. */
+        if (lid == 0 && decide && draft_row)
+            psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
+                          greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
+                          t_best_i, q_lse, done, rejected, epoch, row_lse);
         return; /* uniform across the group */
+    }
     if (decide && slot > 0) { /* nothing is recorded before a request's first draft */
         if (lid == 0)
             lskip = psr_known_rejection(rejected, req, epoch) < slot;
