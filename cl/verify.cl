@@ -353,7 +353,7 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
 {
     uint groups = draft_cache ? 2 * nsb : nsb; /* every group of a draft row counts */
     mem_fence(CLK_GLOBAL_MEM_FENCE);
-    int4 o = order[get_group_id(0) / groups]; /* row, request, slot, rows */
+    int4 o = order[get_group_id(0) / groups]; /* row, request, slot, rows (a draft row: first in the grid) */
     uint row = (uint)o.x, req = (uint)o.y, slot = (uint)o.z;
     if (slot + 1 >= (uint)o.w)
         return; /* a greedy request's bonus row: nothing to decide */
@@ -388,8 +388,8 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
  * its tokens first (independent loads), then finds its lanes' max and sums
  * their exps from registers; the group merges the lanes.
  *
- * Rows come in the order of `order`: every request's first row, then every
- * second row, and so on. The last group of a draft row decides the draft
+ * Rows come in the order of `order`: every request's first draft row, then
+ * every second one, and so on, then the bonus rows. The last group of a draft row decides the draft
  * from the row's published partials, exactly as the walk will, and records
  * a rejection; groups of the request's later rows that start after it skip
  * their tokens, since the walk stops at the first rejection and never
@@ -405,18 +405,22 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
                       __global const long *positions, __global float2 *t_lse, __global float *t_best,
                       __global uint *t_best_i, __global float2 *q_lse, __global uint *done,
                       __global uint *rejected, uint epoch, uint decide, __global float2 *row_lse,
-                      __global uint *status)
+                      uint draft_rows, __global uint *status)
 {
     __local float lm[PSR_LANES], ls[PSR_LANES];
     __local float lbv[PSR_VWG];
     __local uint lbi[PSR_VWG];
     __local uint lflags, lskip;
     uint lid = get_local_id(0);
+    /* The draft rows' groups (target and draft logits), then the bonus
+     * rows' (target logits only). */
     uint per_row = draft_cache ? 2 * nsb : nsb;
-    uint h = get_group_id(0) % per_row;
+    uint g = get_group_id(0), in_drafts = draft_rows * per_row;
+    uint h = g < in_drafts ? g % per_row : (g - in_drafts) % nsb;
     bool is_draft = h >= nsb;
     uint sb = is_draft ? h - nsb : h;
-    int4 o = order[get_group_id(0) / per_row]; /* row, request, slot, the request's rows */
+    int4 o = order[g < in_drafts ? g / per_row : draft_rows + (g - in_drafts) / nsb];
+    /* row, request, slot, the request's rows */
     uint row = (uint)o.x, req = (uint)o.y, slot = (uint)o.z;
     if (get_group_id(0) == 0)
         psr_verify_check(lid, rows, requests, vocab, row_req, cu, draft_tokens, positions,

@@ -129,11 +129,11 @@ static psr_status check_args(psr_context *ctx, const psr_verify_args *a, unsigne
 }
 
 /* Uploads cu, the row-to-request map and the statistics' row order (each
- * request's first row, then each request's second, ...: row, request,
- * slot in the request and the request's rows), or reuses the
- * last upload when cu is the same (steady decoding repeats its layout).
- * The buffers are never written after creation, so reuse is safe while
- * kernels run. */
+ * request's first draft row, then each request's second, ..., then the
+ * bonus rows: row, request, slot in the request and the request's rows),
+ * or reuses the last upload when cu is the same (steady decoding repeats
+ * its layout). The buffers are never written after creation, so reuse is
+ * safe while kernels run. */
 static psr_status upload_layout(psr_context *ctx, const psr_verify_args *a)
 {
     size_t cu_bytes = (a->requests + 1) * sizeof(int32_t);
@@ -154,10 +154,12 @@ static psr_status upload_layout(psr_context *ctx, const psr_verify_args *a)
         for (int32_t row = cu[r]; row < cu[r + 1]; row++)
             row_req[row] = (int32_t)r;
     size_t placed = 0;
-    for (int32_t slot = 0; placed < a->rows; slot++)
+    for (int32_t slot = 0; placed < a->rows - a->requests; slot++)
         for (size_t r = 0; r < a->requests; r++)
-            if (slot < cu[r + 1] - cu[r])
+            if (slot + 1 < cu[r + 1] - cu[r])
                 order[placed++] = (cl_int4){{cu[r] + slot, (cl_int)r, slot, cu[r + 1] - cu[r]}};
+    for (size_t r = 0; r < a->requests; r++)
+        order[placed++] = (cl_int4){{cu[r + 1] - 1, (cl_int)r, cu[r + 1] - cu[r] - 1, cu[r + 1] - cu[r]}};
     cl_int err = CL_SUCCESS;
     const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
     cl_mem bufs[3] = {NULL, NULL, NULL};
@@ -284,7 +286,8 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     cl_mem done = ctx->verify[DONE].buffer, rejected = ctx->verify[REJECTED].buffer;
     cl_mem row_lse = ctx->verify[ROW_LSE].buffer;
     cl_uint epoch = ctx->verify_epoch;
-    size_t stats_groups = a->draft_cache ? 2 * stat_n : stat_n;
+    cl_uint draft_rows = (cl_uint)(a->rows - a->requests);
+    size_t stats_groups = (size_t)draft_rows * nsb * (a->draft_cache ? 2 : 1) + a->requests * nsb;
     /* Decisions need a row's groups to fit the count's 12 bits (any vocabulary
      * up to 33 M tokens). */
     cl_uint decide = stats_groups > ctx->tuning.verify_skip_groups && 2 * nsb < 4096;
@@ -300,15 +303,15 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     const size_t ms = sizeof(cl_mem);
 
     const size_t ssizes[] = {ms, 8,  8,  4,  4,  4,  4,  ms, ms, ms, ms, ms, 4,
-                             ms, 4,  ms, ms, ms, ms, ms, ms, ms, ms, 4,  4, ms, ms};
+                             ms, 4,  ms, ms, ms, ms, ms, ms, ms, ms, 4,  4, ms, 4, ms};
     const void *svalues[] = {&a->target_logits, &offset,      &stride,          &vocab,
                              &rows,             &requests,    &nsb,             &row_req,
                              &cu,               &order,       &a->temperatures, &a->seeds,
                              &greedy_all,       &a->draft_cache, &cache_k,      &a->draft_tokens,
                              &a->positions,     &t_lse,       &t_best,          &t_best_i,
                              &q_lse,            &done,        &rejected,        &epoch,
-                             &decide,           &row_lse,     &status};
-    st = psr_set_kernel_args(ctx, stats, "psr_verify_stats", 27, ssizes, svalues);
+                             &decide,           &row_lse,     &draft_rows,      &status};
+    st = psr_set_kernel_args(ctx, stats, "psr_verify_stats", 28, ssizes, svalues);
     size_t stats_local = ctx->tuning.work_group_size < VERIFY_LANES ? ctx->tuning.work_group_size
                                                                     : VERIFY_LANES;
     if (st == PSR_OK)
