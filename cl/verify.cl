@@ -334,6 +334,14 @@ inline void psr_record_rejection(__global uint *rejected, uint req, uint epoch, 
         atomic_max(rejected + req, epoch << PSR_REJECT_BITS | (last - j));
 }
 
+/* The entry of `order` of this group: the draft rows' groups come first,
+ * per_row each, then the bonus rows', nsb each (target logits only). */
+inline uint psr_order_entry(uint per_row, uint nsb, uint draft_rows)
+{
+    uint g = get_group_id(0), in_drafts = draft_rows * per_row;
+    return g < in_drafts ? g / per_row : draft_rows + (g - in_drafts) / nsb;
+}
+
 /* Work-item 0 of each group of a draft row, once the group's partial is
  * published (or at once, for a draft group with nothing to read): counts
  * the group, and the row's last group decides the draft and records a
@@ -349,11 +357,11 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
                           __global const float2 *t_lse, __global const float *t_best,
                           __global const uint *t_best_i, __global const float2 *q_lse,
                           __global uint *done, __global uint *rejected, uint epoch,
-                          __global float2 *row_lse)
+                          __global float2 *row_lse, uint draft_rows)
 {
     uint groups = draft_cache ? 2 * nsb : nsb; /* every group of a draft row counts */
     mem_fence(CLK_GLOBAL_MEM_FENCE);
-    int4 o = order[get_group_id(0) / groups]; /* row, request, slot, rows (a draft row: first in the grid) */
+    int4 o = order[psr_order_entry(groups, nsb, draft_rows)]; /* row, request, slot, rows */
     uint row = (uint)o.x, req = (uint)o.y, slot = (uint)o.z;
     if (slot + 1 >= (uint)o.w)
         return; /* a greedy request's bonus row: nothing to decide */
@@ -419,7 +427,7 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
     uint h = g < in_drafts ? g % per_row : (g - in_drafts) % nsb;
     bool is_draft = h >= nsb;
     uint sb = is_draft ? h - nsb : h;
-    int4 o = order[g < in_drafts ? g / per_row : draft_rows + (g - in_drafts) / nsb];
+    int4 o = order[psr_order_entry(per_row, nsb, draft_rows)];
     /* row, request, slot, the request's rows */
     uint row = (uint)o.x, req = (uint)o.y, slot = (uint)o.z;
     if (get_group_id(0) == 0)
@@ -438,7 +446,7 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
         if (lid == 0 && decide && draft_row)
             psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
                           greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
-                          t_best_i, q_lse, done, rejected, epoch, row_lse);
+                          t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows);
         return; /* uniform across the group */
     }
     if (decide && slot > 0) { /* nothing is recorded before a request's first draft */
@@ -566,7 +574,7 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
     if (lid == 0 && decide)
         psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
                       greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
-                      t_best_i, q_lse, done, rejected, epoch, row_lse);
+                      t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows);
 }
 
 /* The residual of one rejected row: log max(p - q, 0) + g. */

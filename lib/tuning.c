@@ -65,9 +65,10 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                     .mulhi = true,
                     .two_pass = false,
                     .min_steps = 2,
-                    /* About a wave of the statistics kernel (3 groups per SM on
-                     * the H200): within one wave every row starts before any
-                     * decision, and deciding only lengthens the launch. */
+                    /* 4 groups per compute unit, a little over a wave of the
+                     * statistics kernel (it holds 3 per SM on the H200):
+                     * within a wave every row starts before any decision,
+                     * and deciding only lengthens the launch. */
                     .verify_skip_groups = 4 * (size_t)(info->compute_units ? info->compute_units : 1),
                     .extra_options = ""};
     /* Never ask for more than the device allows; keep a power of two. */

@@ -12,7 +12,6 @@
 /* ctx->verify[] scratch. */
 enum { T_LSE, T_BEST, T_BEST_I, Q_LSE, WALKS, STATUS, DONE, REJECTED, ROW_LSE, VERIFY_SCRATCH };
 
-
 void psr_verify_args_init(psr_verify_args *args)
 {
     if (!args)
