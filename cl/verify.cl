@@ -9,10 +9,12 @@
  *                       group decides its draft, and a recorded rejection
  *                       lets the request's later rows skip their tokens;
  *                       group 0 also checks the device-side inputs.
- *  psr_verify_sample    per (request, chunk): walks the request's drafts
- *                       from the partials, then samples the residual or
- *                       bonus row (Gumbel-max with exact pruning); the
- *                       request's last group writes its output row.
+ *  psr_verify_sample    per (request, chunk): takes the recorded first
+ *                       rejection (or walks the request's drafts from the
+ *                       partials where nothing was decided), then samples
+ *                       the residual or bonus row (Gumbel-max with exact
+ *                       pruning); the request's last group writes its
+ *                       output row.
  *  psr_verify_finalize  only without 64-bit atomics (or with fp64 noise):
  *                       combines the chunks and writes the outputs.
  *

@@ -8,9 +8,14 @@
 /* Must match cl/verify.cl. */
 #define VERIFY_SB 16384u   /* tokens per super-block of the log-sum-exp */
 #define VERIFY_LANES 256u  /* largest work-group of psr_verify_stats */
+#define VERIFY_COUNT_BITS 12u /* PSR_REJECT_BITS: the low bits of the count and rejection words */
+_Static_assert(PSR_VERIFY_EPOCHS == 1u << (32 - VERIFY_COUNT_BITS),
+               "launch numbers fill the words' bits above the count");
 
 /* ctx->verify[] scratch. */
 enum { T_LSE, T_BEST, T_BEST_I, Q_LSE, WALKS, STATUS, DONE, REJECTED, ROW_LSE, VERIFY_SCRATCH };
+_Static_assert(VERIFY_SCRATCH == sizeof ((psr_context *)0)->verify / sizeof(psr_scratch),
+               "one scratch buffer of ctx->verify per entry");
 
 void psr_verify_args_init(psr_verify_args *args)
 {
@@ -287,9 +292,9 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     cl_uint epoch = ctx->verify_epoch;
     cl_uint draft_rows = (cl_uint)(a->rows - a->requests);
     size_t stats_groups = (size_t)draft_rows * nsb * (a->draft_cache ? 2 : 1) + a->requests * nsb;
-    /* Decisions need a row's groups to fit the count's 12 bits (any vocabulary
+    /* Decisions need a row's groups to fit the count's bits (any vocabulary
      * up to 33 M tokens). */
-    cl_uint decide = stats_groups > ctx->tuning.verify_skip_groups && 2 * nsb < 4096;
+    cl_uint decide = stats_groups > ctx->tuning.verify_skip_groups && 2 * nsb < (1u << VERIFY_COUNT_BITS);
     cl_mem t_lse = ctx->verify[T_LSE].buffer, t_best = ctx->verify[T_BEST].buffer;
     cl_mem t_best_i = ctx->verify[T_BEST_I].buffer, q_lse = ctx->verify[Q_LSE].buffer;
     cl_mem walks = ctx->verify[WALKS].buffer, status = ctx->verify[STATUS].buffer;
