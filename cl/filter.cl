@@ -30,14 +30,22 @@
  *                       it, and the same exact search in the last group.
  * Data that crosses work-groups is written with atomics and read with
  * volatile loads; a group fences its writes before it counts itself done.
- * Output: -inf (nothing removed), NaN (a bad top_p or min_p: the sampler
- * flags the row), else the threshold.
+ * Output, two floats per row: the threshold, -inf (nothing removed), NaN
+ * (a bad top_p or min_p: the sampler flags the row) or the value; then
+ * 1 when the search's last group also sampled the row (below), else 0.
+ *
+ * Sampling from the list: when the kept tokens all lie in a short
+ * candidate list (at most `direct_max`, given the sampler's outputs), the
+ * last group draws the row's token from them, the same Gumbel-max values
+ * and tie rule as psr_gumbel_sample over the whole row, and the sampler
+ * skips the row: it would read every logit for a few hundred survivors.
  *
  * State between the kernels, zero between launches (each row's last
  * group clears it): state[4 * row] the largest key + 1 seen (0: none),
  * [4 * row + 1] the candidate count, [4 * row + 2] the groups done, [4 *
  * row + 3] the lowest key a top-k candidate can have; hist[row] 4096
- * counts, or 2048 low then 2048 high words of masses. */
+ * counts, or 2048 low then 2048 high words of masses. A row's candidates
+ * are `cap` keys, then the `cap` token ids of the same entries. */
 
 /* Only the variant that applies thresholds builds these kernels: the
  * others would pay their compile time (minutes on PoCL) for nothing. */
@@ -63,6 +71,12 @@ inline uint psr_filter_key(float v)
 inline float psr_filter_unkey(uint k)
 {
     return as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+/* A row's output: its threshold and whether its token is already drawn. */
+inline void psr_filter_set(__global float *thresholds, uint row, float cut, bool sampled)
+{
+    vstore2((float2)(cut, sampled ? 1.0f : 0.0f), row, thresholds);
 }
 
 /* The scaled logit of token i, as psr_consider computes it (NaN stays NaN). */
@@ -371,7 +385,7 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __glo
     psr_filter_row f = PSR_FILTER_ROW_GET(row_id);
     if (f.state != 2) {
         if (part == 0 && lid == 0)
-            thresholds[row_id] = f.state == 1 ? NAN : -INFINITY;
+            psr_filter_set(thresholds, row_id, f.state == 1 ? NAN : -INFINITY, false);
         return;
     }
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
@@ -434,20 +448,22 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __glo
         float cut = psr_filter_min_p_cut(&f, psr_filter_max_of(vst[0]));
         barrier(CLK_GLOBAL_MEM_FENCE);
         if (lid == 0) {
-            thresholds[row_id] = cut;
+            psr_filter_set(thresholds, row_id, cut, false);
             st[0] = 0;
         }
     }
 }
 
-/* Appends the keys of [start, end) at or above `low` to the row's
- * candidate list: gathered in local memory, then one atomic reserves the
- * group's place (keys past the local buffer go one by one). The count
- * runs on past `cap` so that the row's last group sees the overflow. */
+/* Appends the keys of [start, end) at or above `low`, and their token
+ * ids, to the row's candidate list: gathered in local memory, then one
+ * atomic reserves the group's place (keys past the local buffer go one by
+ * one). The count runs on past `cap` so that the row's last group sees
+ * the overflow. lbuf: 2 * PSR_FILTER_GCAP words. */
 inline void psr_filter_gather(__global const psr_logit_t *src, bool aligned, const psr_filter_row *f,
                               uint start, uint end, uint low, __global uint *count,
                               __global uint *rc, uint cap, __local uint *lbuf, __local uint *n_local)
 {
+    __local uint *lidx = lbuf + PSR_FILTER_GCAP;
     uint lid = get_local_id(0);
     if (lid == 0)
         n_local[0] = 0;
@@ -459,13 +475,17 @@ inline void psr_filter_gather(__global const psr_logit_t *src, bool aligned, con
             uint key = psr_filter_key(v[q]);
             if (isnan(v[q]) || key < low)
                 continue;
+            uint token = i + (q < 4 ? (uint)q : 4 * PSR_WG_SIZE + (uint)q - 4);
             uint j = atomic_inc(n_local);
             if (j < PSR_FILTER_GCAP) {
                 lbuf[j] = key;
+                lidx[j] = token;
             } else {
                 uint g = atomic_inc(count);
-                if (g < cap)
+                if (g < cap) {
                     psr_publish(&rc[g], key);
+                    psr_publish(&rc[cap + g], token);
+                }
             }
         }
     }
@@ -475,25 +495,97 @@ inline void psr_filter_gather(__global const psr_logit_t *src, bool aligned, con
         n_local[1] = n ? atomic_add(count, n) : 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     uint at = n_local[1];
-    for (uint j = lid; j < n && at + j < cap; j += PSR_WG_SIZE)
+    for (uint j = lid; j < n && at + j < cap; j += PSR_WG_SIZE) {
         psr_publish(&rc[at + j], lbuf[j]);
+        psr_publish(&rc[cap + at + j], lidx[j]);
+    }
+}
+
+/* The sampler's arguments for drawing a row's token from its candidates
+ * (psr_filter_finish); tokens == 0 or direct_max == 0: never. */
+#define PSR_FILTER_DIRECT_ARGS                                                                    \
+    __global const long *seeds, __global const long *positions, __global int *tokens,            \
+        __global uint *row_flags, uint direct_max
+#define PSR_FILTER_DIRECT_PASS seeds, positions, tokens, row_flags, direct_max
+
+/* A Gumbel-max score as an unsigned key of the same order (ties equal). */
+inline ulong psr_filter_score_key(psr_acc_t v)
+{
+#if USE_FP64
+    ulong b = as_ulong(v == 0.0 ? 0.0 : v);
+    return (b >> 63) ? ~b : (b | 0x8000000000000000UL);
+#else
+    return (ulong)psr_filter_key(v) << 32;
+#endif
+}
+
+/* Gumbel-max over the candidates with key >= cut_key: the values that
+ * psr_consider_cut gives the same tokens in the sampler (the key gives
+ * back the scaled logit; -0 comes back as +0, which compares equal) and
+ * its tie rule (the lowest index), so the winner is the token the sampler
+ * would draw from the whole row; 0xffffffff when no score is above -inf.
+ * Every work-item calls it. The group's best goes through local atomics
+ * on `pick` (3 words) rather than a reduction tree: PoCL's compile time
+ * grows with every barrier. */
+inline uint psr_filter_sample_list(volatile __global const uint *keys,
+                                   volatile __global const uint *ids, uint n, uint cut_key,
+                                   uint row_key, __local uint *pick)
+{
+    uint lid = get_local_id(0);
+    psr_acc_t best = PSR_ACC_NEG_INF;
+    uint best_i = 0xffffffffu;
+    for (uint c = lid; c < n; c += PSR_WG_SIZE) {
+        uint key = keys[c];
+        if (key < cut_key)
+            continue;
+        uint i = ids[c];
+        /* an infinite logit stays itself: the noise is finite */
+        psr_acc_t v = (psr_acc_t)psr_filter_unkey(key) + psr_noise(psr_token_words(row_key, i));
+        if (psr_better(v, i, best, best_i)) {
+            best = v;
+            best_i = i;
+        }
+    }
+    if (lid == 0) {
+        pick[0] = pick[1] = 0;
+        pick[2] = 0xffffffffu;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    bool has = best > PSR_ACC_NEG_INF;
+    ulong k = psr_filter_score_key(best);
+    if (has)
+        atomic_max(&pick[0], (uint)(k >> 32));
+    barrier(CLK_LOCAL_MEM_FENCE);
+    has = has && (uint)(k >> 32) == pick[0];
+    if (has)
+        atomic_max(&pick[1], (uint)k);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (has && (uint)k == pick[1])
+        atomic_min(&pick[2], best_i);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return pick[2];
 }
 
 /* A row's last group: the exact threshold from the candidate list (or
- * from the whole row when the list overflowed), then the row's state
- * cleared for the next launch. Top-p alone takes its total from the mass
- * histogram, as its list holds only the top of the set. lbuf: 4096 words. */
-inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit_t *src, float m,
-                              uint floor_key, uint vocab, uint cap, __global uint *st,
-                              __global uint *h, __global uint *rc, __global float *threshold,
-                              __local uint *lbuf, __local uint *hlo, __local uint *hhi,
-                              __local ulong *seg, __local uint *pick)
+ * from the whole row when the list overflowed), the row's token when the
+ * list holds every kept token, then the row's state cleared for the next
+ * launch. Top-p alone takes its total from the mass histogram, as its
+ * list holds only the top of the set. `low`: the smallest key the list
+ * can hold. lbuf: 4096 words. */
+inline void psr_filter_finish(const psr_filter_row *fp, uint row_id, __global const psr_logit_t *src,
+                              float m, uint floor_key, uint low, uint vocab, uint cap,
+                              __global uint *st, __global uint *h, __global uint *rc,
+                              __global float *thresholds, __global const int *row_request,
+                              uint requests, __global const float *temperatures,
+                              PSR_FILTER_DIRECT_ARGS, __local uint *lbuf, __local uint *hlo,
+                              __local uint *hhi, __local ulong *seg, __local uint *pick)
 {
     psr_filter_row f = *fp;
     uint lid = get_local_id(0);
     /* Other groups wrote these: volatile reads go past any cache. */
     volatile __global const uint *vst = st, *vh = h, *vrc = rc;
     float cut = psr_filter_min_p_cut(&f, m);
+    bool sampled = false;
     if (m > -INFINITY) {
         uint count = vst[1];
         bool fits = count <= cap;
@@ -539,6 +631,22 @@ inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit
                                               total_in, hlo, hhi, seg, pick);
         }
         cut = psr_filter_unkey(floor_key);
+        /* Every kept key is in the list when the list is whole and the
+         * threshold is no lower than the list's lowest possible key. The
+         * row must be one the sampler would sample (no flags). */
+        int req;
+        if (tokens && fits && count <= direct_max && floor_key >= low &&
+            !psr_row_status(row_id, row_request, requests, temperatures, positions, 0, 0, 0, &req)) {
+            uint row_key = psr_row_key((ulong)seeds[req], (ulong)positions[row_id]);
+            uint token = psr_filter_sample_list(vrc, vrc + cap, count, floor_key, row_key, pick);
+            /* no score above -inf: the sampler flags the row as it always has */
+            sampled = token != 0xffffffffu;
+            if (sampled && lid == 0) {
+                tokens[row_id] = (int)token;
+                if (row_flags)
+                    row_flags[row_id] = 0;
+            }
+        }
     }
     /* Clear the row's state for the next launch, after every read. */
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
@@ -546,7 +654,7 @@ inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit
         for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
             h[b] = 0;
     if (lid == 0) {
-        *threshold = cut;
+        psr_filter_set(thresholds, row_id, cut, sampled);
         st[0] = 0;
         st[1] = 0;
         st[3] = 0;
@@ -572,7 +680,7 @@ inline void psr_filter_finish(const psr_filter_row *fp, __global const psr_logit
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __global uint *state,
                         __global uint *hist, __global uint *cand, uint cap,
-                        __global float *thresholds)
+                        __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
 {
     PSR_FILTER_COLLECT_START;
     if (f.state != 2 || !(f.k_on || f.p_on))
@@ -581,17 +689,18 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
-    __global uint *rc = cand + (ulong)row_id * cap;
+    __global uint *rc = cand + (ulong)row_id * 2 * cap;
     float m = psr_filter_max_of(st[0]); /* complete: pass 1 has ended */
     uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));
     uint start = part * chunk, end = min(start + chunk, vocab);
     if (f.k_on) {
+        uint low = max(st[3], floor_key);
         if (m > -INFINITY)
-            psr_filter_gather(src, aligned, &f, start, end, max(st[3], floor_key), &st[1], rc, cap,
-                              lbuf, pick);
+            psr_filter_gather(src, aligned, &f, start, end, low, &st[1], rc, cap, lbuf, pick);
         if (psr_last_group(&st[2], groups_per_row, &pick[2]))
-            psr_filter_finish(&f, src, m, floor_key, vocab, cap, st, h, rc, thresholds + row_id,
-                              lbuf, hlo, hhi, seg, pick);
+            psr_filter_finish(&f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
+                              row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, lbuf,
+                              hlo, hhi, seg, pick);
     } else if (m > -INFINITY) {
         /* Top-p alone: 64-bit masses per bin, local then global
          * (m = -inf: psr_filter_collect_mass writes -inf). */
@@ -627,7 +736,7 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk,
                              __global uint *state, __global uint *hist, __global uint *cand,
-                             uint cap, __global float *thresholds)
+                             uint cap, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
 {
     PSR_FILTER_COLLECT_START;
     if (f.state != 2 || f.k_on || !f.p_on)
@@ -636,10 +745,11 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chun
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
-    __global uint *rc = cand + (ulong)row_id * cap;
+    __global uint *rc = cand + (ulong)row_id * 2 * cap;
     float m = psr_filter_max_of(st[0]);
     uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));
     uint start = part * chunk, end = min(start + chunk, vocab);
+    uint low = floor_key;
     if (m > -INFINITY) {
         __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS;
         for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
@@ -648,13 +758,14 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chun
         ulong total = psr_filter_suffix(mlo, mhi, true, PSR_FILTER_MBINS, seg);
         float goal = fmax(f.p, FLT_MIN) * (float)total;
         psr_filter_cross(mlo, mhi, true, PSR_FILTER_MBINS, 0, true, 0, goal, seg, pick);
-        uint low = max(floor_key, pick[0] << PSR_FILTER_MSHIFT);
+        low = max(floor_key, pick[0] << PSR_FILTER_MSHIFT);
         barrier(CLK_LOCAL_MEM_FENCE);
         psr_filter_gather(src, aligned, &f, start, end, low, &st[1], rc, cap, lbuf, pick);
     }
     if (psr_last_group(&st[2], groups_per_row, &pick[2]))
-        psr_filter_finish(&f, src, m, floor_key, vocab, cap, st, h, rc, thresholds + row_id, lbuf,
-                          hlo, hhi, seg, pick);
+        psr_filter_finish(&f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
+                          row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, lbuf, hlo,
+                          hhi, seg, pick);
 }
 
 #endif /* PSR_FILTERS */

@@ -671,11 +671,15 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     int req;
     uint flags = psr_row_status(row_id, row_request, requests, temperatures, positions, draft_cache,
                                 draft_cache_rows, draft_cache_rows_total, &req);
-    /* Filters: NaN marks bad filter values (filter.cl). */
+    /* Filters (filter.cl): the row's threshold, NaN for bad filter values,
+     * and whether the filter pass already drew the row's token. */
     float cut = -INFINITY;
 #if PSR_FILTERS
     if (thresholds && req >= 0 && !(flags & PSR_ROW_BAD_INDEX)) {
-        cut = thresholds[row_id];
+        float2 th = vload2(row_id, thresholds);
+        if (th.y != 0.0f)
+            return; /* the whole row's groups: before any barrier */
+        cut = th.x;
         if (isnan(cut))
             flags |= PSR_ROW_BAD_FILTER;
     }
@@ -888,8 +892,13 @@ void psr_gumbel_finalize(uint groups_per_row, __global const psr_acc_t *part_val
     int req;
     uint flags = psr_row_status(row, row_request, requests, temperatures, positions, draft_cache,
                                 draft_cache_rows, draft_cache_rows_total, &req);
-    if (PSR_FILTERS && thresholds && req >= 0 && !(flags & PSR_ROW_BAD_INDEX) && isnan(thresholds[row]))
-        flags |= PSR_ROW_BAD_FILTER;
+    if (PSR_FILTERS && thresholds && req >= 0 && !(flags & PSR_ROW_BAD_INDEX)) {
+        float2 th = vload2(row, thresholds);
+        if (th.y != 0.0f)
+            return; /* filter.cl drew the token */
+        if (isnan(th.x))
+            flags |= PSR_ROW_BAD_FILTER;
+    }
     int token = -1;
     if (req >= 0 && !flags) {
         token = (int)li[0];

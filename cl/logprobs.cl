@@ -138,7 +138,7 @@ inline float psr_lp_cut(__global const float *cuts, uint row, bool raw, float t)
 {
     if (!cuts || raw || !(isnormal(t) && t > 0.0f))
         return -INFINITY;
-    float c = cuts[row];
+    float c = cuts[2 * row]; /* filter.cl's output: two floats per row */
     return isnan(c) ? -INFINITY : c; /* bad filter values: psr_sample flags the row */
 }
 

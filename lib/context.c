@@ -118,19 +118,25 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
     const char *skip = getenv("PSR_TUNE_VERIFY_SKIP");
     if (skip && atoi(skip) >= 0)
         ctx->tuning.verify_skip_groups = (size_t)atoi(skip);
+    const char *direct = getenv("PSR_TUNE_FILTER_DIRECT");
+    if (direct && atoi(direct) >= 0)
+        ctx->tuning.filter_direct_max = (size_t)atoi(direct);
     if (extra && psr_strlcpy(ctx->tuning.extra_options, extra, sizeof ctx->tuning.extra_options) >=
                      sizeof ctx->tuning.extra_options) {
         psr_log(ctx, PSR_LOG_WARNING, "PSR_TUNE_BUILD_OPTIONS is longer than %zu bytes: ignored",
                 sizeof ctx->tuning.extra_options - 1);
         ctx->tuning.extra_options[0] = '\0';
     }
-    if (wg || resident || mulhi || extra || vector || min_steps || skip || ctx->tuning.two_pass)
+    if (wg || resident || mulhi || extra || vector || min_steps || skip || direct ||
+        ctx->tuning.two_pass)
         psr_log(ctx, PSR_LOG_INFO,
                 "tuning from the environment: work-group %zu, resident %zu, mul_hi %d, two-pass %d, "
-                "vector lanes %u, min steps %u, verify skip above %zu groups, extra options \"%s\"",
+                "vector lanes %u, min steps %u, verify skip above %zu groups, filter draws from "
+                "lists up to %zu, extra options \"%s\"",
                 ctx->tuning.work_group_size, ctx->tuning.resident_per_unit, ctx->tuning.mulhi,
                 ctx->tuning.two_pass, ctx->tuning.vector_width, ctx->tuning.min_steps,
-                ctx->tuning.verify_skip_groups, ctx->tuning.extra_options);
+                ctx->tuning.verify_skip_groups, ctx->tuning.filter_direct_max,
+                ctx->tuning.extra_options);
     setup_disk_cache(ctx, o);
     return PSR_OK;
 }

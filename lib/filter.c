@@ -58,8 +58,8 @@ static psr_status filter_kernel(psr_context *ctx, const psr_variant *v, const ch
     cl_ulong stride = a->row_stride ? a->row_stride : a->vocab;
     cl_uint vocab = (cl_uint)a->vocab, requests = (cl_uint)a->requests;
     const size_t ms = sizeof(cl_mem);
-    size_t all_sizes[20] = {ms, 8, 8, 4, ms, 4, ms, ms, ms, ms};
-    const void *all_values[20] = {&a->logits,       &offset,   &stride,   &vocab,    &a->row_request,
+    size_t all_sizes[24] = {ms, 8, 8, 4, ms, 4, ms, ms, ms, ms};
+    const void *all_values[24] = {&a->logits,       &offset,   &stride,   &vocab,    &a->row_request,
                                   &requests,        &a->temperatures, &a->top_k, &a->top_p, &a->min_p};
     for (int i = 0; i < n_extra; i++) {
         all_sizes[10 + i] = sizes[i];
@@ -72,17 +72,23 @@ static psr_status filter_kernel(psr_context *ctx, const psr_variant *v, const ch
 }
 
 psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *a, const psr_variant *v,
-                              cl_event *event, cl_mem *cut)
+                              bool draw, cl_event *event, cl_mem *cut)
 {
     bool searches = a->top_k || a->top_p;
+    /* Rows whose kept tokens fit a short list are drawn by the search's
+     * last group: the Gumbel-max sampler only (the race scales by a
+     * group's own maximum), and not while it also fills a draft cache. */
+    draw = draw && v->method == 0 && !a->draft_cache;
+    cl_uint direct_max = draw ? (cl_uint)ctx->tuning.filter_direct_max : 0;
+    cl_mem direct_tokens = direct_max ? a->tokens : NULL;
     cl_uint cap = (cl_uint)(a->vocab < FILTER_CAP ? a->vocab : FILTER_CAP);
-    psr_status st = psr_scratch_reserve(ctx, &ctx->filter_cut, a->rows * sizeof(cl_float));
+    psr_status st = psr_scratch_reserve(ctx, &ctx->filter_cut, a->rows * 2 * sizeof(cl_float));
     if (st == PSR_OK)
         st = psr_scratch_reserve(ctx, &ctx->filter_state, a->rows * 4 * sizeof(cl_uint));
     if (st == PSR_OK)
         st = psr_scratch_reserve(ctx, &ctx->filter_hist, a->rows * FILTER_HBINS * sizeof(cl_uint));
     if (st == PSR_OK && searches)
-        st = psr_scratch_reserve(ctx, &ctx->filter_cand, a->rows * cap * sizeof(cl_uint));
+        st = psr_scratch_reserve(ctx, &ctx->filter_cand, a->rows * 2 * cap * sizeof(cl_uint));
     if (st != PSR_OK)
         return st;
     *cut = ctx->filter_cut.buffer;
@@ -117,13 +123,15 @@ psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *a, const 
     if (st == PSR_OK)
         st = filter_kernel(ctx, v, "psr_filter_scan", a, 5, scan_sizes, scan_values, parts, nwait,
                            wait, clear ? NULL : event);
-    const size_t col_sizes[] = {4, 4, ms, ms, ms, 4, ms};
-    const void *col_values[] = {&groups, &chunk, &state, &hist, &cand, &cap, cut};
+    const size_t col_sizes[] = {4, 4, ms, ms, ms, 4, ms, ms, ms, ms, ms, 4};
+    const void *col_values[] = {&groups,         &chunk,        &state,         &hist,
+                                &cand,           &cap,          cut,            &a->seeds,
+                                &a->positions,   &direct_tokens, &a->row_flags, &direct_max};
     if (st == PSR_OK && searches)
-        st = filter_kernel(ctx, v, "psr_filter_collect", a, 7, col_sizes, col_values, parts, 0, NULL,
-                           NULL);
+        st = filter_kernel(ctx, v, "psr_filter_collect", a, 12, col_sizes, col_values, parts, 0,
+                           NULL, NULL);
     if (st == PSR_OK && a->top_p)
-        st = filter_kernel(ctx, v, "psr_filter_collect_mass", a, 7, col_sizes, col_values, parts, 0,
+        st = filter_kernel(ctx, v, "psr_filter_collect_mass", a, 12, col_sizes, col_values, parts, 0,
                            NULL, NULL);
     if (st == PSR_OK)
         ctx->filter_dirty = false;

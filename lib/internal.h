@@ -84,6 +84,8 @@ typedef struct psr_tuning {
     bool lp_segment_tau;       /* logprobs: the segment bound before the exact one (cl/logprobs.cl) */
     size_t verify_skip_groups; /* psr_verify skips rows past a recorded rejection when its statistics
                                   take more groups than this (PSR_TUNE_VERIFY_SKIP) */
+    size_t filter_direct_max;  /* filtered rows whose kept tokens lie in a candidate list of at most
+                                  this many are drawn by the filter pass (PSR_TUNE_FILTER_DIRECT) */
     char extra_options[256];   /* appended to every build (PSR_TUNE_BUILD_OPTIONS), or "" */
 } psr_tuning;
 
@@ -169,9 +171,11 @@ bool psr_filter_requested(const psr_sample_args *args);
 /* Host checks of the filter buffers (sizes; not with PSR_SAMPLE_PROBS). */
 psr_status psr_filter_check(psr_context *ctx, const psr_sample_args *args, unsigned flags);
 /* Enqueues the threshold pre-pass of variant v (after the wait list);
- * *cut receives the per-row threshold buffer for psr_gumbel_sample. */
+ * *cut receives the per-row output for psr_gumbel_sample (two floats per
+ * row: the threshold, and 1 where the pass drew the row's token into
+ * args->tokens, which `draw` allows). */
 psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *args, const psr_variant *v,
-                              cl_event *event, cl_mem *cut);
+                              bool draw, cl_event *event, cl_mem *cut);
 /* The host check of one request's filter values: PSR_OK or PSR_ERR_FILTER_RANGE. */
 psr_status psr_filter_check_values(psr_context *ctx, const char *who, size_t index,
                                    const int32_t *top_k, const float *top_p, const float *min_p);

@@ -143,7 +143,7 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     if (a->top_k || a->top_p || a->min_p) {
         psr_sample_args view = filter_view(a);
         psr_variant fv = {.set = PSR_KERNELS_GUMBEL, .dtype = a->logits_dtype, .filtered = true};
-        st = psr_filter_enqueue(ctx, &view, &fv, NULL, &cuts);
+        st = psr_filter_enqueue(ctx, &view, &fv, false, NULL, &cuts);
         if (st != PSR_OK)
             return st;
         nwait = 0, wait = NULL;

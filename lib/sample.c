@@ -269,7 +269,7 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     cl_uint nwait = a->num_events_in_wait_list;
     const cl_event *wait = a->event_wait_list;
     if (psr_filter_requested(a)) {
-        st = psr_filter_enqueue(ctx, a, &v, first ? &ev_filter : NULL, &cut);
+        st = psr_filter_enqueue(ctx, a, &v, true, first ? &ev_filter : NULL, &cut);
         if (st != PSR_OK)
             return st;
         nwait = 0;

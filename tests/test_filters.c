@@ -47,6 +47,25 @@ static void download(cl_mem m, void *data, size_t bytes)
                      CL_SUCCESS);
 }
 
+/* The filter pass's output for `rows` rows: each row's threshold, and
+ * how many rows it drew itself from their candidate lists (two floats
+ * per row, cl/filter.cl). */
+static size_t download_cuts(float *cut, size_t rows)
+{
+    float *both = malloc(rows * 2 * sizeof *both);
+    download(ctx->filter_cut.buffer, both, rows * 2 * sizeof *both);
+    size_t drawn = 0;
+    for (size_t r = 0; r < rows; r++) {
+        cut[r] = both[2 * r];
+        drawn += both[2 * r + 1] != 0.0f;
+    }
+    free(both);
+    return drawn;
+}
+
+/* Rows the filter pass drew since the last reset, over check_rows calls. */
+static size_t rows_drawn;
+
 /* Logits with ties (values on a coarse grid), some +-inf and NaN. */
 static void random_logits(float *x, size_t n, bool with_inf)
 {
@@ -136,7 +155,7 @@ static void check_rows(size_t rows, size_t vocab, unsigned flags, psr_dtype dtyp
         fail_msg("%s: %s", psr_status_string(st), psr_last_error(ctx));
     download(a.tokens, tokens, rows * 4);
     download(a.row_flags, rf, rows * 4);
-    download(ctx->filter_cut.buffer, cut, rows * 4);
+    rows_drawn += download_cuts(cut, rows);
 
     size_t filtered_rows = 0;
     for (size_t r = 0; r < rows; r++) {
@@ -180,20 +199,42 @@ static void check_rows(size_t rows, size_t vocab, unsigned flags, psr_dtype dtyp
     free(cut), free(k), free(tokens), free(rf);
 }
 
+/* Each call below also counts the rows that the filter pass drew from
+ * their candidate lists instead of the sampler: both paths must meet the
+ * oracle, so each must have run. */
 static void test_kept_set_equals_oracle(void **state)
 {
     (void)state;
+    rows_drawn = 0;
     check_rows(64, 7, 0, PSR_DTYPE_F32, true, true, true);
     check_rows(64, 1000, 0, PSR_DTYPE_F32, true, true, true);
     check_rows(64, 1000, 0, PSR_DTYPE_F32, true, false, false);
+    assert_true(rows_drawn > 0 && rows_drawn < 3 * 64);
     check_rows(64, 1000, 0, PSR_DTYPE_F32, false, true, false);
     check_rows(64, 1000, 0, PSR_DTYPE_F32, false, false, true);
+    rows_drawn = 0;
     check_rows(32, 3001, PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_DRAFTING, PSR_DTYPE_BF16, true, true,
                true);
+    assert_true(rows_drawn > 0); /* the salted stream, drawn from the list */
+    rows_drawn = 0;
     check_rows(32, 3001, PSR_SAMPLE_RACE, PSR_DTYPE_F32, true, true, true);
+    assert_int_equal(rows_drawn, 0); /* the race is not drawn from lists */
     check_rows(4, 70001, 0, PSR_DTYPE_F32, true, true, true); /* rows split over work-groups */
-    if (has_fp64)
+    if (has_fp64) {
+        rows_drawn = 0;
         check_rows(16, 3001, PSR_SAMPLE_FP64_NOISE, PSR_DTYPE_F32, true, true, true);
+        assert_true(rows_drawn > 0);
+    }
+    /* With drawing from lists off, the same rows meet the oracle through
+     * the sampler alone, and none is drawn. */
+    size_t keep = ctx->tuning.filter_direct_max;
+    ctx->tuning.filter_direct_max = 0;
+    rows_drawn = 0;
+    check_rows(64, 1000, 0, PSR_DTYPE_F32, true, true, true);
+    check_rows(32, 3001, PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_DRAFTING, PSR_DTYPE_BF16, true, true,
+               true);
+    ctx->tuning.filter_direct_max = keep;
+    assert_int_equal(rows_drawn, 0);
 }
 
 /* The oracle against the definitions, on a small row worked by hand. */
@@ -242,7 +283,7 @@ static void test_requests_independent(void **state)
                                               p, mp, 0, tokens, NULL, NULL),
                      PSR_OK);
     float cut[R];
-    download(ctx->filter_cut.buffer, cut, sizeof cut);
+    download_cuts(cut, R);
     for (size_t r = 0; r < R; r++) {
         float want = psr_oracle_filter_threshold(base, V, 1.0f, k[r], p[r], mp[r]);
         assert_true(cut[r] == want || (cut[r] == 0.0f && want == 0.0f));
@@ -291,12 +332,23 @@ static void test_search_paths(void **state)
                                                   k, p, mp, 0, tokens, NULL, NULL),
                          PSR_OK);
         float cut[R];
-        download(ctx->filter_cut.buffer, cut, sizeof cut);
+        download_cuts(cut, R);
         for (size_t r = 0; r < R; r++) {
             float want = psr_oracle_filter_threshold(x + r * V, V, temps[r], k[r], p[r], mp[r]);
             if (!(cut[r] == want))
                 fail_msg("round %d row %zu: threshold %a, oracle %a", round, r, (double)cut[r],
                          (double)want);
+            /* the token too: some of these rows are drawn from their lists */
+            float *masked = malloc(V * sizeof *masked);
+            for (size_t i = 0; i < V; i++) {
+                float s = psr_oracle_scaled(x[r * V + i], temps[r]);
+                masked[i] = s < want ? -INFINITY : x[r * V + i];
+            }
+            int32_t oracle = psr_oracle_sample_row(masked, V, temps[r], seeds[r], pos[r], false,
+                                                   PSR_NOISE_FP32, NULL);
+            free(masked);
+            if (tokens[r] != oracle)
+                fail_msg("round %d row %zu: token %d, oracle %d", round, r, tokens[r], oracle);
         }
     }
     free(x);
@@ -339,7 +391,7 @@ static void test_dirty_state_cleared(void **state)
                                                   k, p, mp, 0, tokens, NULL, NULL),
                          PSR_OK);
         float cut[R];
-        download(ctx->filter_cut.buffer, cut, sizeof cut);
+        download_cuts(cut, R);
         size_t wrong = 0;
         for (size_t r = 0; r < R; r++)
             wrong += !(cut[r] == psr_oracle_filter_threshold(x + r * V, V, temps[r], k[r], p[r], mp[r]));
