@@ -524,9 +524,11 @@ inline ulong psr_filter_score_key(psr_acc_t v)
  * back the scaled logit; -0 comes back as +0, which compares equal) and
  * its tie rule (the lowest index), so the winner is the token the sampler
  * would draw from the whole row; 0xffffffff when no score is above -inf.
- * Every work-item calls it. The group's best goes through local atomics
- * on `pick` (3 words) rather than a reduction tree: PoCL's compile time
- * grows with every barrier. */
+ * Every work-item calls it. The list is read 4 entries a load (volatile
+ * loads are not overlapped; keys and ids are 16-byte aligned, as `cap`
+ * is a multiple of 4, and n <= cap). The group's best goes through local
+ * atomics on `pick` (3 words) rather than a reduction tree: PoCL's
+ * compile time grows with every barrier. */
 inline uint psr_filter_sample_list(volatile __global const uint *keys,
                                    volatile __global const uint *ids, uint n, uint cut_key,
                                    uint row_key, __local uint *pick)
@@ -534,16 +536,20 @@ inline uint psr_filter_sample_list(volatile __global const uint *keys,
     uint lid = get_local_id(0);
     psr_acc_t best = PSR_ACC_NEG_INF;
     uint best_i = 0xffffffffu;
-    for (uint c = lid; c < n; c += PSR_WG_SIZE) {
-        uint key = keys[c];
-        if (key < cut_key)
-            continue;
-        uint i = ids[c];
-        /* an infinite logit stays itself: the noise is finite */
-        psr_acc_t v = (psr_acc_t)psr_filter_unkey(key) + psr_noise(psr_token_words(row_key, i));
-        if (psr_better(v, i, best, best_i)) {
-            best = v;
-            best_i = i;
+    for (uint c = 4 * lid; c < n; c += 4 * PSR_WG_SIZE) {
+        uint4 k4 = *(volatile __global const uint4 *)(keys + c);
+        uint4 i4 = *(volatile __global const uint4 *)(ids + c);
+        uint ks[4] = {k4.s0, k4.s1, k4.s2, k4.s3}, is[4] = {i4.s0, i4.s1, i4.s2, i4.s3};
+        for (uint q = 0; q < 4; q++) {
+            if (c + q >= n || ks[q] < cut_key)
+                continue;
+            /* as in the sampler: +inf stays +inf, a NaN score never wins */
+            psr_acc_t v = (psr_acc_t)psr_filter_unkey(ks[q]) +
+                          psr_noise(psr_token_words(row_key, is[q]));
+            if (psr_better(v, is[q], best, best_i)) {
+                best = v;
+                best_i = is[q];
+            }
         }
     }
     if (lid == 0) {

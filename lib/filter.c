@@ -75,13 +75,18 @@ psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *a, const 
                               bool draw, cl_event *event, cl_mem *cut)
 {
     bool searches = a->top_k || a->top_p;
-    /* Rows whose kept tokens fit a short list are drawn by the search's
+    /* Rows whose kept tokens all lie in the list are drawn by the search's
      * last group: the Gumbel-max sampler only (the race scales by a
-     * group's own maximum), and not while it also fills a draft cache. */
-    draw = draw && v->method == 0 && !a->draft_cache;
-    cl_uint direct_max = draw ? (cl_uint)ctx->tuning.filter_direct_max : 0;
+     * group's own maximum), and not while it also fills a draft cache.
+     * Nor with fast math on the vector path, whose native logs may differ
+     * in the last bits from the scalar ones the list is drawn with. */
+    draw = draw && v->method == 0 && !a->draft_cache && !(v->fast_math && ctx->tuning.vector_width);
+    cl_uint direct_max = !draw ? 0
+                         : ctx->tuning.filter_direct_max < FILTER_CAP ? (cl_uint)ctx->tuning.filter_direct_max
+                                                                      : FILTER_CAP;
     cl_mem direct_tokens = direct_max ? a->tokens : NULL;
-    cl_uint cap = (cl_uint)(a->vocab < FILTER_CAP ? a->vocab : FILTER_CAP);
+    /* a multiple of 4: the last group reads the list 16 bytes a load */
+    cl_uint cap = (cl_uint)((a->vocab < FILTER_CAP ? a->vocab : FILTER_CAP) + 3) / 4 * 4;
     psr_status st = psr_scratch_reserve(ctx, &ctx->filter_cut, a->rows * 2 * sizeof(cl_float));
     if (st == PSR_OK)
         st = psr_scratch_reserve(ctx, &ctx->filter_state, a->rows * 4 * sizeof(cl_uint));

@@ -258,23 +258,13 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
                      .method = !(flags & PSR_SAMPLE_RACE) ? 0 : (flags & PSR_SAMPLE_PROBS) ? 2 : 1,
                      .filtered = psr_filter_requested(a)};
     cl_kernel sample, finalize = NULL;
-    st = psr_kernel_get(ctx, &v, "psr_gumbel_sample", &sample);
-    if (st != PSR_OK)
-        return st;
-
-    /* Filters: a threshold pre-pass, only when asked for. It waits for the
-     * caller's events; the sampling kernel follows it by queue order. */
     cl_mem cut = NULL;
     cl_event ev_filter = NULL;
     cl_uint nwait = a->num_events_in_wait_list;
     const cl_event *wait = a->event_wait_list;
-    if (psr_filter_requested(a)) {
-        st = psr_filter_enqueue(ctx, a, &v, true, first ? &ev_filter : NULL, &cut);
-        if (st != PSR_OK)
-            return st;
-        nwait = 0;
-        wait = NULL;
-    }
+    st = psr_kernel_get(ctx, &v, "psr_gumbel_sample", &sample);
+    if (st != PSR_OK)
+        return st;
 
     cl_uint chunk, groups;
     psr_split_rows(ctx, a->rows, a->vocab, &chunk, &groups);
@@ -304,6 +294,18 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
             goto fail;
         part_value = ctx->part_value.buffer;
         part_index = ctx->part_index.buffer;
+    }
+
+    /* Filters: a threshold pre-pass, only when asked for. It waits for the
+     * caller's events; the sampling kernel follows it by queue order. It
+     * may write tokens (rows it draws itself), so it comes after every
+     * step here that can fail for want of memory. */
+    if (psr_filter_requested(a)) {
+        st = psr_filter_enqueue(ctx, a, &v, true, first ? &ev_filter : NULL, &cut);
+        if (st != PSR_OK)
+            return st;
+        nwait = 0;
+        wait = NULL;
     }
 
     cl_ulong offset = a->logits_offset;

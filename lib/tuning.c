@@ -70,10 +70,10 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                      * within a wave every row starts before any decision,
                      * and deciding only lengthens the launch. */
                     .verify_skip_groups = 4 * (size_t)(info->compute_units ? info->compute_units : 1),
-                    /* The short lists that the counting search takes
-                     * (filter.cl's PSR_FILTER_RANK_MAX); top-k rows of
-                     * real models fall well inside it. */
-                    .filter_direct_max = 512,
+                    /* Every list that fits (lib/filter.c's FILTER_CAP):
+                     * on the H200 drawing from lists of thousands (top-p)
+                     * beat the sampler's full pass at 32 to 256 rows. */
+                    .filter_direct_max = 16384,
                     .extra_options = ""};
     /* Never ask for more than the device allows; keep a power of two. */
     while (info->max_work_group_size && t.work_group_size > info->max_work_group_size &&

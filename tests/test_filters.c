@@ -219,22 +219,30 @@ static void test_kept_set_equals_oracle(void **state)
     rows_drawn = 0;
     check_rows(32, 3001, PSR_SAMPLE_RACE, PSR_DTYPE_F32, true, true, true);
     assert_int_equal(rows_drawn, 0); /* the race is not drawn from lists */
+    rows_drawn = 0;
     check_rows(4, 70001, 0, PSR_DTYPE_F32, true, true, true); /* rows split over work-groups */
+    assert_true(rows_drawn > 0); /* lists gathered by several groups */
     if (has_fp64) {
         rows_drawn = 0;
         check_rows(16, 3001, PSR_SAMPLE_FP64_NOISE, PSR_DTYPE_F32, true, true, true);
         assert_true(rows_drawn > 0);
     }
-    /* With drawing from lists off, the same rows meet the oracle through
-     * the sampler alone, and none is drawn. */
+    /* The same rows (same seed) with drawing from lists off: they meet
+     * the oracle through the sampler alone, and none is drawn. */
     size_t keep = ctx->tuning.filter_direct_max;
-    ctx->tuning.filter_direct_max = 0;
-    rows_drawn = 0;
-    check_rows(64, 1000, 0, PSR_DTYPE_F32, true, true, true);
-    check_rows(32, 3001, PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_DRAFTING, PSR_DTYPE_BF16, true, true,
-               true);
+    for (int off = 0; off < 2; off++) {
+        ctx->tuning.filter_direct_max = off ? 0 : keep;
+        rows_drawn = 0;
+        test_seed(4242);
+        check_rows(64, 1000, 0, PSR_DTYPE_F32, true, true, true);
+        check_rows(32, 3001, PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_DRAFTING, PSR_DTYPE_BF16, true,
+                   true, true);
+        if (off)
+            assert_int_equal(rows_drawn, 0);
+        else
+            assert_true(rows_drawn > 0);
+    }
     ctx->tuning.filter_direct_max = keep;
-    assert_int_equal(rows_drawn, 0);
 }
 
 /* The oracle against the definitions, on a small row worked by hand. */
@@ -302,11 +310,13 @@ static void test_requests_independent(void **state)
  * the candidate list for top-k and for top-p alone (short lists are
  * counted, long ones radix-searched), and rows whose top holds more
  * candidates than the list (16,384) takes, which search the whole row
- * instead. */
+ * instead. Rows whose list holds every kept token are drawn from it, the
+ * others by the sampler; the tokens must be the oracle's either way, ties
+ * (several +inf) included. */
 static void test_search_paths(void **state)
 {
     (void)state;
-    enum { R = 8, V = 20000 };
+    enum { R = 9, V = 20000 };
     float *x = malloc(R * V * sizeof *x);
     for (size_t i = 0; i < V; i++) {
         float n = 3.0f * normal();
@@ -318,10 +328,14 @@ static void test_search_paths(void **state)
         x[5 * V + i] = n;                           /* min-p alone */
         x[6 * V + i] = 0.01f * normal();            /* a flat top: many candidates */
         x[7 * V + i] = i % 100 == 0 ? NAN : n;      /* fewer finite tokens than k */
+        x[8 * V + i] = i % 4999 == 17 ? INFINITY : n; /* four +inf tied: the lowest wins */
     }
-    int32_t k[R] = {100, 0, 100, 0, 10, 0, 5000, V - 10};
-    float p[R] = {0.95f, 0.9f, 1.0f, 0.5f, 0.9f, 1.0f, 0.7f, 0.99f};
-    float mp[R] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.1f, 0.0f, 0.001f};
+    int32_t k[R] = {100, 0, 100, 0, 10, 0, 5000, V - 10, 50};
+    float p[R] = {0.95f, 0.9f, 1.0f, 0.5f, 0.9f, 1.0f, 0.7f, 0.99f, 1.0f};
+    float mp[R] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.1f, 0.0f, 0.001f, 0.0f};
+    /* 1: drawn from its list, 0: by the sampler (lists that overflow, and
+     * min-p alone, which has no list) */
+    const bool drawn_want[R] = {1, 1, 0, 0, 0, 0, 1, 0, 1};
     int64_t seeds[R], pos[R];
     float temps[R];
     int32_t tokens[R];
@@ -331,9 +345,13 @@ static void test_search_paths(void **state)
         assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
                                                   k, p, mp, 0, tokens, NULL, NULL),
                          PSR_OK);
-        float cut[R];
+        float cut[R], both[2 * R];
         download_cuts(cut, R);
+        download(ctx->filter_cut.buffer, both, sizeof both);
         for (size_t r = 0; r < R; r++) {
+            if ((both[2 * r + 1] != 0.0f) != drawn_want[r])
+                fail_msg("round %d row %zu: drawn %g, expected %d", round, r,
+                         (double)both[2 * r + 1], drawn_want[r]);
             float want = psr_oracle_filter_threshold(x + r * V, V, temps[r], k[r], p[r], mp[r]);
             if (!(cut[r] == want))
                 fail_msg("round %d row %zu: threshold %a, oracle %a", round, r, (double)cut[r],
@@ -350,6 +368,7 @@ static void test_search_paths(void **state)
             if (tokens[r] != oracle)
                 fail_msg("round %d row %zu: token %d, oracle %d", round, r, tokens[r], oracle);
         }
+        assert_int_equal(tokens[8], 17); /* the first of the tied +inf */
     }
     free(x);
 }
