@@ -592,66 +592,63 @@ inline void psr_filter_finish(const psr_filter_row *fp, uint row_id, __global co
     volatile __global const uint *vst = st, *vh = h, *vrc = rc;
     float cut = psr_filter_min_p_cut(&f, m);
     bool sampled = false;
-    if (m > -INFINITY) {
-        uint count = vst[1];
-        bool fits = count <= cap;
-        ulong total = 0;
-        if (!f.k_on && fits) {
-            ulong mine = 0;
-            for (uint b = lid; b < PSR_FILTER_MBINS; b += PSR_WG_SIZE)
-                mine += ((ulong)vh[PSR_FILTER_MBINS + b] << 32) | vh[b];
-            seg[lid] = mine;
-            for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
-                barrier(CLK_LOCAL_MEM_FENCE);
-                if (lid < s)
-                    seg[lid] += seg[lid + s];
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
-            total = seg[0];
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
-        bool short_list = count <= PSR_FILTER_RANK_MAX;
-        if (short_list) {
-            for (uint j = lid; j < count; j += PSR_WG_SIZE)
-                lbuf[j] = vrc[j];
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
-        __local ulong *w = (__local ulong *)(lbuf + 2 * PSR_FILTER_RANK_MAX);
-        volatile __global const uint *keys = fits ? vrc : 0; /* 0: the whole row */
-        uint n = fits ? count : vocab;
-        /* Top-k, then top-p. One call site per search keeps the program
-         * small: PoCL's compile time grows fast with inlined barriers. */
+    uint count = vst[1];
+    bool fits = count <= cap;
+    /* Top-p alone: the set's total from the mass histogram. The
+     * barriers are met by every work-item whatever the row: PoCL copies
+     * the code after a barrier under a condition once per path. */
+    ulong mine = 0;
+    if (!f.k_on && fits)
+        for (uint b = lid; b < PSR_FILTER_MBINS; b += PSR_WG_SIZE)
+            mine += ((ulong)vh[PSR_FILTER_MBINS + b] << 32) | vh[b];
+    seg[lid] = mine;
+    for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < s)
+            seg[lid] += seg[lid + s];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong total = seg[0];
+    bool short_list = count <= PSR_FILTER_RANK_MAX;
+    if (short_list)
+        for (uint j = lid; j < count; j += PSR_WG_SIZE)
+            lbuf[j] = vrc[j];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __local ulong *w = (__local ulong *)(lbuf + 2 * PSR_FILTER_RANK_MAX);
+    volatile __global const uint *keys = fits ? vrc : 0; /* 0: the whole row */
+    uint n = fits ? count : vocab;
+    /* Top-k, then top-p. One call site per search keeps the program
+     * small: PoCL's compile time grows fast with inlined barriers. */
 #pragma unroll 1
-        for (int pass = 0; pass < 2; pass++) {
-            bool mass = pass == 1;
-            if (!(mass ? f.p_on : f.k_on))
-                continue; /* uniform */
-            ulong want = mass ? 0 : (ulong)f.k;
-            float p = mass ? fmax(f.p, FLT_MIN) : 1.0f;
-            ulong total_in = mass ? total : 0;
-            if (short_list)
-                floor_key = psr_filter_rank_search(lbuf, count, m, floor_key, mass, want, p,
-                                                   total_in, w, seg, pick);
-            else
-                floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, mass, want, p,
-                                              total_in, hlo, hhi, seg, pick);
-        }
-        cut = psr_filter_unkey(floor_key);
-        /* Every kept key is in the list when the list is whole and the
-         * threshold is no lower than the list's lowest possible key. The
-         * row must be one the sampler would sample (no flags). */
-        int req;
-        if (tokens && fits && count <= direct_max && floor_key >= low &&
-            !psr_row_status(row_id, row_request, requests, temperatures, positions, 0, 0, 0, &req)) {
-            uint row_key = psr_row_key((ulong)seeds[req], (ulong)positions[row_id]);
-            uint token = psr_filter_sample_list(vrc, vrc + cap, count, floor_key, row_key, pick);
-            /* no score above -inf: the sampler flags the row as it always has */
-            sampled = token != 0xffffffffu;
-            if (sampled && lid == 0) {
-                tokens[row_id] = (int)token;
-                if (row_flags)
-                    row_flags[row_id] = 0;
-            }
+    for (int pass = 0; pass < 2; pass++) {
+        bool mass = pass == 1;
+        if (!(mass ? f.p_on : f.k_on))
+            continue; /* uniform */
+        ulong want = mass ? 0 : (ulong)f.k;
+        float p = mass ? fmax(f.p, FLT_MIN) : 1.0f;
+        ulong total_in = mass ? total : 0;
+        if (short_list)
+            floor_key = psr_filter_rank_search(lbuf, count, m, floor_key, mass, want, p,
+                                               total_in, w, seg, pick);
+        else
+            floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, mass, want, p,
+                                          total_in, hlo, hhi, seg, pick);
+    }
+    cut = psr_filter_unkey(floor_key);
+    /* Every kept key is in the list when the list is whole and the
+     * threshold is no lower than the list's lowest possible key. The
+     * row must be one the sampler would sample (no flags). */
+    int req;
+    if (tokens && fits && count <= direct_max && floor_key >= low &&
+        !psr_row_status(row_id, row_request, requests, temperatures, positions, 0, 0, 0, &req)) {
+        uint row_key = psr_row_key((ulong)seeds[req], (ulong)positions[row_id]);
+        uint token = psr_filter_sample_list(vrc, vrc + cap, count, floor_key, row_key, pick);
+        /* no score above -inf: the sampler flags the row as it always has */
+        sampled = token != 0xffffffffu;
+        if (sampled && lid == 0) {
+            tokens[row_id] = (int)token;
+            if (row_flags)
+                row_flags[row_id] = 0;
         }
     }
     /* Clear the row's state for the next launch, after every read. */
@@ -665,6 +662,20 @@ inline void psr_filter_finish(const psr_filter_row *fp, uint row_id, __global co
         st[1] = 0;
         st[3] = 0;
     }
+}
+
+/* A row with no value above -inf (so no candidates): its threshold and
+ * the state cleared, by one work-item of the row's group 0; the other
+ * groups read nothing that this changes (they see no maximum either). */
+inline void psr_filter_end_empty(const psr_filter_row *f, uint row_id, __global uint *st,
+                                 __global float *thresholds)
+{
+    if (get_local_id(0) != 0)
+        return;
+    psr_filter_set(thresholds, row_id, psr_filter_min_p_cut(f, -INFINITY), false);
+    st[0] = 0;
+    st[1] = 0;
+    st[3] = 0;
 }
 
 #define PSR_FILTER_COLLECT_START                                                                  \
@@ -699,15 +710,21 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __
     float m = psr_filter_max_of(st[0]); /* complete: pass 1 has ended */
     uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));
     uint start = part * chunk, end = min(start + chunk, vocab);
+    if (!(m > -INFINITY)) {
+        /* no candidates: group 0 ends the row (top-p alone: in pass 3) */
+        if (f.k_on && part == 0)
+            psr_filter_end_empty(&f, row_id, st, thresholds);
+        return;
+    }
     if (f.k_on) {
         uint low = max(st[3], floor_key);
-        if (m > -INFINITY)
-            psr_filter_gather(src, aligned, &f, start, end, low, &st[1], rc, cap, lbuf, pick);
-        if (psr_last_group(&st[2], groups_per_row, &pick[2]))
-            psr_filter_finish(&f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
-                              row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, lbuf,
-                              hlo, hhi, seg, pick);
-    } else if (m > -INFINITY) {
+        psr_filter_gather(src, aligned, &f, start, end, low, &st[1], rc, cap, lbuf, pick);
+        if (!psr_last_group(&st[2], groups_per_row, &pick[2]))
+            return;
+        psr_filter_finish(&f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
+                          row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, lbuf,
+                          hlo, hhi, seg, pick);
+    } else {
         /* Top-p alone: 64-bit masses per bin, local then global
          * (m = -inf: psr_filter_collect_mass writes -inf). */
         __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS;
@@ -755,21 +772,24 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chun
     float m = psr_filter_max_of(st[0]);
     uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));
     uint start = part * chunk, end = min(start + chunk, vocab);
-    uint low = floor_key;
-    if (m > -INFINITY) {
-        __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS;
-        for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
-            lbuf[b] = h[b];
-        barrier(CLK_LOCAL_MEM_FENCE);
-        ulong total = psr_filter_suffix(mlo, mhi, true, PSR_FILTER_MBINS, seg);
-        float goal = fmax(f.p, FLT_MIN) * (float)total;
-        psr_filter_cross(mlo, mhi, true, PSR_FILTER_MBINS, 0, true, 0, goal, seg, pick);
-        low = max(floor_key, pick[0] << PSR_FILTER_MSHIFT);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        psr_filter_gather(src, aligned, &f, start, end, low, &st[1], rc, cap, lbuf, pick);
+    if (!(m > -INFINITY)) {
+        if (part == 0)
+            psr_filter_end_empty(&f, row_id, st, thresholds);
+        return;
     }
-    if (psr_last_group(&st[2], groups_per_row, &pick[2]))
-        psr_filter_finish(&f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
+    __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS;
+    for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
+        lbuf[b] = h[b];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong total = psr_filter_suffix(mlo, mhi, true, PSR_FILTER_MBINS, seg);
+    float goal = fmax(f.p, FLT_MIN) * (float)total;
+    psr_filter_cross(mlo, mhi, true, PSR_FILTER_MBINS, 0, true, 0, goal, seg, pick);
+    uint low = max(floor_key, pick[0] << PSR_FILTER_MSHIFT);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    psr_filter_gather(src, aligned, &f, start, end, low, &st[1], rc, cap, lbuf, pick);
+    if (!psr_last_group(&st[2], groups_per_row, &pick[2]))
+        return;
+    psr_filter_finish(&f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
                           row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, lbuf, hlo,
                           hhi, seg, pick);
 }

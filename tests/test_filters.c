@@ -327,7 +327,7 @@ static void test_search_paths(void **state)
         x[4 * V + i] = i < 17000 ? 2.0f : n - 10.0f; /* 17,000 tied at the top */
         x[5 * V + i] = n;                           /* min-p alone */
         x[6 * V + i] = 0.01f * normal();            /* a flat top: many candidates */
-        x[7 * V + i] = i % 100 == 0 ? NAN : n;      /* fewer finite tokens than k */
+        x[7 * V + i] = i % 100 == 0 ? NAN : n;      /* fewer finite tokens than k (min-p keeps its list short) */
         x[8 * V + i] = i % 4999 == 17 ? INFINITY : n; /* four +inf tied: the lowest wins */
     }
     int32_t k[R] = {100, 0, 100, 0, 10, 0, 5000, V - 10, 50};
@@ -335,7 +335,7 @@ static void test_search_paths(void **state)
     float mp[R] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.1f, 0.0f, 0.001f, 0.0f};
     /* 1: drawn from its list, 0: by the sampler (lists that overflow, and
      * min-p alone, which has no list) */
-    const bool drawn_want[R] = {1, 1, 0, 0, 0, 0, 1, 0, 1};
+    const bool drawn_want[R] = {1, 1, 0, 0, 0, 0, 1, 1, 1};
     int64_t seeds[R], pos[R];
     float temps[R];
     int32_t tokens[R];
@@ -371,6 +371,57 @@ static void test_search_paths(void **state)
         assert_int_equal(tokens[8], 17); /* the first of the tied +inf */
     }
     free(x);
+}
+
+/* Rows with no value above -inf (all -inf, all NaN) have no candidates:
+ * the filter pass ends them without counting its groups. Each filter on
+ * such rows, split over work-groups: the oracle's threshold, a token in
+ * range flagged PSR_ROW_NO_FINITE; then the same rows with values, whose
+ * thresholds and tokens meet the oracle only if nothing was left behind. */
+static void test_rows_without_values(void **state)
+{
+    (void)state;
+    enum { R = 8, V = 70001 };
+    float *x = malloc(R * V * sizeof *x), *masked = malloc(V * sizeof *masked);
+    int32_t k[R] = {10, 0, 10, 0, 10, 0, 10, 0};
+    float p[R] = {1.0f, 0.5f, 0.9f, 1.0f, 1.0f, 0.5f, 0.9f, 1.0f};
+    float mp[R] = {0.0f, 0.0f, 0.0f, 0.1f, 0.0f, 0.0f, 0.0f, 0.1f};
+    int64_t seeds[R], pos[R];
+    float temps[R];
+    int32_t tokens[R];
+    uint32_t rf[R];
+    for (size_t r = 0; r < R; r++)
+        seeds[r] = 31 + (int64_t)r, pos[r] = 5, temps[r] = 0.9f;
+    for (int with_values = 0; with_values < 2; with_values++) {
+        for (size_t r = 0; r < R; r++)
+            for (size_t i = 0; i < V; i++)
+                x[r * V + i] = with_values ? 3.0f * normal() : r < 4 ? -INFINITY : NAN;
+        assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
+                                                  k, p, mp, 0, tokens, rf, NULL),
+                         PSR_OK);
+        float cut[R];
+        download_cuts(cut, R);
+        for (size_t r = 0; r < R; r++) {
+            float want = psr_oracle_filter_threshold(x + r * V, V, temps[r], k[r], p[r], mp[r]);
+            if (!(cut[r] == want))
+                fail_msg("values %d row %zu: threshold %a, oracle %a", with_values, r,
+                         (double)cut[r], (double)want);
+            assert_true(tokens[r] >= 0 && tokens[r] < V);
+            if (!with_values) {
+                assert_int_equal(rf[r], PSR_ROW_NO_FINITE);
+                continue;
+            }
+            assert_int_equal(rf[r], 0);
+            for (size_t i = 0; i < V; i++)
+                masked[i] = psr_oracle_scaled(x[r * V + i], temps[r]) < want ? -INFINITY
+                                                                           : x[r * V + i];
+            int32_t oracle = psr_oracle_sample_row(masked, V, temps[r], seeds[r], pos[r], false,
+                                                   PSR_NOISE_FP32, NULL);
+            if (tokens[r] != oracle)
+                fail_msg("row %zu: token %d, oracle %d", r, tokens[r], oracle);
+        }
+    }
+    free(x), free(masked);
 }
 
 /* A launch cut short by a failed enqueue leaves the filters' state
@@ -618,6 +669,7 @@ int main(void)
         cmocka_unit_test(test_kept_set_equals_oracle),
         cmocka_unit_test(test_requests_independent),
         cmocka_unit_test(test_search_paths),
+        cmocka_unit_test(test_rows_without_values),
         cmocka_unit_test(test_dirty_state_cleared),
         cmocka_unit_test(test_off_and_greedy),
         cmocka_unit_test(test_bad_values),
