@@ -86,6 +86,8 @@ typedef struct psr_tuning {
                                   take more groups than this (PSR_TUNE_VERIFY_SKIP) */
     size_t filter_direct_max;  /* filtered rows whose kept tokens lie in a candidate list of at most
                                   this many are drawn by the filter pass (PSR_TUNE_FILTER_DIRECT) */
+    bool driver_caches;        /* the driver keeps its own cache of compiled kernels (PoCL), so
+                                  psr's disk tier is off unless asked for (PSR_CACHE=1) */
     char extra_options[256];   /* appended to every build (PSR_TUNE_BUILD_OPTIONS), or "" */
 } psr_tuning;
 

@@ -45,6 +45,17 @@ static bool vendor_is(const psr_device_info *info, const char *vendor)
            psr_contains_nocase(info->vendor, vendor);
 }
 
+/* PoCL caches every kernel it compiles (POCL_CACHE_DIR), keyed by the
+ * program and options, and compiles again for each launch's work-group
+ * size even from a binary. Asking it for binaries, as psr's disk tier
+ * does, makes it compile every kernel once more for any size: 2.4x the
+ * first build of test_verify's programs, for nothing a later run uses. */
+static bool driver_caches_builds(const psr_device_info *info)
+{
+    return psr_contains_nocase(info->platform_name, "portable computing language") ||
+           psr_contains_nocase(info->version, "pocl");
+}
+
 psr_tuning psr_tuning_for(const psr_device_info *info)
 {
     const tuning_rule *r = &rules[sizeof rules / sizeof rules[0] - 1];
@@ -74,6 +85,7 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                      * on the H200 drawing from lists of thousands (top-p)
                      * beat the sampler's full pass at 32 to 256 rows. */
                     .filter_direct_max = 16384,
+                    .driver_caches = driver_caches_builds(info),
                     .extra_options = ""};
     /* Never ask for more than the device allows; keep a power of two. */
     while (info->max_work_group_size && t.work_group_size > info->max_work_group_size &&

@@ -169,19 +169,30 @@ void capture_log(psr_log_level level, const char *message, void *user_data)
     snprintf(captured_log + used, sizeof captured_log - used, "%s\n", message);
 }
 
-psr_context *open_context(const char *cache_dir)
+static psr_context *open_with(const char *cache_dir, psr_disk_cache_mode mode)
 {
     psr_context_options o;
     psr_context_options_init(&o);
     o.log = capture_log;
     o.log_level = PSR_LOG_DEBUG;
     o.cache_dir = cache_dir;
-    o.disk_cache = cache_dir ? PSR_DISK_CACHE_ON : PSR_DISK_CACHE_OFF;
+    o.disk_cache = mode;
     psr_context *ctx = NULL;
     psr_status st = psr_context_create(&o, &ctx);
     if (st != PSR_OK)
         fail_msg("psr_context_create: %s: %s", psr_status_string(st), psr_last_error(NULL));
     return ctx;
+}
+
+psr_context *open_context(const char *cache_dir)
+{
+    return open_with(cache_dir, cache_dir ? PSR_DISK_CACHE_ON : PSR_DISK_CACHE_OFF);
+}
+
+psr_context *open_suite_context(void)
+{
+    const char *dir = getenv("PSR_CACHE_DIR");
+    return open_with(dir, dir ? PSR_DISK_CACHE_AUTO : PSR_DISK_CACHE_OFF);
 }
 
 void check_philox_vectors(psr_context *ctx, cl_program program)

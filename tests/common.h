@@ -44,6 +44,10 @@ bool have_device(void);
 /* A context on the default device with the given cache directory
  * (NULL: disk tier off); log messages are collected in captured_log. */
 psr_context *open_context(const char *cache_dir);
+/* A context on the suite's cache directory ($PSR_CACHE_DIR, set by meson)
+ * with the disk tier as an app gets it (PSR_DISK_CACHE_AUTO): on, except
+ * on drivers that cache their own builds (PoCL). */
+psr_context *open_suite_context(void);
 extern char captured_log[8192];
 void capture_log(psr_log_level level, const char *message, void *user_data);
 

@@ -171,6 +171,46 @@ static void test_psr_cache_0(void **state)
     remove_tree(dir);
 }
 
+/* PSR_DISK_CACHE_AUTO follows the device: on, except where the driver
+ * caches its own builds (PoCL), which PSR_CACHE=1 overrides; the log says
+ * why the tier is off. */
+static void test_auto_follows_driver(void **state)
+{
+    (void)state;
+    char dir[512];
+    make_temp_dir(dir, sizeof dir);
+    psr_context_options o;
+    psr_context_options_init(&o);
+    o.cache_dir = dir;
+    o.log = capture_log;
+    o.log_level = PSR_LOG_INFO;
+    for (int forced = 0; forced < 2; forced++) {
+        if (forced)
+            setenv("PSR_CACHE", "1", 1);
+        captured_log[0] = '\0';
+        psr_context *ctx;
+        assert_int_equal(psr_context_create(&o, &ctx), PSR_OK);
+        bool driver_caches = ctx->tuning.driver_caches;
+        psr_device_info info;
+        psr_context_device_info(ctx, &info);
+        assert_int_equal(driver_caches, strstr(info.version, "PoCL") != NULL ||
+                                            strstr(info.platform_name, "Portable Computing") != NULL);
+        cl_program p;
+        assert_int_equal(psr_program_get(ctx, &plain, &p), PSR_OK);
+        bool want = forced || !driver_caches;
+        psr_cache_stats s = stats_of(ctx);
+        assert_int_equal(s.disk_enabled, want);
+        assert_int_equal(s.disk_writes, want ? 1 : 0);
+        assert_int_equal(count_files(dir, ""), want ? 1 : 0);
+        assert_int_equal(strstr(captured_log, "the driver caches its own builds") != NULL, !want);
+        psr_context_free(ctx);
+        size_t removed;
+        assert_int_equal(psr_cache_clear(dir, &removed), PSR_OK);
+    }
+    unsetenv("PSR_CACHE");
+    remove_tree(dir);
+}
+
 static void test_uncreatable_dir_only_loses_disk_tier(void **state)
 {
     (void)state;
@@ -226,6 +266,7 @@ int main(void)
         cmocka_unit_test(test_foreign_rebuilt),
         cmocka_unit_test(test_refused_rebuilt),
         cmocka_unit_test(test_psr_cache_0),
+        cmocka_unit_test(test_auto_follows_driver),
         cmocka_unit_test(test_uncreatable_dir_only_loses_disk_tier),
         cmocka_unit_test(test_shared_writable_dir_refused),
     };

@@ -15,7 +15,7 @@ static int setup(void **state)
 {
     (void)state;
     test_seed(12345);
-    ctx = open_context(getenv("PSR_CACHE_DIR"));
+    ctx = open_suite_context();
     psr_device_info info;
     psr_context_device_info(ctx, &info);
     has_fp64 = info.capabilities & PSR_CAP_FP64;

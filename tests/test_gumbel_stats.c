@@ -16,7 +16,7 @@ static int setup(void **state)
 {
     (void)state;
     test_seed(777);
-    ctx = open_context(getenv("PSR_CACHE_DIR"));
+    ctx = open_suite_context();
     return 0;
 }
 

@@ -16,7 +16,7 @@ static int setup(void **state)
 {
     (void)state;
     test_seed(1618);
-    ctx = open_context(getenv("PSR_CACHE_DIR"));
+    ctx = open_suite_context();
     return 0;
 }
 
@@ -232,7 +232,7 @@ static void test_matches_oracle(void **state)
 static void test_other_bound_matches_oracle(void **state)
 {
     psr_context *saved = ctx;
-    ctx = open_context(getenv("PSR_CACHE_DIR"));
+    ctx = open_suite_context();
     ctx->tuning.lp_segment_tau = !ctx->tuning.lp_segment_tau; /* before its first build */
     test_matches_oracle(state);
     psr_context_free(ctx);

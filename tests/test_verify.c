@@ -20,7 +20,7 @@ static int setup(void **state)
     (void)state;
     test_seed(2718);
     long_run = getenv("PSR_TEST_LONG") && strcmp(getenv("PSR_TEST_LONG"), "1") == 0;
-    ctx = open_context(getenv("PSR_CACHE_DIR"));
+    ctx = open_suite_context();
     /* Every launch decides drafts in the statistics and skips rows past a
      * rejection, however small (by default only launches of more than
      * about a wave do); test_skip_records_per_launch also runs without. */

@@ -15,7 +15,8 @@ static void cache_usage(FILE *out)
             "       psr cache clear\n"
             "\n"
             "The kernel cache keeps compiled programs per device under $PSR_CACHE_DIR,\n"
-            "else $XDG_CACHE_HOME/psr, else ~/.cache/psr. PSR_CACHE=0 turns it off.\n"
+            "else $XDG_CACHE_HOME/psr, else ~/.cache/psr. PSR_CACHE=0 turns it off; it is\n"
+            "off by default where the driver caches its own builds (PoCL): PSR_CACHE=1.\n"
             "\n"
             "  warm    build every kernel variant for a device into the cache\n"
             "          --device SEL   a selector (see psr info); default $PSR_DEVICE or auto\n"
@@ -71,7 +72,10 @@ static int cache_warm(int argc, char **argv)
     printf("built %llu, loaded from disk %llu, rebuilt %llu, written %llu%s%s\n",
            (unsigned long long)s.builds, (unsigned long long)s.disk_hits,
            (unsigned long long)s.rebuilds, (unsigned long long)s.disk_writes,
-           s.disk_enabled ? " into " : " (disk tier off)", s.disk_enabled ? s.cache_dir : "");
+           s.disk_enabled ? " into "
+                          : " (disk tier off: PSR_CACHE=0, or a driver that caches its own "
+                            "builds, such as PoCL; PSR_CACHE=1 turns it on there)",
+           s.disk_enabled ? s.cache_dir : "");
     psr_context_free(ctx);
     return CLI_OK;
 }

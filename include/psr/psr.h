@@ -159,7 +159,9 @@ PSR_API psr_status psr_device_select(const char *selector, psr_device_info *out)
 /* Context                                                             */
 /* ------------------------------------------------------------------ */
 typedef enum psr_disk_cache_mode {
-    PSR_DISK_CACHE_AUTO = 0, /* on, unless the environment says PSR_CACHE=0 */
+    PSR_DISK_CACHE_AUTO = 0, /* on, unless the environment says PSR_CACHE=0, or the driver
+                                keeps its own cache of compiled kernels (PoCL) and the
+                                environment does not say PSR_CACHE=1 */
     PSR_DISK_CACHE_ON = 1,   /* on, whatever the environment says */
     PSR_DISK_CACHE_OFF = 2
 } psr_disk_cache_mode;
