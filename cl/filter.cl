@@ -575,40 +575,31 @@ inline uint psr_filter_sample_list(volatile __global const uint *keys,
 /* A row's last group: the exact threshold from the candidate list (or
  * from the whole row when the list overflowed), the row's token when the
  * list holds every kept token, then the row's state cleared for the next
- * launch. Top-p alone takes its total from the mass histogram, as its
- * list holds only the top of the set. `low`: the smallest key the list
- * can hold. lbuf: 4096 words. */
+ * launch. Top-p alone (top_p_alone, from pass 3) takes its total from
+ * the mass histogram, which pass 3 summed (mass_total), as its list holds
+ * only the top of the set. `low`: the smallest key the list can hold.
+ * lbuf: 4096 words. */
 inline void psr_filter_finish(const psr_filter_row *fp, uint row_id, __global const psr_logit_t *src,
                               float m, uint floor_key, uint low, uint vocab, uint cap,
                               __global uint *st, __global uint *h, __global uint *rc,
                               __global float *thresholds, __global const int *row_request,
                               uint requests, __global const float *temperatures,
-                              PSR_FILTER_DIRECT_ARGS, __local uint *lbuf, __local uint *hlo,
-                              __local uint *hhi, __local ulong *seg, __local uint *pick)
+                              PSR_FILTER_DIRECT_ARGS, bool top_p_alone, ulong mass_total,
+                              __local uint *lbuf, __local uint *hlo, __local uint *hhi,
+                              __local ulong *seg, __local uint *pick)
 {
     psr_filter_row f = *fp;
     uint lid = get_local_id(0);
     /* Other groups wrote these: volatile reads go past any cache. */
-    volatile __global const uint *vst = st, *vh = h, *vrc = rc;
+    volatile __global const uint *vst = st, *vrc = rc;
     float cut = psr_filter_min_p_cut(&f, m);
     bool sampled = false;
     uint count = vst[1];
     bool fits = count <= cap;
-    /* Top-p alone: the set's total from the mass histogram. The
-     * barriers are met by every work-item whatever the row: PoCL copies
-     * the code after a barrier under a condition once per path. */
-    ulong mine = 0;
-    if (!f.k_on && fits)
-        for (uint b = lid; b < PSR_FILTER_MBINS; b += PSR_WG_SIZE)
-            mine += ((ulong)vh[PSR_FILTER_MBINS + b] << 32) | vh[b];
-    seg[lid] = mine;
-    for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid < s)
-            seg[lid] += seg[lid + s];
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    ulong total = seg[0];
+    /* The whole row's search (the list overflowed) sums the row itself.
+     * Below, barriers stay out of conditions that vary at run time: PoCL
+     * copies the code after such a barrier once per path. */
+    ulong total = fits ? mass_total : 0;
     bool short_list = count <= PSR_FILTER_RANK_MAX;
     if (short_list)
         for (uint j = lid; j < count; j += PSR_WG_SIZE)
@@ -653,7 +644,7 @@ inline void psr_filter_finish(const psr_filter_row *fp, uint row_id, __global co
     }
     /* Clear the row's state for the next launch, after every read. */
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-    if (!f.k_on)
+    if (top_p_alone)
         for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
             h[b] = 0;
     if (lid == 0) {
@@ -722,8 +713,8 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __
         if (!psr_last_group(&st[2], groups_per_row, &pick[2]))
             return;
         psr_filter_finish(&f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
-                          row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, lbuf,
-                          hlo, hhi, seg, pick);
+                          row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, false, 0,
+                          lbuf, hlo, hhi, seg, pick);
     } else {
         /* Top-p alone: 64-bit masses per bin, local then global
          * (m = -inf: psr_filter_collect_mass writes -inf). */
@@ -790,8 +781,8 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chun
     if (!psr_last_group(&st[2], groups_per_row, &pick[2]))
         return;
     psr_filter_finish(&f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
-                          row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, lbuf, hlo,
-                          hhi, seg, pick);
+                      row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, true, total,
+                      lbuf, hlo, hhi, seg, pick);
 }
 
 #endif /* PSR_FILTERS */
