@@ -716,8 +716,7 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __
                           row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, false, 0,
                           lbuf, hlo, hhi, seg, pick);
     } else {
-        /* Top-p alone: 64-bit masses per bin, local then global
-         * (m = -inf: psr_filter_collect_mass writes -inf). */
+        /* Top-p alone: 64-bit masses per bin, local then global. */
         __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS;
         for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
             lbuf[b] = 0;
