@@ -48,8 +48,7 @@ int psr_cache_env_disabled(void)
                  strcasecmp(v, "false") == 0);
 }
 
-/* PSR_CACHE=1 (on, yes, true): the disk tier even where the driver caches. */
-static bool cache_env_forced(void)
+bool psr_cache_env_forced(void)
 {
     const char *v = getenv("PSR_CACHE");
     return v && (strcmp(v, "1") == 0 || strcasecmp(v, "on") == 0 || strcasecmp(v, "yes") == 0 ||
@@ -65,7 +64,7 @@ static void setup_disk_cache(psr_context *ctx, const psr_context_options *o)
                 mode == PSR_DISK_CACHE_OFF ? "options->disk_cache" : "PSR_CACHE");
         return;
     }
-    if (mode == PSR_DISK_CACHE_AUTO && ctx->tuning.driver_caches && !cache_env_forced()) {
+    if (mode == PSR_DISK_CACHE_AUTO && ctx->tuning.driver_caches && !psr_cache_env_forced()) {
         psr_log(ctx, PSR_LOG_INFO,
                 "kernel cache: disk tier off: the driver caches its own builds (PSR_CACHE=1 "
                 "turns it on)");

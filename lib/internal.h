@@ -92,6 +92,8 @@ typedef struct psr_tuning {
 } psr_tuning;
 
 psr_tuning psr_tuning_for(const psr_device_info *info);
+/* PSR_CACHE=1 (on, yes, true): the disk tier even where the driver caches. */
+bool psr_cache_env_forced(void);
 /* Appends -D options to every build of this context (tests and the
  * unbiasedness control); only before its first build. */
 psr_status psr_context_add_build_options(psr_context *ctx, const char *options);

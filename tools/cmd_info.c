@@ -1,5 +1,6 @@
 /* psr info: what psr sees on this machine. */
 #include "cli.h"
+#include "internal.h"
 #include "json.h"
 
 #include <stdio.h>
@@ -139,6 +140,12 @@ int cmd_info(int argc, char **argv)
     if (dir_ok)
         cli_cache_summary(dir, &files, &bytes);
     bool cache_off = psr_cache_env_disabled();
+    /* The device psr picks may cache its own builds (PoCL): no disk tier
+     * there unless PSR_CACHE=1. */
+    psr_device_info picked;
+    bool driver_caches = !cache_off && !psr_cache_env_forced() &&
+                         psr_device_select(NULL, &picked) == PSR_OK &&
+                         psr_tuning_for(&picked).driver_caches;
 
     if (as_json) {
         json_writer w;
@@ -171,7 +178,7 @@ int cmd_info(int argc, char **argv)
         json_key(&w, "dir");
         json_string(&w, dir);
         json_key(&w, "disk_tier");
-        json_bool(&w, dir_ok && !cache_off);
+        json_bool(&w, dir_ok && !cache_off && !driver_caches);
         json_key(&w, "files");
         json_uint(&w, files);
         json_key(&w, "bytes");
@@ -200,7 +207,10 @@ int cmd_info(int argc, char **argv)
         cli_format_bytes(bytes, size, sizeof size);
         if (dir_ok)
             printf("kernel cache: %s (%llu files, %s)%s\n", dir, files, size,
-                   cache_off ? ", disk tier off (PSR_CACHE)" : "");
+                   cache_off        ? ", disk tier off (PSR_CACHE)"
+                   : driver_caches ? ", disk tier off: the device caches its own builds "
+                                     "(PSR_CACHE=1 turns it on)"
+                                   : "");
         else
             printf("kernel cache: no directory (%s)\n", psr_last_error(NULL));
     }

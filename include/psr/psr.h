@@ -220,8 +220,10 @@ PSR_API psr_status psr_context_cl(const psr_context *ctx, cl_context *cl_ctx,
 PSR_API const char *psr_context_build_log(const psr_context *ctx);
 
 /* Builds (or loads from the cache) every kernel variant this device can
- * run, so later calls start without compiling. *variants (may be NULL)
- * receives how many variants are now ready. */
+ * run, so later calls start without compiling (the filtered variants are
+ * built by the first filtered call; PoCL compiles each kernel at its
+ * first launch whatever was warmed). *variants (may be NULL) receives how
+ * many variants are now ready. */
 PSR_API psr_status psr_context_warm(psr_context *ctx, size_t *variants);
 
 /* ------------------------------------------------------------------ */
