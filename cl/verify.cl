@@ -336,11 +336,18 @@ inline void psr_record_rejection(__global uint *rejected, uint req, uint epoch, 
         atomic_max(rejected + req, epoch << PSR_REJECT_BITS | (last - j));
 }
 
+/* This statistics group's place among the rows' groups: group 0 of the
+ * launch only checks the inputs (psr_verify_stats). */
+inline uint psr_stats_group(void)
+{
+    return (uint)get_group_id(0) - 1;
+}
+
 /* The entry of `order` of this group: the draft rows' groups come first,
  * per_row each, then the bonus rows', nsb each (target logits only). */
 inline uint psr_order_entry(uint per_row, uint nsb, uint draft_rows)
 {
-    uint g = get_group_id(0), in_drafts = draft_rows * per_row;
+    uint g = psr_stats_group(), in_drafts = draft_rows * per_row;
     return g < in_drafts ? g / per_row : draft_rows + (g - in_drafts) / nsb;
 }
 
@@ -391,7 +398,8 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
         psr_record_rejection(rejected, req, epoch, slot);
 }
 
-/* One group per (row, super-block) of the target logits: for a greedy
+/* Group 0 checks the inputs only the device holds (status). Then one
+ * group per (row, super-block) of the target logits: for a greedy
  * request the argmax partial, else the log-sum-exp partial of logits / T
  * (neither needs the other); with a draft cache, one per (draft row,
  * super-block) of the draft logits beside them. Each work-item loads all
@@ -422,19 +430,24 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
     __local uint lbi[PSR_VWG];
     __local uint lflags, lskip;
     uint lid = get_local_id(0);
+    if (get_group_id(0) == 0) {
+        /* A group of its own for the check, which returns: under a
+         * condition in a group that goes on, its barriers would make PoCL
+         * copy the rest of the kernel (2.6x its build time). */
+        psr_verify_check(lid, rows, requests, vocab, row_req, cu, draft_tokens, positions,
+                         temperatures, status, &lflags);
+        return;
+    }
     /* The draft rows' groups (target and draft logits), then the bonus
      * rows' (target logits only). */
     uint per_row = draft_cache ? 2 * nsb : nsb;
-    uint g = get_group_id(0), in_drafts = draft_rows * per_row;
+    uint g = psr_stats_group(), in_drafts = draft_rows * per_row;
     uint h = g < in_drafts ? g % per_row : (g - in_drafts) % nsb;
     bool is_draft = h >= nsb;
     uint sb = is_draft ? h - nsb : h;
     int4 o = order[psr_order_entry(per_row, nsb, draft_rows)];
     /* row, request, slot, the request's rows */
     uint row = (uint)o.x, req = (uint)o.y, slot = (uint)o.z;
-    if (get_group_id(0) == 0)
-        psr_verify_check(lid, rows, requests, vocab, row_req, cu, draft_tokens, positions,
-                         temperatures, status, &lflags);
 
     float t = temperatures[req];
     bool scale = !greedy_all && isnormal(t) && t > 0.0f;

@@ -319,7 +319,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     size_t stats_local = ctx->tuning.work_group_size < VERIFY_LANES ? ctx->tuning.work_group_size
                                                                     : VERIFY_LANES;
     if (st == PSR_OK)
-        st = psr_enqueue_groups(ctx, stats, "psr_verify_stats", stats_groups, stats_local,
+        st = psr_enqueue_groups(ctx, stats, "psr_verify_stats", stats_groups + 1, stats_local,
                                 a->num_events_in_wait_list, a->event_wait_list, first);
     if (st != PSR_OK)
         return st;
