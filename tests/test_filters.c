@@ -199,6 +199,20 @@ static void check_rows(size_t rows, size_t vocab, unsigned flags, psr_dtype dtyp
     free(cut), free(k), free(tokens), free(rf);
 }
 
+/* The oracle's token (target stream, fp32 noise) from `row` with every
+ * token whose scaled logit is below `cut` removed. */
+static int32_t oracle_token_kept(const float *row, size_t vocab, float temp, float cut,
+                                 int64_t seed, int64_t pos)
+{
+    float *masked = malloc(vocab * sizeof *masked);
+    for (size_t i = 0; i < vocab; i++)
+        masked[i] = psr_oracle_scaled(row[i], temp) < cut ? -INFINITY : row[i];
+    int32_t token = psr_oracle_sample_row(masked, vocab, temp, seed, pos, false, PSR_NOISE_FP32,
+                                          NULL);
+    free(masked);
+    return token;
+}
+
 /* Each call below also counts the rows that the filter pass drew from
  * their candidate lists instead of the sampler: both paths must meet the
  * oracle, so each must have run. */
@@ -357,14 +371,7 @@ static void test_search_paths(void **state)
                 fail_msg("round %d row %zu: threshold %a, oracle %a", round, r, (double)cut[r],
                          (double)want);
             /* the token too: some of these rows are drawn from their lists */
-            float *masked = malloc(V * sizeof *masked);
-            for (size_t i = 0; i < V; i++) {
-                float s = psr_oracle_scaled(x[r * V + i], temps[r]);
-                masked[i] = s < want ? -INFINITY : x[r * V + i];
-            }
-            int32_t oracle = psr_oracle_sample_row(masked, V, temps[r], seeds[r], pos[r], false,
-                                                   PSR_NOISE_FP32, NULL);
-            free(masked);
+            int32_t oracle = oracle_token_kept(x + r * V, V, temps[r], want, seeds[r], pos[r]);
             if (tokens[r] != oracle)
                 fail_msg("round %d row %zu: token %d, oracle %d", round, r, tokens[r], oracle);
         }
@@ -382,7 +389,7 @@ static void test_rows_without_values(void **state)
 {
     (void)state;
     enum { R = 8, V = 70001 };
-    float *x = malloc(R * V * sizeof *x), *masked = malloc(V * sizeof *masked);
+    float *x = malloc(R * V * sizeof *x);
     int32_t k[R] = {10, 0, 10, 0, 10, 0, 10, 0};
     float p[R] = {1.0f, 0.5f, 0.9f, 1.0f, 1.0f, 0.5f, 0.9f, 1.0f};
     float mp[R] = {0.0f, 0.0f, 0.0f, 0.1f, 0.0f, 0.0f, 0.0f, 0.1f};
@@ -412,16 +419,12 @@ static void test_rows_without_values(void **state)
                 continue;
             }
             assert_int_equal(rf[r], 0);
-            for (size_t i = 0; i < V; i++)
-                masked[i] = psr_oracle_scaled(x[r * V + i], temps[r]) < want ? -INFINITY
-                                                                           : x[r * V + i];
-            int32_t oracle = psr_oracle_sample_row(masked, V, temps[r], seeds[r], pos[r], false,
-                                                   PSR_NOISE_FP32, NULL);
+            int32_t oracle = oracle_token_kept(x + r * V, V, temps[r], want, seeds[r], pos[r]);
             if (tokens[r] != oracle)
                 fail_msg("row %zu: token %d, oracle %d", r, tokens[r], oracle);
         }
     }
-    free(x), free(masked);
+    free(x);
 }
 
 /* A launch cut short by a failed enqueue leaves the filters' state
