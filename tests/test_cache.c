@@ -187,6 +187,8 @@ static void test_auto_follows_driver(void **state)
     for (int forced = 0; forced < 2; forced++) {
         if (forced)
             setenv("PSR_CACHE", "1", 1);
+        else
+            unsetenv("PSR_CACHE"); /* whatever the caller's environment says */
         captured_log[0] = '\0';
         psr_context *ctx;
         assert_int_equal(psr_context_create(&o, &ctx), PSR_OK);
