@@ -575,8 +575,8 @@ inline uint psr_filter_sample_list(volatile __global const uint *keys,
 /* A row's last group: the exact threshold from the candidate list (or
  * from the whole row when the list overflowed), the row's token when the
  * list holds every kept token, then the row's state cleared for the next
- * launch. Top-p alone (top_p_alone, from pass 3) takes its total from
- * the mass histogram, which pass 3 summed (mass_total), as its list holds
+ * launch. Top-p alone (from pass 3) takes its total from the mass
+ * histogram, which pass 3 summed (mass_total), as its list holds
  * only the top of the set. `low`: the smallest key the list can hold.
  * lbuf: 4096 words. */
 inline void psr_filter_finish(const psr_filter_row *fp, uint row_id, __global const psr_logit_t *src,
@@ -584,7 +584,7 @@ inline void psr_filter_finish(const psr_filter_row *fp, uint row_id, __global co
                               __global uint *st, __global uint *h, __global uint *rc,
                               __global float *thresholds, __global const int *row_request,
                               uint requests, __global const float *temperatures,
-                              PSR_FILTER_DIRECT_ARGS, bool top_p_alone, ulong mass_total,
+                              PSR_FILTER_DIRECT_ARGS, ulong mass_total,
                               __local uint *lbuf, __local uint *hlo, __local uint *hhi,
                               __local ulong *seg, __local uint *pick)
 {
@@ -644,7 +644,7 @@ inline void psr_filter_finish(const psr_filter_row *fp, uint row_id, __global co
     }
     /* Clear the row's state for the next launch, after every read. */
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-    if (top_p_alone)
+    if (!f.k_on)
         for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
             h[b] = 0;
     if (lid == 0) {
@@ -713,7 +713,7 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __
         if (!psr_last_group(&st[2], groups_per_row, &pick[2]))
             return;
         psr_filter_finish(&f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
-                          row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, false, 0,
+                          row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, 0,
                           lbuf, hlo, hhi, seg, pick);
     } else {
         /* Top-p alone: 64-bit masses per bin, local then global. */
@@ -780,7 +780,7 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chun
     if (!psr_last_group(&st[2], groups_per_row, &pick[2]))
         return;
     psr_filter_finish(&f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
-                      row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, true, total,
+                      row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, total,
                       lbuf, hlo, hhi, seg, pick);
 }
 

@@ -41,18 +41,27 @@ static psr_status check_options(const psr_context_options *o)
     return PSR_OK;
 }
 
+/* PSR_CACHE as a switch: 0 for 0, off, no, false; 1 for 1, on, yes, true
+ * (words in any case); -1 when unset or anything else. */
+static int cache_env_switch(void)
+{
+    static const char *const words[2][4] = {{"0", "off", "no", "false"}, {"1", "on", "yes", "true"}};
+    const char *v = getenv("PSR_CACHE");
+    for (int on = 0; v && on < 2; on++)
+        for (int i = 0; i < 4; i++)
+            if (strcasecmp(v, words[on][i]) == 0)
+                return on;
+    return -1;
+}
+
 int psr_cache_env_disabled(void)
 {
-    const char *v = getenv("PSR_CACHE");
-    return v && (strcmp(v, "0") == 0 || strcasecmp(v, "off") == 0 || strcasecmp(v, "no") == 0 ||
-                 strcasecmp(v, "false") == 0);
+    return cache_env_switch() == 0;
 }
 
 bool psr_cache_env_forced(void)
 {
-    const char *v = getenv("PSR_CACHE");
-    return v && (strcmp(v, "1") == 0 || strcasecmp(v, "on") == 0 || strcasecmp(v, "yes") == 0 ||
-                 strcasecmp(v, "true") == 0);
+    return cache_env_switch() == 1;
 }
 
 /* Chooses the disk tier's directory; any problem only turns the tier off. */
