@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <math.h>
+#include <string.h>
 
 bool psr_filter_requested(const psr_sample_args *a)
 {
@@ -44,16 +45,15 @@ psr_status psr_filter_check_values(psr_context *ctx, const char *who, size_t i,
 #define FILTER_CAP 16384
 #define FILTER_HBINS 4096
 
+/* Gets kernel `name` of variant v and sets its arguments: the row
+ * arguments every filter kernel starts with, then `extra`. */
 static psr_status filter_kernel(psr_context *ctx, const psr_variant *v, const char *name,
                                 const psr_sample_args *a, int n_extra, const size_t *sizes,
-                                const void *const *values, size_t groups, cl_uint nwait,
-                                const cl_event *wait, cl_event *event)
+                                const void *const *values, cl_kernel *k)
 {
-    cl_kernel k;
-    psr_status st = psr_kernel_get(ctx, v, name, &k);
+    psr_status st = psr_kernel_get(ctx, v, name, k);
     if (st != PSR_OK)
         return st;
-    /* The row arguments every filter kernel starts with. */
     cl_ulong offset = a->logits_offset;
     cl_ulong stride = a->row_stride ? a->row_stride : a->vocab;
     cl_uint vocab = (cl_uint)a->vocab, requests = (cl_uint)a->requests;
@@ -65,15 +65,13 @@ static psr_status filter_kernel(psr_context *ctx, const psr_variant *v, const ch
         all_sizes[10 + i] = sizes[i];
         all_values[10 + i] = values[i];
     }
-    st = psr_set_kernel_args(ctx, k, name, 10 + n_extra, all_sizes, all_values);
-    if (st == PSR_OK)
-        st = psr_enqueue_groups(ctx, k, name, groups, ctx->tuning.work_group_size, nwait, wait, event);
-    return st;
+    return psr_set_kernel_args(ctx, *k, name, 10 + n_extra, all_sizes, all_values);
 }
 
-psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *a, const psr_variant *v,
-                              bool draw, cl_event *event, cl_mem *cut)
+psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const psr_variant *v,
+                              bool draw, psr_filter_plan *plan)
 {
+    memset(plan, 0, sizeof *plan);
     bool searches = a->top_k || a->top_p;
     /* Rows whose kept tokens all lie in the list are drawn by the search's
      * last group: the Gumbel-max sampler only (the race scales by a
@@ -96,19 +94,42 @@ psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *a, const 
         st = psr_scratch_reserve(ctx, &ctx->filter_cand, a->rows * 2 * cap * sizeof(cl_uint));
     if (st != PSR_OK)
         return st;
-    *cut = ctx->filter_cut.buffer;
+    plan->cut = ctx->filter_cut.buffer;
     cl_mem state = ctx->filter_state.buffer, hist = ctx->filter_hist.buffer;
     cl_mem cand = ctx->filter_cand.buffer;
 
+    cl_uint chunk, groups;
+    psr_split_rows(ctx, a->rows, a->vocab, &chunk, &groups);
+    plan->groups = a->rows * groups;
+    const size_t ms = sizeof(cl_mem);
+    const size_t scan_sizes[] = {4, 4, ms, ms, ms};
+    const void *scan_values[] = {&groups, &chunk, &state, &hist, &plan->cut};
+    st = filter_kernel(ctx, v, "psr_filter_scan", a, 5, scan_sizes, scan_values, &plan->scan);
+    const size_t col_sizes[] = {4, 4, ms, ms, ms, 4, ms, ms, ms, ms, ms, 4};
+    const void *col_values[] = {&groups,         &chunk,        &state,         &hist,
+                                &cand,           &cap,          &plan->cut,     &a->seeds,
+                                &a->positions,   &direct_tokens, &a->row_flags, &direct_max};
+    if (st == PSR_OK && searches)
+        st = filter_kernel(ctx, v, "psr_filter_collect", a, 12, col_sizes, col_values, &plan->collect);
+    if (st == PSR_OK && a->top_p)
+        st = filter_kernel(ctx, v, "psr_filter_collect_mass", a, 12, col_sizes, col_values,
+                           &plan->collect_mass);
+    return st;
+}
+
+psr_status psr_filter_launch(psr_context *ctx, const psr_sample_args *a, const psr_filter_plan *plan,
+                             cl_event *event)
+{
     /* The kernels leave their state zero; a launch cut short by a failed
      * enqueue may not have, so the next one clears it first. The first
      * command waits on the caller's list and gives the caller's event. */
     cl_uint nwait = a->num_events_in_wait_list;
     const cl_event *wait = a->event_wait_list;
+    psr_status st = PSR_OK;
     bool clear = ctx->filter_dirty;
     for (int i = 0; clear && i < 2 && st == PSR_OK; i++) {
         cl_uint zero = 0;
-        cl_mem buf = i == 0 ? state : hist;
+        cl_mem buf = i == 0 ? ctx->filter_state.buffer : ctx->filter_hist.buffer;
         size_t bytes = i == 0 ? ctx->filter_state.bytes : ctx->filter_hist.bytes;
         cl_int err = clEnqueueFillBuffer(ctx->queue, buf, &zero, sizeof zero, 0, bytes, nwait, wait,
                                          i == 0 ? event : NULL);
@@ -118,26 +139,15 @@ psr_status psr_filter_enqueue(psr_context *ctx, const psr_sample_args *a, const 
         nwait = 0, wait = NULL; /* queue order from here */
     }
     ctx->filter_dirty = true;
-
-    cl_uint chunk, groups;
-    psr_split_rows(ctx, a->rows, a->vocab, &chunk, &groups);
-    size_t parts = a->rows * groups;
-    const size_t ms = sizeof(cl_mem);
-    const size_t scan_sizes[] = {4, 4, ms, ms, ms};
-    const void *scan_values[] = {&groups, &chunk, &state, &hist, cut};
+    size_t wg = ctx->tuning.work_group_size;
     if (st == PSR_OK)
-        st = filter_kernel(ctx, v, "psr_filter_scan", a, 5, scan_sizes, scan_values, parts, nwait,
-                           wait, clear ? NULL : event);
-    const size_t col_sizes[] = {4, 4, ms, ms, ms, 4, ms, ms, ms, ms, ms, 4};
-    const void *col_values[] = {&groups,         &chunk,        &state,         &hist,
-                                &cand,           &cap,          cut,            &a->seeds,
-                                &a->positions,   &direct_tokens, &a->row_flags, &direct_max};
-    if (st == PSR_OK && searches)
-        st = filter_kernel(ctx, v, "psr_filter_collect", a, 12, col_sizes, col_values, parts, 0,
-                           NULL, NULL);
-    if (st == PSR_OK && a->top_p)
-        st = filter_kernel(ctx, v, "psr_filter_collect_mass", a, 12, col_sizes, col_values, parts, 0,
-                           NULL, NULL);
+        st = psr_enqueue_groups(ctx, plan->scan, "psr_filter_scan", plan->groups, wg, nwait, wait,
+                                clear ? NULL : event);
+    if (st == PSR_OK && plan->collect)
+        st = psr_enqueue_groups(ctx, plan->collect, "psr_filter_collect", plan->groups, wg, 0, NULL, NULL);
+    if (st == PSR_OK && plan->collect_mass)
+        st = psr_enqueue_groups(ctx, plan->collect_mass, "psr_filter_collect_mass", plan->groups, wg, 0,
+                                NULL, NULL);
     if (st == PSR_OK)
         ctx->filter_dirty = false;
     else if (event && *event) {

@@ -136,26 +136,25 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     cl_mem top_v = ctx->logprobs[TOP_V].buffer, top_i = ctx->logprobs[TOP_I].buffer;
     cl_ulong offset = a->logits_offset, stride = a->row_stride ? a->row_stride : a->vocab;
     cl_mem temps = raw ? NULL : a->temperatures;
-    /* Filters: their threshold pre-pass first (it waits on the wait list). */
+    /* Filters: their threshold pre-pass, launched first (it waits on the wait list). */
     cl_mem cuts = NULL;
     cl_uint nwait = a->num_events_in_wait_list;
     const cl_event *wait = a->event_wait_list;
-    if (a->top_k || a->top_p || a->min_p) {
-        psr_sample_args view = filter_view(a);
+    bool filtered = a->top_k || a->top_p || a->min_p;
+    psr_sample_args view = filter_view(a);
+    psr_filter_plan filter;
+    if (filtered) {
         psr_variant fv = {.set = PSR_KERNELS_GUMBEL, .dtype = a->logits_dtype, .filtered = true};
-        st = psr_filter_enqueue(ctx, &view, &fv, false, NULL, &cuts);
+        st = psr_filter_prepare(ctx, &view, &fv, false, &filter);
         if (st != PSR_OK)
             return st;
-        nwait = 0, wait = NULL;
+        cuts = filter.cut;
     }
     const size_t ms = sizeof(cl_mem);
     const size_t psizes[] = {ms, 8, 8, 4, 4, ms, 4, ms, 4, ms, 4, ms, ms, ms, ms, ms};
     const void *pvalues[] = {&a->logits, &offset, &stride,  &vocab, &nsb,  &a->row_request, &requests, &temps,
                              &raw,       &a->tokens, &top_n, &lse,   &beat, &top_v,          &top_i, &cuts};
     st = psr_set_kernel_args(ctx, partial, "psr_logprobs_partial", 16, psizes, pvalues);
-    size_t local = ctx->tuning.work_group_size < 256 ? ctx->tuning.work_group_size : 256;
-    if (st == PSR_OK)
-        st = psr_enqueue_groups(ctx, partial, "psr_logprobs_partial", blocks, local, nwait, wait, NULL);
     const size_t fsizes[] = {4, 4, 4, ms, ms, ms, ms, ms, 4, ms, ms, ms, ms, ms, 8, 8, ms, 4, ms, 4, ms};
     const void *fvalues[] = {&rows,  &vocab,  &nsb,    &a->tokens, &lse,     &beat,    &top_v,
                              &top_i, &top_n,  &a->token_logprobs,  &a->token_ranks,   &a->top_ids,
@@ -163,6 +162,15 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
                              &requests, &temps, &raw, &cuts};
     if (st == PSR_OK)
         st = psr_set_kernel_args(ctx, finish, "psr_logprobs_finish", 21, fsizes, fvalues);
+    /* Every kernel's arguments are set first, so the launches reach the
+     * device back to back (lib/verify.c says why). */
+    if (st == PSR_OK && filtered) {
+        st = psr_filter_launch(ctx, &view, &filter, NULL);
+        nwait = 0, wait = NULL;
+    }
+    size_t local = ctx->tuning.work_group_size < 256 ? ctx->tuning.work_group_size : 256;
+    if (st == PSR_OK)
+        st = psr_enqueue_groups(ctx, partial, "psr_logprobs_partial", blocks, local, nwait, wait, NULL);
     if (st == PSR_OK)
         st = psr_enqueue_groups(ctx, finish, "psr_logprobs_finish", a->rows, local, 0, NULL, event);
     return st;

@@ -296,16 +296,14 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
         part_index = ctx->part_index.buffer;
     }
 
-    /* Filters: a threshold pre-pass, only when asked for. It waits for the
-     * caller's events; the sampling kernel follows it by queue order. It
-     * may write tokens (rows it draws itself), so it comes after every
-     * step here that can fail for want of memory. */
-    if (psr_filter_requested(a)) {
-        st = psr_filter_enqueue(ctx, a, &v, true, first ? &ev_filter : NULL, &cut);
+    /* Filters: a threshold pre-pass, only when asked for. */
+    psr_filter_plan filter;
+    bool filtered = psr_filter_requested(a);
+    if (filtered) {
+        st = psr_filter_prepare(ctx, a, &v, true, &filter);
         if (st != PSR_OK)
             return st;
-        nwait = 0;
-        wait = NULL;
+        cut = filter.cut;
     }
 
     cl_ulong offset = a->logits_offset;
@@ -324,13 +322,7 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
                             &cache_stride,   &row_words,      &fold_width,   &requests,
                             &cache_rows,     &cache_k,        &draft_step,   &cut};
     st = psr_set_kernel_args(ctx, sample, "psr_gumbel_sample", 24, sizes, values);
-    if (st != PSR_OK)
-        goto fail;
-    cl_event ev_sample = NULL;
-    st = psr_enqueue_groups(ctx, sample, "psr_gumbel_sample", parts, ctx->tuning.work_group_size,
-                            nwait, wait, (first || last) ? &ev_sample : NULL);
-    if (st == PSR_OK && groups > 1 && !one_pass) {
-        cl_event ev_final = NULL;
+    if (st == PSR_OK && finalize) {
         const size_t fsizes[] = {4, ms, ms, ms, ms, ms, ms, ms, 4, ms, ms, 4, ms};
         const void *fvalues[] = {&groups,          &part_value,     &part_index,
                                  &a->row_request,  &a->temperatures, &a->positions,
@@ -338,9 +330,29 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
                                  &a->draft_cache,  &a->draft_cache_rows, &cache_rows,
                                  &cut};
         st = psr_set_kernel_args(ctx, finalize, "psr_gumbel_finalize", 13, fsizes, fvalues);
-        if (st == PSR_OK)
-            st = psr_enqueue_groups(ctx, finalize, "psr_gumbel_finalize", a->rows,
-                                    ctx->tuning.work_group_size, 0, NULL, last ? &ev_final : NULL);
+    }
+    if (st != PSR_OK)
+        goto fail;
+
+    /* Every argument is set, so the launches reach the device back to back
+     * (lib/verify.c says why). The pre-pass waits for the caller's events,
+     * and the sampling kernel follows it by queue order. The pre-pass may
+     * write tokens (rows it draws itself), so it comes after every step
+     * that can fail for want of memory. */
+    if (filtered) {
+        st = psr_filter_launch(ctx, a, &filter, first ? &ev_filter : NULL);
+        if (st != PSR_OK)
+            return st;
+        nwait = 0;
+        wait = NULL;
+    }
+    cl_event ev_sample = NULL;
+    st = psr_enqueue_groups(ctx, sample, "psr_gumbel_sample", parts, ctx->tuning.work_group_size,
+                            nwait, wait, (first || last) ? &ev_sample : NULL);
+    if (st == PSR_OK && finalize) {
+        cl_event ev_final = NULL;
+        st = psr_enqueue_groups(ctx, finalize, "psr_gumbel_finalize", a->rows,
+                                ctx->tuning.work_group_size, 0, NULL, last ? &ev_final : NULL);
         /* From here ev_sample is only a candidate for *first. */
         if (last && st == PSR_OK)
             *last = ev_final;

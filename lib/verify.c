@@ -316,11 +316,6 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
                              &q_lse,            &done,        &rejected,        &epoch,
                              &decide,           &row_lse,     &draft_rows,      &status};
     st = psr_set_kernel_args(ctx, stats, "psr_verify_stats", 28, ssizes, svalues);
-    size_t stats_local = ctx->tuning.work_group_size < VERIFY_LANES ? ctx->tuning.work_group_size
-                                                                    : VERIFY_LANES;
-    if (st == PSR_OK)
-        st = psr_enqueue_groups(ctx, stats, "psr_verify_stats", stats_groups + 1, stats_local,
-                                a->num_events_in_wait_list, a->event_wait_list, first);
     if (st != PSR_OK)
         return st;
 
@@ -337,18 +332,28 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
                              &tokens64,         &a->num_sampled, &decide,     &rejected,
                              &epoch,            &row_lse};
     st = psr_set_kernel_args(ctx, sample, "psr_verify_sample", 34, psizes, pvalues);
-    if (st == PSR_OK)
-        st = psr_enqueue_groups(ctx, sample, "psr_verify_sample", parts, ctx->tuning.work_group_size,
-                                0, NULL, finalize ? NULL : event);
     if (st == PSR_OK && finalize) {
         const size_t fsizes[] = {4, ms, ms, ms, ms, ms, ms, 4, ms, 4, ms};
         const void *fvalues[] = {&groups, &part_value, &part_index, &walks,    &cu,        &a->draft_tokens,
                                  &status, &cols,       &a->tokens,  &tokens64, &a->num_sampled};
         st = psr_set_kernel_args(ctx, finalize, "psr_verify_finalize", 11, fsizes, fvalues);
-        if (st == PSR_OK)
-            st = psr_enqueue_groups(ctx, finalize, "psr_verify_finalize", a->requests,
-                                    ctx->tuning.work_group_size, 0, NULL, event);
     }
+    if (st != PSR_OK)
+        return st;
+
+    /* Every argument is set before the first launch, so the launches
+     * reach the device back to back: on the H200 the host's work between
+     * two enqueues otherwise delays the second kernel by microseconds. */
+    size_t stats_local = ctx->tuning.work_group_size < VERIFY_LANES ? ctx->tuning.work_group_size
+                                                                    : VERIFY_LANES;
+    st = psr_enqueue_groups(ctx, stats, "psr_verify_stats", stats_groups + 1, stats_local,
+                            a->num_events_in_wait_list, a->event_wait_list, first);
+    if (st == PSR_OK)
+        st = psr_enqueue_groups(ctx, sample, "psr_verify_sample", parts, ctx->tuning.work_group_size,
+                                0, NULL, finalize ? NULL : event);
+    if (st == PSR_OK && finalize)
+        st = psr_enqueue_groups(ctx, finalize, "psr_verify_finalize", a->requests,
+                                ctx->tuning.work_group_size, 0, NULL, event);
     if (st == PSR_OK && a->effective_flags)
         *a->effective_flags = flags;
     if (st != PSR_OK && first && *first) {
