@@ -243,21 +243,20 @@ inline float psr_held_lse(const float2 *p, uint nsb)
 }
 
 /* The target row's and (with_q) the draft row's log-sum-exps from their
- * partials (published: by groups of the running launch), every partial
- * read before any is used, so the caller waits for one round trip of reads
- * rather than four. */
-inline float2 psr_held_lse2(__global const float2 *t_lse, __global const float2 *q_lse, bool with_q,
-                            uint row, uint nsb, bool published)
+ * published partials, every partial read before any is used, so a
+ * decision waits for one round trip of reads rather than four. */
+inline float2 psr_published_lse2(__global const float2 *t_lse, __global const float2 *q_lse, bool with_q,
+                                 uint row, uint nsb)
 {
     if (nsb > PSR_HELD)
-        return (float2)(psr_row_lse_of(t_lse, row, nsb, published),
-                        with_q ? psr_row_lse_of(q_lse, row, nsb, published) : 0.0f);
+        return (float2)(psr_row_lse_of(t_lse, row, nsb, true),
+                        with_q ? psr_row_lse_of(q_lse, row, nsb, true) : 0.0f);
     ulong at = (ulong)row * nsb;
     float2 tp[PSR_HELD], qp[PSR_HELD];
 #pragma unroll
     for (uint sb = 0; sb < PSR_HELD; sb++) {
-        tp[sb] = sb < nsb ? psr_lse_partial(t_lse, at + sb, published) : (float2)(-INFINITY, 0.0f);
-        qp[sb] = with_q && sb < nsb ? psr_lse_partial(q_lse, at + sb, published) : (float2)(-INFINITY, 0.0f);
+        tp[sb] = sb < nsb ? psr_lse_partial(t_lse, at + sb, true) : (float2)(-INFINITY, 0.0f);
+        qp[sb] = with_q && sb < nsb ? psr_lse_partial(q_lse, at + sb, true) : (float2)(-INFINITY, 0.0f);
     }
     return (float2)(psr_held_lse(tp, nsb), with_q ? psr_held_lse(qp, nsb) : 0.0f);
 }
@@ -272,28 +271,10 @@ inline uint psr_row_argmax(__global const float *best, __global const uint *best
 {
     float bv = -INFINITY;
     uint bi = 0xffffffffu;
-    ulong at = (ulong)row * nsb;
-    if (nsb <= PSR_HELD) {
-        /* Every partial read before any is compared: one round trip. */
-        float v[PSR_HELD];
-        uint i[PSR_HELD];
-#pragma unroll
-        for (uint sb = 0; sb < PSR_HELD; sb++) {
-            v[sb] = sb >= nsb ? -INFINITY : published ? *(volatile __global const float *)(best + at + sb) : best[at + sb];
-            i[sb] = sb >= nsb ? 0xffffffffu
-                    : published ? *(volatile __global const uint *)(best_i + at + sb) : best_i[at + sb];
-        }
-#pragma unroll
-        for (uint sb = 0; sb < PSR_HELD; sb++)
-            if (sb < nsb && (sb == 0 || psr_better(v[sb], i[sb], bv, bi))) {
-                bv = v[sb];
-                bi = i[sb];
-            }
-        return bi;
-    }
     for (uint sb = 0; sb < nsb; sb++) {
-        float v = published ? *(volatile __global const float *)(best + at + sb) : best[at + sb];
-        uint i = published ? *(volatile __global const uint *)(best_i + at + sb) : best_i[at + sb];
+        ulong at = (ulong)row * nsb + sb;
+        float v = published ? *(volatile __global const float *)(best + at) : best[at];
+        uint i = published ? *(volatile __global const uint *)(best_i + at) : best_i[at];
         if (sb == 0 || psr_better(v, i, bv, bi)) {
             bv = v;
             bi = i;
@@ -336,12 +317,12 @@ inline bool psr_accept(__global const psr_logit_t *logits, ulong logits_offset, 
     if (greedy)
         return (uint)d == psr_row_argmax(t_best, t_best_i, row, nsb, false);
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
-    float x = psr_load_logit(src, (ulong)d);
-    float y = draft_cache ? psr_cache_row(draft_cache, req, cache_k, j, vocab)[d] : 0.0f;
-    float2 lse = psr_held_lse2(t_lse, q_lse, draft_cache != 0, row, nsb, false);
-    *lse_p = lse.x;
-    if (draft_cache)
-        *lse_q = lse.y;
+    *lse_p = psr_row_lse(t_lse, row, nsb);
+    float x = psr_load_logit(src, (ulong)d), y = 0.0f;
+    if (draft_cache) {
+        y = psr_cache_row(draft_cache, req, cache_k, j, vocab)[d];
+        *lse_q = psr_row_lse(q_lse, row, nsb);
+    }
     float u = psr_u32(psr_row_key((ulong)seed, (ulong)positions[row]));
     return psr_accept_test(x, y, draft_cache != 0, *lse_p, *lse_q, t, r, u);
 }
@@ -424,7 +405,7 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
                 y = psr_cache_row(draft_cache, req, cache_k, slot, vocab)[d];
         }
         float u = psr_u32(psr_row_key((ulong)seeds[req], (ulong)positions[row]));
-        float2 lse = psr_held_lse2(t_lse, q_lse, draft_cache != 0, row, nsb, true);
+        float2 lse = psr_published_lse2(t_lse, q_lse, draft_cache != 0, row, nsb);
         accept = d >= 0 && psr_accept_test(x, y, draft_cache != 0, lse.x, lse.y, t, psr_temp_recip(t), u);
         row_lse[row] = lse; /* for the residual, when this is the first rejection */
     }

@@ -115,6 +115,87 @@ psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *a
 }
 
 
+/* Device time per call with `iters` + 1 calls enqueued back to back: from
+ * the end of the first call's last kernel to the end of the last call's,
+ * over iters. The host enqueues ahead, so its own work overlaps the
+ * device's unless it is the slower of the two. */
+psr_status bench_time_piped(psr_context *ctx, bench_launch_fn fn, const void *args, int iters, double *per_call)
+{
+    cl_event *last = calloc((size_t)iters + 1, sizeof *last);
+    if (!last)
+        return PSR_ERR_OUT_OF_HOST_MEMORY;
+    psr_status st = PSR_OK;
+    int n = 0;
+    for (; n < iters + 1; n++) {
+        cl_event first = NULL;
+        st = fn(ctx, args, &first, &last[n]);
+        if (first)
+            clReleaseEvent(first);
+        if (st != PSR_OK)
+            break;
+    }
+    if (st == PSR_OK && clWaitForEvents(1, &last[n - 1]) != CL_SUCCESS)
+        st = psr_fail(ctx, PSR_ERR_OPENCL, "waiting for the piped calls failed");
+    if (st == PSR_OK) {
+        cl_ulong a = 0, b = 0;
+        clGetEventProfilingInfo(last[0], CL_PROFILING_COMMAND_END, sizeof a, &a, NULL);
+        clGetEventProfilingInfo(last[n - 1], CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
+        *per_call = (double)(b - a) / 1000.0 / (double)iters;
+    }
+    for (int i = 0; i < n; i++)
+        clReleaseEvent(last[i]);
+    free(last);
+    return st;
+}
+
+/* Median device time of `iters` calls (after 3 warm-up calls), each
+ * enqueued behind a marker that waits on a user event, which is set once
+ * the whole call is enqueued: from the marker's end to the end of the
+ * last kernel, the call's kernels run back to back, without waiting for
+ * the host to enqueue the next one. */
+psr_status bench_time_gated(psr_context *ctx, bench_launch_fn fn, const void *args, int iters, double *median)
+{
+    double *times = calloc((size_t)iters + 3, sizeof *times);
+    if (!times)
+        return PSR_ERR_OUT_OF_HOST_MEMORY;
+    psr_status st = PSR_OK;
+    for (int i = 0; i < iters + 3 && st == PSR_OK; i++) {
+        cl_int err;
+        cl_event gate = clCreateUserEvent(ctx->cl_ctx, &err), mark = NULL, first = NULL, last = NULL;
+        if (err == CL_SUCCESS)
+            err = clEnqueueMarkerWithWaitList(ctx->queue, 1, &gate, &mark);
+        if (err != CL_SUCCESS) {
+            st = psr_fail(ctx, PSR_ERR_OPENCL, "gating the queue failed: %s (%d)", psr_cl_error_name(err), err);
+        } else {
+            st = fn(ctx, args, &first, &last);
+        }
+        if (gate)
+            clSetUserEventStatus(gate, CL_COMPLETE); /* also on failure: the queue must drain */
+        if (st == PSR_OK) {
+            clWaitForEvents(1, &last);
+            cl_ulong start = 0, end = 0;
+            clGetEventProfilingInfo(mark, CL_PROFILING_COMMAND_END, sizeof start, &start, NULL);
+            clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
+            times[i] = (double)(end - start) / 1000.0;
+        }
+        clFinish(ctx->queue);
+        if (first)
+            clReleaseEvent(first);
+        if (last)
+            clReleaseEvent(last);
+        if (mark)
+            clReleaseEvent(mark);
+        if (gate)
+            clReleaseEvent(gate);
+    }
+    if (st == PSR_OK) {
+        qsort(times + 3, (size_t)iters, sizeof *times, cmp_double);
+        *median = times[3 + iters / 2];
+    }
+    free(times);
+    return st;
+}
+
 int bench_parse_options(int argc, char **argv, const char *command, void (*usage)(FILE *),
                         bench_option_fn extra, void *user, bench_options *o)
 {
