@@ -15,6 +15,10 @@ double event_span_us(cl_event first, cl_event last);
 double copy_bandwidth(psr_context *ctx, size_t bytes);
 /* Median span of a kernel that does nothing: the fixed cost per launch. */
 double empty_kernel_us(psr_context *ctx);
+/* The host's time to enqueue one kernel, with or without an event. */
+double enqueue_host_us(psr_context *ctx, bool with_event);
+/* A monotonic clock in microseconds. */
+double bench_now_us(void);
 
 /* One timed call: enqueues it and returns its first and last events. */
 typedef psr_status (*bench_launch_fn)(psr_context *ctx, const void *args, cl_event *first, cl_event *last);

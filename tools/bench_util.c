@@ -6,6 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+double bench_now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
 
 int cmp_double(const void *a, const void *b)
 {
@@ -73,6 +81,40 @@ double empty_kernel_us(psr_context *ctx)
     return times[5 + 25];
 }
 
+/* Host time of one clEnqueueNDRangeKernel of the empty kernel (64 groups),
+ * median of 5 batches of 40 enqueued back to back, with or without an
+ * event: the host's share of every launch, which no kernel can hide when
+ * the device waits for it. */
+double enqueue_host_us(psr_context *ctx, bool with_event)
+{
+    psr_variant v = {.set = PSR_KERNELS_STREAM};
+    cl_kernel k;
+    if (psr_kernel_get(ctx, &v, "psr_philox_kat", &k) != PSR_OK)
+        return -1;
+    cl_mem none = NULL;
+    cl_uint zero = 0;
+    clSetKernelArg(k, 0, sizeof none, &none);
+    clSetKernelArg(k, 1, sizeof none, &none);
+    clSetKernelArg(k, 2, sizeof zero, &zero);
+    size_t local = ctx->tuning.work_group_size, global = 64 * local;
+    double batches[5];
+    for (int b = 0; b < 5; b++) {
+        clFinish(ctx->queue);
+        double t0 = bench_now_us();
+        for (int i = 0; i < 40; i++) {
+            cl_event ev = NULL;
+            if (clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, &local, 0, NULL,
+                                       with_event ? &ev : NULL) != CL_SUCCESS)
+                return -1;
+            if (ev)
+                clReleaseEvent(ev);
+        }
+        batches[b] = (bench_now_us() - t0) / 40;
+    }
+    clFinish(ctx->queue);
+    qsort(batches, 5, sizeof batches[0], cmp_double);
+    return batches[2];
+}
 
 psr_status bench_launch_sample(psr_context *ctx, const void *args, cl_event *first, cl_event *last)
 {

@@ -226,6 +226,7 @@ int bench_verify(int argc, char **argv)
         copy_bytes = (size_t)info.max_alloc_bytes;
     double bw = copy_bandwidth(ctx, copy_bytes);
     double empty_us = empty_kernel_us(ctx);
+    double enq = enqueue_host_us(ctx, false), enq_ev = enqueue_host_us(ctx, true);
     json_writer w;
     json_init(&w, stdout);
     if (o.json) {
@@ -236,11 +237,16 @@ int bench_verify(int argc, char **argv)
         json_double(&w, bw / 1e9);
         json_key(&w, "empty_kernel_us");
         json_double(&w, empty_us);
+        json_key(&w, "enqueue_host_us");
+        json_double(&w, enq);
+        json_key(&w, "enqueue_event_host_us");
+        json_double(&w, enq_ev);
         json_key(&w, "results");
         json_begin_array(&w);
     } else {
-        printf("device: %s (%s); copy %.0f GB/s; empty kernel %.1f us; median of %d\n", info.name,
-               info.platform_name, bw / 1e9, empty_us, o.iters);
+        printf("device: %s (%s); copy %.0f GB/s; empty kernel %.1f us; host enqueue %.1f us (%.1f with "
+               "an event); median of %d\n",
+               info.name, info.platform_name, bw / 1e9, empty_us, enq, enq_ev, o.iters);
         printf("%-18s %-7s %9s %9s %9s %9s %9s %7s %9s %8s\n", "shape RxKxV", "mode", "us", "stats_us",
                "gated_us", "piped_us", "floor_us", "xfloor", "accepted", "target");
     }

@@ -183,6 +183,7 @@ static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, 
     }
 
     double empty_us = empty_kernel_us(ctx);
+    double enq = enqueue_host_us(ctx, false), enq_ev = enqueue_host_us(ctx, true);
     float *host = malloc(max_bytes);
     if (!host)
         return cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
@@ -190,8 +191,9 @@ static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, 
     size_t nresults = 0;
     int rc = CLI_OK;
     if (!as_json) {
-        printf("device: %s (%s), copy bandwidth %.0f GB/s, empty kernel %.1f us, logits %s\n",
-               info.name, info.platform_name, bw / 1e9, empty_us, peaked ? "peaked" : "N(0,3)");
+        printf("device: %s (%s), copy bandwidth %.0f GB/s, empty kernel %.1f us, host enqueue %.1f us "
+               "(%.1f with an event), logits %s\n",
+               info.name, info.platform_name, bw / 1e9, empty_us, enq, enq_ev, peaked ? "peaked" : "N(0,3)");
         printf("%-14s %-10s %10s %10s %10s %8s %10s %8s%s\n", "shape", "variant", "us", "piped_us",
                "floor_us", "xfloor", "vllm_us", "xvllm", cpu ? "  cloop_us   xcloop" : "");
     }
@@ -308,6 +310,10 @@ static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, 
         json_double(&w, bw / 1e9);
         json_key(&w, "empty_kernel_us");
         json_double(&w, empty_us);
+        json_key(&w, "enqueue_host_us");
+        json_double(&w, enq);
+        json_key(&w, "enqueue_event_host_us");
+        json_double(&w, enq_ev);
         json_key(&w, "logits");
         json_string(&w, peaked ? "peaked" : "normal");
         json_key(&w, "iterations");
@@ -401,13 +407,6 @@ static bool parse_size(const char *s, size_t *out)
     return end != s && *end == '\0' && v > 0 && s[0] != '-' && v <= INT32_MAX;
 }
 
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
-}
-
 /* One timed GEMM: from a marker (the queue reaching the call) to the end
  * of CLBlast's last kernel, which may follow pre-processing kernels. */
 static psr_status gemm_once(psr_context *ctx, const psr_lm_head_args *a, double *us)
@@ -477,14 +476,14 @@ static int run_gemm_bench(psr_context *ctx, size_t B, size_t H, size_t V, psr_dt
             times[it] = us;
     }
     if (rc == CLI_OK) {
-        double t0 = now_us();
+        double t0 = bench_now_us();
         for (int it = 0; it < iters && rc == CLI_OK; it++) {
             psr_status st = psr_logits_from_hidden(ctx, &a, NULL);
             if (st != PSR_OK)
                 rc = cli_report(st, ctx);
         }
         clFinish(ctx->queue);
-        piped_us = (now_us() - t0) / iters;
+        piped_us = (bench_now_us() - t0) / iters;
     }
     if (rc == CLI_OK) {
         qsort(times, (size_t)iters, sizeof *times, cmp_double);
