@@ -314,13 +314,9 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
 #undef PSR_LP_VALUES
 }
 
-/* One group per row: merges the blocks and writes the outputs. The
- * blocks' partials are loaded by as many work-items at once, and the
- * sampled token's logit by work-item 0 meanwhile, so the row waits for one
- * round trip of loads rather than one per block (a third of the kernel's
- * time at one row of 128,256 on the H200). The top-N candidates (each
- * block's list) are ranked against each other in parallel: a candidate's
- * place is how many candidates beat it. */
+/* One group per row: merges the blocks and writes the outputs. The top-N
+ * candidates (each block's list) are ranked against each other in
+ * parallel: a candidate's place is how many candidates beat it. */
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
 void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *tokens,
                          __global const float2 *lse_in, __global const uint *beat_in,
@@ -333,8 +329,6 @@ void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *to
 {
     __local float cv[64 * PSR_MAX_TOP_N];
     __local uint ci[64 * PSR_MAX_TOP_N];
-    __local float2 lparts[64]; /* nsb <= 64: vocabularies up to 2^20 */
-    __local uint lbeats[64];
     __local float llse;
     __local uint lvalid;
     uint lid = get_local_id(0);
@@ -345,31 +339,23 @@ void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *to
         cv[c] = top_v[first + c];
         ci[c] = top_i[first + c];
     }
-    for (uint sb = lid; sb < nsb; sb += PSR_VWG) {
-        lparts[sb] = lse_in[(ulong)row * nsb + sb];
-        lbeats[sb] = beat_in[(ulong)row * nsb + sb];
-    }
-    bool valid = false;
-    float tv = NAN;
     if (lid == 0) {
         lvalid = 0;
+        float lse = psr_row_lse(lse_in, row, nsb);
+        llse = lse;
         int tok = tokens[row];
-        valid = tok >= 0 && (uint)tok < vocab;
+        bool valid = tok >= 0 && (uint)tok < vocab;
         int req = row_request ? row_request[row] : (int)row;
         float t = !raw && req >= 0 && req < (int)requests ? temperatures[req] : 1.0f;
         bool divide = isnormal(t) && t > 0.0f && t != 1.0f;
         float r = divide ? psr_temp_recip(t) : 1.0f;
-        if (valid)
-            tv = psr_lp_value(psr_load_logit(logits + logits_offset + (ulong)row * row_stride, (ulong)tok),
-                              divide, t, r, psr_lp_cut(cuts, row, raw, t));
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid == 0) {
-        float lse = psr_local_lse(lparts, nsb);
-        llse = lse;
+        float tv = valid ? psr_lp_value(psr_load_logit(logits + logits_offset + (ulong)row * row_stride,
+                                                       (ulong)tok),
+                                        divide, t, r, psr_lp_cut(cuts, row, raw, t))
+                         : NAN;
         uint beat = 0;
         for (uint sb = 0; sb < nsb; sb++)
-            beat += lbeats[sb];
+            beat += beat_in[(ulong)row * nsb + sb];
         if (token_logprobs)
             token_logprobs[row] = valid ? tv - lse : NAN;
         if (token_ranks)

@@ -28,12 +28,6 @@ psr_status bench_launch_sample(psr_context *ctx, const void *args, cl_event *fir
  * the end of a marker enqueued just before to the end of the last kernel. */
 psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *args, int iters,
                              double *median);
-/* Median device time of `iters` calls (after 3 warm-up calls), each
- * held behind a user event until it is wholly enqueued, so its kernels run
- * back to back whatever the host's enqueue costs: from the end of the
- * gating marker to the end of the last kernel. */
-psr_status bench_time_gated(psr_context *ctx, bench_launch_fn fn, const void *args, int iters,
-                            double *median);
 /* Device time per call of `iters` + 1 calls enqueued back to back, as an
  * engine that never waits between steps sees it: the end of the first
  * call's last kernel to the end of the last call's, over iters. */

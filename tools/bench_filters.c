@@ -30,9 +30,7 @@ static void usage(FILE *out)
             "\n"
             "Times psr_sample (T = 0.8, N(0, 3) logits) plain and with min-p 0.05, top-k 100,\n"
             "top-p 0.95 and top-k 100 + top-p 0.95 on every row; median of --iters runs\n"
-            "(default 50) and the ratio to plain; gated_us is the same call held behind a\n"
-            "user event until wholly enqueued, so its kernels run back to back (device\n"
-            "time, without the host's enqueue cost). Default shapes: %s.\n",
+            "(default 50) and the ratio to plain. Default shapes: %s.\n",
             default_shapes);
 }
 
@@ -56,8 +54,7 @@ int bench_filters(int argc, char **argv)
         bench_json_begin(&w, &info);
     } else {
         printf("device: %s (%s); T 0.8; median of %d\n", info.name, info.platform_name, o.iters);
-        printf("%-14s %-24s %10s %8s %10s %8s\n", "shape", "filters", "us", "x plain", "gated_us",
-               "x plain");
+        printf("%-14s %-24s %10s %8s\n", "shape", "filters", "us", "x plain");
     }
     int rc = CLI_OK;
     uint64_t state = 7;
@@ -84,7 +81,7 @@ int bench_filters(int argc, char **argv)
             if (err != CL_SUCCESS)
                 st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating %zu x %zu buffers failed", rows, vocab);
         }
-        double plain = 0, plain_gated = 0;
+        double plain = 0;
         for (size_t c = 0; c < sizeof cases / sizeof *cases && st == PSR_OK; c++) {
             for (size_t r = 0; r < rows; r++)
                 ks[r] = cases[c].top_k, ps[r] = cases[c].top_p, mps[r] = cases[c].min_p;
@@ -111,14 +108,12 @@ int bench_filters(int argc, char **argv)
             a.top_k = cases[c].top_k ? m[5] : NULL;
             a.top_p = cases[c].top_p < 1.0f ? m[6] : NULL;
             a.min_p = cases[c].min_p > 0.0f ? m[7] : NULL;
-            double us = 0, gated = 0;
+            double us = 0;
             st = bench_time_launch(ctx, bench_launch_sample, &a, o.iters, &us);
-            if (st == PSR_OK)
-                st = bench_time_gated(ctx, bench_launch_sample, &a, o.iters, &gated);
             if (st != PSR_OK)
                 break;
             if (c == 0)
-                plain = us, plain_gated = gated;
+                plain = us;
             if (o.json) {
                 json_begin_object(&w);
                 json_key(&w, "rows");
@@ -131,16 +126,11 @@ int bench_filters(int argc, char **argv)
                 json_double(&w, us);
                 json_key(&w, "x_plain");
                 json_double(&w, us / plain);
-                json_key(&w, "gated_us");
-                json_double(&w, gated);
-                json_key(&w, "gated_x_plain");
-                json_double(&w, gated / plain_gated);
                 json_end_object(&w);
             } else {
                 char name[32];
                 snprintf(name, sizeof name, "%zux%zu", rows, vocab);
-                printf("%-14s %-24s %10.1f %8.2f %10.1f %8.2f\n", name, cases[c].name, us, us / plain, gated,
-                       gated / plain_gated);
+                printf("%-14s %-24s %10.1f %8.2f\n", name, cases[c].name, us, us / plain);
             }
         }
         if (st != PSR_OK)

@@ -20,10 +20,7 @@ static void usage(FILE *out)
             "\n"
             "Times psr_logprobs (processed logprobs at T = 0.8: the sampled token's logprob\n"
             "and rank, and the top N, default 20) and psr_sample on the same N(0, 3) logits,\n"
-            "median of --iters runs (default 50), and prints their ratio; then the same\n"
-            "with each call held behind a user event until wholly enqueued, so its kernels\n"
-            "run back to back (gated: device time without the host's enqueue cost).\n"
-            "Default shapes:\n"
+            "median of --iters runs (default 50), and prints their ratio. Default shapes:\n"
             "%s.\n",
             default_shapes);
 }
@@ -80,8 +77,7 @@ int bench_logprobs(int argc, char **argv)
     } else {
         printf("device: %s (%s); top %d processed logprobs at T 0.8; median of %d\n", info.name,
                info.platform_name, top_n, o.iters);
-        printf("%-14s %10s %11s %8s %12s %13s %8s\n", "shape", "sample_us", "logprobs_us", "ratio",
-               "sample_gated", "logprobs_gated", "ratio");
+        printf("%-14s %10s %10s %8s\n", "shape", "sample_us", "logprobs_us", "ratio");
     }
     int rc = CLI_OK;
     uint64_t state = 99;
@@ -106,7 +102,7 @@ int bench_logprobs(int argc, char **argv)
             if (err != CL_SUCCESS)
                 st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating %zu x %zu buffers failed", rows, vocab);
         }
-        double sample_us = 0, logprobs_us = 0, sample_gated = 0, logprobs_gated = 0;
+        double sample_us = 0, logprobs_us = 0;
         if (st == PSR_OK) {
             psr_sample_args a;
             psr_sample_args_init(&a);
@@ -119,8 +115,6 @@ int bench_logprobs(int argc, char **argv)
             a.positions = m[3];
             a.tokens = m[4];
             st = bench_time_launch(ctx, bench_launch_sample, &a, o.iters, &sample_us);
-            if (st == PSR_OK)
-                st = bench_time_gated(ctx, bench_launch_sample, &a, o.iters, &sample_gated);
             psr_logprobs_args l;
             psr_logprobs_args_init(&l);
             l.rows = rows;
@@ -136,8 +130,6 @@ int bench_logprobs(int argc, char **argv)
             l.top_logprobs = top_n ? m[7] : NULL;
             if (st == PSR_OK)
                 st = bench_time_launch(ctx, launch_logprobs, &l, o.iters, &logprobs_us);
-            if (st == PSR_OK)
-                st = bench_time_gated(ctx, launch_logprobs, &l, o.iters, &logprobs_gated);
         }
         if (st != PSR_OK) {
             rc = cli_report(st, ctx);
@@ -155,18 +147,11 @@ int bench_logprobs(int argc, char **argv)
             json_double(&w, logprobs_us);
             json_key(&w, "ratio");
             json_double(&w, logprobs_us / sample_us);
-            json_key(&w, "sample_gated_us");
-            json_double(&w, sample_gated);
-            json_key(&w, "logprobs_gated_us");
-            json_double(&w, logprobs_gated);
-            json_key(&w, "gated_ratio");
-            json_double(&w, logprobs_gated / sample_gated);
             json_end_object(&w);
         } else {
             char name[32];
             snprintf(name, sizeof name, "%zux%zu", rows, vocab);
-            printf("%-14s %10.1f %11.1f %8.2f %12.1f %13.1f %8.2f\n", name, sample_us, logprobs_us,
-                   logprobs_us / sample_us, sample_gated, logprobs_gated, logprobs_gated / sample_gated);
+            printf("%-14s %10.1f %10.1f %8.2f\n", name, sample_us, logprobs_us, logprobs_us / sample_us);
         }
         for (int b = 0; b < 9; b++)
             if (m[b])

@@ -190,54 +190,6 @@ psr_status bench_time_piped(psr_context *ctx, bench_launch_fn fn, const void *ar
     return st;
 }
 
-/* Median device time of `iters` calls (after 3 warm-up calls), each
- * enqueued behind a marker that waits on a user event, which is set once
- * the whole call is enqueued: from the marker's end to the end of the
- * last kernel, the call's kernels run back to back, without waiting for
- * the host to enqueue the next one. */
-psr_status bench_time_gated(psr_context *ctx, bench_launch_fn fn, const void *args, int iters, double *median)
-{
-    double *times = calloc((size_t)iters + 3, sizeof *times);
-    if (!times)
-        return PSR_ERR_OUT_OF_HOST_MEMORY;
-    psr_status st = PSR_OK;
-    for (int i = 0; i < iters + 3 && st == PSR_OK; i++) {
-        cl_int err;
-        cl_event gate = clCreateUserEvent(ctx->cl_ctx, &err), mark = NULL, first = NULL, last = NULL;
-        if (err == CL_SUCCESS)
-            err = clEnqueueMarkerWithWaitList(ctx->queue, 1, &gate, &mark);
-        if (err != CL_SUCCESS) {
-            st = psr_fail(ctx, PSR_ERR_OPENCL, "gating the queue failed: %s (%d)", psr_cl_error_name(err), err);
-        } else {
-            st = fn(ctx, args, &first, &last);
-        }
-        if (gate)
-            clSetUserEventStatus(gate, CL_COMPLETE); /* also on failure: the queue must drain */
-        if (st == PSR_OK) {
-            clWaitForEvents(1, &last);
-            cl_ulong start = 0, end = 0;
-            clGetEventProfilingInfo(mark, CL_PROFILING_COMMAND_END, sizeof start, &start, NULL);
-            clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
-            times[i] = (double)(end - start) / 1000.0;
-        }
-        clFinish(ctx->queue);
-        if (first)
-            clReleaseEvent(first);
-        if (last)
-            clReleaseEvent(last);
-        if (mark)
-            clReleaseEvent(mark);
-        if (gate)
-            clReleaseEvent(gate);
-    }
-    if (st == PSR_OK) {
-        qsort(times + 3, (size_t)iters, sizeof *times, cmp_double);
-        *median = times[3 + iters / 2];
-    }
-    free(times);
-    return st;
-}
-
 int bench_parse_options(int argc, char **argv, const char *command, void (*usage)(FILE *),
                         bench_option_fn extra, void *user, bench_options *o)
 {
