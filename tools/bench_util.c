@@ -54,19 +54,28 @@ double copy_bandwidth(psr_context *ctx, size_t bytes)
     return 2.0 * (double)bytes / (times[10] * 1e-6);
 }
 
-/* Median span of a kernel that does nothing: the device's fixed cost per
- * launch as its profiling events see it, under every figure below. */
-double empty_kernel_us(psr_context *ctx)
+/* The Philox test kernel with n = 0: a launch that does nothing (NULL on failure). */
+static cl_kernel empty_kernel(psr_context *ctx)
 {
     psr_variant v = {.set = PSR_KERNELS_STREAM};
     cl_kernel k;
     if (psr_kernel_get(ctx, &v, "psr_philox_kat", &k) != PSR_OK)
-        return -1;
+        return NULL;
     cl_mem none = NULL;
     cl_uint zero = 0;
     clSetKernelArg(k, 0, sizeof none, &none);
     clSetKernelArg(k, 1, sizeof none, &none);
     clSetKernelArg(k, 2, sizeof zero, &zero);
+    return k;
+}
+
+/* Median span of a kernel that does nothing: the device's fixed cost per
+ * launch as its profiling events see it, under every figure below. */
+double empty_kernel_us(psr_context *ctx)
+{
+    cl_kernel k = empty_kernel(ctx);
+    if (!k)
+        return -1;
     double times[55];
     size_t one = 1;
     for (int i = 0; i < 55; i++) {
@@ -87,15 +96,9 @@ double empty_kernel_us(psr_context *ctx)
  * the device waits for it. */
 double enqueue_host_us(psr_context *ctx, bool with_event)
 {
-    psr_variant v = {.set = PSR_KERNELS_STREAM};
-    cl_kernel k;
-    if (psr_kernel_get(ctx, &v, "psr_philox_kat", &k) != PSR_OK)
+    cl_kernel k = empty_kernel(ctx);
+    if (!k)
         return -1;
-    cl_mem none = NULL;
-    cl_uint zero = 0;
-    clSetKernelArg(k, 0, sizeof none, &none);
-    clSetKernelArg(k, 1, sizeof none, &none);
-    clSetKernelArg(k, 2, sizeof zero, &zero);
     size_t local = ctx->tuning.work_group_size, global = 64 * local;
     double batches[5];
     for (int b = 0; b < 5; b++) {
