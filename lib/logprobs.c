@@ -142,7 +142,7 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     const cl_event *wait = a->event_wait_list;
     bool filtered = a->top_k || a->top_p || a->min_p;
     psr_sample_args view = filter_view(a);
-    psr_filter_plan filter;
+    psr_filter_plan filter = {0};
     if (filtered) {
         psr_variant fv = {.set = PSR_KERNELS_GUMBEL, .dtype = a->logits_dtype, .filtered = true};
         st = psr_filter_prepare(ctx, &view, &fv, false, &filter);

@@ -297,7 +297,7 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     }
 
     /* Filters: a threshold pre-pass, only when asked for. */
-    psr_filter_plan filter;
+    psr_filter_plan filter = {0};
     bool filtered = psr_filter_requested(a);
     if (filtered) {
         st = psr_filter_prepare(ctx, a, &v, true, &filter);
