@@ -162,8 +162,8 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
                              &requests, &temps, &raw, &cuts};
     if (st == PSR_OK)
         st = psr_set_kernel_args(ctx, finish, "psr_logprobs_finish", 21, fsizes, fvalues);
-    /* Every kernel's arguments are set first, so the launches reach the
-     * device back to back (lib/verify.c says why). */
+    /* Every kernel's arguments are set first, so nothing that can fail
+     * comes between the launches (as in lib/verify.c). */
     if (st == PSR_OK && filtered) {
         st = psr_filter_launch(ctx, &view, &filter, NULL);
         nwait = 0, wait = NULL;

@@ -334,11 +334,11 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     if (st != PSR_OK)
         goto fail;
 
-    /* Every argument is set, so the launches reach the device back to back
-     * (lib/verify.c says why). The pre-pass waits for the caller's events,
-     * and the sampling kernel follows it by queue order. The pre-pass may
-     * write tokens (rows it draws itself), so it comes after every step
-     * that can fail for want of memory. */
+    /* Every argument is set, so nothing that can fail comes between the
+     * launches (as in lib/verify.c). The pre-pass waits for the caller's
+     * events, and the sampling kernel follows it by queue order. The
+     * pre-pass may write tokens (rows it draws itself), so it comes after
+     * every step that can fail for want of memory. */
     if (filtered) {
         st = psr_filter_launch(ctx, a, &filter, first ? &ev_filter : NULL);
         if (st != PSR_OK)

@@ -341,9 +341,9 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     if (st != PSR_OK)
         return st;
 
-    /* Every argument is set before the first launch, so the launches
-     * reach the device back to back: on the H200 the host's work between
-     * two enqueues otherwise delays the second kernel by microseconds. */
+    /* Every argument is set before the first launch, so nothing that can
+     * fail comes between the launches: a call is enqueued whole or not at
+     * all, and only the driver's own enqueue cost separates them. */
     size_t stats_local = ctx->tuning.work_group_size < VERIFY_LANES ? ctx->tuning.work_group_size
                                                                     : VERIFY_LANES;
     st = psr_enqueue_groups(ctx, stats, "psr_verify_stats", stats_groups + 1, stats_local,
