@@ -34,6 +34,13 @@ psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *a
 psr_status bench_time_piped(psr_context *ctx, bench_launch_fn fn, const void *args, int iters,
                             double *per_call);
 
+/* Median device time of `iters` calls with the host ahead, as an engine
+ * whose queue is never idle sees it: each call is enqueued behind a buffer
+ * copy that outlasts the host's enqueue, and timed from the end of a
+ * marker after the copy to the end of the call's last kernel. */
+psr_status bench_time_ahead(psr_context *ctx, bench_launch_fn fn, const void *args, int iters,
+                            double *median);
+
 /* The options every bench takes. */
 typedef struct bench_options {
     const char *shapes; /* --shapes (the caller sets the default) */

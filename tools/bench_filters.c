@@ -30,7 +30,9 @@ static void usage(FILE *out)
             "\n"
             "Times psr_sample (T = 0.8, N(0, 3) logits) plain and with min-p 0.05, top-k 100,\n"
             "top-p 0.95 and top-k 100 + top-p 0.95 on every row; median of --iters runs\n"
-            "(default 50) and the ratio to plain. Default shapes: %s.\n",
+            "(default 50) and the ratio to plain, each call timed from an idle queue (the\n"
+            "host's enqueue included) and behind a buffer copy that outlasts the host's\n"
+            "enqueue (device_us: the device's time alone). Default shapes: %s.\n",
             default_shapes);
 }
 
@@ -54,7 +56,8 @@ int bench_filters(int argc, char **argv)
         bench_json_begin(&w, &info);
     } else {
         printf("device: %s (%s); T 0.8; median of %d\n", info.name, info.platform_name, o.iters);
-        printf("%-14s %-24s %10s %8s\n", "shape", "filters", "us", "x plain");
+        printf("%-14s %-24s %10s %8s %10s %8s\n", "shape", "filters", "us", "x plain", "device_us",
+               "x plain");
     }
     int rc = CLI_OK;
     uint64_t state = 7;
@@ -81,7 +84,7 @@ int bench_filters(int argc, char **argv)
             if (err != CL_SUCCESS)
                 st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating %zu x %zu buffers failed", rows, vocab);
         }
-        double plain = 0;
+        double plain = 0, dev_plain = 0;
         for (size_t c = 0; c < sizeof cases / sizeof *cases && st == PSR_OK; c++) {
             for (size_t r = 0; r < rows; r++)
                 ks[r] = cases[c].top_k, ps[r] = cases[c].top_p, mps[r] = cases[c].min_p;
@@ -108,12 +111,14 @@ int bench_filters(int argc, char **argv)
             a.top_k = cases[c].top_k ? m[5] : NULL;
             a.top_p = cases[c].top_p < 1.0f ? m[6] : NULL;
             a.min_p = cases[c].min_p > 0.0f ? m[7] : NULL;
-            double us = 0;
+            double us = 0, dev_us = 0;
             st = bench_time_launch(ctx, bench_launch_sample, &a, o.iters, &us);
+            if (st == PSR_OK)
+                st = bench_time_ahead(ctx, bench_launch_sample, &a, o.iters, &dev_us);
             if (st != PSR_OK)
                 break;
             if (c == 0)
-                plain = us;
+                plain = us, dev_plain = dev_us;
             if (o.json) {
                 json_begin_object(&w);
                 json_key(&w, "rows");
@@ -126,11 +131,16 @@ int bench_filters(int argc, char **argv)
                 json_double(&w, us);
                 json_key(&w, "x_plain");
                 json_double(&w, us / plain);
+                json_key(&w, "device_us");
+                json_double(&w, dev_us);
+                json_key(&w, "device_x_plain");
+                json_double(&w, dev_us / dev_plain);
                 json_end_object(&w);
             } else {
                 char name[32];
                 snprintf(name, sizeof name, "%zux%zu", rows, vocab);
-                printf("%-14s %-24s %10.1f %8.2f\n", name, cases[c].name, us, us / plain);
+                printf("%-14s %-24s %10.1f %8.2f %10.1f %8.2f\n", name, cases[c].name, us, us / plain,
+                       dev_us, dev_us / dev_plain);
             }
         }
         if (st != PSR_OK)

@@ -20,7 +20,9 @@ static void usage(FILE *out)
             "\n"
             "Times psr_logprobs (processed logprobs at T = 0.8: the sampled token's logprob\n"
             "and rank, and the top N, default 20) and psr_sample on the same N(0, 3) logits,\n"
-            "median of --iters runs (default 50), and prints their ratio. Default shapes:\n"
+            "median of --iters runs (default 50), and prints their ratio, each call timed\n"
+            "from an idle queue (the host's enqueue included) and behind a buffer copy that\n"
+            "outlasts the host's enqueue (dev: the device's time alone). Default shapes:\n"
             "%s.\n",
             default_shapes);
 }
@@ -77,7 +79,8 @@ int bench_logprobs(int argc, char **argv)
     } else {
         printf("device: %s (%s); top %d processed logprobs at T 0.8; median of %d\n", info.name,
                info.platform_name, top_n, o.iters);
-        printf("%-14s %10s %10s %8s\n", "shape", "sample_us", "logprobs_us", "ratio");
+        printf("%-14s %10s %10s %8s %10s %10s %8s\n", "shape", "sample_us", "logprobs_us", "ratio",
+               "dev_sample", "dev_logp", "dev_ratio");
     }
     int rc = CLI_OK;
     uint64_t state = 99;
@@ -102,7 +105,7 @@ int bench_logprobs(int argc, char **argv)
             if (err != CL_SUCCESS)
                 st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating %zu x %zu buffers failed", rows, vocab);
         }
-        double sample_us = 0, logprobs_us = 0;
+        double sample_us = 0, logprobs_us = 0, dev_sample_us = 0, dev_logprobs_us = 0;
         if (st == PSR_OK) {
             psr_sample_args a;
             psr_sample_args_init(&a);
@@ -115,6 +118,8 @@ int bench_logprobs(int argc, char **argv)
             a.positions = m[3];
             a.tokens = m[4];
             st = bench_time_launch(ctx, bench_launch_sample, &a, o.iters, &sample_us);
+            if (st == PSR_OK)
+                st = bench_time_ahead(ctx, bench_launch_sample, &a, o.iters, &dev_sample_us);
             psr_logprobs_args l;
             psr_logprobs_args_init(&l);
             l.rows = rows;
@@ -130,6 +135,8 @@ int bench_logprobs(int argc, char **argv)
             l.top_logprobs = top_n ? m[7] : NULL;
             if (st == PSR_OK)
                 st = bench_time_launch(ctx, launch_logprobs, &l, o.iters, &logprobs_us);
+            if (st == PSR_OK)
+                st = bench_time_ahead(ctx, launch_logprobs, &l, o.iters, &dev_logprobs_us);
         }
         if (st != PSR_OK) {
             rc = cli_report(st, ctx);
@@ -147,11 +154,18 @@ int bench_logprobs(int argc, char **argv)
             json_double(&w, logprobs_us);
             json_key(&w, "ratio");
             json_double(&w, logprobs_us / sample_us);
+            json_key(&w, "device_sample_us");
+            json_double(&w, dev_sample_us);
+            json_key(&w, "device_logprobs_us");
+            json_double(&w, dev_logprobs_us);
+            json_key(&w, "device_ratio");
+            json_double(&w, dev_logprobs_us / dev_sample_us);
             json_end_object(&w);
         } else {
             char name[32];
             snprintf(name, sizeof name, "%zux%zu", rows, vocab);
-            printf("%-14s %10.1f %10.1f %8.2f\n", name, sample_us, logprobs_us, logprobs_us / sample_us);
+            printf("%-14s %10.1f %10.1f %8.2f %10.1f %10.1f %8.2f\n", name, sample_us, logprobs_us,
+                   logprobs_us / sample_us, dev_sample_us, dev_logprobs_us, dev_logprobs_us / dev_sample_us);
         }
         for (int b = 0; b < 9; b++)
             if (m[b])

@@ -193,6 +193,98 @@ psr_status bench_time_piped(psr_context *ctx, bench_launch_fn fn, const void *ar
     return st;
 }
 
+/* The host's enqueue of one call, in us, and the span of the copy ahead of
+ * it; false on an OpenCL failure. */
+static bool ahead_once(psr_context *ctx, bench_launch_fn fn, const void *args, cl_mem from, cl_mem to,
+                       size_t bytes, double *host_us, double *copy_us, double *call_us, psr_status *st)
+{
+    cl_event copy = NULL, mark = NULL, first = NULL, last = NULL;
+    bool ok = clEnqueueCopyBuffer(ctx->queue, from, to, 0, 0, bytes, 0, NULL, &copy) == CL_SUCCESS &&
+              clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &mark) == CL_SUCCESS;
+    if (ok) {
+        double t0 = bench_now_us();
+        *st = fn(ctx, args, &first, &last);
+        *host_us = bench_now_us() - t0;
+        ok = *st == PSR_OK && clWaitForEvents(1, &last) == CL_SUCCESS;
+    }
+    if (ok) {
+        cl_ulong start = 0, end = 0;
+        clGetEventProfilingInfo(mark, CL_PROFILING_COMMAND_END, sizeof start, &start, NULL);
+        clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
+        *call_us = (double)(end - start) / 1000.0;
+        *copy_us = event_span_us(copy, copy);
+    }
+    cl_event all[] = {copy, mark, first, last};
+    for (int i = 0; i < 4; i++)
+        if (all[i])
+            clReleaseEvent(all[i]);
+    if (!ok && *st == PSR_OK)
+        *st = psr_fail(ctx, PSR_ERR_OPENCL, "timing a call behind a copy failed");
+    return ok;
+}
+
+psr_status bench_time_ahead(psr_context *ctx, bench_launch_fn fn, const void *args, int iters,
+                            double *median)
+{
+    psr_device_info info;
+    psr_context_device_info(ctx, &info);
+    size_t cap = (size_t)256 << 20, bytes = (size_t)1 << 20;
+    if (info.max_alloc_bytes && cap > info.max_alloc_bytes)
+        cap = (size_t)info.max_alloc_bytes;
+    double *times = calloc((size_t)iters, sizeof *times);
+    if (!times)
+        return PSR_ERR_OUT_OF_HOST_MEMORY;
+    psr_status st = PSR_OK;
+    cl_mem from = NULL, to = NULL;
+    int timed = 0, behind = 0;
+    /* Warm-up calls grow the copy until it outlasts the host's enqueue of
+     * the call three times over; the timed calls then each check it. */
+    for (int tries = 0; timed < iters && st == PSR_OK; tries++) {
+        if (!from) {
+            cl_int err = CL_SUCCESS;
+            from = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+            if (err == CL_SUCCESS)
+                to = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+            cl_uint zero = 0;
+            if (err == CL_SUCCESS)
+                err = clEnqueueFillBuffer(ctx->queue, from, &zero, sizeof zero, 0, bytes, 0, NULL, NULL);
+            if (err != CL_SUCCESS) {
+                st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating the %zu-byte copy ahead of the calls failed",
+                              bytes);
+                break;
+            }
+        }
+        double host_us = 0, copy_us = 0, call_us = 0;
+        if (!ahead_once(ctx, fn, args, from, to, bytes, &host_us, &copy_us, &call_us, &st))
+            break;
+        bool warm = tries >= 3;
+        if (copy_us < 3 * host_us && bytes < cap && timed == 0) {
+            clReleaseMemObject(from), clReleaseMemObject(to);
+            from = to = NULL;
+            bytes = bytes * 4 > cap ? cap : bytes * 4;
+            continue;
+        }
+        if (!warm)
+            continue;
+        behind += copy_us < host_us;
+        times[timed++] = call_us;
+    }
+    if (from)
+        clReleaseMemObject(from);
+    if (to)
+        clReleaseMemObject(to);
+    if (st == PSR_OK && behind > iters / 2)
+        st = psr_fail(ctx, PSR_ERR_OPENCL,
+                      "the host's enqueue outlasted a %zu-byte copy in %d of %d calls: no device-only time",
+                      bytes, behind, iters);
+    if (st == PSR_OK) {
+        qsort(times, (size_t)iters, sizeof *times, cmp_double);
+        *median = times[iters / 2];
+    }
+    free(times);
+    return st;
+}
+
 int bench_parse_options(int argc, char **argv, const char *command, void (*usage)(FILE *),
                         bench_option_fn extra, void *user, bench_options *o)
 {
