@@ -336,18 +336,12 @@ inline void psr_record_rejection(__global uint *rejected, uint req, uint epoch, 
         atomic_max(rejected + req, epoch << PSR_REJECT_BITS | (last - j));
 }
 
-/* This statistics group's place among the rows' groups: group 0 of the
- * launch only checks the inputs (psr_verify_stats). */
-inline uint psr_stats_group(void)
+/* The entry of `order` of statistics group g (numbered from 0 after the
+ * check's group): the draft rows' groups come first, per_row each, then
+ * the bonus rows', nsb each (target logits only). */
+inline uint psr_order_entry(uint g, uint per_row, uint nsb, uint draft_rows)
 {
-    return (uint)get_group_id(0) - 1;
-}
-
-/* The entry of `order` of this group: the draft rows' groups come first,
- * per_row each, then the bonus rows', nsb each (target logits only). */
-inline uint psr_order_entry(uint per_row, uint nsb, uint draft_rows)
-{
-    uint g = psr_stats_group(), in_drafts = draft_rows * per_row;
+    uint in_drafts = draft_rows * per_row;
     return g < in_drafts ? g / per_row : draft_rows + (g - in_drafts) / nsb;
 }
 
@@ -366,11 +360,11 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
                           __global const float2 *t_lse, __global const float *t_best,
                           __global const uint *t_best_i, __global const float2 *q_lse,
                           __global uint *done, __global uint *rejected, uint epoch,
-                          __global float2 *row_lse, uint draft_rows)
+                          __global float2 *row_lse, uint draft_rows, uint g, bool fused)
 {
     uint groups = draft_cache ? 2 * nsb : nsb; /* every group of a draft row counts */
     mem_fence(CLK_GLOBAL_MEM_FENCE);
-    int4 o = order[psr_order_entry(groups, nsb, draft_rows)]; /* row, request, slot, rows */
+    int4 o = order[psr_order_entry(g, groups, nsb, draft_rows)]; /* row, request, slot, rows */
     uint row = (uint)o.x, req = (uint)o.y, slot = (uint)o.z;
     if (slot + 1 >= (uint)o.w)
         return; /* a greedy request's bonus row: nothing to decide */
@@ -392,60 +386,51 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
         float u = psr_u32(psr_row_key((ulong)seeds[req], (ulong)positions[row]));
         float2 lse = psr_published_lse2(t_lse, q_lse, draft_cache != 0, row, nsb);
         accept = d >= 0 && psr_accept_test(x, y, draft_cache != 0, lse.x, lse.y, t, psr_temp_recip(t), u);
-        row_lse[row] = lse; /* for the residual, when this is the first rejection */
+        /* For the residual, when this is the first rejection; in one launch
+         * its sampling groups read it (published), else the next kernel. */
+        if (fused) {
+            psr_publish((__global uint *)(row_lse + row), as_uint(lse.x));
+            psr_publish((__global uint *)(row_lse + row) + 1, as_uint(lse.y));
+        } else {
+            row_lse[row] = lse;
+        }
     }
     if (!accept)
         psr_record_rejection(rejected, req, epoch, slot);
 }
 
-/* Group 0 checks the inputs only the device holds (status). Then one
- * group per (row, super-block) of the target logits: for a greedy
- * request the argmax partial, else the log-sum-exp partial of logits / T
- * (neither needs the other); with a draft cache, one per (draft row,
- * super-block) of the draft logits beside them. Each work-item loads all
- * its tokens first (independent loads), then finds its lanes' max and sums
- * their exps from registers; the group merges the lanes.
- *
- * Rows come in the order of `order`: every request's first draft row, then
- * every second one, and so on, then the bonus rows. The last group of a draft row decides the draft
- * from the row's published partials, exactly as the walk will, and records
- * a rejection; groups of the request's later rows that start after it skip
- * their tokens, since the walk stops at the first rejection and never
- * reads them. Which groups skip depends on timing, the tokens do not.
- * With `decide` 0 (launches of about a wave, where every row starts before
- * any decision) no group counts, decides or skips. */
-__kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
-void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                      uint vocab, uint rows, uint requests, uint nsb, __global const int *row_req,
-                      __global const int *cu, __global const int4 *order,
-                      __global const float *temperatures, __global const long *seeds, uint greedy_all,
-                      __global const float *draft_cache, uint cache_k, __global const int *draft_tokens,
-                      __global const long *positions, __global float2 *t_lse, __global float *t_best,
-                      __global uint *t_best_i, __global float2 *q_lse, __global uint *done,
-                      __global uint *rejected, uint epoch, uint decide, __global float2 *row_lse,
-                      uint draft_rows, __global uint *status)
+/* Work-item 0 of a group counts it into `done` (the launch's number
+ * `epoch` above a count), after its own stores. */
+inline void psr_count_in(__global uint *done, uint epoch)
 {
-    __local float lm[PSR_LANES], ls[PSR_LANES];
-    __local float lbv[PSR_VWG];
-    __local uint lbi[PSR_VWG];
-    __local uint lflags, lskip;
-    uint lid = get_local_id(0);
-    if (get_group_id(0) == 0) {
-        /* A group of its own for the check, which returns: under a
-         * condition in a group that goes on, its barriers would make PoCL
-         * copy the rest of the kernel (2.6x its build time). */
-        psr_verify_check(lid, rows, requests, vocab, row_req, cu, draft_tokens, positions,
-                         temperatures, status, &lflags);
-        return;
-    }
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    atomic_max(done, epoch << PSR_REJECT_BITS);
+    atomic_inc(done);
+}
+
+/* One statistics group's work (g counts from 0 after the check's group);
+ * `fused` when the sampling groups of the same launch read its results
+ * (psr_verify_fused). The locals are the kernel's. */
+inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                            uint vocab, uint nsb, __global const int4 *order,
+                            __global const float *temperatures, __global const long *seeds,
+                            uint greedy_all, __global const float *draft_cache, uint cache_k,
+                            __global const int *draft_tokens, __global const long *positions,
+                            __global float2 *t_lse, __global float *t_best, __global uint *t_best_i,
+                            __global float2 *q_lse, __global uint *done, __global uint *rejected,
+                            uint epoch, uint decide, __global float2 *row_lse, uint draft_rows, uint g,
+                            bool fused, __global uint *req_done, uint lid, __local float *lm,
+                            __local float *ls, __local float *lbv, __local uint *lbi,
+                            __local uint *lskip)
+{
     /* The draft rows' groups (target and draft logits), then the bonus
      * rows' (target logits only). */
     uint per_row = draft_cache ? 2 * nsb : nsb;
-    uint g = psr_stats_group(), in_drafts = draft_rows * per_row;
+    uint in_drafts = draft_rows * per_row;
     uint h = g < in_drafts ? g % per_row : (g - in_drafts) % nsb;
     bool is_draft = h >= nsb;
     uint sb = is_draft ? h - nsb : h;
-    int4 o = order[psr_order_entry(per_row, nsb, draft_rows)];
+    int4 o = order[psr_order_entry(g, per_row, nsb, draft_rows)];
     /* row, request, slot, the request's rows */
     uint row = (uint)o.x, req = (uint)o.y, slot = (uint)o.z;
 
@@ -454,22 +439,32 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
     bool divide = scale && t != 1.0f; /* x / 1 is x: skip the division */
     float r = scale ? psr_temp_recip(t) : 1.0f;
     bool draft_row = slot + 1 < (uint)o.w;
-    if (!draft_row && scale)
+    /* In one launch every exit counts the group into its request's
+     * req_done (after its own stores), for the sampling groups to wait on. */
+    if (!draft_row && scale) {
+        if (lid == 0 && fused)
+            psr_count_in(req_done + req, epoch);
         return; /* a bonus row is sampled without its log-sum-exp */
+    }
     if (is_draft && !(draft_cache && draft_row && scale)) {
         /* Nothing to read (a greedy request's draft row): counted at once. */
         if (lid == 0 && decide && draft_row)
             psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
                           greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
-                          t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows);
+                          t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows, g, fused);
+        if (lid == 0 && fused)
+            psr_count_in(req_done + req, epoch);
         return; /* uniform across the group */
     }
     if (decide && slot > 0) { /* nothing is recorded before a request's first draft */
         if (lid == 0)
-            lskip = psr_known_rejection(rejected, req, epoch) < slot;
+            *lskip = psr_known_rejection(rejected, req, epoch) < slot;
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (lskip)
+        if (*lskip) {
+            if (lid == 0 && fused)
+                psr_count_in(req_done + req, epoch);
             return; /* past a recorded rejection: never read (uncounted, so never decided) */
+        }
     }
     uint base = sb * PSR_SB;
     bool full = base + PSR_SB <= vocab;
@@ -589,7 +584,56 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
     if (lid == 0 && decide)
         psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
                       greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
-                      t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows);
+                      t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows, g, fused);
+    if (lid == 0 && fused)
+        psr_count_in(req_done + req, epoch);
+}
+
+/* Group 0 checks the inputs only the device holds (status). Then one
+ * group per (row, super-block) of the target logits: for a greedy
+ * request the argmax partial, else the log-sum-exp partial of logits / T
+ * (neither needs the other); with a draft cache, one per (draft row,
+ * super-block) of the draft logits beside them. Each work-item loads all
+ * its tokens first (independent loads), then finds its lanes' max and sums
+ * their exps from registers; the group merges the lanes.
+ *
+ * Rows come in the order of `order`: every request's first draft row, then
+ * every second one, and so on, then the bonus rows. The last group of a
+ * draft row decides the draft from the row's published partials, exactly
+ * as the walk will, and records a rejection; groups of the request's later
+ * rows that start after it skip their tokens, since the walk stops at the
+ * first rejection and never reads them. Which groups skip depends on
+ * timing, the tokens do not. With `decide` 0 (launches of about a wave,
+ * where every row starts before any decision) no group counts, decides or
+ * skips. */
+__kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
+void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                      uint vocab, uint rows, uint requests, uint nsb, __global const int *row_req,
+                      __global const int *cu, __global const int4 *order,
+                      __global const float *temperatures, __global const long *seeds, uint greedy_all,
+                      __global const float *draft_cache, uint cache_k, __global const int *draft_tokens,
+                      __global const long *positions, __global float2 *t_lse, __global float *t_best,
+                      __global uint *t_best_i, __global float2 *q_lse, __global uint *done,
+                      __global uint *rejected, uint epoch, uint decide, __global float2 *row_lse,
+                      uint draft_rows, __global uint *status)
+{
+    __local float lm[PSR_LANES], ls[PSR_LANES];
+    __local float lbv[PSR_VWG];
+    __local uint lbi[PSR_VWG];
+    __local uint lflags, lskip;
+    uint lid = get_local_id(0);
+    if (get_group_id(0) == 0) {
+        /* A group of its own for the check, which returns: under a
+         * condition in a group that goes on, its barriers would make PoCL
+         * copy the rest of the kernel (2.6x its build time). */
+        psr_verify_check(lid, rows, requests, vocab, row_req, cu, draft_tokens, positions,
+                         temperatures, status, &lflags);
+        return;
+    }
+    psr_stats_group(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds, greedy_all,
+                    draft_cache, cache_k, draft_tokens, positions, t_lse, t_best, t_best_i, q_lse, done,
+                    rejected, epoch, decide, row_lse, draft_rows, (uint)get_group_id(0) - 1, false, NULL,
+                    lid, lm, ls, lbv, lbi, &lskip);
 }
 
 /* The residual of one rejected row: log max(p - q, 0) + g. */
@@ -679,54 +723,52 @@ inline void psr_verify_step(int mode, const psr_row *row, psr_residual *res, flo
     psr_consider_residual(res, x.s3, y.s3, i + 3, best, best_i);
 }
 
-__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                       uint vocab, uint nsb, __global const int *cu, __global const int *draft_tokens,
-                       __global const long *seeds, __global const float *temperatures,
-                       __global const long *positions, uint greedy_all,
-                       __global const float *draft_cache, uint cache_k, __global const float2 *t_lse,
-                       __global const float *t_best, __global const uint *t_best_i,
-                       __global const float2 *q_lse, uint groups_per_row, uint chunk,
-                       __global ulong *row_words, uint fold_width, __global psr_acc_t *part_value,
-                       __global uint *part_index, __global int4 *walks, __global const uint *status,
-                       __global uint *user_status, uint cols, __global int *tokens, uint tokens64,
-                       __global int *num_sampled, uint decide, __global const uint *rejected,
-                       uint epoch, __global const float2 *row_lse)
+/* One sampling group's work: group `gid` of the sampling groups; `fused`
+ * when the statistics ran in the same launch (psr_verify_fused), so their
+ * results are read as published. The locals are the kernel's. */
+inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                             uint vocab, uint nsb, __global const int *cu, __global const int *draft_tokens,
+                             __global const long *seeds, __global const float *temperatures,
+                             __global const long *positions, uint greedy_all,
+                             __global const float *draft_cache, uint cache_k, __global const float2 *t_lse,
+                             __global const float *t_best, __global const uint *t_best_i,
+                             __global const float2 *q_lse, uint groups_per_row, uint chunk,
+                             __global ulong *row_words, uint fold_width, __global psr_acc_t *part_value,
+                             __global uint *part_index, __global int4 *walks, __global const uint *status,
+                             __global uint *user_status, uint cols, __global int *tokens, uint tokens64,
+                             __global int *num_sampled, uint decide, __global const uint *rejected,
+                             uint epoch, __global const float2 *row_lse, uint gid, bool fused, uint lid,
+                             __local psr_acc_t *lv, __local uint *li, __local int *first_reject,
+                             __local psr_walk *lwalk, __local float *lres, __local int *lfinish,
+                             __local float *lwalk_lse)
 {
-    __local psr_acc_t lv[PSR_WG_SIZE];
-    __local uint li[PSR_WG_SIZE];
-    __local int first_reject;
-    __local psr_walk lwalk;
-    __local float lres[2];
-    __local int lfinish;
-    __local float lwalk_lse[2 * PSR_WG_SIZE];
-    uint lid = get_local_id(0);
-    uint req = get_group_id(0) / groups_per_row;
-    uint part = get_group_id(0) % groups_per_row;
+    uint req = gid / groups_per_row;
+    uint part = gid % groups_per_row;
     uint first_row = (uint)cu[req];
     uint n = (uint)cu[req + 1] - first_row;
     float t = temperatures[req];
     bool greedy = greedy_all || !(isnormal(t) && t > 0.0f);
     float r = greedy ? 1.0f : psr_temp_recip(t);
     long seed = seeds[req];
-    bool bad = *status != 0;
-    if (get_group_id(0) == 0 && lid == 0 && user_status)
-        *user_status = *status;
+    uint checked = fused ? *(volatile __global const uint *)status : *status;
+    bool bad = checked != 0;
+    if (gid == 0 && lid == 0 && user_status)
+        *user_status = checked;
 
     /* The walk. Where the statistics decided every draft up to the first
      * rejection (decide, and every slot recordable), that rejection is
      * recorded, or none is when all were accepted; else every draft in
      * parallel, then the first rejection. */
-    bool recorded = decide && n <= (1u << PSR_REJECT_BITS);
+    bool recorded = fused || (decide && n <= (1u << PSR_REJECT_BITS)); /* fused: the host ensures both */
     if (lid == 0)
-        first_reject = recorded ? (int)min(psr_known_rejection(rejected, req, epoch), n - 1) : (int)n - 1;
+        *first_reject = recorded ? (int)min(psr_known_rejection(rejected, req, epoch), n - 1) : (int)n - 1;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint j = lid; !recorded && j + 1 < n && !bad; j += PSR_WG_SIZE) {
         float lse_p = NAN, lse_q = NAN;
         if (!psr_accept(logits, logits_offset, row_stride, vocab, nsb, req, j, first_row + j, greedy, t,
                         r, seed, positions, draft_tokens, draft_cache, cache_k, t_lse, t_best,
                         t_best_i, q_lse, &lse_p, &lse_q))
-            atomic_min(&first_reject, (int)j);
+            atomic_min(first_reject, (int)j);
         if (j < PSR_WG_SIZE) { /* kept for the residual (recomputed past the group) */
             lwalk_lse[2 * j] = lse_p;
             lwalk_lse[2 * j + 1] = lse_q;
@@ -734,28 +776,28 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid == 0) {
-        lwalk.accepted = first_reject;
-        lwalk.row = first_row + (uint)first_reject;
-        lwalk.mode = greedy || bad ? 0 : first_reject + 1 < (int)n ? 1 : 2;
+        lwalk->accepted = *first_reject;
+        lwalk->row = first_row + (uint)*first_reject;
+        lwalk->mode = greedy || bad ? 0 : *first_reject + 1 < (int)n ? 1 : 2;
         /* Only greedy requests have argmax partials (and bad input writes nothing). */
-        lwalk.token = greedy && !bad ? (int)psr_row_argmax(t_best, t_best_i, lwalk.row, nsb, false) : -1;
+        lwalk->token = greedy && !bad ? (int)psr_row_argmax(t_best, t_best_i, lwalk->row, nsb, fused) : -1;
         /* A rejected draft's log-sum-exps, computed by the statistics'
          * decision, or by the walk when its accept test got that far (a
          * -1 draft or a bad id did not): NaN where not. */
         float2 kept = (float2)(NAN);
-        if (recorded && lwalk.mode == 1)
-            kept = row_lse[lwalk.row];
-        else if (!recorded && first_reject < PSR_WG_SIZE)
-            kept = (float2)(lwalk_lse[2 * first_reject], lwalk_lse[2 * first_reject + 1]);
-        lres[0] = lwalk.mode != 1 ? 0.0f : !isnan(kept.x) ? kept.x : psr_row_lse(t_lse, lwalk.row, nsb);
-        lres[1] = lwalk.mode != 1 || !draft_cache ? 0.0f
+        if (recorded && lwalk->mode == 1)
+            kept = psr_lse_partial(row_lse, lwalk->row, fused);
+        else if (!recorded && *first_reject < PSR_WG_SIZE)
+            kept = (float2)(lwalk_lse[2 * *first_reject], lwalk_lse[2 * *first_reject + 1]);
+        lres[0] = lwalk->mode != 1 ? 0.0f : !isnan(kept.x) ? kept.x : psr_row_lse_of(t_lse, lwalk->row, nsb, fused);
+        lres[1] = lwalk->mode != 1 || !draft_cache ? 0.0f
                   : !isnan(kept.y)                 ? kept.y
-                                                   : psr_row_lse(q_lse, lwalk.row, nsb);
+                                                   : psr_row_lse_of(q_lse, lwalk->row, nsb, fused);
         if (part == 0 && walks)
-            walks[req] = (int4)(lwalk.accepted, lwalk.token, 0, 0);
+            walks[req] = (int4)(lwalk->accepted, lwalk->token, 0, 0);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    psr_walk walk = lwalk;
+    psr_walk walk = *lwalk;
     bool active = walk.mode != 0;
 
     uint start = part * chunk;
@@ -843,12 +885,12 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         if (lid == 0) {
             ulong fkey;
             uint words_per_row = 1 + (groups_per_row + fold_width - 1) / fold_width;
-            lfinish = psr_fold_row(row_words + (ulong)req * words_per_row, final_v, final_i, part,
+            *lfinish = psr_fold_row(row_words + (ulong)req * words_per_row, final_v, final_i, part,
                                    groups_per_row, fold_width, &fkey);
             li[0] = 0xfffffu - (uint)(fkey & 0xfffffu);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        finish = lfinish;
+        finish = *lfinish;
         final_i = li[0];
     }
 #endif
@@ -857,10 +899,126 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
             psr_write_output(req, &walk, walk.mode == 0 ? walk.token : (int)final_i, lid, cols,
                              first_row, draft_tokens, tokens, tokens64, num_sampled);
     } else if (!row_words && lid == 0) {
-        part_value[get_group_id(0)] = final_v;
-        part_index[get_group_id(0)] = final_i;
+        part_value[gid] = final_v;
+        part_index[gid] = final_i;
     }
 }
+
+__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
+void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                       uint vocab, uint nsb, __global const int *cu, __global const int *draft_tokens,
+                       __global const long *seeds, __global const float *temperatures,
+                       __global const long *positions, uint greedy_all,
+                       __global const float *draft_cache, uint cache_k, __global const float2 *t_lse,
+                       __global const float *t_best, __global const uint *t_best_i,
+                       __global const float2 *q_lse, uint groups_per_row, uint chunk,
+                       __global ulong *row_words, uint fold_width, __global psr_acc_t *part_value,
+                       __global uint *part_index, __global int4 *walks, __global const uint *status,
+                       __global uint *user_status, uint cols, __global int *tokens, uint tokens64,
+                       __global int *num_sampled, uint decide, __global const uint *rejected,
+                       uint epoch, __global const float2 *row_lse)
+{
+    __local psr_acc_t lv[PSR_WG_SIZE];
+    __local uint li[PSR_WG_SIZE];
+    __local int first_reject;
+    __local psr_walk lwalk;
+    __local float lres[2];
+    __local int lfinish;
+    __local float lwalk_lse[2 * PSR_WG_SIZE];
+    psr_sample_group(logits, logits_offset, row_stride, vocab, nsb, cu, draft_tokens, seeds, temperatures,
+                     positions, greedy_all, draft_cache, cache_k, t_lse, t_best, t_best_i, q_lse,
+                     groups_per_row, chunk, row_words, fold_width, part_value, part_index, walks, status,
+                     user_status, cols, tokens, tokens64, num_sampled, decide, rejected, epoch, row_lse,
+                     (uint)get_group_id(0), false, get_local_id(0), lv, li, &first_reject, &lwalk, lres,
+                     &lfinish, lwalk_lse);
+}
+
+#if PSR_WG_SIZE <= PSR_LANES
+/* Spins until another group of the launch has stored `value` at `word`. */
+inline void psr_wait_for(__global const uint *word, uint value)
+{
+    while (*(volatile __global const uint *)word != value)
+        ;
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+}
+
+/* Small batches in one launch: the statistics groups and the sampling
+ * groups of the two kernels above, taken by tickets in the order groups
+ * start: ticket 0 checks the inputs, tickets 1 .. stats_groups - 1 are the
+ * statistics groups (the last group of each draft row decides it, as
+ * always), the rest the sampling groups. A sampling group waits until its
+ * request's statistics groups have all counted themselves in req_done,
+ * then samples as psr_verify_sample does after a launch boundary. A group
+ * waits only for groups that took their tickets before it, which are
+ * running or done, so the launch cannot deadlock, however many groups the
+ * device holds at once. The host chooses this kernel when all tickets fit
+ * the count's 12 bits, every draft slot is recordable and the sampling
+ * groups need no finishing kernel. Same tokens as the two kernels. */
+__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
+void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                      uint vocab, uint rows, uint requests, uint nsb, __global const int *row_req,
+                      __global const int *cu, __global const int4 *order,
+                      __global const float *temperatures, __global const long *seeds, uint greedy_all,
+                      __global const float *draft_cache, uint cache_k, __global const int *draft_tokens,
+                      __global const long *positions, __global float2 *t_lse, __global float *t_best,
+                      __global uint *t_best_i, __global float2 *q_lse, __global uint *done,
+                      __global uint *rejected, uint epoch, __global float2 *row_lse, uint draft_rows,
+                      __global uint *status, uint groups_per_row, uint chunk, __global ulong *row_words,
+                      uint fold_width, __global uint *user_status, uint cols, __global int *tokens,
+                      uint tokens64, __global int *num_sampled, __global uint *tickets,
+                      __global uint *req_done, uint stats_groups)
+{
+    __local float lm[PSR_LANES], ls[PSR_LANES];
+    __local float lbv[PSR_VWG];
+    __local uint lbi[PSR_VWG];
+    __local uint lflags, lskip, lticket;
+    __local psr_acc_t lv[PSR_WG_SIZE];
+    __local uint li[PSR_WG_SIZE];
+    __local int first_reject;
+    __local psr_walk lwalk;
+    __local float lres[2];
+    __local int lfinish;
+    __local float lwalk_lse[2 * PSR_WG_SIZE];
+    if (get_local_id(0) == 0) {
+        atomic_max(tickets, epoch << PSR_REJECT_BITS);
+        lticket = atomic_inc(tickets) & ((1u << PSR_REJECT_BITS) - 1);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint ticket = lticket;
+    uint lid = get_local_id(0);
+    if (ticket == 0) {
+        psr_verify_check(lid, rows, requests, vocab, row_req, cu, draft_tokens, positions,
+                         temperatures, status, &lflags);
+        if (lid == 0) {
+            psr_publish(status, lflags);
+            mem_fence(CLK_GLOBAL_MEM_FENCE);
+            psr_publish(tickets + 1, epoch); /* the check is done */
+        }
+        return;
+    }
+    uint per_row = draft_cache ? 2 * nsb : nsb;
+    if (ticket >= stats_groups) {
+        uint gid = ticket - stats_groups, req = gid / groups_per_row;
+        if (lid == 0) {
+            uint n = (uint)(cu[req + 1] - cu[req]);
+            psr_wait_for(tickets + 1, epoch);
+            psr_wait_for(req_done + req, epoch << PSR_REJECT_BITS | ((n - 1) * per_row + nsb));
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+        psr_sample_group(logits, logits_offset, row_stride, vocab, nsb, cu, draft_tokens, seeds,
+                         temperatures, positions, greedy_all, draft_cache, cache_k, t_lse, t_best, t_best_i,
+                         q_lse, groups_per_row, chunk, row_words, fold_width, NULL, NULL, NULL, status,
+                         user_status, cols, tokens, tokens64, num_sampled, 1u, rejected, epoch, row_lse, gid,
+                         true, lid, lv, li, &first_reject, &lwalk, lres, &lfinish, lwalk_lse);
+        return;
+    }
+    /* The statistics last, as in psr_verify_stats. */
+    psr_stats_group(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds, greedy_all,
+                    draft_cache, cache_k, draft_tokens, positions, t_lse, t_best, t_best_i, q_lse, done,
+                    rejected, epoch, 1u, row_lse, draft_rows, ticket - 1, true, req_done, lid, lm, ls, lbv,
+                    lbi, &lskip);
+}
+#endif
 
 /* Without the one-kernel fold: combines each request's chunks and writes
  * its output row. One group per request. */

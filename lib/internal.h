@@ -84,6 +84,10 @@ typedef struct psr_tuning {
     bool lp_segment_tau;       /* logprobs: the segment bound before the exact one (cl/logprobs.cl) */
     size_t verify_skip_groups; /* psr_verify skips rows past a recorded rejection when its statistics
                                   take more groups than this (PSR_TUNE_VERIFY_SKIP) */
+    size_t verify_fused_groups; /* psr_verify runs in one launch (psr_verify_fused) when it takes at most
+                                   this many groups in all (PSR_TUNE_VERIFY_FUSED; 0: never) */
+    bool verify_fused_broken;  /* the driver builds psr_verify_fused wrongly (PoCL 3.1: its work-item 0
+                                  sections ran on every work-item), so it is never used */
     size_t filter_direct_max;  /* filtered rows whose kept tokens lie in a candidate list of at most
                                   this many are drawn by the filter pass (PSR_TUNE_FILTER_DIRECT) */
     bool driver_caches;        /* the driver keeps its own cache of compiled kernels (PoCL), so
@@ -298,12 +302,13 @@ struct psr_context {
     psr_scratch filter_hist;  /* per row: 12-bit histogram (counts or masses); zero between launches */
     psr_scratch filter_cand;  /* per row: candidate keys for the exact search */
     bool filter_dirty;        /* a filter launch was cut short: clear the state first */
-    psr_scratch verify[9];  /* psr_verify's per-row statistics, walks, status and skip state (verify.c) */
+    psr_scratch verify[11]; /* psr_verify's per-row statistics, walks, status, skip and ticket state (verify.c) */
     psr_scratch logprobs[4]; /* psr_logprobs' per-block partials (logprobs.c) */
     cl_mem verify_layout[3]; /* the last cu, row-to-request map and row order uploaded, and */
     int32_t *verify_cu;      /* a host copy of that cu, to reuse them when it repeats */
     size_t verify_requests;
     uint32_t verify_epoch; /* psr_verify's launch count, below PSR_VERIFY_EPOCHS (verify.c) */
+    bool verify_fused_last; /* the last psr_verify ran in one launch (for tests and psr bench verify) */
 
     psr_fp64_policy fp64_policy;
     bool fp64_fallback_said;     /* the log has said once that fp64 became wide */

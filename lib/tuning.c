@@ -13,6 +13,7 @@ typedef struct tuning_rule {
     size_t verify_resident;   /* the same for the verification sampler (psr_verify_sample) */
     unsigned vector_width;    /* the sampler's explicit vector lanes per work-item; 0: off */
     bool lp_segment_tau;      /* logprobs bound a block's top-N from 32 segment maxima first */
+    size_t verify_fused;      /* psr_verify in one launch up to this many groups (0: never) */
     const char *name;
 } tuning_rule;
 
@@ -23,20 +24,20 @@ static const tuning_rule rules[] = {
      * verification sampler's 63 registers for 4. The exact logprobs bound
      * alone beat the segment bound first by 10-13% at 64 and 256 rows
      * (and has only got faster since, as a sort). */
-    {"nvidia", PSR_DEVICE_GPU, 256, 6, 4, 0, false, "nvidia-gpu"},
+    {"nvidia", PSR_DEVICE_GPU, 256, 6, 4, 0, false, 4095, "nvidia-gpu"},
     /* 64-wide wavefronts, up to 40 waves per CU: keep groups a multiple of 64. */
-    {"advanced micro devices", PSR_DEVICE_GPU, 256, 8, 8, 0, false, "amd-gpu"},
-    {"amd", PSR_DEVICE_GPU, 256, 8, 8, 0, false, "amd-gpu"},
+    {"advanced micro devices", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, "amd-gpu"},
+    {"amd", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, "amd-gpu"},
     /* Xe cores hold fewer threads than an SM. */
-    {"intel", PSR_DEVICE_GPU, 256, 4, 4, 0, false, "intel-gpu"},
-    {NULL, PSR_DEVICE_GPU, 256, 4, 4, 0, false, "gpu"},
+    {"intel", PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, "intel-gpu"},
+    {NULL, PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, "gpu"},
     /* CPUs (PoCL): one group per core at a time, so whole rows stream.
      * PoCL does not vectorise the sampler's token loop across work-items,
      * so each work-item takes 16 tokens as explicit vectors (AVX-512's
      * width; narrower units split them). The segment bound first was
      * faster for logprobs here (docs/devices.md). */
-    {NULL, PSR_DEVICE_CPU, 64, 1, 1, 16, true, "cpu"},
-    {NULL, PSR_DEVICE_OTHER, 128, 2, 2, 0, true, "default"},
+    {NULL, PSR_DEVICE_CPU, 64, 1, 1, 16, true, 0, "cpu"},
+    {NULL, PSR_DEVICE_OTHER, 128, 2, 2, 0, true, 0, "default"},
 };
 
 static bool vendor_is(const psr_device_info *info, const char *vendor)
@@ -49,8 +50,9 @@ static bool vendor_is(const psr_device_info *info, const char *vendor)
  * program and options, and compiles again for each launch's work-group
  * size even from a binary. Asking it for binaries, as psr's disk tier
  * does, makes it compile every kernel once more for any size: 2.4x the
- * first build of test_verify's programs, for nothing a later run uses. */
-static bool driver_caches_builds(const psr_device_info *info)
+ * first build of test_verify's programs, for nothing a later run uses.
+ * Its 3.1 compiler also builds psr_verify_fused wrongly (docs/devices.md). */
+static bool is_pocl(const psr_device_info *info)
 {
     return psr_contains_nocase(info->platform_name, "portable computing language") ||
            psr_contains_nocase(info->version, "pocl");
@@ -81,11 +83,13 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                      * within a wave every row starts before any decision,
                      * and deciding only lengthens the launch. */
                     .verify_skip_groups = 4 * (size_t)(info->compute_units ? info->compute_units : 1),
+                    .verify_fused_groups = r->verify_fused,
                     /* Every list that fits (lib/filter.c's FILTER_CAP):
                      * on the H200 drawing from lists of thousands (top-p)
                      * beat the sampler's full pass at 32 to 256 rows. */
                     .filter_direct_max = 16384,
-                    .driver_caches = driver_caches_builds(info),
+                    .driver_caches = is_pocl(info),
+                    .verify_fused_broken = is_pocl(info),
                     .extra_options = ""};
     /* Never ask for more than the device allows; keep a power of two. */
     while (info->max_work_group_size && t.work_group_size > info->max_work_group_size &&

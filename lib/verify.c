@@ -1,5 +1,6 @@
 /* Host side of speculative-draft verification (cl/verify.cl): argument
- * checks, the batch layout upload and the three launches. */
+ * checks, the batch layout upload and the launches (two or three, or one
+ * for small batches). */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -13,7 +14,8 @@ _Static_assert(PSR_VERIFY_EPOCHS == 1u << (32 - VERIFY_COUNT_BITS),
                "launch numbers fill the words' bits above the count");
 
 /* ctx->verify[] scratch. */
-enum { T_LSE, T_BEST, T_BEST_I, Q_LSE, WALKS, STATUS, DONE, REJECTED, ROW_LSE, VERIFY_SCRATCH };
+enum { T_LSE, T_BEST, T_BEST_I, Q_LSE, WALKS, STATUS, DONE, REJECTED, TICKETS, REQ_DONE, ROW_LSE,
+       VERIFY_SCRATCH };
 _Static_assert(VERIFY_SCRATCH == sizeof ((psr_context *)0)->verify / sizeof(psr_scratch),
                "one scratch buffer of ctx->verify per entry");
 
@@ -202,7 +204,7 @@ static psr_status next_epoch(psr_context *ctx)
     ctx->verify_epoch = 1;
     cl_uint zero = 0;
     cl_int err = CL_SUCCESS;
-    for (int i = DONE; i <= REJECTED && err == CL_SUCCESS; i++)
+    for (int i = DONE; i <= REQ_DONE && err == CL_SUCCESS; i++)
         err = clEnqueueFillBuffer(ctx->queue, ctx->verify[i].buffer, &zero, sizeof zero, 0,
                                   ctx->verify[i].bytes, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
@@ -239,12 +241,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
                      .fp64 = (flags & PSR_SAMPLE_FP64_NOISE) != 0,
                      .wide = (flags & PSR_SAMPLE_WIDE_NOISE) != 0,
                      .dtype = a->target_dtype};
-    cl_kernel stats, sample, finalize = NULL;
-    st = psr_kernel_get(ctx, &v, "psr_verify_stats", &stats);
-    if (st == PSR_OK)
-        st = psr_kernel_get(ctx, &v, "psr_verify_sample", &sample);
-    if (st != PSR_OK)
-        return st;
+    cl_kernel stats = NULL, sample = NULL, finalize = NULL, one = NULL;
 
     cl_uint vocab = (cl_uint)a->vocab;
     cl_uint rows = (cl_uint)a->rows, requests = (cl_uint)a->requests;
@@ -261,16 +258,31 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     size_t acc = v.fp64 ? sizeof(cl_double) : sizeof(cl_float);
     size_t parts = a->requests * groups;
     size_t stat_n = a->rows * nsb;
-    const size_t need[VERIFY_SCRATCH] = {stat_n * 8, stat_n * 4,       stat_n * 4,
-                                         stat_n * 8, a->requests * 16, 4,
-                                         a->rows * 4, a->requests * 4, a->rows * 8};
+    cl_uint draft_rows = (cl_uint)(a->rows - a->requests);
+    size_t stats_groups = (size_t)draft_rows * nsb * (a->draft_cache ? 2 : 1) + a->requests * nsb;
+    /* One launch where every ticket fits the count's bits (then so do every
+     * row's groups and draft slots) and no finishing kernel is needed. */
+    size_t fused_groups = stats_groups + 1 + parts;
+    bool fused = fused_groups <= ctx->tuning.verify_fused_groups && fused_groups < (1u << VERIFY_COUNT_BITS) &&
+                 ctx->tuning.work_group_size <= VERIFY_LANES && (groups == 1 || one_pass) &&
+                 !ctx->tuning.verify_fused_broken;
+    const size_t need[VERIFY_SCRATCH] = {stat_n * 8,      stat_n * 4,       stat_n * 4, stat_n * 8,
+                                         a->requests * 16, 4,               a->rows * 4, a->requests * 4,
+                                         8,               a->requests * 4, a->rows * 8};
+    if (fused) {
+        st = psr_kernel_get(ctx, &v, "psr_verify_fused", &one);
+    } else {
+        st = psr_kernel_get(ctx, &v, "psr_verify_stats", &stats);
+        if (st == PSR_OK)
+            st = psr_kernel_get(ctx, &v, "psr_verify_sample", &sample);
+    }
     for (int i = 0; i < VERIFY_SCRATCH && st == PSR_OK; i++)
         st = psr_scratch_reserve(ctx, &ctx->verify[i], need[i]);
     cl_mem row_words = NULL, part_value = NULL, part_index = NULL;
     if (st == PSR_OK && one_pass) {
         st = psr_scratch_reserve(ctx, &ctx->row_words, a->requests * words_per_row * sizeof(cl_ulong));
         row_words = ctx->row_words.buffer;
-    } else if (st == PSR_OK && groups > 1) {
+    } else if (st == PSR_OK && groups > 1 && !fused) {
         st = psr_kernel_get(ctx, &v, "psr_verify_finalize", &finalize);
         if (st == PSR_OK)
             st = psr_scratch_reserve(ctx, &ctx->part_value, parts * acc);
@@ -290,8 +302,6 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     cl_mem done = ctx->verify[DONE].buffer, rejected = ctx->verify[REJECTED].buffer;
     cl_mem row_lse = ctx->verify[ROW_LSE].buffer;
     cl_uint epoch = ctx->verify_epoch;
-    cl_uint draft_rows = (cl_uint)(a->rows - a->requests);
-    size_t stats_groups = (size_t)draft_rows * nsb * (a->draft_cache ? 2 : 1) + a->requests * nsb;
     /* Decisions need a row's groups to fit the count's bits (any vocabulary
      * up to 33 M tokens). */
     cl_uint decide = stats_groups > ctx->tuning.verify_skip_groups && 2 * nsb < (1u << VERIFY_COUNT_BITS);
@@ -305,6 +315,47 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     cl_uint cols = (cl_uint)(a->max_drafts + 1);
     cl_uint tokens64 = a->tokens_dtype == PSR_TOKENS_I64;
     const size_t ms = sizeof(cl_mem);
+    if (fused) {
+        cl_mem tickets = ctx->verify[TICKETS].buffer, req_done = ctx->verify[REQ_DONE].buffer;
+        cl_uint stats_n = (cl_uint)(stats_groups + 1);
+        const size_t fsizes[] = {ms, 8,  8,  4,  4,  4,  4,  ms, ms, ms, ms, ms, 4,  ms,
+                                 4,  ms, ms, ms, ms, ms, ms, ms, ms, 4,  ms, 4,  ms, 4,
+                                 4,  ms, 4,  ms, 4,  ms, 4,  ms, ms, ms, 4};
+        const void *fvalues[] = {&a->target_logits, &offset,      &stride,         &vocab,
+                                 &rows,             &requests,    &nsb,            &row_req,
+                                 &cu,               &order,       &a->temperatures, &a->seeds,
+                                 &greedy_all,       &a->draft_cache, &cache_k,     &a->draft_tokens,
+                                 &a->positions,     &t_lse,       &t_best,         &t_best_i,
+                                 &q_lse,            &done,        &rejected,       &epoch,
+                                 &row_lse,          &draft_rows,  &status,         &groups,
+                                 &chunk,            &row_words,   &fold_width,     &a->status,
+                                 &cols,             &a->tokens,   &tokens64,       &a->num_sampled,
+                                 &tickets,          &req_done,    &stats_n};
+        _Static_assert(sizeof fsizes / sizeof *fsizes == sizeof fvalues / sizeof *fvalues,
+                       "one size per argument");
+        st = psr_set_kernel_args(ctx, one, "psr_verify_fused", (int)(sizeof fsizes / sizeof *fsizes),
+                                 fsizes, fvalues);
+        cl_event done_event = NULL;
+        if (st == PSR_OK)
+            st = psr_enqueue_groups(ctx, one, "psr_verify_fused", fused_groups, ctx->tuning.work_group_size,
+                                    a->num_events_in_wait_list, a->event_wait_list,
+                                    first || event ? &done_event : NULL);
+        if (st != PSR_OK)
+            return st;
+        ctx->verify_fused_last = true;
+        /* One kernel is both the first and the last. */
+        if (first) {
+            *first = done_event;
+            if (event)
+                clRetainEvent(done_event);
+        }
+        if (event)
+            *event = done_event;
+        if (a->effective_flags)
+            *a->effective_flags = flags;
+        return PSR_OK;
+    }
+
 
     const size_t ssizes[] = {ms, 8,  8,  4,  4,  4,  4,  ms, ms, ms, ms, ms, 4,
                              ms, 4,  ms, ms, ms, ms, ms, ms, ms, ms, 4,  4, ms, 4, ms};
@@ -341,6 +392,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     if (st != PSR_OK)
         return st;
 
+    ctx->verify_fused_last = false;
     /* Every argument is set before the first launch, so nothing that can
      * fail comes between the launches: a call is enqueued whole or not at
      * all, and only the driver's own enqueue cost separates them. */

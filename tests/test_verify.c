@@ -25,6 +25,9 @@ static int setup(void **state)
      * rejection, however small (by default only launches of more than
      * about a wave do); test_skip_records_per_launch also runs without. */
     ctx->tuning.verify_skip_groups = 0;
+    /* The two-kernel path everywhere; test_one_launch runs the one-launch
+     * kernel (the default for small batches on some devices). */
+    ctx->tuning.verify_fused_groups = 0;
     psr_device_info info;
     psr_context_device_info(ctx, &info);
     has_fp64 = info.capabilities & PSR_CAP_FP64;
@@ -789,6 +792,41 @@ static void test_bad_input_device(void **state)
     free_case(&c);
 }
 
+/* The one-launch kernel (psr_verify_fused) gives the oracle's tokens and
+ * statuses too, with and without a split of the sampled rows, across a
+ * wrap of the launch numbers; batches past its tickets' 12 bits take the
+ * two kernels. Where the driver builds it wrongly (PoCL 3.1) it is never
+ * used, even when asked for. */
+static void test_one_launch(void **state)
+{
+    const vrun prob = {PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_F32, NULL};
+    ctx->tuning.verify_fused_groups = 4095;
+    vcase c = make_case(16, 20000, 4, true);
+    check_against_oracle(&c, &prob);
+    free_case(&c);
+    if (ctx->tuning.verify_fused_broken) {
+        assert_false(ctx->verify_fused_last);
+        ctx->tuning.verify_fused_groups = 0;
+        printf("psr_verify_fused is not used on this driver (docs/devices.md): only the fallback is tested\n");
+        skip();
+    }
+    assert_true(ctx->verify_fused_last);
+    c = make_case(40, 50, 3, false);
+    check_against_oracle(&c, &prob);
+    assert_true(ctx->verify_fused_last);
+    free_case(&c);
+    test_matches_oracle(state);
+    test_bonus_and_greedy(state);
+    test_edge_cases(state);
+    test_bad_input_device(state);
+    test_skip_records_per_launch(state);
+    c = make_case(1500, 3000, 4, true);
+    check_against_oracle(&c, &prob);
+    assert_false(ctx->verify_fused_last);
+    free_case(&c);
+    ctx->tuning.verify_fused_groups = 0;
+}
+
 int main(void)
 {
     if (!have_device()) {
@@ -805,6 +843,7 @@ int main(void)
         cmocka_unit_test(test_draft_cache_layout),
         cmocka_unit_test(test_bad_input_host),
         cmocka_unit_test(test_bad_input_device),
+        cmocka_unit_test(test_one_launch),
         cmocka_unit_test(test_acceptance_rate),
         cmocka_unit_test(test_unbiased_and_control),
     };
