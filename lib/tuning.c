@@ -13,7 +13,7 @@ typedef struct tuning_rule {
     size_t verify_resident;   /* the same for the verification sampler (psr_verify_sample) */
     unsigned vector_width;    /* the sampler's explicit vector lanes per work-item; 0: off */
     bool lp_segment_tau;      /* logprobs bound a block's top-N from 32 segment maxima first */
-    size_t verify_fused;      /* psr_verify in one launch up to this many groups (0: never) */
+    size_t verify_fused;      /* psr_verify in one launch up to this many groups per compute unit (0: never) */
     const char *name;
 } tuning_rule;
 
@@ -23,8 +23,10 @@ static const tuning_rule rules[] = {
      * sampling kernel's registers leave room for about 6 per SM, the
      * verification sampler's 63 registers for 4. The exact logprobs bound
      * alone beat the segment bound first by 10-13% at 64 and 256 rows
-     * (and has only got faster since, as a sort). */
-    {"nvidia", PSR_DEVICE_GPU, 256, 6, 4, 0, false, 4095, "nvidia-gpu"},
+     * (and has only got faster since, as a sort). Verification in one
+     * launch won up to about 900 groups (16 x 5 x 32,000) and lost at
+     * 2,300 statistics groups (32 x 8 x 128,256 without a cache). */
+    {"nvidia", PSR_DEVICE_GPU, 256, 6, 4, 0, false, 8, "nvidia-gpu"},
     /* 64-wide wavefronts, up to 40 waves per CU: keep groups a multiple of 64. */
     {"advanced micro devices", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, "amd-gpu"},
     {"amd", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, "amd-gpu"},
@@ -83,7 +85,8 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                      * within a wave every row starts before any decision,
                      * and deciding only lengthens the launch. */
                     .verify_skip_groups = 4 * (size_t)(info->compute_units ? info->compute_units : 1),
-                    .verify_fused_groups = r->verify_fused,
+                    .verify_fused_groups =
+                        r->verify_fused * (size_t)(info->compute_units ? info->compute_units : 1),
                     /* Every list that fits (lib/filter.c's FILTER_CAP):
                      * on the H200 drawing from lists of thousands (top-p)
                      * beat the sampler's full pass at 32 to 256 rows. */

@@ -255,7 +255,8 @@ def verify_checks():
     out = json.loads(r.stdout) if r.returncode == 0 else {}
     modes = sorted(x.get("mode") for x in out.get("results", []))
     check(modes == ["greedy", "onehot", "prob"]
-          and all(x["us"] > 0 and x["piped_us"] > 0 for x in out["results"]),
+          and all(x["us"] > 0 and x["piped_us"] > 0 and x["device_us"] > 0
+                  and isinstance(x.get("one_launch"), bool) for x in out["results"]),
           "bench verify --json")
     check(run("bench", "verify", "--shapes", "2x3").returncode == 2, "bad bench verify --shapes is a usage error")
 
@@ -289,11 +290,15 @@ def logprobs_checks(d):
     r = run("bench", "logprobs", "--shapes", "2x3000", "--iters", "2", "--top-n", "5", "--json")
     out = json.loads(r.stdout) if r.returncode == 0 else {}
     res = out.get("results", [])
-    check(len(res) == 1 and res[0]["top_n"] == 5 and res[0]["logprobs_us"] > 0, "bench logprobs --json")
+    check(len(res) == 1 and res[0]["top_n"] == 5 and res[0]["logprobs_us"] > 0
+          and res[0].get("device_sample_us", 0) > 0 and res[0].get("device_logprobs_us", 0) > 0,
+          "bench logprobs --json")
     r = run("bench", "filters", "--shapes", "2x3000", "--iters", "2", "--json")
     out = json.loads(r.stdout) if r.returncode == 0 else {}
     names = [x.get("filters") for x in out.get("results", [])]
-    check(len(names) == 5 and names[0] == "plain" and out["results"][0]["x_plain"] == 1, "bench filters --json")
+    check(len(names) == 5 and names[0] == "plain" and out["results"][0]["x_plain"] == 1
+          and out["results"][0].get("device_x_plain") == 1
+          and all(x.get("device_us", 0) > 0 for x in out["results"]), "bench filters --json")
     check(run("bench", "filters", "--shapes", "2y3").returncode == 2, "bad bench filters --shapes is a usage error")
 
 

@@ -47,7 +47,9 @@ static void usage(FILE *out)
             "device's, unless the host is the slower of the two (then it is the host's);\n"
             "device_us is one verification enqueued behind a buffer copy that outlasts the\n"
             "host's enqueue, from the copy's end to the last kernel's end: the device's\n"
-            "time alone, as in an engine whose queue is never idle.\n",
+            "time alone, as in an engine whose queue is never idle. Small batches run in\n"
+            "one launch where the device allows (one_launch in the JSON; stats_us is then\n"
+            "the whole call).\n",
             default_shapes);
 }
 
@@ -276,6 +278,7 @@ int bench_verify(int argc, char **argv)
             a.num_sampled = b.num;
             double us = 0, stats_us = 0, piped_us = 0, device_us = 0;
             st = time_verify(ctx, &a, o.iters, &us, &stats_us);
+            bool one_launch = ctx->verify_fused_last;
             if (st == PSR_OK)
                 st = bench_time_piped(ctx, launch_verify, &a, o.iters, &piped_us);
             if (st == PSR_OK)
@@ -312,6 +315,8 @@ int bench_verify(int argc, char **argv)
                 json_uint(&w, V[s]);
                 json_key(&w, "mode");
                 json_string(&w, modes[m].name);
+                json_key(&w, "one_launch");
+                json_bool(&w, one_launch);
                 json_key(&w, "us");
                 json_double(&w, us);
                 json_key(&w, "stats_us");
