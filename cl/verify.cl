@@ -2,7 +2,7 @@
  * stream.cl, detmath.cl and gumbel.cl (built with PSR_METHOD 0 and
  * IS_DRAFTING 0: everything here is on the target stream) before it.
  *
- * Three launches:
+ * Two or three launches:
  *  psr_verify_stats     per (row, super-block): the target row's argmax and
  *                       log-sum-exp partials, and those of the draft row,
  *                       rows in order of their draft slot; a row's last
@@ -17,6 +17,8 @@
  *                       output row.
  *  psr_verify_finalize  only without 64-bit atomics (or with fp64 noise):
  *                       combines the chunks and writes the outputs.
+ * Or, for small batches, one: psr_verify_fused runs the first two as one
+ * launch (its comment says how).
  *
  * Log-sum-exp has a fixed reduction order that depends on neither the
  * work-group size nor the split, so every device (and lib/oracle_verify.c)
