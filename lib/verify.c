@@ -356,7 +356,6 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
         return PSR_OK;
     }
 
-
     const size_t ssizes[] = {ms, 8,  8,  4,  4,  4,  4,  ms, ms, ms, ms, ms, 4,
                              ms, 4,  ms, ms, ms, ms, ms, ms, ms, ms, 4,  4, ms, 4, ms};
     const void *svalues[] = {&a->target_logits, &offset,      &stride,          &vocab,
