@@ -690,6 +690,8 @@ typedef struct psr_walk {
     int token;    /* the final token when already known (greedy), else -1 */
     int mode;     /* 0 known, 1 residual, 2 bonus */
     uint row;     /* the row sampled */
+    long pos;     /* its position */
+    int draft;    /* its draft token (unused for the bonus row) */
 } psr_walk;
 
 /* Writes request req's output row: accepted drafts, the token, then -1. */
@@ -780,6 +782,11 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
     if (lid == 0) {
         lwalk->accepted = *first_reject;
         lwalk->row = first_row + (uint)*first_reject;
+        /* Read here, beside the log-sum-exps below, rather than by every
+         * work-item after the barrier: one round trip fewer before the
+         * draft logits can load. */
+        lwalk->pos = positions[lwalk->row];
+        lwalk->draft = draft_tokens[lwalk->row];
         lwalk->mode = greedy || bad ? 0 : *first_reject + 1 < (int)n ? 1 : 2;
         /* Only greedy requests have argmax partials (and bad input writes nothing). */
         lwalk->token = greedy && !bad ? (int)psr_row_argmax(t_best, t_best_i, lwalk->row, nsb, fused) : -1;
@@ -808,7 +815,7 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
     uint best_i = start + 4 * lid < end ? start + 4 * lid : 0xffffffffu;
     __global const psr_logit_t *src = logits + logits_offset + (ulong)walk.row * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    uint key = psr_row_key((ulong)seed, (ulong)positions[walk.row]);
+    uint key = psr_row_key((ulong)seed, (ulong)walk.pos);
 
     psr_row row; /* the bonus row: exactly psr_gumbel_sample's scan */
     row.t = t;
@@ -830,7 +837,7 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
     bool q_aligned = false;
     if (walk.mode == 1) {
         uint j = walk.row - first_row;
-        int d = draft_tokens[walk.row];
+        int d = walk.draft;
         /* A -1 draft has no draft distribution: the residual is p itself. */
         res.cache = draft_cache && d >= 0;
         if (res.cache) {
@@ -936,11 +943,16 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
 }
 
 #if PSR_WG_SIZE <= PSR_LANES
-/* Spins until another group of the launch has stored `value` at `word`. */
-inline void psr_wait_for(__global const uint *word, uint value)
+/* Spins until other groups of the launch have stored `a_value` at `a` and
+ * `b_value` at `b`; both are read in every round, so a word that is
+ * already set costs no round trip of its own. */
+inline void psr_wait_for(__global const uint *a, uint a_value, __global const uint *b, uint b_value)
 {
-    while (*(volatile __global const uint *)word != value)
-        ;
+    for (;;) {
+        uint x = *(volatile __global const uint *)a, y = *(volatile __global const uint *)b;
+        if (x == a_value && y == b_value)
+            break;
+    }
     mem_fence(CLK_GLOBAL_MEM_FENCE);
 }
 
@@ -1003,8 +1015,9 @@ void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, u
         uint gid = ticket - stats_groups, req = gid / groups_per_row;
         if (lid == 0) {
             uint n = (uint)(cu[req + 1] - cu[req]);
-            psr_wait_for(tickets + 1, epoch);
-            psr_wait_for(req_done + req, epoch << PSR_REJECT_BITS | ((n - 1) * per_row + nsb));
+            /* The check, then every statistics group of the request. */
+            psr_wait_for(tickets + 1, epoch, req_done + req,
+                         epoch << PSR_REJECT_BITS | ((n - 1) * per_row + nsb));
         }
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
         psr_sample_group(logits, logits_offset, row_stride, vocab, nsb, cu, draft_tokens, seeds,
