@@ -782,12 +782,12 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
     if (lid == 0) {
         lwalk->accepted = *first_reject;
         lwalk->row = first_row + (uint)*first_reject;
+        lwalk->mode = greedy || bad ? 0 : *first_reject + 1 < (int)n ? 1 : 2;
         /* Read here, beside the log-sum-exps below, rather than by every
          * work-item after the barrier: one round trip fewer before the
-         * draft logits can load. */
+         * draft logits can load. A bonus row's draft entry is not read. */
         lwalk->pos = positions[lwalk->row];
-        lwalk->draft = draft_tokens[lwalk->row];
-        lwalk->mode = greedy || bad ? 0 : *first_reject + 1 < (int)n ? 1 : 2;
+        lwalk->draft = lwalk->mode == 1 ? draft_tokens[lwalk->row] : -1;
         /* Only greedy requests have argmax partials (and bad input writes nothing). */
         lwalk->token = greedy && !bad ? (int)psr_row_argmax(t_best, t_best_i, lwalk->row, nsb, fused) : -1;
         /* A rejected draft's log-sum-exps, computed by the statistics'
@@ -958,7 +958,7 @@ inline void psr_wait_for(__global const uint *a, uint a_value, __global const ui
 
 /* Small batches in one launch: the statistics groups and the sampling
  * groups of the two kernels above, taken by tickets in the order groups
- * start: ticket 0 checks the inputs, tickets 1 .. stats_groups - 1 are the
+ * start: ticket 0 checks the inputs, tickets 1 .. first_sampling - 1 are the
  * statistics groups (the last group of each draft row decides it, as
  * always), the rest the sampling groups. A sampling group waits until its
  * request's statistics groups have all counted themselves in req_done,
@@ -980,7 +980,7 @@ void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, u
                       __global uint *status, uint groups_per_row, uint chunk, __global ulong *row_words,
                       uint fold_width, __global uint *user_status, uint cols, __global int *tokens,
                       uint tokens64, __global int *num_sampled, __global uint *tickets,
-                      __global uint *req_done, uint stats_groups)
+                      __global uint *req_done, uint first_sampling)
 {
     __local float lm[PSR_LANES], ls[PSR_LANES];
     __local float lbv[PSR_VWG];
@@ -1011,8 +1011,8 @@ void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, u
         return;
     }
     uint per_row = draft_cache ? 2 * nsb : nsb;
-    if (ticket >= stats_groups) {
-        uint gid = ticket - stats_groups, req = gid / groups_per_row;
+    if (ticket >= first_sampling) {
+        uint gid = ticket - first_sampling, req = gid / groups_per_row;
         if (lid == 0) {
             uint n = (uint)(cu[req + 1] - cu[req]);
             /* The check, then every statistics group of the request. */

@@ -233,6 +233,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
         *first = NULL;
     if (event)
         *event = NULL;
+    ctx->verify_fused_last = false;
     unsigned flags;
     psr_status st = check_args(ctx, a, &flags);
     if (st != PSR_OK)
@@ -317,7 +318,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     const size_t ms = sizeof(cl_mem);
     if (fused) {
         cl_mem tickets = ctx->verify[TICKETS].buffer, req_done = ctx->verify[REQ_DONE].buffer;
-        cl_uint stats_n = (cl_uint)(stats_groups + 1);
+        cl_uint first_sampling = (cl_uint)(stats_groups + 1); /* after the check's ticket */
         const size_t fsizes[] = {ms, 8,  8,  4,  4,  4,  4,  ms, ms, ms, ms, ms, 4,  ms,
                                  4,  ms, ms, ms, ms, ms, ms, ms, ms, 4,  ms, 4,  ms, 4,
                                  4,  ms, 4,  ms, 4,  ms, 4,  ms, ms, ms, 4};
@@ -330,7 +331,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
                                  &row_lse,          &draft_rows,  &status,         &groups,
                                  &chunk,            &row_words,   &fold_width,     &a->status,
                                  &cols,             &a->tokens,   &tokens64,       &a->num_sampled,
-                                 &tickets,          &req_done,    &stats_n};
+                                 &tickets,          &req_done,    &first_sampling};
         _Static_assert(sizeof fsizes / sizeof *fsizes == sizeof fvalues / sizeof *fvalues,
                        "one size per argument");
         st = psr_set_kernel_args(ctx, one, "psr_verify_fused", (int)(sizeof fsizes / sizeof *fsizes),
@@ -391,7 +392,6 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     if (st != PSR_OK)
         return st;
 
-    ctx->verify_fused_last = false;
     /* Every argument is set before the first launch, so nothing that can
      * fail comes between the launches: a call is enqueued whole or not at
      * all, and only the driver's own enqueue cost separates them. */
