@@ -13,18 +13,25 @@ inline void psr_publish(__global uint *at, uint v)
     atomic_xchg(at, v);
 }
 
-/* psr_last_group for one work-item per group (the one that published the
- * group's results), for counts some groups may never join: the word at
- * `done` holds the launch's number `launch` above a count of `bits` bits.
- * The first group of a launch to get here raises an older launch's word
- * to this launch's with a count of 0, so nothing is reset; the two
- * atomics are on one word, so they take effect in order without waiting
- * for each other. True in the last of `groups` to get here. */
-inline bool psr_last_arrival(__global uint *done, uint groups, uint launch, uint bits)
+/* Counts one group into the word at `done`, by the one work-item that
+ * published the group's results, after its stores: the word holds the
+ * launch's number `launch` above a count of `bits` bits. The first group
+ * of a launch to get here raises an older launch's word to this launch's
+ * with a count of 0, so nothing is reset; the two atomics are on one
+ * word, so they take effect in order without waiting for each other.
+ * Returns the count with this group. */
+inline uint psr_count_arrival(__global uint *done, uint launch, uint bits)
 {
     mem_fence(CLK_GLOBAL_MEM_FENCE);
     atomic_max(done, launch << bits);
-    if ((atomic_inc(done) & ((1u << bits) - 1)) + 1 != groups)
+    return (atomic_inc(done) & ((1u << bits) - 1)) + 1;
+}
+
+/* psr_last_group for one work-item per group, for counts some groups may
+ * never join: true in the last of `groups` to get here. */
+inline bool psr_last_arrival(__global uint *done, uint groups, uint launch, uint bits)
+{
+    if (psr_count_arrival(done, launch, bits) != groups)
         return false;
     mem_fence(CLK_GLOBAL_MEM_FENCE);
     return true;

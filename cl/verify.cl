@@ -401,15 +401,6 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
         psr_record_rejection(rejected, req, epoch, slot);
 }
 
-/* Work-item 0 of a group counts it into `done` (the launch's number
- * `epoch` above a count), after its own stores. */
-inline void psr_count_in(__global uint *done, uint epoch)
-{
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
-    atomic_max(done, epoch << PSR_REJECT_BITS);
-    atomic_inc(done);
-}
-
 /* One statistics group's work (g counts from 0 after the check's group);
  * `fused` when the sampling groups of the same launch read its results
  * (psr_verify_fused). The locals are the kernel's. */
@@ -445,7 +436,7 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
      * req_done (after its own stores), for the sampling groups to wait on. */
     if (!draft_row && scale) {
         if (lid == 0 && fused)
-            psr_count_in(req_done + req, epoch);
+            psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
         return; /* a bonus row is sampled without its log-sum-exp */
     }
     if (is_draft && !(draft_cache && draft_row && scale)) {
@@ -455,7 +446,7 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
                           greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
                           t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows, g, fused);
         if (lid == 0 && fused)
-            psr_count_in(req_done + req, epoch);
+            psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
         return; /* uniform across the group */
     }
     if (decide && slot > 0) { /* nothing is recorded before a request's first draft */
@@ -464,7 +455,7 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
         barrier(CLK_LOCAL_MEM_FENCE);
         if (*lskip) {
             if (lid == 0 && fused)
-                psr_count_in(req_done + req, epoch);
+                psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
             return; /* past a recorded rejection: never read (uncounted, so never decided) */
         }
     }
@@ -588,7 +579,7 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
                       greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
                       t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows, g, fused);
     if (lid == 0 && fused)
-        psr_count_in(req_done + req, epoch);
+        psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
 }
 
 /* Group 0 checks the inputs only the device holds (status). Then one

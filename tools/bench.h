@@ -11,6 +11,9 @@
 int cmp_double(const void *a, const void *b);
 /* Microseconds from the start of `first` to the end of `last` (profiling queue). */
 double event_span_us(cl_event first, cl_event last);
+/* Microseconds from the end of `earlier` (such as a marker enqueued just
+ * before a call) to the end of `later`. */
+double ends_apart_us(cl_event earlier, cl_event later);
 /* Device copy bandwidth in bytes/s, counting bytes read plus written. */
 double copy_bandwidth(psr_context *ctx, size_t bytes);
 /* Median span of a kernel that does nothing: the fixed cost per launch. */

@@ -29,6 +29,14 @@ double event_span_us(cl_event first, cl_event last)
     return (double)(end - start) / 1000.0;
 }
 
+double ends_apart_us(cl_event earlier, cl_event later)
+{
+    cl_ulong start = 0, end = 0;
+    clGetEventProfilingInfo(earlier, CL_PROFILING_COMMAND_END, sizeof start, &start, NULL);
+    clGetEventProfilingInfo(later, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
+    return (double)(end - start) / 1000.0;
+}
+
 /* Device copy bandwidth in bytes/s, counting bytes read plus written. */
 double copy_bandwidth(psr_context *ctx, size_t bytes)
 {
@@ -140,10 +148,7 @@ psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *a
         st = fn(ctx, args, &first, &last);
         if (st == PSR_OK) {
             clWaitForEvents(1, &last);
-            cl_ulong start = 0, end = 0;
-            clGetEventProfilingInfo(mark, CL_PROFILING_COMMAND_END, sizeof start, &start, NULL);
-            clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
-            times[i] = (double)(end - start) / 1000.0;
+            times[i] = ends_apart_us(mark, last);
         }
         if (first)
             clReleaseEvent(first);
@@ -181,12 +186,8 @@ psr_status bench_time_piped(psr_context *ctx, bench_launch_fn fn, const void *ar
     }
     if (st == PSR_OK && clWaitForEvents(1, &last[n - 1]) != CL_SUCCESS)
         st = psr_fail(ctx, PSR_ERR_OPENCL, "waiting for the piped calls failed");
-    if (st == PSR_OK) {
-        cl_ulong a = 0, b = 0;
-        clGetEventProfilingInfo(last[0], CL_PROFILING_COMMAND_END, sizeof a, &a, NULL);
-        clGetEventProfilingInfo(last[n - 1], CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
-        *per_call = (double)(b - a) / 1000.0 / (double)iters;
-    }
+    if (st == PSR_OK)
+        *per_call = ends_apart_us(last[0], last[n - 1]) / (double)iters;
     for (int i = 0; i < n; i++)
         clReleaseEvent(last[i]);
     free(last);
@@ -208,10 +209,7 @@ static bool ahead_once(psr_context *ctx, bench_launch_fn fn, const void *args, c
         ok = *st == PSR_OK && clWaitForEvents(1, &last) == CL_SUCCESS;
     }
     if (ok) {
-        cl_ulong start = 0, end = 0;
-        clGetEventProfilingInfo(mark, CL_PROFILING_COMMAND_END, sizeof start, &start, NULL);
-        clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
-        *call_us = (double)(end - start) / 1000.0;
+        *call_us = ends_apart_us(mark, last);
         *copy_us = event_span_us(copy, copy);
     }
     cl_event all[] = {copy, mark, first, last};

@@ -419,10 +419,7 @@ static psr_status gemm_once(psr_context *ctx, const psr_lm_head_args *a, double 
     psr_status st = psr_logits_from_hidden(ctx, a, &done);
     if (st == PSR_OK) {
         clWaitForEvents(1, &done);
-        cl_ulong start = 0, end = 0;
-        clGetEventProfilingInfo(mark, CL_PROFILING_COMMAND_END, sizeof start, &start, NULL);
-        clGetEventProfilingInfo(done, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
-        *us = (double)(end - start) / 1000.0;
+        *us = ends_apart_us(mark, done);
         clReleaseEvent(done);
     }
     clReleaseEvent(mark);
