@@ -187,14 +187,20 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
         for (uint k = 0; k < PSR_SB_STEPS; k++)
             v[k] = psr_load4_aligned(src, base + 4 * lid + k * 4 * PSR_LANES);
     } else {
-        for (uint k = 0; k < steps[0]; k++)
-            v[k] = psr_load4(src, base + 4 * lid + k * 4 * PSR_LANES, vocab, aligned);
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++)
+            if (k < steps[0])
+                v[k] = psr_load4(src, base + 4 * lid + k * 4 * PSR_LANES, vocab, aligned);
     }
 #pragma unroll
     for (uint k = 0; k < PSR_SB_STEPS; k++)
         if (k < steps[0])
             v[k] = psr_lp_values(v[k], divide, t, r, cut);
 #define PSR_LP_VALUES(j, k, i) v[k]
+/* Every loop over a lane's steps has the constant bound PSR_SB_STEPS and
+ * stops at the lane's steps[j]; on GPUs it unrolls, so v[k] keeps a
+ * constant index (indexed at run time, v would live in memory, not
+ * registers). CPUs do not unroll: PoCL's build would take 5x as long. */
 #else
     /* CPUs: several lanes per work-item, read again for each pass. */
 #define PSR_LP_VALUES(j, k, i) psr_lp_values(psr_load4(src, i, vocab, aligned), divide, t, r, cut)
@@ -208,7 +214,12 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
     uint beat = 0;
     for (uint j = 0; j < PSR_LPT; j++) {
         float wm = -INFINITY;
-        for (uint k = 0; k < steps[j]; k++) {
+#if PSR_LPT == 1
+#pragma unroll
+#endif
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
+            if (k >= steps[j])
+                break;
             uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
             float4 x = PSR_LP_VALUES(j, k, i);
             wm = fmax(wm, psr_max4(x));
@@ -216,7 +227,12 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
             /* past the row's end the values are -inf: they beat nothing */
         }
         float4 lane = (float4)(0.0f);
-        for (uint k = 0; k < steps[j]; k++) {
+#if PSR_LPT == 1
+#pragma unroll
+#endif
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
+            if (k >= steps[j])
+                break;
             uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
             lane += psr_exp_terms(PSR_LP_VALUES(j, k, i), wm);
         }
@@ -243,7 +259,10 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
         /* One lane, visited in increasing token order: only a larger value
          * is better. Past the row the values are -inf and never are. */
         uint bi = base + 4 * lid < vocab ? base + 4 * lid : PSR_LP_NONE;
-        for (uint k = 0; k < steps[0]; k++) {
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
+            if (k >= steps[0])
+                break;
             uint i = base + 4 * lid + k * 4 * PSR_LANES;
             float4 x = PSR_LP_VALUES(0, k, i);
             float xs[4] = {x.s0, x.s1, x.s2, x.s3};
@@ -277,7 +296,12 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
             if (tau_i == PSR_LP_NONE)
                 tau_i = vocab - 1;
             for (uint j = 0; j < PSR_LPT; j++)
-                for (uint k = 0; k < steps[j]; k++) {
+#if PSR_LPT == 1
+#pragma unroll
+#endif
+                for (uint k = 0; k < PSR_SB_STEPS; k++) {
+                    if (k >= steps[j])
+                        break;
                     uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
                     float4 x = PSR_LP_VALUES(j, k, i);
                     float xs[4] = {x.s0, x.s1, x.s2, x.s3};
@@ -314,9 +338,24 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
 #undef PSR_LP_VALUES
 }
 
-/* One group per row: merges the blocks and writes the outputs. The top-N
- * candidates (each block's list) are ranked against each other in
- * parallel: a candidate's place is how many candidates beat it. */
+/* How many of a block's top-n list (sorted best first, absent tokens
+ * last) beat (v, i): a prefix of the list, found by bisection. */
+inline uint psr_lp_beaten_by(__local const float *lv, __local const uint *li, uint top_n, float v, uint i)
+{
+    uint lo = 0, hi = top_n;
+    while (lo < hi) {
+        uint mid = (lo + hi) / 2;
+        if (li[mid] != PSR_LP_NONE && psr_better(lv[mid], li[mid], v, i))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* One group per row: merges the blocks and writes the outputs. Each
+ * candidate of a block's top-N list is placed in parallel: its place in
+ * its own list plus, in each other list, how many beat it. */
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
 void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *tokens,
                          __global const float2 *lse_in, __global const uint *beat_in,
@@ -365,12 +404,13 @@ void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *to
     float lse = llse;
     uint mine = 0;
     for (uint c = lid; c < cands; c += PSR_VWG) {
-        if (ci[c] == 0xffffffffu)
+        if (ci[c] == PSR_LP_NONE)
             continue; /* a block with fewer tokens than top_n */
         mine++;
-        uint place = 0;
-        for (uint d = 0; d < cands; d++)
-            place += ci[d] != 0xffffffffu && psr_better(cv[d], ci[d], cv[c], ci[c]);
+        uint own = c / top_n, place = c % top_n;
+        for (uint b = 0; b * top_n < cands && place < top_n; b++)
+            if (b != own)
+                place += psr_lp_beaten_by(cv + b * top_n, ci + b * top_n, top_n, cv[c], ci[c]);
         if (place < top_n) {
             top_ids[(ulong)row * top_n + place] = (int)ci[c];
             top_logprobs[(ulong)row * top_n + place] = cv[c] - lse;

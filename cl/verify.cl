@@ -229,6 +229,22 @@ inline float psr_held_lse(const float2 *p, uint nsb)
     return big + psr_det_log(sum);
 }
 
+/* Published partials sb and sb + 1 of a row starting at `at` (at even:
+ * one 16-byte volatile load, since volatile loads of one work-item go one
+ * after another), those past nsb (-inf, 0). */
+inline void psr_published_pair(__global const float2 *lse, ulong at, uint sb, uint nsb, float2 *p)
+{
+    const float2 none = (float2)(-INFINITY, 0.0f);
+    if ((at & 1) == 0 && sb + 1 < nsb) {
+        float4 v = *(volatile __global const float4 *)(lse + at + sb);
+        p[sb] = v.xy;
+        p[sb + 1] = v.zw;
+    } else {
+        p[sb] = sb < nsb ? psr_lse_partial(lse, at + sb, true) : none;
+        p[sb + 1] = sb + 1 < nsb ? psr_lse_partial(lse, at + sb + 1, true) : none;
+    }
+}
+
 /* The target row's and (with_q) the draft row's log-sum-exps from their
  * published partials, every partial read before any is used, so a
  * decision waits for one round trip of reads rather than four. */
@@ -241,9 +257,9 @@ inline float2 psr_published_lse2(__global const float2 *t_lse, __global const fl
     ulong at = (ulong)row * nsb;
     float2 tp[PSR_HELD], qp[PSR_HELD];
 #pragma unroll
-    for (uint sb = 0; sb < PSR_HELD; sb++) {
-        tp[sb] = sb < nsb ? psr_lse_partial(t_lse, at + sb, true) : (float2)(-INFINITY, 0.0f);
-        qp[sb] = with_q && sb < nsb ? psr_lse_partial(q_lse, at + sb, true) : (float2)(-INFINITY, 0.0f);
+    for (uint sb = 0; sb < PSR_HELD; sb += 2) {
+        psr_published_pair(t_lse, at, sb, nsb, tp);
+        psr_published_pair(q_lse, at, sb, with_q ? nsb : 0, qp);
     }
     return (float2)(psr_held_lse(tp, nsb), with_q ? psr_held_lse(qp, nsb) : 0.0f);
 }
@@ -350,10 +366,11 @@ inline uint psr_order_entry(uint g, uint per_row, uint nsb, uint draft_rows)
 /* Work-item 0 of each group of a draft row, once the group's partial is
  * published (or at once, for a draft group with nothing to read): counts
  * the group, and the row's last group decides the draft and records a
- * rejection. A group only counts, so it is done after one fence and one
- * round trip of atomics; the last one reads the inputs of the decision
- * after it. Everything is read again after the fence rather than held
- * across the token loop, which would cost registers. */
+ * rejection. What the decision needs from the caller's inputs, which no
+ * group writes, is read before the count (its round trips overlap the
+ * fence's), and only then the partials and the draft's logits. They are
+ * read here rather than held across the token loop, which would cost
+ * registers (and resident groups). */
 inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                           uint vocab, uint nsb, __global const int4 *order,
                           __global const float *temperatures, __global const long *seeds,
@@ -365,16 +382,16 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
                           __global float2 *row_lse, uint draft_rows, uint g, bool fused)
 {
     uint groups = draft_cache ? 2 * nsb : nsb; /* every group of a draft row counts */
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
     int4 o = order[psr_order_entry(g, groups, nsb, draft_rows)]; /* row, request, slot, rows */
     uint row = (uint)o.x, req = (uint)o.y, slot = (uint)o.z;
     if (slot + 1 >= (uint)o.w)
         return; /* a greedy request's bonus row: nothing to decide */
-    if (!psr_last_arrival(done + row, groups, epoch, PSR_REJECT_BITS))
-        return;
     float t = temperatures[req];
     bool scale = !greedy_all && isnormal(t) && t > 0.0f;
     int d = psr_draft_at(draft_tokens, row, vocab);
+    long seed = scale ? seeds[req] : 0, pos = scale ? positions[row] : 0;
+    if (!psr_last_arrival(done + row, groups, epoch, PSR_REJECT_BITS))
+        return;
     bool accept = false;
     if (!scale) {
         accept = d >= 0 && (uint)d == psr_row_argmax(t_best, t_best_i, row, nsb, true);
@@ -385,7 +402,7 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
             if (draft_cache)
                 y = psr_cache_row(draft_cache, req, cache_k, slot, vocab)[d];
         }
-        float u = psr_u32(psr_row_key((ulong)seeds[req], (ulong)positions[row]));
+        float u = psr_u32(psr_row_key((ulong)seed, (ulong)pos));
         float2 lse = psr_published_lse2(t_lse, q_lse, draft_cache != 0, row, nsb);
         accept = d >= 0 && psr_accept_test(x, y, draft_cache != 0, lse.x, lse.y, t, psr_temp_recip(t), u);
         /* For the residual, when this is the first rejection; in one launch
@@ -483,8 +500,10 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
             v[k] = is_draft ? *(__global const float4 *)(q + i) : psr_load4_aligned(src, i);
         }
     } else {
-        for (uint k = 0; k < steps[0]; k++)
-            v[k] = psr_stats_load(is_draft, src, q, first + k * 4 * PSR_LANES, vocab, aligned);
+#pragma unroll /* constant indices keep v in registers */
+        for (uint k = 0; k < PSR_SB_STEPS; k++)
+            if (k < steps[0])
+                v[k] = psr_stats_load(is_draft, src, q, first + k * 4 * PSR_LANES, vocab, aligned);
     }
 #endif
 
@@ -685,6 +704,19 @@ typedef struct psr_walk {
     int draft;    /* its draft token (unused for the bonus row) */
 } psr_walk;
 
+/* Rows a sampling group's walk reads ahead: work-items 0 and the last
+ * read the rejection and the status, so two fewer than the group. */
+#define PSR_WALK_AHEAD (PSR_WG_SIZE > 2 ? PSR_WG_SIZE - 2u : 0u)
+
+/* The walk's reads, each row's by a work-item of its own; lse also keeps
+ * an unrecorded walk's log-sum-exps. */
+typedef struct psr_walk_rows {
+    long pos[PSR_WG_SIZE];
+    int draft[PSR_WG_SIZE];
+    float lse[2 * PSR_WG_SIZE];
+    uint status;
+} psr_walk_rows;
+
 /* Writes request req's output row: accepted drafts, the token, then -1. */
 inline void psr_write_output(uint req, const psr_walk *walk, int token, uint lid, uint cols,
                              uint first_row, __global const int *draft_tokens, __global int *tokens,
@@ -735,7 +767,7 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
                              uint epoch, __global const float2 *row_lse, uint gid, bool fused, uint lid,
                              __local psr_acc_t *lv, __local uint *li, __local int *first_reject,
                              __local psr_walk *lwalk, __local float *lres, __local int *lfinish,
-                             __local float *lwalk_lse)
+                             __local psr_walk_rows *lrows)
 {
     uint req = gid / groups_per_row;
     uint part = gid % groups_per_row;
@@ -745,19 +777,37 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
     bool greedy = greedy_all || !(isnormal(t) && t > 0.0f);
     float r = greedy ? 1.0f : psr_temp_recip(t);
     long seed = seeds[req];
-    uint checked = fused ? *(volatile __global const uint *)status : *status;
-    bool bad = checked != 0;
-    if (gid == 0 && lid == 0 && user_status)
-        *user_status = checked;
 
     /* The walk. Where the statistics decided every draft up to the first
      * rejection (decide, and every slot recordable), that rejection is
      * recorded, or none is when all were accepted; else every draft in
      * parallel, then the first rejection. */
     bool recorded = fused || (decide && n <= (1u << PSR_REJECT_BITS)); /* fused: the host ensures both */
+    /* Where recorded, all the walk reads comes in one round trip, each
+     * load from a work-item of its own (one work-item's volatile loads go
+     * one after another): work-item 0 the rejection, the last the status,
+     * and work-item 1 + j row j's position, draft token and log-sum-exps,
+     * for whichever row the rejection picks. */
+    uint ahead = recorded ? min(n, PSR_WALK_AHEAD) : 0; /* rows read ahead */
+    if (lid == PSR_WG_SIZE - 1)
+        lrows->status = fused ? *(volatile __global const uint *)status : *status;
     if (lid == 0)
         *first_reject = recorded ? (int)min(psr_known_rejection(rejected, req, epoch), n - 1) : (int)n - 1;
+    if (lid >= 1 && lid - 1 < ahead) {
+        uint j = lid - 1;
+        lrows->pos[j] = positions[first_row + j];
+        lrows->draft[j] = draft_tokens[first_row + j];
+        /* Computed by the statistics' decision of a rejected draft (a
+         * bonus row has none). */
+        float2 kept = j + 1 < n ? psr_lse_partial(row_lse, first_row + j, fused) : (float2)(NAN);
+        lrows->lse[2 * j] = kept.x;
+        lrows->lse[2 * j + 1] = kept.y;
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
+    uint checked = lrows->status;
+    bool bad = checked != 0;
+    if (gid == 0 && lid == 0 && user_status)
+        *user_status = checked;
     for (uint j = lid; !recorded && j + 1 < n && !bad; j += PSR_WG_SIZE) {
         float lse_p = NAN, lse_q = NAN;
         if (!psr_accept(logits, logits_offset, row_stride, vocab, nsb, req, j, first_row + j, greedy, t,
@@ -765,30 +815,30 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
                         t_best_i, q_lse, &lse_p, &lse_q))
             atomic_min(first_reject, (int)j);
         if (j < PSR_WG_SIZE) { /* kept for the residual (recomputed past the group) */
-            lwalk_lse[2 * j] = lse_p;
-            lwalk_lse[2 * j + 1] = lse_q;
+            lrows->lse[2 * j] = lse_p;
+            lrows->lse[2 * j + 1] = lse_q;
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid == 0) {
-        lwalk->accepted = *first_reject;
-        lwalk->row = first_row + (uint)*first_reject;
-        lwalk->mode = greedy || bad ? 0 : *first_reject + 1 < (int)n ? 1 : 2;
-        /* Read here, beside the log-sum-exps below, rather than by every
-         * work-item after the barrier: one round trip fewer before the
-         * draft logits can load. A bonus row's draft entry is not read. */
-        lwalk->pos = positions[lwalk->row];
-        lwalk->draft = lwalk->mode == 1 ? draft_tokens[lwalk->row] : -1;
+        uint j = (uint)*first_reject;
+        bool held = j < ahead;
+        lwalk->accepted = (int)j;
+        lwalk->row = first_row + j;
+        lwalk->mode = greedy || bad ? 0 : j + 1 < n ? 1 : 2;
+        /* A bonus row's draft entry is not used. */
+        lwalk->pos = held ? lrows->pos[j] : positions[lwalk->row];
+        lwalk->draft = lwalk->mode != 1 ? -1 : held ? lrows->draft[j] : draft_tokens[lwalk->row];
         /* Only greedy requests have argmax partials (and bad input writes nothing). */
         lwalk->token = greedy && !bad ? (int)psr_row_argmax(t_best, t_best_i, lwalk->row, nsb, fused) : -1;
         /* A rejected draft's log-sum-exps, computed by the statistics'
          * decision, or by the walk when its accept test got that far (a
          * -1 draft or a bad id did not): NaN where not. */
         float2 kept = (float2)(NAN);
-        if (recorded && lwalk->mode == 1)
+        if (lwalk->mode == 1 && (held || (!recorded && j < PSR_WG_SIZE)))
+            kept = (float2)(lrows->lse[2 * j], lrows->lse[2 * j + 1]);
+        else if (recorded && lwalk->mode == 1)
             kept = psr_lse_partial(row_lse, lwalk->row, fused);
-        else if (!recorded && *first_reject < PSR_WG_SIZE)
-            kept = (float2)(lwalk_lse[2 * *first_reject], lwalk_lse[2 * *first_reject + 1]);
         lres[0] = lwalk->mode != 1 ? 0.0f : !isnan(kept.x) ? kept.x : psr_row_lse_of(t_lse, lwalk->row, nsb, fused);
         lres[1] = lwalk->mode != 1 || !draft_cache ? 0.0f
                   : !isnan(kept.y)                 ? kept.y
@@ -924,13 +974,13 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     __local psr_walk lwalk;
     __local float lres[2];
     __local int lfinish;
-    __local float lwalk_lse[2 * PSR_WG_SIZE];
+    __local psr_walk_rows lrows;
     psr_sample_group(logits, logits_offset, row_stride, vocab, nsb, cu, draft_tokens, seeds, temperatures,
                      positions, greedy_all, draft_cache, cache_k, t_lse, t_best, t_best_i, q_lse,
                      groups_per_row, chunk, row_words, fold_width, part_value, part_index, walks, status,
                      user_status, cols, tokens, tokens64, num_sampled, decide, rejected, epoch, row_lse,
                      (uint)get_group_id(0), false, get_local_id(0), lv, li, &first_reject, &lwalk, lres,
-                     &lfinish, lwalk_lse);
+                     &lfinish, &lrows);
 }
 
 #if PSR_WG_SIZE <= PSR_LANES
@@ -971,7 +1021,7 @@ void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, u
                       __global uint *status, uint groups_per_row, uint chunk, __global ulong *row_words,
                       uint fold_width, __global uint *user_status, uint cols, __global int *tokens,
                       uint tokens64, __global int *num_sampled, __global uint *tickets,
-                      __global uint *req_done, uint first_sampling)
+                      uint ticket_base, __global uint *req_done, uint first_sampling)
 {
     __local float lm[PSR_LANES], ls[PSR_LANES];
     __local float lbv[PSR_VWG];
@@ -983,11 +1033,11 @@ void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, u
     __local psr_walk lwalk;
     __local float lres[2];
     __local int lfinish;
-    __local float lwalk_lse[2 * PSR_WG_SIZE];
-    if (get_local_id(0) == 0) {
-        atomic_max(tickets, epoch << PSR_REJECT_BITS);
-        lticket = atomic_inc(tickets) & ((1u << PSR_REJECT_BITS) - 1);
-    }
+    __local psr_walk_rows lrows;
+    /* tickets[0] counts the groups of every launch so far (the host
+     * passes the count before this one), so one atomic numbers a group. */
+    if (get_local_id(0) == 0)
+        lticket = atomic_inc(tickets) - ticket_base;
     barrier(CLK_LOCAL_MEM_FENCE);
     uint ticket = lticket;
     uint lid = get_local_id(0);
@@ -1015,7 +1065,7 @@ void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, u
                          temperatures, positions, greedy_all, draft_cache, cache_k, t_lse, t_best, t_best_i,
                          q_lse, groups_per_row, chunk, row_words, fold_width, NULL, NULL, NULL, status,
                          user_status, cols, tokens, tokens64, num_sampled, 1u, rejected, epoch, row_lse, gid,
-                         true, lid, lv, li, &first_reject, &lwalk, lres, &lfinish, lwalk_lse);
+                         true, lid, lv, li, &first_reject, &lwalk, lres, &lfinish, &lrows);
         return;
     }
     /* The statistics last, as in psr_verify_stats. */
