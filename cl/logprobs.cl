@@ -148,21 +148,29 @@ inline bool psr_after(float v, uint i, float pv, uint pi)
     return v < pv || (v == pv && i > pi);
 }
 
-__kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
-void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                          uint vocab, uint nsb, __global const int *row_request, uint requests,
-                          __global const float *temperatures, uint raw, __global const int *tokens,
-                          uint top_n, __global float2 *lse_out, __global uint *beat_out,
-                          __global float *top_v, __global uint *top_i, __global const float *cuts)
+/* The locals of a block's pass and a row's merge (one launch runs both). */
+typedef struct psr_lp_locals {
+    float ls[2 * PSR_LANES]; /* the lanes' sums, then their maxima */
+    float lm[1], lbv[PSR_VWG]; /* lm: the segment bound's tau */
+    uint lbi[PSR_VWG], lcount[2]; /* beats or candidates; the bound's index */
+    float lcv[PSR_LP_CANDIDATES]; /* a block's candidates; the merge's lists */
+    uint lci[PSR_LP_CANDIDATES];
+    float2 lparts[64]; /* the merge: the row's log-sum-exp partials and beats */
+    uint lbeats[64];
+    float llse;
+    uint lvalid, llast;
+} psr_lp_locals;
+
+/* One block's pass: super-block sb of a row (psr_logprobs_partial). */
+inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                         uint vocab, uint nsb, __global const int *row_request, uint requests,
+                         __global const float *temperatures, uint raw, __global const int *tokens,
+                         uint top_n, __global float2 *lse_out, __global uint *beat_out,
+                         __global float *top_v, __global uint *top_i, __global const float *cuts,
+                         uint row, uint sb, uint lid, __local psr_lp_locals *l)
 {
-    __local float ls[2 * PSR_LANES]; /* the lanes' sums, then their maxima */
-    __local float lm[1], lbv[PSR_VWG];  /* lm: the segment bound's tau */
-    __local uint lbi[PSR_VWG], lcount[2]; /* beats or candidates; the bound's index */
-    __local float lcv[PSR_LP_CANDIDATES];
-    __local uint lci[PSR_LP_CANDIDATES];
-    uint lid = get_local_id(0);
-    uint row = get_group_id(0) / nsb;
-    uint sb = get_group_id(0) % nsb;
+    __local float *ls = l->ls, *lm = l->lm, *lbv = l->lbv, *lcv = l->lcv;
+    __local uint *lbi = l->lbi, *lcount = l->lcount, *lci = l->lci;
     int req = row_request ? row_request[row] : (int)row;
     float t = !raw && req >= 0 && req < (int)requests ? temperatures[req] : 1.0f;
     bool divide = isnormal(t) && t > 0.0f && t != 1.0f;
@@ -338,6 +346,19 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
 #undef PSR_LP_VALUES
 }
 
+__kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
+void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                          uint vocab, uint nsb, __global const int *row_request, uint requests,
+                          __global const float *temperatures, uint raw, __global const int *tokens,
+                          uint top_n, __global float2 *lse_out, __global uint *beat_out,
+                          __global float *top_v, __global uint *top_i, __global const float *cuts)
+{
+    __local psr_lp_locals l;
+    psr_lp_block(logits, logits_offset, row_stride, vocab, nsb, row_request, requests, temperatures, raw,
+                 tokens, top_n, lse_out, beat_out, top_v, top_i, cuts, get_group_id(0) / nsb,
+                 get_group_id(0) % nsb, get_local_id(0), &l);
+}
+
 /* How many of a block's top-n list (sorted best first, absent tokens
  * last) beat (v, i): a prefix of the list, found by bisection. */
 inline uint psr_lp_beaten_by(__local const float *lv, __local const uint *li, uint top_n, float v, uint i)
@@ -353,35 +374,57 @@ inline uint psr_lp_beaten_by(__local const float *lv, __local const uint *li, ui
     return lo;
 }
 
-/* One group per row: merges the blocks and writes the outputs. Each
- * candidate of a block's top-N list is placed in parallel: its place in
- * its own list plus, in each other list, how many beat it. */
-__kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
-void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *tokens,
-                         __global const float2 *lse_in, __global const uint *beat_in,
-                         __global const float *top_v, __global const uint *top_i, uint top_n,
-                         __global float *token_logprobs, __global int *token_ranks,
-                         __global int *top_ids, __global float *top_logprobs,
-                         __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                         __global const int *row_request, uint requests,
-                         __global const float *temperatures, uint raw, __global const float *cuts)
+/* Reads a block's result that another group of the launch may have
+ * stored (`published`: past the unit's cache), else a plain load. */
+inline float psr_lp_read_f(__global const float *p, bool published)
 {
-    __local float cv[64 * PSR_MAX_TOP_N];
-    __local uint ci[64 * PSR_MAX_TOP_N];
-    __local float llse;
-    __local uint lvalid;
-    uint lid = get_local_id(0);
-    uint row = get_group_id(0);
-    uint cands = min(nsb, 64u) * top_n;
+    return published ? *(volatile __global const float *)p : *p;
+}
+
+inline uint psr_lp_read_u(__global const uint *p, bool published)
+{
+    return published ? *(volatile __global const uint *)p : *p;
+}
+
+/* One row's merge of its blocks (psr_logprobs_finish), `published` when
+ * the blocks ran in the same launch. Each block's partials and top-N list
+ * are loaded by work-items of their own, in parallel (one work-item's
+ * volatile loads go one after another). Each candidate of a block's list
+ * is placed in parallel: its place in its own list plus, in each other
+ * list, how many beat it. */
+inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, __global const float2 *lse_in,
+                       __global const uint *beat_in, __global const float *top_v,
+                       __global const uint *top_i, uint top_n, __global float *token_logprobs,
+                       __global int *token_ranks, __global int *top_ids, __global float *top_logprobs,
+                       __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                       __global const int *row_request, uint requests, __global const float *temperatures,
+                       uint raw, __global const float *cuts, uint row, bool published, uint lid,
+                       __local psr_lp_locals *l)
+{
+    __local float *cv = l->lcv;
+    __local uint *ci = l->lci;
+    uint blocks = min(nsb, 64u); /* vocab <= 2^20 (lib/logprobs.c) */
+    uint cands = blocks * top_n;
     ulong first = (ulong)row * nsb * top_n;
     for (uint c = lid; c < cands; c += PSR_VWG) {
-        cv[c] = top_v[first + c];
-        ci[c] = top_i[first + c];
+        cv[c] = psr_lp_read_f(top_v + first + c, published);
+        ci[c] = psr_lp_read_u(top_i + first + c, published);
     }
+    for (uint b = lid; b < blocks; b += PSR_VWG) {
+        __global const float *part = (__global const float *)(lse_in + (ulong)row * nsb + b);
+        l->lparts[b] = (float2)(psr_lp_read_f(part, published), psr_lp_read_f(part + 1, published));
+        l->lbeats[b] = psr_lp_read_u(beat_in + (ulong)row * nsb + b, published);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
     if (lid == 0) {
-        lvalid = 0;
-        float lse = psr_row_lse(lse_in, row, nsb);
-        llse = lse;
+        l->lvalid = 0;
+        /* psr_row_lse's arithmetic, over the partials loaded above */
+        float2 held[PSR_HELD];
+#pragma unroll
+        for (uint b = 0; b < PSR_HELD; b++)
+            held[b] = b < blocks ? l->lparts[b] : (float2)(-INFINITY, 0.0f);
+        float lse = nsb <= PSR_HELD ? psr_held_lse(held, nsb) : psr_row_lse_of(lse_in, row, nsb, published);
+        l->llse = lse;
         int tok = tokens[row];
         bool valid = tok >= 0 && (uint)tok < vocab;
         int req = row_request ? row_request[row] : (int)row;
@@ -393,22 +436,22 @@ void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *to
                                         divide, t, r, psr_lp_cut(cuts, row, raw, t))
                          : NAN;
         uint beat = 0;
-        for (uint sb = 0; sb < nsb; sb++)
-            beat += beat_in[(ulong)row * nsb + sb];
+        for (uint b = 0; b < blocks; b++)
+            beat += l->lbeats[b];
         if (token_logprobs)
             token_logprobs[row] = valid ? tv - lse : NAN;
         if (token_ranks)
             token_ranks[row] = valid ? (int)beat + 1 : 0;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    float lse = llse;
+    float lse = l->llse;
     uint mine = 0;
     for (uint c = lid; c < cands; c += PSR_VWG) {
         if (ci[c] == PSR_LP_NONE)
             continue; /* a block with fewer tokens than top_n */
         mine++;
         uint own = c / top_n, place = c % top_n;
-        for (uint b = 0; b * top_n < cands && place < top_n; b++)
+        for (uint b = 0; b < blocks && place < top_n; b++)
             if (b != own)
                 place += psr_lp_beaten_by(cv + b * top_n, ci + b * top_n, top_n, cv[c], ci[c]);
         if (place < top_n) {
@@ -417,10 +460,50 @@ void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *to
         }
     }
     if (mine)
-        atomic_add(&lvalid, mine);
+        atomic_add(&l->lvalid, mine);
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint n = lvalid + lid; n < top_n; n += PSR_VWG) { /* fewer tokens than top_n */
+    for (uint n = l->lvalid + lid; n < top_n; n += PSR_VWG) { /* fewer tokens than top_n */
         top_ids[(ulong)row * top_n + n] = -1;
         top_logprobs[(ulong)row * top_n + n] = -INFINITY;
     }
+}
+
+/* One group per row: merges the row's blocks and writes the outputs. */
+__kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
+void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *tokens,
+                         __global const float2 *lse_in, __global const uint *beat_in,
+                         __global const float *top_v, __global const uint *top_i, uint top_n,
+                         __global float *token_logprobs, __global int *token_ranks,
+                         __global int *top_ids, __global float *top_logprobs,
+                         __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                         __global const int *row_request, uint requests,
+                         __global const float *temperatures, uint raw, __global const float *cuts)
+{
+    __local psr_lp_locals l;
+    psr_lp_row(vocab, nsb, tokens, lse_in, beat_in, top_v, top_i, top_n, token_logprobs, token_ranks,
+               top_ids, top_logprobs, logits, logits_offset, row_stride, row_request, requests,
+               temperatures, raw, cuts, get_group_id(0), false, get_local_id(0), &l);
+}
+
+/* Small batches in one launch: the blocks of psr_logprobs_partial, and
+ * each row's last block to finish merges the row as psr_logprobs_finish
+ * does. `done` holds a count per row, which that block resets. */
+__kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
+void psr_logprobs_one(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                      uint vocab, uint nsb, __global const int *row_request, uint requests,
+                      __global const float *temperatures, uint raw, __global const int *tokens,
+                      uint top_n, __global float2 *lse, __global uint *beat, __global float *top_v,
+                      __global uint *top_i, __global const float *cuts, __global float *token_logprobs,
+                      __global int *token_ranks, __global int *top_ids, __global float *top_logprobs,
+                      __global uint *done)
+{
+    __local psr_lp_locals l;
+    uint row = get_group_id(0) / nsb, lid = get_local_id(0);
+    psr_lp_block(logits, logits_offset, row_stride, vocab, nsb, row_request, requests, temperatures, raw,
+                 tokens, top_n, lse, beat, top_v, top_i, cuts, row, get_group_id(0) % nsb, lid, &l);
+    if (!psr_last_group(done + row, nsb, &l.llast))
+        return;
+    psr_lp_row(vocab, nsb, tokens, lse, beat, top_v, top_i, top_n, token_logprobs, token_ranks, top_ids,
+               top_logprobs, logits, logits_offset, row_stride, row_request, requests, temperatures, raw,
+               cuts, row, true, lid, &l);
 }

@@ -143,6 +143,9 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
     const char *fused = getenv("PSR_TUNE_VERIFY_FUSED");
     if (fused && atoi(fused) >= 0)
         ctx->tuning.verify_fused_groups = (size_t)atoi(fused);
+    const char *lp_one = getenv("PSR_TUNE_LOGPROBS_ONE");
+    if (lp_one && atoi(lp_one) >= 0)
+        ctx->tuning.logprobs_one_blocks = (size_t)atoi(lp_one);
     const char *direct = getenv("PSR_TUNE_FILTER_DIRECT");
     if (direct && atoi(direct) >= 0)
         ctx->tuning.filter_direct_max = (size_t)atoi(direct);
@@ -152,16 +155,17 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
                 sizeof ctx->tuning.extra_options - 1);
         ctx->tuning.extra_options[0] = '\0';
     }
-    if (wg || resident || mulhi || extra || vector || min_steps || skip || fused || direct ||
+    if (wg || resident || mulhi || extra || vector || min_steps || skip || fused || lp_one || direct ||
         ctx->tuning.two_pass)
         psr_log(ctx, PSR_LOG_INFO,
                 "tuning from the environment: work-group %zu, resident %zu, mul_hi %d, two-pass %d, "
                 "vector lanes %u, min steps %u, verify skip above %zu groups, verify in one launch "
-                "up to %zu groups, filter draws from lists up to %zu, extra options \"%s\"",
+                "up to %zu groups, logprobs in one launch up to %zu blocks, filter draws from lists "
+                "up to %zu, extra options \"%s\"",
                 ctx->tuning.work_group_size, ctx->tuning.resident_per_unit, ctx->tuning.mulhi,
                 ctx->tuning.two_pass, ctx->tuning.vector_width, ctx->tuning.min_steps,
                 ctx->tuning.verify_skip_groups, ctx->tuning.verify_fused_groups,
-                ctx->tuning.filter_direct_max,
+                ctx->tuning.logprobs_one_blocks, ctx->tuning.filter_direct_max,
                 ctx->tuning.extra_options);
     setup_disk_cache(ctx, o);
     return PSR_OK;
@@ -335,7 +339,7 @@ void psr_context_free(psr_context *ctx)
     for (size_t i = 0; i < sizeof ctx->verify / sizeof ctx->verify[0]; i++)
         if (ctx->verify[i].buffer)
             clReleaseMemObject(ctx->verify[i].buffer);
-    for (int i = 0; i < 4; i++)
+    for (size_t i = 0; i < sizeof ctx->logprobs / sizeof ctx->logprobs[0]; i++)
         if (ctx->logprobs[i].buffer)
             clReleaseMemObject(ctx->logprobs[i].buffer);
     for (int i = 0; i < 3; i++)
@@ -423,7 +427,7 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
              ctx->filter_cand.bytes;
     for (size_t i = 0; i < sizeof ctx->verify / sizeof ctx->verify[0]; i++)
         *bytes += ctx->verify[i].bytes;
-    for (int i = 0; i < 4; i++)
+    for (size_t i = 0; i < sizeof ctx->logprobs / sizeof ctx->logprobs[0]; i++)
         *bytes += ctx->logprobs[i].bytes;
     return PSR_OK;
 }

@@ -88,6 +88,8 @@ typedef struct psr_tuning {
                                    this many groups in all (PSR_TUNE_VERIFY_FUSED; 0: never) */
     bool verify_fused_broken;  /* the driver builds psr_verify_fused wrongly (PoCL 3.1: its work-item 0
                                   sections ran on every work-item), so it is never used */
+    size_t logprobs_one_blocks; /* psr_logprobs runs in one launch (psr_logprobs_one) when it takes at
+                                   most this many blocks (PSR_TUNE_LOGPROBS_ONE; 0: never) */
     size_t filter_direct_max;  /* filtered rows whose kept tokens lie in a candidate list of at most
                                   this many are drawn by the filter pass (PSR_TUNE_FILTER_DIRECT) */
     bool driver_caches;        /* the driver keeps its own cache of compiled kernels (PoCL), so
@@ -303,12 +305,13 @@ struct psr_context {
     psr_scratch filter_cand;  /* per row: candidate keys for the exact search */
     bool filter_dirty;        /* a filter launch was cut short: clear the state first */
     psr_scratch verify[11]; /* psr_verify's per-row statistics, walks, status, skip and ticket state (verify.c) */
-    psr_scratch logprobs[4]; /* psr_logprobs' per-block partials (logprobs.c) */
+    psr_scratch logprobs[5]; /* psr_logprobs' per-block partials and per-row counts (logprobs.c) */
     cl_mem verify_layout[3]; /* the last cu, row-to-request map and row order uploaded, and */
     int32_t *verify_cu;      /* a host copy of that cu, to reuse them when it repeats */
     size_t verify_requests;
     uint32_t verify_epoch; /* psr_verify's launch count, below PSR_VERIFY_EPOCHS (verify.c) */
     bool verify_fused_last; /* the last psr_verify ran in one launch (for tests and psr bench verify) */
+    bool logprobs_one_last; /* the last psr_logprobs ran in one launch (for tests) */
     cl_uint verify_tickets; /* groups psr_verify_fused numbered since its ticket word was cleared */
 
     psr_fp64_policy fp64_policy;

@@ -6,7 +6,9 @@
 #define LOGPROBS_SB 16384u /* tokens per super-block, as cl/verify.cl */
 
 /* ctx->logprobs[] scratch. */
-enum { LSE, BEAT, TOP_V, TOP_I };
+enum { LSE, BEAT, TOP_V, TOP_I, ROW_DONE, LOGPROBS_SCRATCH };
+_Static_assert(LOGPROBS_SCRATCH == sizeof ((psr_context *)0)->logprobs / sizeof(psr_scratch),
+               "one scratch buffer of ctx->logprobs per entry");
 
 void psr_logprobs_args_init(psr_logprobs_args *args)
 {
@@ -113,22 +115,26 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_logprobs: ctx is NULL");
     if (!a)
         return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_logprobs: args is NULL");
+    ctx->logprobs_one_last = false;
     psr_status st = check_args(ctx, a);
     if (st != PSR_OK)
         return st;
-    psr_variant v = {.set = PSR_KERNELS_VERIFY, .dtype = a->logits_dtype};
-    cl_kernel partial, finish;
-    st = psr_kernel_get(ctx, &v, "psr_logprobs_partial", &partial);
-    if (st == PSR_OK)
-        st = psr_kernel_get(ctx, &v, "psr_logprobs_finish", &finish);
     cl_uint vocab = (cl_uint)a->vocab, rows = (cl_uint)a->rows;
     cl_uint nsb = (vocab + LOGPROBS_SB - 1) / LOGPROBS_SB;
     cl_uint top_n = (cl_uint)a->top_n, raw = (a->flags & PSR_LOGPROBS_RAW) != 0;
     cl_uint requests = (cl_uint)a->requests;
     size_t blocks = a->rows * nsb;
-    const size_t need[4] = {blocks * 8, blocks * 4, blocks * (top_n ? top_n : 1) * 4,
-                            blocks * (top_n ? top_n : 1) * 4};
-    for (int i = 0; i < 4 && st == PSR_OK; i++)
+    /* Few blocks: one launch, each row merged by its last block (a launch
+     * costs more than the work at one row). */
+    bool one = blocks <= ctx->tuning.logprobs_one_blocks;
+    psr_variant v = {.set = PSR_KERNELS_VERIFY, .dtype = a->logits_dtype};
+    cl_kernel partial = NULL, finish = NULL;
+    st = psr_kernel_get(ctx, &v, one ? "psr_logprobs_one" : "psr_logprobs_partial", &partial);
+    if (st == PSR_OK && !one)
+        st = psr_kernel_get(ctx, &v, "psr_logprobs_finish", &finish);
+    const size_t need[LOGPROBS_SCRATCH] = {blocks * 8, blocks * 4, blocks * (top_n ? top_n : 1) * 4,
+                                           blocks * (top_n ? top_n : 1) * 4, a->rows * 4};
+    for (int i = 0; i < LOGPROBS_SCRATCH && st == PSR_OK; i++)
         st = psr_scratch_reserve(ctx, &ctx->logprobs[i], need[i]);
     if (st != PSR_OK)
         return st;
@@ -151,16 +157,25 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
         cuts = filter.cut;
     }
     const size_t ms = sizeof(cl_mem);
-    const size_t psizes[] = {ms, 8, 8, 4, 4, ms, 4, ms, 4, ms, 4, ms, ms, ms, ms, ms};
-    const void *pvalues[] = {&a->logits, &offset, &stride,  &vocab, &nsb,  &a->row_request, &requests, &temps,
-                             &raw,       &a->tokens, &top_n, &lse,   &beat, &top_v,          &top_i, &cuts};
-    st = psr_set_kernel_args(ctx, partial, "psr_logprobs_partial", 16, psizes, pvalues);
+    /* psr_logprobs_one takes the outputs and the row counts after the
+     * partial's arguments. */
+    cl_mem done = ctx->logprobs[ROW_DONE].buffer;
+    const size_t psizes[] = {ms, 8, 8, 4, 4, ms, 4, ms, 4, ms, 4, ms, ms, ms, ms, ms, ms, ms, ms, ms, ms};
+    const void *pvalues[] = {&a->logits,         &offset,         &stride,       &vocab,
+                             &nsb,               &a->row_request, &requests,     &temps,
+                             &raw,               &a->tokens,      &top_n,        &lse,
+                             &beat,              &top_v,          &top_i,        &cuts,
+                             &a->token_logprobs, &a->token_ranks, &a->top_ids,   &a->top_logprobs,
+                             &done};
+    _Static_assert(sizeof psizes / sizeof *psizes == sizeof pvalues / sizeof *pvalues, "one size per argument");
+    const char *pname = one ? "psr_logprobs_one" : "psr_logprobs_partial";
+    st = psr_set_kernel_args(ctx, partial, pname, one ? 21 : 16, psizes, pvalues);
     const size_t fsizes[] = {4, 4, 4, ms, ms, ms, ms, ms, 4, ms, ms, ms, ms, ms, 8, 8, ms, 4, ms, 4, ms};
     const void *fvalues[] = {&rows,  &vocab,  &nsb,    &a->tokens, &lse,     &beat,    &top_v,
                              &top_i, &top_n,  &a->token_logprobs,  &a->token_ranks,   &a->top_ids,
                              &a->top_logprobs, &a->logits, &offset, &stride, &a->row_request,
                              &requests, &temps, &raw, &cuts};
-    if (st == PSR_OK)
+    if (st == PSR_OK && !one)
         st = psr_set_kernel_args(ctx, finish, "psr_logprobs_finish", 21, fsizes, fvalues);
     /* Every kernel's arguments are set first, so nothing that can fail
      * comes between the launches (as in lib/verify.c). */
@@ -170,8 +185,9 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     }
     size_t local = ctx->tuning.work_group_size < 256 ? ctx->tuning.work_group_size : 256;
     if (st == PSR_OK)
-        st = psr_enqueue_groups(ctx, partial, "psr_logprobs_partial", blocks, local, nwait, wait, NULL);
-    if (st == PSR_OK)
+        st = psr_enqueue_groups(ctx, partial, pname, blocks, local, nwait, wait, one ? event : NULL);
+    if (st == PSR_OK && !one)
         st = psr_enqueue_groups(ctx, finish, "psr_logprobs_finish", a->rows, local, 0, NULL, event);
+    ctx->logprobs_one_last = one && st == PSR_OK;
     return st;
 }

@@ -14,6 +14,7 @@ typedef struct tuning_rule {
     unsigned vector_width;    /* the sampler's explicit vector lanes per work-item; 0: off */
     bool lp_segment_tau;      /* logprobs bound a block's top-N from 32 segment maxima first */
     size_t verify_fused;      /* psr_verify in one launch up to this many groups per compute unit (0: never) */
+    size_t logprobs_one;      /* psr_logprobs in one launch up to this many blocks per compute unit (0: never) */
     const char *name;
 } tuning_rule;
 
@@ -25,21 +26,23 @@ static const tuning_rule rules[] = {
      * alone beat the segment bound first by 10-13% at 64 and 256 rows
      * (and has only got faster since, as a sort). Verification in one
      * launch won up to about 900 groups (16 x 5 x 32,000) and lost at
-     * 2,300 statistics groups (32 x 8 x 128,256 without a cache). */
-    {"nvidia", PSR_DEVICE_GPU, 256, 6, 4, 0, false, 8, "nvidia-gpu"},
+     * 2,300 statistics groups (32 x 8 x 128,256 without a cache).
+     * Logprobs in one launch saved 2 us of device time at one row but
+     * cost 2 us from an idle queue (and lost at 64 rows), so it is off. */
+    {"nvidia", PSR_DEVICE_GPU, 256, 6, 4, 0, false, 8, 0, "nvidia-gpu"},
     /* 64-wide wavefronts, up to 40 waves per CU: keep groups a multiple of 64. */
-    {"advanced micro devices", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, "amd-gpu"},
-    {"amd", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, "amd-gpu"},
+    {"advanced micro devices", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, 0, "amd-gpu"},
+    {"amd", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, 0, "amd-gpu"},
     /* Xe cores hold fewer threads than an SM. */
-    {"intel", PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, "intel-gpu"},
-    {NULL, PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, "gpu"},
+    {"intel", PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, 0, "intel-gpu"},
+    {NULL, PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, 0, "gpu"},
     /* CPUs (PoCL): one group per core at a time, so whole rows stream.
      * PoCL does not vectorise the sampler's token loop across work-items,
      * so each work-item takes 16 tokens as explicit vectors (AVX-512's
      * width; narrower units split them). The segment bound first was
      * faster for logprobs here (docs/devices.md). */
-    {NULL, PSR_DEVICE_CPU, 64, 1, 1, 16, true, 0, "cpu"},
-    {NULL, PSR_DEVICE_OTHER, 128, 2, 2, 0, true, 0, "default"},
+    {NULL, PSR_DEVICE_CPU, 64, 1, 1, 16, true, 0, 0, "cpu"},
+    {NULL, PSR_DEVICE_OTHER, 128, 2, 2, 0, true, 0, 0, "default"},
 };
 
 static bool vendor_is(const psr_device_info *info, const char *vendor)
@@ -87,6 +90,8 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                     .verify_skip_groups = 4 * (size_t)(info->compute_units ? info->compute_units : 1),
                     .verify_fused_groups =
                         r->verify_fused * (size_t)(info->compute_units ? info->compute_units : 1),
+                    .logprobs_one_blocks =
+                        r->logprobs_one * (size_t)(info->compute_units ? info->compute_units : 1),
                     /* Every list that fits (lib/filter.c's FILTER_CAP):
                      * on the H200 drawing from lists of thousands (top-p)
                      * beat the sampler's full pass at 32 to 256 rows. */

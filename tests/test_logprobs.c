@@ -1,7 +1,8 @@
 /* Logprobs on a real device: bit for bit the host oracle's (raw and
  * processed, ties, NaN and infinities, several super-blocks, bf16, request
- * mapping), within fp32 tolerance of a double-precision reference with
- * exact ranks, and every bad argument refused with nothing written. */
+ * mapping), in two launches and in one, within fp32 tolerance of a
+ * double-precision reference with exact ranks, and every bad argument
+ * refused with nothing written. */
 #include "common.h"
 #include "stats.h"
 
@@ -17,6 +18,7 @@ static int setup(void **state)
     (void)state;
     test_seed(1618);
     ctx = open_suite_context();
+    ctx->tuning.logprobs_one_blocks = 0; /* two launches, but in test_one_launch */
     return 0;
 }
 
@@ -124,6 +126,8 @@ static psr_status run_logprobs(const lcase *c, psr_dtype dtype, unsigned flags, 
         tamper(&a);
     cl_event ev = NULL;
     psr_status st = psr_logprobs(ctx, &a, &ev);
+    if (st == PSR_OK)
+        assert_int_equal(ctx->logprobs_one_last, ctx->tuning.logprobs_one_blocks == SIZE_MAX);
     if (ev) {
         clWaitForEvents(1, &ev);
         clReleaseEvent(ev);
@@ -234,9 +238,19 @@ static void test_other_bound_matches_oracle(void **state)
     psr_context *saved = ctx;
     ctx = open_suite_context();
     ctx->tuning.lp_segment_tau = !ctx->tuning.lp_segment_tau; /* before its first build */
+    ctx->tuning.logprobs_one_blocks = 0;
     test_matches_oracle(state);
     psr_context_free(ctx);
     ctx = saved;
+}
+
+/* The same cases in one launch (psr_logprobs_one), each row merged by its
+ * last block: the oracle's results again. */
+static void test_one_launch(void **state)
+{
+    ctx->tuning.logprobs_one_blocks = SIZE_MAX;
+    test_matches_oracle(state);
+    ctx->tuning.logprobs_one_blocks = 0;
 }
 
 /* Against double precision: logprobs within fp32 tolerance, ranks exact. */
@@ -331,6 +345,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_oracle),
         cmocka_unit_test(test_other_bound_matches_oracle),
+        cmocka_unit_test(test_one_launch),
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_bad_input),
     };
