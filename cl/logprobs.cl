@@ -148,18 +148,25 @@ inline bool psr_after(float v, uint i, float pv, uint pi)
     return v < pv || (v == pv && i > pi);
 }
 
-/* The locals of a block's pass and a row's merge (one launch runs both). */
-typedef struct psr_lp_locals {
+/* The locals of a block's pass (psr_lp_block). */
+typedef struct psr_lp_block_locals {
     float ls[2 * PSR_LANES]; /* the lanes' sums, then their maxima */
     float lm[1], lbv[PSR_VWG]; /* lm: the segment bound's tau */
     uint lbi[PSR_VWG], lcount[2]; /* beats or candidates; the bound's index */
-    float lcv[PSR_LP_CANDIDATES]; /* a block's candidates; the merge's lists */
+    float lcv[PSR_LP_CANDIDATES]; /* the block's candidates */
     uint lci[PSR_LP_CANDIDATES];
-    float2 lparts[64]; /* the merge: the row's log-sum-exp partials and beats */
-    uint lbeats[64];
-    float llse;
-    uint lvalid, llast;
-} psr_lp_locals;
+} psr_lp_block_locals;
+
+/* The locals of a row's merge (psr_lp_row), for up to 64 blocks (vocab
+ * <= 2^20, lib/logprobs.c). */
+typedef struct psr_lp_row_locals {
+    float cv[64 * PSR_MAX_TOP_N]; /* the blocks' top-N lists */
+    uint ci[64 * PSR_MAX_TOP_N];
+    float2 parts[64]; /* the blocks' log-sum-exp partials */
+    uint beats[64];
+    float lse;
+    uint valid;
+} psr_lp_row_locals;
 
 /* One block's pass: super-block sb of a row (psr_logprobs_partial). */
 inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
@@ -167,7 +174,7 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
                          __global const float *temperatures, uint raw, __global const int *tokens,
                          uint top_n, __global float2 *lse_out, __global uint *beat_out,
                          __global float *top_v, __global uint *top_i, __global const float *cuts,
-                         uint row, uint sb, uint lid, __local psr_lp_locals *l)
+                         uint row, uint sb, uint lid, __local psr_lp_block_locals *l)
 {
     __local float *ls = l->ls, *lm = l->lm, *lbv = l->lbv, *lcv = l->lcv;
     __local uint *lbi = l->lbi, *lcount = l->lcount, *lci = l->lci;
@@ -353,7 +360,7 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
                           uint top_n, __global float2 *lse_out, __global uint *beat_out,
                           __global float *top_v, __global uint *top_i, __global const float *cuts)
 {
-    __local psr_lp_locals l;
+    __local psr_lp_block_locals l;
     psr_lp_block(logits, logits_offset, row_stride, vocab, nsb, row_request, requests, temperatures, raw,
                  tokens, top_n, lse_out, beat_out, top_v, top_i, cuts, get_group_id(0) / nsb,
                  get_group_id(0) % nsb, get_local_id(0), &l);
@@ -399,10 +406,10 @@ inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, __globa
                        __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                        __global const int *row_request, uint requests, __global const float *temperatures,
                        uint raw, __global const float *cuts, uint row, bool published, uint lid,
-                       __local psr_lp_locals *l)
+                       __local psr_lp_row_locals *l)
 {
-    __local float *cv = l->lcv;
-    __local uint *ci = l->lci;
+    __local float *cv = l->cv;
+    __local uint *ci = l->ci;
     uint blocks = min(nsb, 64u); /* vocab <= 2^20 (lib/logprobs.c) */
     uint cands = blocks * top_n;
     ulong first = (ulong)row * nsb * top_n;
@@ -412,19 +419,19 @@ inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, __globa
     }
     for (uint b = lid; b < blocks; b += PSR_VWG) {
         __global const float *part = (__global const float *)(lse_in + (ulong)row * nsb + b);
-        l->lparts[b] = (float2)(psr_lp_read_f(part, published), psr_lp_read_f(part + 1, published));
-        l->lbeats[b] = psr_lp_read_u(beat_in + (ulong)row * nsb + b, published);
+        l->parts[b] = (float2)(psr_lp_read_f(part, published), psr_lp_read_f(part + 1, published));
+        l->beats[b] = psr_lp_read_u(beat_in + (ulong)row * nsb + b, published);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid == 0) {
-        l->lvalid = 0;
+        l->valid = 0;
         /* psr_row_lse's arithmetic, over the partials loaded above */
         float2 held[PSR_HELD];
 #pragma unroll
         for (uint b = 0; b < PSR_HELD; b++)
-            held[b] = b < blocks ? l->lparts[b] : (float2)(-INFINITY, 0.0f);
+            held[b] = b < blocks ? l->parts[b] : (float2)(-INFINITY, 0.0f);
         float lse = nsb <= PSR_HELD ? psr_held_lse(held, nsb) : psr_row_lse_of(lse_in, row, nsb, published);
-        l->llse = lse;
+        l->lse = lse;
         int tok = tokens[row];
         bool valid = tok >= 0 && (uint)tok < vocab;
         int req = row_request ? row_request[row] : (int)row;
@@ -437,14 +444,14 @@ inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, __globa
                          : NAN;
         uint beat = 0;
         for (uint b = 0; b < blocks; b++)
-            beat += l->lbeats[b];
+            beat += l->beats[b];
         if (token_logprobs)
             token_logprobs[row] = valid ? tv - lse : NAN;
         if (token_ranks)
             token_ranks[row] = valid ? (int)beat + 1 : 0;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    float lse = l->llse;
+    float lse = l->lse;
     uint mine = 0;
     for (uint c = lid; c < cands; c += PSR_VWG) {
         if (ci[c] == PSR_LP_NONE)
@@ -460,9 +467,9 @@ inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, __globa
         }
     }
     if (mine)
-        atomic_add(&l->lvalid, mine);
+        atomic_add(&l->valid, mine);
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint n = l->lvalid + lid; n < top_n; n += PSR_VWG) { /* fewer tokens than top_n */
+    for (uint n = l->valid + lid; n < top_n; n += PSR_VWG) { /* fewer tokens than top_n */
         top_ids[(ulong)row * top_n + n] = -1;
         top_logprobs[(ulong)row * top_n + n] = -INFINITY;
     }
@@ -479,7 +486,7 @@ void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *to
                          __global const int *row_request, uint requests,
                          __global const float *temperatures, uint raw, __global const float *cuts)
 {
-    __local psr_lp_locals l;
+    __local psr_lp_row_locals l;
     psr_lp_row(vocab, nsb, tokens, lse_in, beat_in, top_v, top_i, top_n, token_logprobs, token_ranks,
                top_ids, top_logprobs, logits, logits_offset, row_stride, row_request, requests,
                temperatures, raw, cuts, get_group_id(0), false, get_local_id(0), &l);
@@ -487,7 +494,9 @@ void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *to
 
 /* Small batches in one launch: the blocks of psr_logprobs_partial, and
  * each row's last block to finish merges the row as psr_logprobs_finish
- * does. `done` holds a count per row, which that block resets. */
+ * does. `done` holds a count per row, which that block resets. The merge
+ * starts after every work-item's pass (the count's barriers), so the two
+ * share their local memory. */
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
 void psr_logprobs_one(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                       uint vocab, uint nsb, __global const int *row_request, uint requests,
@@ -497,13 +506,17 @@ void psr_logprobs_one(__global const psr_logit_t *logits, ulong logits_offset, u
                       __global int *token_ranks, __global int *top_ids, __global float *top_logprobs,
                       __global uint *done)
 {
-    __local psr_lp_locals l;
+    __local union {
+        psr_lp_block_locals block;
+        psr_lp_row_locals row;
+    } l;
+    __local uint last;
     uint row = get_group_id(0) / nsb, lid = get_local_id(0);
     psr_lp_block(logits, logits_offset, row_stride, vocab, nsb, row_request, requests, temperatures, raw,
-                 tokens, top_n, lse, beat, top_v, top_i, cuts, row, get_group_id(0) % nsb, lid, &l);
-    if (!psr_last_group(done + row, nsb, &l.llast))
+                 tokens, top_n, lse, beat, top_v, top_i, cuts, row, get_group_id(0) % nsb, lid, &l.block);
+    if (!psr_last_group(done + row, nsb, &last))
         return;
     psr_lp_row(vocab, nsb, tokens, lse, beat, top_v, top_i, top_n, token_logprobs, token_ranks, top_ids,
                top_logprobs, logits, logits_offset, row_stride, row_request, requests, temperatures, raw,
-               cuts, row, true, lid, &l);
+               cuts, row, true, lid, &l.row);
 }

@@ -210,6 +210,9 @@ inline float psr_row_lse_of(__global const float2 *lse, uint row, uint nsb, bool
 }
 
 #define PSR_HELD 12 /* partials a deciding work-item holds (vocabularies up to 196,608) */
+#if PSR_HELD % 2
+#error "psr_published_pair reads partials in pairs: PSR_HELD must be even"
+#endif
 
 /* psr_row_lse_of over partials held in p (PSR_HELD, those past nsb
  * (-inf, 0)): the same arithmetic in the same order. */
@@ -1021,7 +1024,7 @@ void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, u
                       __global uint *status, uint groups_per_row, uint chunk, __global ulong *row_words,
                       uint fold_width, __global uint *user_status, uint cols, __global int *tokens,
                       uint tokens64, __global int *num_sampled, __global uint *tickets,
-                      uint ticket_base, __global uint *req_done, uint first_sampling)
+                      __global uint *req_done, uint first_sampling)
 {
     __local float lm[PSR_LANES], ls[PSR_LANES];
     __local float lbv[PSR_VWG];
@@ -1034,10 +1037,10 @@ void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, u
     __local float lres[2];
     __local int lfinish;
     __local psr_walk_rows lrows;
-    /* tickets[0] counts the groups of every launch so far (the host
-     * passes the count before this one), so one atomic numbers a group. */
-    if (get_local_id(0) == 0)
-        lticket = atomic_inc(tickets) - ticket_base;
+    if (get_local_id(0) == 0) {
+        atomic_max(tickets, epoch << PSR_REJECT_BITS);
+        lticket = atomic_inc(tickets) & ((1u << PSR_REJECT_BITS) - 1);
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
     uint ticket = lticket;
     uint lid = get_local_id(0);

@@ -312,7 +312,6 @@ struct psr_context {
     uint32_t verify_epoch; /* psr_verify's launch count, below PSR_VERIFY_EPOCHS (verify.c) */
     bool verify_fused_last; /* the last psr_verify ran in one launch (for tests and psr bench verify) */
     bool logprobs_one_last; /* the last psr_logprobs ran in one launch (for tests) */
-    cl_uint verify_tickets; /* groups psr_verify_fused numbered since its ticket word was cleared */
 
     psr_fp64_policy fp64_policy;
     bool fp64_fallback_said;     /* the log has said once that fp64 became wide */

@@ -202,7 +202,6 @@ static psr_status next_epoch(psr_context *ctx)
     if (++ctx->verify_epoch < PSR_VERIFY_EPOCHS)
         return PSR_OK;
     ctx->verify_epoch = 1;
-    ctx->verify_tickets = 0; /* cleared with the words below */
     cl_uint zero = 0;
     cl_int err = CL_SUCCESS;
     for (int i = DONE; i <= REQ_DONE && err == CL_SUCCESS; i++)
@@ -322,7 +321,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
         cl_uint first_sampling = (cl_uint)(stats_groups + 1); /* after the check's ticket */
         const size_t fsizes[] = {ms, 8,  8,  4,  4,  4,  4,  ms, ms, ms, ms, ms, 4,  ms,
                                  4,  ms, ms, ms, ms, ms, ms, ms, ms, 4,  ms, 4,  ms, 4,
-                                 4,  ms, 4,  ms, 4,  ms, 4,  ms, ms, 4,  ms, 4};
+                                 4,  ms, 4,  ms, 4,  ms, 4,  ms, ms, ms, 4};
         const void *fvalues[] = {&a->target_logits, &offset,      &stride,         &vocab,
                                  &rows,             &requests,    &nsb,            &row_req,
                                  &cu,               &order,       &a->temperatures, &a->seeds,
@@ -332,7 +331,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
                                  &row_lse,          &draft_rows,  &status,         &groups,
                                  &chunk,            &row_words,   &fold_width,     &a->status,
                                  &cols,             &a->tokens,   &tokens64,       &a->num_sampled,
-                                 &tickets,          &ctx->verify_tickets, &req_done, &first_sampling};
+                                 &tickets,          &req_done,    &first_sampling};
         _Static_assert(sizeof fsizes / sizeof *fsizes == sizeof fvalues / sizeof *fvalues,
                        "one size per argument");
         st = psr_set_kernel_args(ctx, one, "psr_verify_fused", (int)(sizeof fsizes / sizeof *fsizes),
@@ -344,7 +343,6 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
                                     first || event ? &done_event : NULL);
         if (st != PSR_OK)
             return st;
-        ctx->verify_tickets += (cl_uint)fused_groups; /* wraps as the device's word does */
         ctx->verify_fused_last = true;
         /* One kernel is both the first and the last. */
         if (first) {
