@@ -229,6 +229,12 @@ static void test_matches_oracle(void **state)
     c = make_case(9, 3, false); /* fewer tokens than top_n: -1 and -inf after them */
     check_case(&c, PSR_DTYPE_F32, 0, 5);
     free_case(&c);
+    c = make_case(3, 16389, false); /* a last block of 5 tokens: its list ends in absent ones */
+    check_case(&c, PSR_DTYPE_F32, 0, 20);
+    free_case(&c);
+    c = make_case(2, 230000, false); /* 15 blocks: more partials than a work-item holds */
+    check_case(&c, PSR_DTYPE_F32, 0, 20);
+    free_case(&c);
 }
 
 /* The same cases with the other bound than the device's tuning chose
