@@ -418,8 +418,7 @@ inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, __globa
         ci[c] = psr_lp_read_u(top_i + first + c, published);
     }
     for (uint b = lid; b < blocks; b += PSR_VWG) {
-        __global const float *part = (__global const float *)(lse_in + (ulong)row * nsb + b);
-        l->parts[b] = (float2)(psr_lp_read_f(part, published), psr_lp_read_f(part + 1, published));
+        l->parts[b] = psr_lse_partial(lse_in, (ulong)row * nsb + b, published);
         l->beats[b] = psr_lp_read_u(beat_in + (ulong)row * nsb + b, published);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
