@@ -101,6 +101,13 @@ inline uint psr_ordered(float v)
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+/* A group's (value, index) as a fold key: the larger key is the better
+ * pair (larger value, then lower index). */
+inline ulong psr_fold_mine(float v, uint idx)
+{
+    return ((ulong)psr_ordered(v) << 20) | (ulong)(0xfffffu - idx);
+}
+
 /* Folds key `mine` into a word that `target` groups fold into; true for
  * the last of them, with the best key of all in *key. */
 inline bool psr_fold_key(volatile __global ulong *word, ulong mine, uint target, ulong *key)
@@ -131,7 +138,7 @@ inline bool psr_fold_row(__global ulong *words, float v, uint idx, uint part, ui
     uint buckets = (groups + width - 1) / width;
     uint bucket = part / width;
     uint members = min(width, groups - bucket * width);
-    ulong mine = ((ulong)psr_ordered(v) << 20) | (ulong)(0xfffffu - idx);
+    ulong mine = psr_fold_mine(v, idx);
     ulong bucket_key;
     if (!psr_fold_key(words + 1 + bucket, mine, members, &bucket_key))
         return false;

@@ -720,14 +720,16 @@ typedef struct psr_walk_rows {
     uint status;
 } psr_walk_rows;
 
-/* Writes request req's output row: accepted drafts, the token, then -1. */
+/* Writes request req's output row: accepted drafts (the first `held` of
+ * them from held_drafts, read by the walk), the token, then -1. */
 inline void psr_write_output(uint req, const psr_walk *walk, int token, uint lid, uint cols,
-                             uint first_row, __global const int *draft_tokens, __global int *tokens,
+                             uint first_row, __global const int *draft_tokens,
+                             __local const int *held_drafts, uint held, __global int *tokens,
                              uint tokens64, __global int *num_sampled)
 {
     for (uint c = lid; c < cols; c += PSR_WG_SIZE) {
-        int v = (int)c < walk->accepted ? draft_tokens[first_row + c]
-                                        : (int)c == walk->accepted ? token : -1;
+        int d = c < held ? held_drafts[c] : (int)c < walk->accepted ? draft_tokens[first_row + c] : -1;
+        int v = (int)c < walk->accepted ? d : (int)c == walk->accepted ? token : -1;
         ulong at = (ulong)req * cols + c;
         if (tokens64)
             ((__global long *)tokens)[at] = v;
@@ -737,6 +739,44 @@ inline void psr_write_output(uint req, const psr_walk *walk, int token, uint lid
     if (lid == 0)
         num_sampled[req] = walk->accepted + 1;
 }
+
+#if PSR_ROW_WORDS
+/* The best of a request's sampling groups: each group stores its fold key
+ * (psr_fold_mine) in its own slot of keys and counts itself in the
+ * request's word (launch-numbered, as psr_count_arrival); the last to
+ * count reads every slot. Three round trips however the groups arrive,
+ * where folding into one word by compare-and-swap takes one more for each
+ * group that got there just before. The counts are apart from the keys,
+ * which are never cleared. True in the last group, with the best index in
+ * *best_i. */
+inline bool psr_gather_best(__global ulong *keys, __global uint *count, uint part, uint groups, uint epoch,
+                            float v, uint idx, uint lid, __local ulong *lk, __local int *flag,
+                            uint *best_i)
+{
+    if (lid == 0) {
+        atom_xchg(keys + part, psr_fold_mine(v, idx));
+        *flag = psr_last_arrival(count, groups, epoch, PSR_REJECT_BITS);
+    }
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (!*flag)
+        return false;
+    ulong best = 0; /* below every key */
+    for (uint g = lid; g < groups; g += PSR_WG_SIZE)
+        best = max(best, *(volatile __global const ulong *)(keys + g));
+    lk[lid] = best;
+    uint span = 1; /* the reduction spans the slots read, not the group */
+    while (span < min(groups, (uint)PSR_WG_SIZE))
+        span <<= 1;
+    for (uint s = span / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < s)
+            lk[lid] = max(lk[lid], lk[lid + s]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    *best_i = 0xfffffu - (uint)(lk[0] & 0xfffffu);
+    return true;
+}
+#endif
 
 /* One step of 4 tokens of the row being sampled, x its target logits and
  * y its draft logits (NaN without a cache): bonus (mode 2) or residual. */
@@ -763,14 +803,14 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
                              __global const float *draft_cache, uint cache_k, __global const float2 *t_lse,
                              __global const float *t_best, __global const uint *t_best_i,
                              __global const float2 *q_lse, uint groups_per_row, uint chunk,
-                             __global ulong *row_words, uint fold_width, __global psr_acc_t *part_value,
+                             __global ulong *best_keys, __global uint *best_count, __global psr_acc_t *part_value,
                              __global uint *part_index, __global int4 *walks, __global const uint *status,
                              __global uint *user_status, uint cols, __global int *tokens, uint tokens64,
                              __global int *num_sampled, uint decide, __global const uint *rejected,
                              uint epoch, __global const float2 *row_lse, uint gid, bool fused, uint lid,
                              __local psr_acc_t *lv, __local uint *li, __local int *first_reject,
                              __local psr_walk *lwalk, __local float *lres, __local int *lfinish,
-                             __local psr_walk_rows *lrows)
+                             __local psr_walk_rows *lrows, __local ulong *lk)
 {
     uint req = gid / groups_per_row;
     uint part = gid % groups_per_row;
@@ -934,24 +974,15 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
     if (!active && part != 0)
         return;
 #if PSR_ROW_WORDS
-    if (!finish && row_words) {
-        if (lid == 0) {
-            ulong fkey;
-            uint words_per_row = 1 + (groups_per_row + fold_width - 1) / fold_width;
-            *lfinish = psr_fold_row(row_words + (ulong)req * words_per_row, final_v, final_i, part,
-                                   groups_per_row, fold_width, &fkey);
-            li[0] = 0xfffffu - (uint)(fkey & 0xfffffu);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        finish = *lfinish;
-        final_i = li[0];
-    }
+    if (!finish && best_keys)
+        finish = psr_gather_best(best_keys + (ulong)req * groups_per_row, best_count + req, part,
+                                 groups_per_row, epoch, final_v, final_i, lid, lk, lfinish, &final_i);
 #endif
     if (finish) {
         if (!bad)
             psr_write_output(req, &walk, walk.mode == 0 ? walk.token : (int)final_i, lid, cols,
-                             first_row, draft_tokens, tokens, tokens64, num_sampled);
-    } else if (!row_words && lid == 0) {
+                             first_row, draft_tokens, lrows->draft, ahead, tokens, tokens64, num_sampled);
+    } else if (!best_keys && lid == 0) {
         part_value[gid] = final_v;
         part_index[gid] = final_i;
     }
@@ -965,7 +996,7 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
                        __global const float *draft_cache, uint cache_k, __global const float2 *t_lse,
                        __global const float *t_best, __global const uint *t_best_i,
                        __global const float2 *q_lse, uint groups_per_row, uint chunk,
-                       __global ulong *row_words, uint fold_width, __global psr_acc_t *part_value,
+                       __global ulong *best_keys, __global uint *best_count, __global psr_acc_t *part_value,
                        __global uint *part_index, __global int4 *walks, __global const uint *status,
                        __global uint *user_status, uint cols, __global int *tokens, uint tokens64,
                        __global int *num_sampled, uint decide, __global const uint *rejected,
@@ -978,12 +1009,13 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     __local float lres[2];
     __local int lfinish;
     __local psr_walk_rows lrows;
+    __local ulong lk[PSR_WG_SIZE];
     psr_sample_group(logits, logits_offset, row_stride, vocab, nsb, cu, draft_tokens, seeds, temperatures,
                      positions, greedy_all, draft_cache, cache_k, t_lse, t_best, t_best_i, q_lse,
-                     groups_per_row, chunk, row_words, fold_width, part_value, part_index, walks, status,
+                     groups_per_row, chunk, best_keys, best_count, part_value, part_index, walks, status,
                      user_status, cols, tokens, tokens64, num_sampled, decide, rejected, epoch, row_lse,
                      (uint)get_group_id(0), false, get_local_id(0), lv, li, &first_reject, &lwalk, lres,
-                     &lfinish, &lrows);
+                     &lfinish, &lrows, lk);
 }
 
 #if PSR_WG_SIZE <= PSR_LANES
@@ -1021,8 +1053,8 @@ void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, u
                       __global const long *positions, __global float2 *t_lse, __global float *t_best,
                       __global uint *t_best_i, __global float2 *q_lse, __global uint *done,
                       __global uint *rejected, uint epoch, __global float2 *row_lse, uint draft_rows,
-                      __global uint *status, uint groups_per_row, uint chunk, __global ulong *row_words,
-                      uint fold_width, __global uint *user_status, uint cols, __global int *tokens,
+                      __global uint *status, uint groups_per_row, uint chunk, __global ulong *best_keys,
+                      __global uint *best_count, __global uint *user_status, uint cols, __global int *tokens,
                       uint tokens64, __global int *num_sampled, __global uint *tickets,
                       __global uint *req_done, uint first_sampling)
 {
@@ -1037,6 +1069,7 @@ void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, u
     __local float lres[2];
     __local int lfinish;
     __local psr_walk_rows lrows;
+    __local ulong lk[PSR_WG_SIZE];
     if (get_local_id(0) == 0) {
         atomic_max(tickets, epoch << PSR_REJECT_BITS);
         lticket = atomic_inc(tickets) & ((1u << PSR_REJECT_BITS) - 1);
@@ -1066,9 +1099,9 @@ void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, u
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
         psr_sample_group(logits, logits_offset, row_stride, vocab, nsb, cu, draft_tokens, seeds,
                          temperatures, positions, greedy_all, draft_cache, cache_k, t_lse, t_best, t_best_i,
-                         q_lse, groups_per_row, chunk, row_words, fold_width, NULL, NULL, NULL, status,
+                         q_lse, groups_per_row, chunk, best_keys, best_count, NULL, NULL, NULL, status,
                          user_status, cols, tokens, tokens64, num_sampled, 1u, rejected, epoch, row_lse, gid,
-                         true, lid, lv, li, &first_reject, &lwalk, lres, &lfinish, &lrows);
+                         true, lid, lv, li, &first_reject, &lwalk, lres, &lfinish, &lrows, lk);
         return;
     }
     /* The statistics last, as in psr_verify_stats. */
@@ -1100,5 +1133,5 @@ void psr_verify_finalize(uint groups_per_row, __global const psr_acc_t *part_val
     walk.accepted = w.x;
     walk.token = w.y;
     psr_write_output(req, &walk, w.y >= 0 ? w.y : (int)li[0], lid, cols, (uint)cu[req], draft_tokens,
-                     tokens, tokens64, num_sampled);
+                     NULL, 0, tokens, tokens64, num_sampled);
 }

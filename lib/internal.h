@@ -304,7 +304,7 @@ struct psr_context {
     psr_scratch filter_hist;  /* per row: 12-bit histogram (counts or masses); zero between launches */
     psr_scratch filter_cand;  /* per row: candidate keys for the exact search */
     bool filter_dirty;        /* a filter launch was cut short: clear the state first */
-    psr_scratch verify[11]; /* psr_verify's per-row statistics, walks, status, skip and ticket state (verify.c) */
+    psr_scratch verify[13]; /* psr_verify's per-row statistics, walks, status, skip and ticket state (verify.c) */
     psr_scratch logprobs[5]; /* psr_logprobs' per-block partials and per-row counts (logprobs.c) */
     cl_mem verify_layout[3]; /* the last cu, row-to-request map and row order uploaded, and */
     int32_t *verify_cu;      /* a host copy of that cu, to reuse them when it repeats */

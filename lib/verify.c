@@ -14,8 +14,8 @@ _Static_assert(PSR_VERIFY_EPOCHS == 1u << (32 - VERIFY_COUNT_BITS),
                "launch numbers fill the words' bits above the count");
 
 /* ctx->verify[] scratch. */
-enum { T_LSE, T_BEST, T_BEST_I, Q_LSE, WALKS, STATUS, DONE, REJECTED, TICKETS, REQ_DONE, ROW_LSE,
-       VERIFY_SCRATCH };
+enum { T_LSE, T_BEST, T_BEST_I, Q_LSE, WALKS, STATUS, DONE, REJECTED, TICKETS, REQ_DONE, BEST_COUNT,
+       ROW_LSE, BEST_KEYS, VERIFY_SCRATCH };
 _Static_assert(VERIFY_SCRATCH == sizeof ((psr_context *)0)->verify / sizeof(psr_scratch),
                "one scratch buffer of ctx->verify per entry");
 
@@ -204,7 +204,7 @@ static psr_status next_epoch(psr_context *ctx)
     ctx->verify_epoch = 1;
     cl_uint zero = 0;
     cl_int err = CL_SUCCESS;
-    for (int i = DONE; i <= REQ_DONE && err == CL_SUCCESS; i++)
+    for (int i = DONE; i <= BEST_COUNT && err == CL_SUCCESS; i++)
         err = clEnqueueFillBuffer(ctx->queue, ctx->verify[i].buffer, &zero, sizeof zero, 0,
                                   ctx->verify[i].bytes, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
@@ -252,10 +252,6 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
                        &groups);
     bool one_pass = groups > 1 && !v.fp64 && (ctx->info.capabilities & PSR_CAP_INT64_ATOMICS) &&
                     a->vocab <= (1u << 20) && groups < 4096 && !ctx->tuning.two_pass;
-    cl_uint fold_width = 1;
-    while (fold_width * fold_width < groups)
-        fold_width++;
-    size_t words_per_row = 1 + (groups + fold_width - 1) / fold_width;
     size_t acc = v.fp64 ? sizeof(cl_double) : sizeof(cl_float);
     size_t parts = a->requests * groups;
     size_t stat_n = a->rows * nsb;
@@ -269,7 +265,8 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
                  !ctx->tuning.verify_fused_broken;
     const size_t need[VERIFY_SCRATCH] = {stat_n * 8,      stat_n * 4,       stat_n * 4, stat_n * 8,
                                          a->requests * 16, 4,               a->rows * 4, a->requests * 4,
-                                         8,               a->requests * 4, a->rows * 8};
+                                         8,               a->requests * 4, a->requests * 4,
+                                         a->rows * 8,     one_pass ? parts * 8 : 8};
     if (fused) {
         st = psr_kernel_get(ctx, &v, "psr_verify_fused", &one);
     } else {
@@ -279,11 +276,12 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     }
     for (int i = 0; i < VERIFY_SCRATCH && st == PSR_OK; i++)
         st = psr_scratch_reserve(ctx, &ctx->verify[i], need[i]);
-    cl_mem row_words = NULL, part_value = NULL, part_index = NULL;
-    if (st == PSR_OK && one_pass) {
-        st = psr_scratch_reserve(ctx, &ctx->row_words, a->requests * words_per_row * sizeof(cl_ulong));
-        row_words = ctx->row_words.buffer;
-    } else if (st == PSR_OK && groups > 1 && !fused) {
+    /* One pass: each sampling group's best key, and per request a count of
+     * the groups that stored theirs. */
+    cl_mem best_keys = one_pass ? ctx->verify[BEST_KEYS].buffer : NULL;
+    cl_mem best_count = ctx->verify[BEST_COUNT].buffer;
+    cl_mem part_value = NULL, part_index = NULL;
+    if (st == PSR_OK && !one_pass && groups > 1 && !fused) {
         st = psr_kernel_get(ctx, &v, "psr_verify_finalize", &finalize);
         if (st == PSR_OK)
             st = psr_scratch_reserve(ctx, &ctx->part_value, parts * acc);
@@ -321,7 +319,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
         cl_uint first_sampling = (cl_uint)(stats_groups + 1); /* after the check's ticket */
         const size_t fsizes[] = {ms, 8,  8,  4,  4,  4,  4,  ms, ms, ms, ms, ms, 4,  ms,
                                  4,  ms, ms, ms, ms, ms, ms, ms, ms, 4,  ms, 4,  ms, 4,
-                                 4,  ms, 4,  ms, 4,  ms, 4,  ms, ms, ms, 4};
+                                 4,  ms, ms, ms, 4,  ms, 4,  ms, ms, ms, 4};
         const void *fvalues[] = {&a->target_logits, &offset,      &stride,         &vocab,
                                  &rows,             &requests,    &nsb,            &row_req,
                                  &cu,               &order,       &a->temperatures, &a->seeds,
@@ -329,7 +327,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
                                  &a->positions,     &t_lse,       &t_best,         &t_best_i,
                                  &q_lse,            &done,        &rejected,       &epoch,
                                  &row_lse,          &draft_rows,  &status,         &groups,
-                                 &chunk,            &row_words,   &fold_width,     &a->status,
+                                 &chunk,            &best_keys,   &best_count,     &a->status,
                                  &cols,             &a->tokens,   &tokens64,       &a->num_sampled,
                                  &tickets,          &req_done,    &first_sampling};
         _Static_assert(sizeof fsizes / sizeof *fsizes == sizeof fvalues / sizeof *fvalues,
@@ -372,13 +370,13 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
 
     cl_mem walks_arg = finalize ? walks : NULL;
     const size_t psizes[] = {ms, 8, 8, 4, 4, ms, ms, ms, ms, ms, 4, ms, 4, ms, ms, ms, ms,
-                             4,  4, ms, 4, ms, ms, ms, ms, ms, 4, ms, 4, ms, 4, ms, 4, ms};
+                             4,  4, ms, ms, ms, ms, ms, ms, ms, 4, ms, 4, ms, 4, ms, 4, ms};
     const void *pvalues[] = {&a->target_logits, &offset,      &stride,        &vocab,
                              &nsb,              &cu,          &a->draft_tokens, &a->seeds,
                              &a->temperatures,  &a->positions, &greedy_all,   &a->draft_cache,
                              &cache_k,          &t_lse,       &t_best,        &t_best_i,
-                             &q_lse,            &groups,      &chunk,         &row_words,
-                             &fold_width,       &part_value,  &part_index,    &walks_arg,
+                             &q_lse,            &groups,      &chunk,         &best_keys,
+                             &best_count,       &part_value,  &part_index,    &walks_arg,
                              &status,           &a->status,   &cols,          &a->tokens,
                              &tokens64,         &a->num_sampled, &decide,     &rejected,
                              &epoch,            &row_lse};

@@ -298,6 +298,18 @@ static void test_matches_oracle(void **state)
         free_case(&c);
     }
     assert_true(accepted > 20); /* the walk really accepts, not just rejects */
+    /* Rows split over as many groups as a GPU gives them (9 per request,
+     * then 3), whose best the last of them gathers; the second split's
+     * words lie where the first's were. */
+    size_t resident = ctx->tuning.verify_resident_per_unit;
+    ctx->tuning.verify_resident_per_unit = 64;
+    vcase split = make_case(12, 20000, 3, true);
+    check_against_oracle(&split, &prob);
+    free_case(&split);
+    split = make_case(8, 5000, 2, false);
+    check_against_oracle(&split, &prob);
+    free_case(&split);
+    ctx->tuning.verify_resident_per_unit = resident;
 
     vcase c = make_case(64, 777, 5, true);
     const vrun greedy = {PSR_VERIFY_GREEDY, 0, PSR_TOKENS_I64, PSR_DTYPE_F32, NULL};
