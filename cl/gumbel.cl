@@ -72,14 +72,13 @@ typedef float psr_acc_t;
 #define PSR_ROW_BAD_INDEX 8u
 #define PSR_ROW_BAD_FILTER 16u
 
-/* One kernel per launch: with 64-bit atomics, the work-groups of a row
- * fold their results into words of [count:12][value:32][~index:20] by
- * compare-and-swap. The group that brings a word's count to its target
- * holds that word's answer and clears the word for the next launch. Each
- * answer travels in the return value of one word's atomic, so nothing
- * relies on ordering between locations. To keep contention low the fold
- * has two levels: groups fold into their bucket's word (fold_width groups
- * each), and each bucket's last group folds into the row's top word. */
+/* One kernel per launch: with 64-bit atomics, each work-group of a split
+ * row stores its best as one 64-bit key, [value:32][~index:20] (a larger
+ * key is a better candidate), in a slot of its own, then counts itself in
+ * the row's word; the last to count reads every slot and writes the row.
+ * That is three round trips however the groups arrive: the groups of a
+ * row arrive together, and a fold into shared words by compare-and-swap
+ * lost one more round trip for each group just before (docs/devices.md). */
 /* The host defines PSR_INT64_ATOMICS only for devices that list
  * cl_khr_int64_base_atomics; a compiler that then lacks it fails the build
  * loudly instead of leaving rows unfinished. */
@@ -89,8 +88,6 @@ typedef float psr_acc_t;
 #if PSR_INT64_ATOMICS && !USE_FP64
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
 #define PSR_ROW_WORDS 1
-#define PSR_KEY_BITS 52
-#define PSR_KEY_MASK ((1UL << PSR_KEY_BITS) - 1)
 
 /* An fp32 value as an unsigned integer of the same order. */
 inline uint psr_ordered(float v)
@@ -101,48 +98,33 @@ inline uint psr_ordered(float v)
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-/* A group's (value, index) as a fold key: the larger key is the better
- * pair (larger value, then lower index). */
-inline ulong psr_fold_mine(float v, uint idx)
+/* A group's (value, index) as a key: the larger key is the better pair
+ * (larger value, then lower index). */
+inline ulong psr_best_key(float v, uint idx)
 {
     return ((ulong)psr_ordered(v) << 20) | (ulong)(0xfffffu - idx);
 }
 
-/* Folds key `mine` into a word that `target` groups fold into; true for
- * the last of them, with the best key of all in *key. */
-inline bool psr_fold_key(volatile __global ulong *word, ulong mine, uint target, ulong *key)
+/* The largest of `groups` keys (psr_best_key) that groups of this
+ * launch stored in keys, in every work-item (each reads some of them: one
+ * work-item's volatile loads go one after another); every work-item must
+ * call it. */
+inline ulong psr_largest_key(__global const ulong *keys, uint groups, uint lid, __local ulong *lk)
 {
-    /* A guess the swap checks: an untouched word (the first group to come
-     * needs no read; the others learn the word from the failed swap). */
-    ulong cur = 0;
-    for (;;) {
-        ulong best = max(cur & PSR_KEY_MASK, mine);
-        ulong count = (cur >> PSR_KEY_BITS) + 1;
-        ulong seen = atom_cmpxchg(word, cur, (count << PSR_KEY_BITS) | best);
-        if (seen == cur) {
-            if (count < target)
-                return false;
-            *key = best;
-            atom_xchg(word, 0UL);
-            return true;
-        }
-        cur = seen;
+    ulong best = 0; /* below every key */
+    for (uint g = lid; g < groups; g += PSR_WG_SIZE)
+        best = max(best, *(volatile __global const ulong *)(keys + g));
+    lk[lid] = best;
+    uint span = 1; /* the reduction spans the slots read, not the group */
+    while (span < min(groups, (uint)PSR_WG_SIZE))
+        span <<= 1;
+    for (uint s = span / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < s)
+            lk[lid] = max(lk[lid], lk[lid + s]);
     }
-}
-
-/* Folds this group's (v, idx) into its row; true for the row's last group,
- * with the row's best key in *key. */
-inline bool psr_fold_row(__global ulong *words, float v, uint idx, uint part, uint groups,
-                         uint width, ulong *key)
-{
-    uint buckets = (groups + width - 1) / width;
-    uint bucket = part / width;
-    uint members = min(width, groups - bucket * width);
-    ulong mine = psr_fold_mine(v, idx);
-    ulong bucket_key;
-    if (!psr_fold_key(words + 1 + bucket, mine, members, &bucket_key))
-        return false;
-    return psr_fold_key(words, bucket_key, buckets, key);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return lk[0];
 }
 #else
 #define PSR_ROW_WORDS 0
@@ -653,12 +635,16 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
                        uint groups_per_row, uint chunk, __global psr_acc_t *part_value,
                        __global uint *part_index, __global int *tokens, __global uint *row_flags,
                        __global float *draft_cache, __global const int *draft_cache_rows,
-                       ulong draft_cache_stride, __global ulong *row_words, uint fold_width,
+                       ulong draft_cache_stride, __global ulong *best_keys, __global uint *best_count,
                        uint requests, uint draft_cache_rows_total, uint draft_cache_k,
                        uint draft_step, __global const float *thresholds)
 {
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
+#if PSR_ROW_WORDS
+    __local ulong lk[PSR_WG_SIZE];
+    __local uint llast;
+#endif
     uint lid = get_local_id(0);
     uint row_id = get_group_id(0) / groups_per_row;
     uint part = get_group_id(0) % groups_per_row;
@@ -808,8 +794,6 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     lv[lid] = best;
     li[lid] = best_i;
     psr_reduce_best(lv, li, lid);
-    if (lid != 0)
-        return;
     psr_acc_t final_v = lv[0];
     uint final_i = li[0];
 #if PSR_METHOD == 1
@@ -827,21 +811,27 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
 #endif
     bool finish = groups_per_row == 1;
 #if PSR_ROW_WORDS
-    if (!finish && row_words) {
-        /* Rows that are padding or invalid never fold: group 0 reports them. */
+    if (!finish && best_keys) {
+        /* Rows that are padding or invalid never gather: group 0 reports
+         * them. (Both conditions are uniform over the group.) */
         if (!active) {
             finish = part == 0;
         } else {
-            ulong key;
-            uint words_per_row = 1 + (groups_per_row + fold_width - 1) / fold_width;
-            finish = psr_fold_row(row_words + (ulong)row_id * words_per_row, final_v, final_i, part,
-                                  groups_per_row, fold_width, &key);
-            final_i = 0xfffffu - (uint)(key & 0xfffffu);
-            uint ord = (uint)(key >> 20);
-            final_v = ord > psr_ordered((float)PSR_ACC_NEG_INF) ? (psr_acc_t)INFINITY : PSR_ACC_NEG_INF;
+            if (lid == 0)
+                atom_xchg(best_keys + get_group_id(0), psr_best_key(final_v, final_i));
+            finish = psr_last_group(best_count + row_id, groups_per_row, &llast);
+            if (finish) {
+                ulong key = psr_largest_key(best_keys + (ulong)row_id * groups_per_row, groups_per_row,
+                                            lid, lk);
+                final_i = 0xfffffu - (uint)(key & 0xfffffu);
+                uint ord = (uint)(key >> 20);
+                final_v = ord > psr_ordered((float)PSR_ACC_NEG_INF) ? (psr_acc_t)INFINITY : PSR_ACC_NEG_INF;
+            }
         }
     }
 #endif
+    if (lid != 0)
+        return;
     if (finish) {
         int token = -1;
         if (req < 0) {
@@ -854,9 +844,9 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
         tokens[row_id] = token;
         if (row_flags)
             row_flags[row_id] = flags;
-    } else if (!row_words) {
+    } else if (!best_keys) {
         part_value[get_group_id(0)] = final_v;
-        part_index[get_group_id(0)] = li[0];
+        part_index[get_group_id(0)] = final_i;
     }
 }
 

@@ -741,8 +741,8 @@ inline void psr_write_output(uint req, const psr_walk *walk, int token, uint lid
 }
 
 #if PSR_ROW_WORDS
-/* The best of a request's sampling groups: each group stores its fold key
- * (psr_fold_mine) in its own slot of keys and counts itself in the
+/* The best of a request's sampling groups: each group stores its key
+ * (psr_best_key) in its own slot of keys and counts itself in the
  * request's word (launch-numbered, as psr_count_arrival); the last to
  * count reads every slot. Three round trips however the groups arrive,
  * where folding into one word by compare-and-swap takes one more for each
@@ -754,26 +754,14 @@ inline bool psr_gather_best(__global ulong *keys, __global uint *count, uint par
                             uint *best_i)
 {
     if (lid == 0) {
-        atom_xchg(keys + part, psr_fold_mine(v, idx));
+        atom_xchg(keys + part, psr_best_key(v, idx));
         *flag = psr_last_arrival(count, groups, epoch, PSR_REJECT_BITS);
     }
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     if (!*flag)
         return false;
-    ulong best = 0; /* below every key */
-    for (uint g = lid; g < groups; g += PSR_WG_SIZE)
-        best = max(best, *(volatile __global const ulong *)(keys + g));
-    lk[lid] = best;
-    uint span = 1; /* the reduction spans the slots read, not the group */
-    while (span < min(groups, (uint)PSR_WG_SIZE))
-        span <<= 1;
-    for (uint s = span / 2; s > 0; s >>= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid < s)
-            lk[lid] = max(lk[lid], lk[lid + s]);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    *best_i = 0xfffffu - (uint)(lk[0] & 0xfffffu);
+    ulong key = psr_largest_key(keys, groups, lid, lk);
+    *best_i = 0xfffffu - (uint)(key & 0xfffffu);
     return true;
 }
 #endif

@@ -329,8 +329,10 @@ void psr_context_free(psr_context *ctx)
         clReleaseMemObject(ctx->part_value.buffer);
     if (ctx->part_index.buffer)
         clReleaseMemObject(ctx->part_index.buffer);
-    if (ctx->row_words.buffer)
-        clReleaseMemObject(ctx->row_words.buffer);
+    if (ctx->best_keys.buffer)
+        clReleaseMemObject(ctx->best_keys.buffer);
+    if (ctx->best_count.buffer)
+        clReleaseMemObject(ctx->best_count.buffer);
     psr_scratch *filter[] = {&ctx->filter_cut, &ctx->filter_state, &ctx->filter_hist,
                              &ctx->filter_cand};
     for (int i = 0; i < 4; i++)
@@ -422,7 +424,7 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
     if (!bytes)
         return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT,
                         "psr_context_scratch_bytes: bytes is NULL");
-    *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->row_words.bytes +
+    *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->best_keys.bytes + ctx->best_count.bytes +
              ctx->filter_cut.bytes + ctx->filter_state.bytes + ctx->filter_hist.bytes +
              ctx->filter_cand.bytes;
     for (size_t i = 0; i < sizeof ctx->verify / sizeof ctx->verify[0]; i++)

@@ -298,7 +298,8 @@ struct psr_context {
 
     psr_scratch part_value; /* per (row, work-group) best value */
     psr_scratch part_index; /* per (row, work-group) best index */
-    psr_scratch row_words;  /* per row: the one-pass fold word, zero between launches */
+    psr_scratch best_keys;  /* per split row: each group's best key (one kernel, cl/gumbel.cl) */
+    psr_scratch best_count; /* per split row: the groups that stored theirs, zero between launches */
     psr_scratch filter_cut;   /* per row: the filter threshold (filter.c) */
     psr_scratch filter_state; /* per row: largest key, candidate count; zero between launches */
     psr_scratch filter_hist;  /* per row: 12-bit histogram (counts or masses); zero between launches */

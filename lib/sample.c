@@ -270,20 +270,19 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     psr_split_rows(ctx, a->rows, a->vocab, &chunk, &groups);
     size_t parts = a->rows * groups;
     size_t acc = v.fp64 ? sizeof(cl_double) : sizeof(cl_float);
-    cl_mem part_value = NULL, part_index = NULL, row_words = NULL;
-    /* One kernel when rows can finish themselves (see cl/gumbel.cl). */
+    cl_mem part_value = NULL, part_index = NULL, best_keys = NULL, best_count = NULL;
+    /* One kernel when rows can finish themselves (see cl/gumbel.cl): a key
+     * per group, a count per row. */
     bool one_pass = groups > 1 && !v.fp64 && (ctx->info.capabilities & PSR_CAP_INT64_ATOMICS) &&
                     a->vocab <= (1u << 20) && groups < 4096 && !ctx->tuning.two_pass;
-    /* Two-level fold: about sqrt(groups) buckets of about sqrt(groups). */
-    cl_uint fold_width = 1;
-    while (fold_width * fold_width < groups)
-        fold_width++;
-    size_t words_per_row = 1 + (groups + fold_width - 1) / fold_width;
     if (one_pass) {
-        st = psr_scratch_reserve(ctx, &ctx->row_words, a->rows * words_per_row * sizeof(cl_ulong));
+        st = psr_scratch_reserve(ctx, &ctx->best_keys, parts * sizeof(cl_ulong));
+        if (st == PSR_OK)
+            st = psr_scratch_reserve(ctx, &ctx->best_count, a->rows * sizeof(cl_uint));
         if (st != PSR_OK)
             goto fail;
-        row_words = ctx->row_words.buffer;
+        best_keys = ctx->best_keys.buffer;
+        best_count = ctx->best_count.buffer;
     } else if (groups > 1) {
         st = psr_kernel_get(ctx, &v, "psr_gumbel_finalize", &finalize);
         if (st == PSR_OK)
@@ -314,12 +313,12 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     cl_uint requests = (cl_uint)a->requests;
     cl_uint cache_rows = (cl_uint)(a->draft_cache_rows ? a->draft_cache_rows_total : a->rows);
     cl_uint cache_k = (cl_uint)a->draft_cache_k, draft_step = (cl_uint)a->draft_step;
-    const size_t sizes[] = {ms, 8, 8, 4, ms, ms, ms, ms, 4, 4, ms, ms, ms, ms, ms, ms, 8, ms, 4, 4, 4, 4, 4, ms};
+    const size_t sizes[] = {ms, 8, 8, 4, ms, ms, ms, ms, 4, 4, ms, ms, ms, ms, ms, ms, 8, ms, ms, 4, 4, 4, 4, ms};
     const void *values[] = {&a->logits,      &offset,         &stride,       &vocab,
                             &a->row_request, &a->seeds,       &a->temperatures, &a->positions,
                             &groups,         &chunk,          &part_value,   &part_index,
                             &a->tokens,      &a->row_flags,   &a->draft_cache, &a->draft_cache_rows,
-                            &cache_stride,   &row_words,      &fold_width,   &requests,
+                            &cache_stride,   &best_keys,      &best_count,   &requests,
                             &cache_rows,     &cache_k,        &draft_step,   &cut};
     st = psr_set_kernel_args(ctx, sample, "psr_gumbel_sample", 24, sizes, values);
     if (st == PSR_OK && finalize) {
