@@ -114,20 +114,52 @@ inline float4 psr_scaled4(float4 x, float t, float r)
 
 #define PSR_LPT (PSR_LANES / PSR_VWG) /* lanes of 4 tokens per work-item */
 
+/* Two (max, sum) pairs merged: each sum scaled to the larger max. */
+inline float2 psr_lse_merge(float2 a, float2 b)
+{
+    float m = fmax(a.x, b.x);
+    return (float2)(m, a.y * psr_lse_term(a.x, m) + b.y * psr_lse_term(b.x, m));
+}
+
+/* Warp shuffles (shuffle.cl) for the steps within one warp, where the
+ * device has them and groups are whole warps. */
+#if PSR_NV_SHUFFLE && PSR_VWG % 32 == 0
+#define PSR_USE_SHUFFLE 1
+#else
+#define PSR_USE_SHUFFLE 0
+#endif
+
 /* Merges the 256 lanes' (max, sum) in lm, ls pairwise, lane L + s into L
- * for s = 128, 64, ..., 1, each sum scaled to the larger max; the
- * super-block's (max, sum), valid in every work-item. */
+ * for s = 128, 64, ..., 1 (psr_lse_merge); the super-block's (max, sum),
+ * valid in every work-item. With shuffles the steps below 32 run in the
+ * first warp's registers, the same merges in the same order. */
 inline float2 psr_lse_tree(uint lid, __local float *lm, __local float *ls)
 {
-    for (uint s = PSR_LANES / 2; s > 0; s >>= 1) {
+    uint s = PSR_LANES / 2;
+    for (; s > (PSR_USE_SHUFFLE ? 16u : 0u); s >>= 1) { /* with shuffles, down to s = 32 */
         barrier(CLK_LOCAL_MEM_FENCE);
         for (uint l = lid; l < s; l += PSR_VWG) {
-            float ma = lm[l], mb = lm[l + s], m = fmax(ma, mb);
-            ls[l] = ls[l] * psr_lse_term(ma, m) + ls[l + s] * psr_lse_term(mb, m);
-            lm[l] = m;
+            float2 p = psr_lse_merge((float2)(lm[l], ls[l]), (float2)(lm[l + s], ls[l + s]));
+            lm[l] = p.x;
+            ls[l] = p.y;
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+#if PSR_USE_SHUFFLE
+    if (lid < PSR_WARP) { /* the whole first warp, which holds lanes 0 .. 31 */
+        float2 p = (float2)(lm[lid], ls[lid]);
+        for (; s > 0; s >>= 1) {
+            float2 o = (float2)(psr_shfl_down_f(p.x, s), psr_shfl_down_f(p.y, s));
+            if (lid < s)
+                p = psr_lse_merge(p, o);
+        }
+        if (lid == 0) {
+            lm[0] = p.x;
+            ls[0] = p.y;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     return (float2)(lm[0], ls[0]);
 }
 

@@ -82,6 +82,7 @@ typedef struct psr_tuning {
     unsigned min_steps;        /* steps of tokens a sampling work-group takes at least (2; PSR_TUNE_MIN_STEPS) */
     unsigned vector_width;     /* lanes per work-item of the sampler's vector path (cl/vecmath.cl); 0: off */
     bool lp_segment_tau;       /* logprobs: the segment bound before the exact one (cl/logprobs.cl) */
+    bool warp_shuffle;         /* NVIDIA warp shuffles in the verify program (cl/shuffle.cl; PSR_TUNE_SHUFFLE) */
     size_t verify_skip_groups; /* psr_verify skips rows past a recorded rejection when its statistics
                                   take more groups than this (PSR_TUNE_VERIFY_SKIP) */
     size_t verify_fused_groups; /* psr_verify runs in one launch (psr_verify_fused) when it takes at most

@@ -15,6 +15,7 @@ typedef struct tuning_rule {
     bool lp_segment_tau;      /* logprobs bound a block's top-N from 32 segment maxima first */
     size_t verify_fused;      /* psr_verify in one launch up to this many groups per compute unit (0: never) */
     size_t logprobs_one;      /* psr_logprobs in one launch up to this many blocks per compute unit (0: never) */
+    bool warp_shuffle;        /* NVIDIA's warp shuffles through inline PTX (cl/shuffle.cl) */
     const char *name;
 } tuning_rule;
 
@@ -28,21 +29,22 @@ static const tuning_rule rules[] = {
      * launch won up to about 900 groups (16 x 5 x 32,000) and lost at
      * 2,300 statistics groups (32 x 8 x 128,256 without a cache).
      * Logprobs in one launch saved 2 us of device time at one row but
-     * cost 2 us from an idle queue (and lost at 64 rows), so it is off. */
-    {"nvidia", PSR_DEVICE_GPU, 256, 6, 4, 0, false, 8, 0, "nvidia-gpu"},
+     * cost 2 us from an idle queue (and lost at 64 rows), so it is off.
+     * Warp shuffles (cl/shuffle.cl) stay off until measured there. */
+    {"nvidia", PSR_DEVICE_GPU, 256, 6, 4, 0, false, 8, 0, false, "nvidia-gpu"},
     /* 64-wide wavefronts, up to 40 waves per CU: keep groups a multiple of 64. */
-    {"advanced micro devices", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, 0, "amd-gpu"},
-    {"amd", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, 0, "amd-gpu"},
+    {"advanced micro devices", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, 0, false, "amd-gpu"},
+    {"amd", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, 0, false, "amd-gpu"},
     /* Xe cores hold fewer threads than an SM. */
-    {"intel", PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, 0, "intel-gpu"},
-    {NULL, PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, 0, "gpu"},
+    {"intel", PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, 0, false, "intel-gpu"},
+    {NULL, PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, 0, false, "gpu"},
     /* CPUs (PoCL): one group per core at a time, so whole rows stream.
      * PoCL does not vectorise the sampler's token loop across work-items,
      * so each work-item takes 16 tokens as explicit vectors (AVX-512's
      * width; narrower units split them). The segment bound first was
      * faster for logprobs here (docs/devices.md). */
-    {NULL, PSR_DEVICE_CPU, 64, 1, 1, 16, true, 0, 0, "cpu"},
-    {NULL, PSR_DEVICE_OTHER, 128, 2, 2, 0, true, 0, 0, "default"},
+    {NULL, PSR_DEVICE_CPU, 64, 1, 1, 16, true, 0, 0, false, "cpu"},
+    {NULL, PSR_DEVICE_OTHER, 128, 2, 2, 0, true, 0, 0, false, "default"},
 };
 
 static bool vendor_is(const psr_device_info *info, const char *vendor)
@@ -79,6 +81,7 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                     .verify_resident_per_unit = r->verify_resident,
                     .vector_width = r->vector_width,
                     .lp_segment_tau = r->lp_segment_tau,
+                    .warp_shuffle = r->warp_shuffle,
                     .rule = r->name,
                     .mulhi = true,
                     .two_pass = false,

@@ -308,6 +308,27 @@ static void test_builds_with_defines(void **state)
     psr_context_free(ctx);
 }
 
+/* Warp shuffles are inline PTX: asked for on a device outside the NVIDIA
+ * rule, they stay off, and the verify set builds without them. */
+static void test_shuffle_only_on_nvidia(void **state)
+{
+    (void)state;
+    setenv("PSR_TUNE_SHUFFLE", "1", 1);
+    psr_context *ctx = open_context(NULL);
+    unsetenv("PSR_TUNE_SHUFFLE");
+    bool nvidia = strcmp(ctx->tuning.rule, "nvidia-gpu") == 0;
+    assert_int_equal(ctx->tuning.warp_shuffle, nvidia);
+    psr_variant v = {.set = PSR_KERNELS_VERIFY};
+    char options[512];
+    psr_build_options(ctx, &v, options, sizeof options);
+    assert_int_equal(strstr(options, "-DPSR_NV_SHUFFLE=1") != NULL, nvidia);
+    if (!nvidia) {
+        cl_program p;
+        assert_int_equal(psr_program_get(ctx, &v, &p), PSR_OK);
+    }
+    psr_context_free(ctx);
+}
+
 static void test_fp64_unsupported(void **state)
 {
     (void)state;
@@ -398,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_psr_device_environment),
         cmocka_unit_test(test_create_from_cl),
         cmocka_unit_test(test_builds_with_defines),
+        cmocka_unit_test(test_shuffle_only_on_nvidia),
         cmocka_unit_test(test_fp64_unsupported),
         cmocka_unit_test(test_build_failure_keeps_log),
         cmocka_unit_test(test_no_headers_needed),
