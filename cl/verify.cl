@@ -792,6 +792,7 @@ inline bool psr_gather_best(__global ulong *keys, __global uint *count, uint par
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     if (!*flag)
         return false;
+    mem_fence(CLK_GLOBAL_MEM_FENCE); /* every reader, as psr_last_group */
     ulong key = psr_largest_key(keys, groups, lid, lk);
     *best_i = 0xfffffu - (uint)(key & 0xfffffu);
     return true;
@@ -1132,7 +1133,7 @@ void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, u
 }
 #endif
 
-/* Without the one-kernel fold: combines each request's chunks and writes
+/* Without the one-kernel gather: combines each request's chunks and writes
  * its output row. One group per request. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_verify_finalize(uint groups_per_row, __global const psr_acc_t *part_value,

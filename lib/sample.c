@@ -177,7 +177,7 @@ void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_
     /* Pick the split G (groups per row) with the least modelled time: the
      * device runs `resident` groups at once, so rows * G groups take
      * ceil(rows * G / resident) waves, each as long as one chunk of
-     * vocab / G tokens plus a fixed cost per group (reductions, the fold),
+     * vocab / G tokens plus a fixed cost per group (reductions, the gather),
      * counted as two steps of tokens. Rows split into at most
      * vocab / (min_steps steps) groups, so chunks are about min_steps (2)
      * steps or longer.

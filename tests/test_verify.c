@@ -839,6 +839,29 @@ static void test_one_launch(void **state)
     ctx->tuning.verify_fused_groups = 0;
 }
 
+/* On NVIDIA GPUs, the oracle cases again with the warp shuffles flipped
+ * from the tuning's choice (cl/shuffle.cl), in two kernels and in one;
+ * elsewhere the shuffles do not exist. */
+static void test_other_shuffles(void **state)
+{
+    psr_context *saved = ctx;
+    ctx = open_suite_context();
+    if (strcmp(ctx->tuning.rule, "nvidia-gpu") != 0) {
+        psr_context_free(ctx);
+        ctx = saved;
+        skip();
+    }
+    ctx->tuning.warp_shuffle = !ctx->tuning.warp_shuffle; /* before its first build */
+    ctx->tuning.verify_skip_groups = 0;
+    ctx->tuning.verify_fused_groups = 0;
+    test_matches_oracle(state);
+    ctx->tuning.verify_fused_groups = 4095;
+    test_matches_oracle(state);
+    assert_true(ctx->verify_fused_last);
+    psr_context_free(ctx);
+    ctx = saved;
+}
+
 int main(void)
 {
     if (!have_device()) {
@@ -856,6 +879,7 @@ int main(void)
         cmocka_unit_test(test_bad_input_host),
         cmocka_unit_test(test_bad_input_device),
         cmocka_unit_test(test_one_launch),
+        cmocka_unit_test(test_other_shuffles),
         cmocka_unit_test(test_acceptance_rate),
         cmocka_unit_test(test_unbiased_and_control),
     };
