@@ -195,6 +195,17 @@ psr_context *open_suite_context(void)
     return open_with(dir, dir ? PSR_DISK_CACHE_AUTO : PSR_DISK_CACHE_OFF);
 }
 
+psr_context *open_shuffles_flipped(void)
+{
+    psr_context *ctx = open_suite_context();
+    if (strcmp(ctx->tuning.rule, "nvidia-gpu") != 0) {
+        psr_context_free(ctx);
+        return NULL;
+    }
+    ctx->tuning.warp_shuffle = !ctx->tuning.warp_shuffle;
+    return ctx;
+}
+
 void check_philox_vectors(psr_context *ctx, cl_program program)
 {
     tsv_table *t = tsv_load("philox4x32_10.tsv");

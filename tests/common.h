@@ -48,6 +48,10 @@ psr_context *open_context(const char *cache_dir);
  * with the disk tier as an app gets it (PSR_DISK_CACHE_AUTO): on, except
  * on drivers that cache their own builds (PoCL). */
 psr_context *open_suite_context(void);
+/* open_suite_context with the warp shuffles flipped from the tuning's
+ * choice (before its first build); NULL, with nothing opened, outside the
+ * NVIDIA rule, where they do not exist. */
+psr_context *open_shuffles_flipped(void);
 extern char captured_log[8192];
 void capture_log(psr_log_level level, const char *message, void *user_data);
 

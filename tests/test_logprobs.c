@@ -256,13 +256,11 @@ static void test_other_bound_matches_oracle(void **state)
 static void test_other_shuffles_match_oracle(void **state)
 {
     psr_context *saved = ctx;
-    ctx = open_suite_context();
-    if (strcmp(ctx->tuning.rule, "nvidia-gpu") != 0) {
-        psr_context_free(ctx);
+    ctx = open_shuffles_flipped();
+    if (!ctx) {
         ctx = saved;
         skip();
     }
-    ctx->tuning.warp_shuffle = !ctx->tuning.warp_shuffle; /* before its first build */
     ctx->tuning.logprobs_one_blocks = 0;
     test_matches_oracle(state);
     ctx->tuning.logprobs_one_blocks = SIZE_MAX;

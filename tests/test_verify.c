@@ -845,13 +845,11 @@ static void test_one_launch(void **state)
 static void test_other_shuffles(void **state)
 {
     psr_context *saved = ctx;
-    ctx = open_suite_context();
-    if (strcmp(ctx->tuning.rule, "nvidia-gpu") != 0) {
-        psr_context_free(ctx);
+    ctx = open_shuffles_flipped();
+    if (!ctx) {
         ctx = saved;
         skip();
     }
-    ctx->tuning.warp_shuffle = !ctx->tuning.warp_shuffle; /* before its first build */
     ctx->tuning.verify_skip_groups = 0;
     ctx->tuning.verify_fused_groups = 0;
     test_matches_oracle(state);
