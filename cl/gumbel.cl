@@ -105,6 +105,12 @@ inline ulong psr_best_key(float v, uint idx)
     return ((ulong)psr_ordered(v) << 20) | (ulong)(0xfffffu - idx);
 }
 
+/* The index that psr_best_key put into key. */
+inline uint psr_key_index(ulong key)
+{
+    return 0xfffffu - (uint)(key & 0xfffffu);
+}
+
 /* The largest of `groups` keys (psr_best_key) that groups of this
  * launch stored in keys, in every work-item (each reads some of them: one
  * work-item's volatile loads go one after another); every work-item must
@@ -823,7 +829,7 @@ void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, 
             if (finish) {
                 ulong key = psr_largest_key(best_keys + (ulong)row_id * groups_per_row, groups_per_row,
                                             lid, lk);
-                final_i = 0xfffffu - (uint)(key & 0xfffffu);
+                final_i = psr_key_index(key);
                 uint ord = (uint)(key >> 20);
                 final_v = ord > psr_ordered((float)PSR_ACC_NEG_INF) ? (psr_acc_t)INFINITY : PSR_ACC_NEG_INF;
             }

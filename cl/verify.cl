@@ -794,7 +794,7 @@ inline bool psr_gather_best(__global ulong *keys, __global uint *count, uint par
         return false;
     mem_fence(CLK_GLOBAL_MEM_FENCE); /* every reader, as psr_last_group */
     ulong key = psr_largest_key(keys, groups, lid, lk);
-    *best_i = 0xfffffu - (uint)(key & 0xfffffu);
+    *best_i = psr_key_index(key);
     return true;
 }
 #endif
