@@ -72,16 +72,6 @@ typedef float psr_acc_t;
 #define PSR_ROW_BAD_INDEX 8u
 #define PSR_ROW_BAD_FILTER 16u
 
-/* An fp32 value as an unsigned integer of the same order
- * (logprobs' merge needs it whatever the atomics). */
-inline uint psr_ordered(float v)
-{
-    if (v == 0.0f)
-        v = 0.0f; /* -0 equals +0 everywhere else: the lowest index must win */
-    uint b = as_uint(v);
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
 /* One kernel per launch: with 64-bit atomics, each work-group of a split
  * row stores its best as one 64-bit key, [value:32][~index:20] (a larger
  * key is a better candidate), in a slot of its own, then counts itself in
@@ -98,6 +88,15 @@ inline uint psr_ordered(float v)
 #if PSR_INT64_ATOMICS && !USE_FP64
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
 #define PSR_ROW_WORDS 1
+
+/* An fp32 value as an unsigned integer of the same order. */
+inline uint psr_ordered(float v)
+{
+    if (v == 0.0f)
+        v = 0.0f; /* -0 equals +0 everywhere else: the lowest index must win */
+    uint b = as_uint(v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
 
 /* A group's (value, index) as a key: the larger key is the better pair
  * (larger value, then lower index). */

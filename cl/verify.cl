@@ -129,21 +129,16 @@ inline float2 psr_lse_merge(float2 a, float2 b)
 #define PSR_USE_SHUFFLE 0
 #endif
 
-/* Merges n lanes' (max, sum) in lm, ls pairwise, lane L + s into L for
- * s = n / 2, ..., 1 (psr_lse_merge), over a group of wg work-items; the
- * result, valid in every work-item, is lane 0's. Over a super-block's 256
- * lanes it is the super-block's (max, sum). Logprobs' split groups hold
- * every split-th lane (cl/logprobs.cl): their trees are this one's steps
- * s >= split. With shuffles the steps below 32 run in the first warp's
- * registers, the same merges in the same order. n and wg are constants
- * where the callers inline it. */
-inline float2 psr_lse_tree_of(uint lid, __local float *lm, __local float *ls, uint n, uint wg)
+/* Merges the 256 lanes' (max, sum) in lm, ls pairwise, lane L + s into L
+ * for s = 128, 64, ..., 1 (psr_lse_merge); the super-block's (max, sum),
+ * valid in every work-item. With shuffles the steps below 32 run in the
+ * first warp's registers, the same merges in the same order. */
+inline float2 psr_lse_tree(uint lid, __local float *lm, __local float *ls)
 {
-    bool shuffle = PSR_USE_SHUFFLE && n >= 32 && wg % 32 == 0;
-    uint s = n / 2;
-    for (; s > (shuffle ? 16u : 0u); s >>= 1) { /* with shuffles, down to s = 32 */
+    uint s = PSR_LANES / 2;
+    for (; s > (PSR_USE_SHUFFLE ? 16u : 0u); s >>= 1) { /* with shuffles, down to s = 32 */
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint l = lid; l < s; l += wg) {
+        for (uint l = lid; l < s; l += PSR_VWG) {
             float2 p = psr_lse_merge((float2)(lm[l], ls[l]), (float2)(lm[l + s], ls[l + s]));
             lm[l] = p.x;
             ls[l] = p.y;
@@ -151,7 +146,7 @@ inline float2 psr_lse_tree_of(uint lid, __local float *lm, __local float *ls, ui
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 #if PSR_USE_SHUFFLE
-    if (shuffle && lid < PSR_WARP) { /* the whole first warp, which holds lanes 0 .. 31 */
+    if (lid < PSR_WARP) { /* the whole first warp, which holds lanes 0 .. 31 */
         float2 p = (float2)(lm[lid], ls[lid]);
         for (; s > 0; s >>= 1) {
             float2 o = (float2)(psr_shfl_down_f(p.x, s), psr_shfl_down_f(p.y, s));
@@ -163,16 +158,9 @@ inline float2 psr_lse_tree_of(uint lid, __local float *lm, __local float *ls, ui
             ls[0] = p.y;
         }
     }
-    if (shuffle)
-        barrier(CLK_LOCAL_MEM_FENCE);
+    barrier(CLK_LOCAL_MEM_FENCE);
 #endif
     return (float2)(lm[0], ls[0]);
-}
-
-/* A super-block's 256 lanes over the whole group. */
-inline float2 psr_lse_tree(uint lid, __local float *lm, __local float *ls)
-{
-    return psr_lse_tree_of(lid, lm, ls, PSR_LANES, PSR_VWG);
 }
 
 /* A lane's sum from its four exp chains. */

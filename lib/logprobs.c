@@ -4,8 +4,6 @@
 #include <string.h>
 
 #define LOGPROBS_SB 16384u /* tokens per super-block, as cl/verify.cl */
-#define LOGPROBS_SPLIT 8u   /* groups per super-block of psr_logprobs_split (cl/logprobs.cl) */
-#define LOGPROBS_LISTS 128u /* most blocks a row's merge takes (PSR_LP_LISTS) */
 
 /* ctx->logprobs[] scratch. */
 enum { LSE, BEAT, TOP_V, TOP_I, ROW_DONE, LOGPROBS_SCRATCH };
@@ -117,7 +115,7 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_logprobs: ctx is NULL");
     if (!a)
         return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_logprobs: args is NULL");
-    ctx->logprobs_one_last = ctx->logprobs_split_last = false;
+    ctx->logprobs_one_last = false;
     psr_status st = check_args(ctx, a);
     if (st != PSR_OK)
         return st;
@@ -126,24 +124,16 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     cl_uint top_n = (cl_uint)a->top_n, raw = (a->flags & PSR_LOGPROBS_RAW) != 0;
     cl_uint requests = (cl_uint)a->requests;
     size_t blocks = a->rows * nsb;
-    size_t local = ctx->tuning.work_group_size < 256 ? ctx->tuning.work_group_size : 256;
     /* Few blocks: one launch, each row merged by its last block (a launch
-     * costs more than the work at one row); or else each super-block split
-     * over LOGPROBS_SPLIT narrower groups, so that more compute units share
-     * the pass (the merge takes up to LOGPROBS_LISTS blocks a row). */
+     * costs more than the work at one row). */
     bool one = blocks <= ctx->tuning.logprobs_one_blocks;
-    bool split = !one && blocks <= ctx->tuning.logprobs_split_blocks && nsb * LOGPROBS_SPLIT <= LOGPROBS_LISTS &&
-                 local % LOGPROBS_SPLIT == 0;
-    cl_uint split_by = split ? LOGPROBS_SPLIT : 1;
-    size_t groups = blocks * split_by;
-    const char *pname = one ? "psr_logprobs_one" : split ? "psr_logprobs_split" : "psr_logprobs_partial";
     psr_variant v = {.set = PSR_KERNELS_VERIFY, .dtype = a->logits_dtype};
     cl_kernel partial = NULL, finish = NULL;
-    st = psr_kernel_get(ctx, &v, pname, &partial);
+    st = psr_kernel_get(ctx, &v, one ? "psr_logprobs_one" : "psr_logprobs_partial", &partial);
     if (st == PSR_OK && !one)
         st = psr_kernel_get(ctx, &v, "psr_logprobs_finish", &finish);
-    const size_t need[LOGPROBS_SCRATCH] = {groups * 8, groups * 4, groups * (top_n ? top_n : 1) * 4,
-                                           groups * (top_n ? top_n : 1) * 4, a->rows * 4};
+    const size_t need[LOGPROBS_SCRATCH] = {blocks * 8, blocks * 4, blocks * (top_n ? top_n : 1) * 4,
+                                           blocks * (top_n ? top_n : 1) * 4, a->rows * 4};
     for (int i = 0; i < LOGPROBS_SCRATCH && st == PSR_OK; i++)
         st = psr_scratch_reserve(ctx, &ctx->logprobs[i], need[i]);
     if (st != PSR_OK)
@@ -178,26 +168,26 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
                              &a->token_logprobs, &a->token_ranks, &a->top_ids,   &a->top_logprobs,
                              &done};
     _Static_assert(sizeof psizes / sizeof *psizes == sizeof pvalues / sizeof *pvalues, "one size per argument");
+    const char *pname = one ? "psr_logprobs_one" : "psr_logprobs_partial";
     st = psr_set_kernel_args(ctx, partial, pname, one ? 21 : 16, psizes, pvalues);
-    const size_t fsizes[] = {4, 4, 4, 4, ms, ms, ms, ms, ms, 4, ms, ms, ms, ms, ms, 8, 8, ms, 4, ms, 4, ms};
-    const void *fvalues[] = {&rows,  &vocab,  &nsb,    &split_by, &a->tokens, &lse,     &beat,    &top_v,
+    const size_t fsizes[] = {4, 4, 4, ms, ms, ms, ms, ms, 4, ms, ms, ms, ms, ms, 8, 8, ms, 4, ms, 4, ms};
+    const void *fvalues[] = {&rows,  &vocab,  &nsb,    &a->tokens, &lse,     &beat,    &top_v,
                              &top_i, &top_n,  &a->token_logprobs,  &a->token_ranks,   &a->top_ids,
                              &a->top_logprobs, &a->logits, &offset, &stride, &a->row_request,
                              &requests, &temps, &raw, &cuts};
-    _Static_assert(sizeof fsizes / sizeof *fsizes == sizeof fvalues / sizeof *fvalues, "one size per argument");
     if (st == PSR_OK && !one)
-        st = psr_set_kernel_args(ctx, finish, "psr_logprobs_finish", 22, fsizes, fvalues);
+        st = psr_set_kernel_args(ctx, finish, "psr_logprobs_finish", 21, fsizes, fvalues);
     /* Every kernel's arguments are set first, so nothing that can fail
      * comes between the launches (as in lib/verify.c). */
     if (st == PSR_OK && filtered) {
         st = psr_filter_launch(ctx, &view, &filter, NULL);
         nwait = 0, wait = NULL;
     }
+    size_t local = ctx->tuning.work_group_size < 256 ? ctx->tuning.work_group_size : 256;
     if (st == PSR_OK)
-        st = psr_enqueue_groups(ctx, partial, pname, groups, local / split_by, nwait, wait, one ? event : NULL);
+        st = psr_enqueue_groups(ctx, partial, pname, blocks, local, nwait, wait, one ? event : NULL);
     if (st == PSR_OK && !one)
         st = psr_enqueue_groups(ctx, finish, "psr_logprobs_finish", a->rows, local, 0, NULL, event);
     ctx->logprobs_one_last = one && st == PSR_OK;
-    ctx->logprobs_split_last = split && st == PSR_OK;
     return st;
 }

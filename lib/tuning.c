@@ -16,8 +16,6 @@ typedef struct tuning_rule {
     size_t verify_fused;      /* psr_verify in one launch up to this many groups per compute unit (0: never) */
     size_t logprobs_one;      /* psr_logprobs in one launch up to this many blocks per compute unit (0: never) */
     bool warp_shuffle;        /* NVIDIA's warp shuffles through inline PTX (cl/shuffle.cl) */
-    bool logprobs_split;      /* psr_logprobs splits super-blocks over 8 groups when its blocks
-                                 are at most half the compute units */
     const char *name;
 } tuning_rule;
 
@@ -33,20 +31,20 @@ static const tuning_rule rules[] = {
      * Logprobs in one launch saved 2 us of device time at one row but
      * cost 2 us from an idle queue (and lost at 64 rows), so it is off.
      * Warp shuffles (cl/shuffle.cl) stay off until measured there. */
-    {"nvidia", PSR_DEVICE_GPU, 256, 6, 4, 0, false, 8, 0, false, true, "nvidia-gpu"},
+    {"nvidia", PSR_DEVICE_GPU, 256, 6, 4, 0, false, 8, 0, false, "nvidia-gpu"},
     /* 64-wide wavefronts, up to 40 waves per CU: keep groups a multiple of 64. */
-    {"advanced micro devices", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, 0, false, false, "amd-gpu"},
-    {"amd", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, 0, false, false, "amd-gpu"},
+    {"advanced micro devices", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, 0, false, "amd-gpu"},
+    {"amd", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, 0, false, "amd-gpu"},
     /* Xe cores hold fewer threads than an SM. */
-    {"intel", PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, 0, false, false, "intel-gpu"},
-    {NULL, PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, 0, false, false, "gpu"},
+    {"intel", PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, 0, false, "intel-gpu"},
+    {NULL, PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, 0, false, "gpu"},
     /* CPUs (PoCL): one group per core at a time, so whole rows stream.
      * PoCL does not vectorise the sampler's token loop across work-items,
      * so each work-item takes 16 tokens as explicit vectors (AVX-512's
      * width; narrower units split them). The segment bound first was
      * faster for logprobs here (docs/devices.md). */
-    {NULL, PSR_DEVICE_CPU, 64, 1, 1, 16, true, 0, 0, false, false, "cpu"},
-    {NULL, PSR_DEVICE_OTHER, 128, 2, 2, 0, true, 0, 0, false, false, "default"},
+    {NULL, PSR_DEVICE_CPU, 64, 1, 1, 16, true, 0, 0, false, "cpu"},
+    {NULL, PSR_DEVICE_OTHER, 128, 2, 2, 0, true, 0, 0, false, "default"},
 };
 
 static bool vendor_is(const psr_device_info *info, const char *vendor)
@@ -97,7 +95,6 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                         r->verify_fused * (size_t)(info->compute_units ? info->compute_units : 1),
                     .logprobs_one_blocks =
                         r->logprobs_one * (size_t)(info->compute_units ? info->compute_units : 1),
-                    .logprobs_split_blocks = r->logprobs_split ? info->compute_units / 2 : 0,
                     /* Every list that fits (lib/filter.c's FILTER_CAP):
                      * on the H200 drawing from lists of thousands (top-p)
                      * beat the sampler's full pass at 32 to 256 rows. */

@@ -1,7 +1,6 @@
 /* Logprobs on a real device: bit for bit the host oracle's (raw and
  * processed, ties, NaN and infinities, several super-blocks, bf16, request
- * mapping), in two launches, with split super-blocks and in one launch,
- * within fp32 tolerance of a
+ * mapping), in two launches and in one, within fp32 tolerance of a
  * double-precision reference with exact ranks, and every bad argument
  * refused with nothing written. */
 #include "common.h"
@@ -20,7 +19,6 @@ static int setup(void **state)
     test_seed(1618);
     ctx = open_suite_context();
     ctx->tuning.logprobs_one_blocks = 0; /* two launches, but in test_one_launch */
-    ctx->tuning.logprobs_split_blocks = 0; /* whole super-blocks, but in test_split */
     return 0;
 }
 
@@ -128,11 +126,8 @@ static psr_status run_logprobs(const lcase *c, psr_dtype dtype, unsigned flags, 
         tamper(&a);
     cl_event ev = NULL;
     psr_status st = psr_logprobs(ctx, &a, &ev);
-    if (st == PSR_OK) {
+    if (st == PSR_OK)
         assert_int_equal(ctx->logprobs_one_last, ctx->tuning.logprobs_one_blocks == SIZE_MAX);
-        assert_int_equal(ctx->logprobs_split_last, ctx->tuning.logprobs_split_blocks == SIZE_MAX &&
-                                                       ctx->tuning.logprobs_one_blocks != SIZE_MAX);
-    }
     if (ev) {
         clWaitForEvents(1, &ev);
         clReleaseEvent(ev);
@@ -240,14 +235,6 @@ static void test_matches_oracle(void **state)
     c = make_case(2, 230000, false); /* 15 blocks: more partials than a work-item holds */
     check_case(&c, PSR_DTYPE_F32, 0, 20);
     free_case(&c);
-    /* About 1 token in 100 high: a split block's list is mostly high
-     * tokens, so most candidates pass the merge's bound and are ranked
-     * among themselves. */
-    c = make_case(2, 131072, false);
-    for (size_t i = 0; i < 2 * 131072; i++)
-        c.x[i] = rnd() % 100 == 0 ? 10.0f + normal() : normal();
-    check_case(&c, PSR_DTYPE_F32, 0, 20);
-    free_case(&c);
 }
 
 /* The same cases with the other bound than the device's tuning chose
@@ -258,7 +245,6 @@ static void test_other_bound_matches_oracle(void **state)
     ctx = open_suite_context();
     ctx->tuning.lp_segment_tau = !ctx->tuning.lp_segment_tau; /* before its first build */
     ctx->tuning.logprobs_one_blocks = 0;
-    ctx->tuning.logprobs_split_blocks = 0;
     test_matches_oracle(state);
     psr_context_free(ctx);
     ctx = saved;
@@ -276,9 +262,6 @@ static void test_other_shuffles_match_oracle(void **state)
         skip();
     }
     ctx->tuning.logprobs_one_blocks = 0;
-    ctx->tuning.logprobs_split_blocks = 0;
-    test_matches_oracle(state);
-    ctx->tuning.logprobs_split_blocks = SIZE_MAX;
     test_matches_oracle(state);
     ctx->tuning.logprobs_one_blocks = SIZE_MAX;
     test_matches_oracle(state);
@@ -293,16 +276,6 @@ static void test_one_launch(void **state)
     ctx->tuning.logprobs_one_blocks = SIZE_MAX;
     test_matches_oracle(state);
     ctx->tuning.logprobs_one_blocks = 0;
-}
-
-/* The same cases with every super-block split over 8 groups
- * (psr_logprobs_split), each holding every 8th lane: the oracle's results
- * again, since the lanes merge in the same order. */
-static void test_split(void **state)
-{
-    ctx->tuning.logprobs_split_blocks = SIZE_MAX;
-    test_matches_oracle(state);
-    ctx->tuning.logprobs_split_blocks = 0;
 }
 
 /* Against double precision: logprobs within fp32 tolerance, ranks exact. */
@@ -399,7 +372,6 @@ int main(void)
         cmocka_unit_test(test_other_bound_matches_oracle),
         cmocka_unit_test(test_other_shuffles_match_oracle),
         cmocka_unit_test(test_one_launch),
-        cmocka_unit_test(test_split),
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_bad_input),
     };
