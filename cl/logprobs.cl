@@ -92,58 +92,10 @@ inline bool psr_lp_first(float av, uint ai, float bv, uint bi)
  * best first and no token last: log2(WG) (log2(WG) + 1) / 2 rounds of one
  * compare-exchange (on the H200 a quarter faster overall than each
  * work-item ranking its best against all the others). Tokens are distinct,
- * so the order is total. The result goes through lm[0] and lcount[1]. */
-#if PSR_USE_SHUFFLE
-/* Each work-item holds its place's entry in registers: rounds between
- * places under 32 apart are warp shuffles, the others go through local
- * memory, two buffers in turn (lbv, lbi and xv, xi), so each takes one
- * barrier. */
+ * so the order is total. (With NVIDIA's warp shuffles for the rounds
+ * within a warp it was slower on the H200, docs/benchmarks.md.) */
 inline void psr_lp_tau_sorted(float bv, uint bi, uint top_n, uint lid, __local float *lbv,
-                              __local uint *lbi, __local float *xv, __local uint *xi, __local float *lm,
-                              __local uint *lcount, float *tau_v, uint *tau_i)
-{
-    float v = bv;
-    uint i = bi;
-    bool second = false;
-    for (uint size = 2; size <= PSR_VWG; size <<= 1)
-        for (uint span = size >> 1; span > 0; span >>= 1) {
-            float ov;
-            uint oi;
-            if (span >= PSR_WARP) {
-                __local float *wv = second ? xv : lbv;
-                __local uint *wi = second ? xi : lbi;
-                second = !second;
-                wv[lid] = v;
-                wi[lid] = i;
-                barrier(CLK_LOCAL_MEM_FENCE);
-                ov = wv[lid ^ span];
-                oi = wi[lid ^ span];
-            } else {
-                ov = as_float(psr_shfl_xor(as_uint(v), span));
-                oi = psr_shfl_xor(i, span);
-            }
-            /* The pair's lower place takes the first of the two where the
-             * block of `size` sorts best first, else the other. */
-            bool lower = (lid & span) == 0;
-            bool upper_first = lower ? psr_lp_first(ov, oi, v, i) : psr_lp_first(v, i, ov, oi);
-            if (upper_first == ((lid & size) == 0)) {
-                v = ov;
-                i = oi;
-            }
-        }
-    if (lid == top_n - 1) {
-        lm[0] = v;
-        lcount[1] = i;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    bool enough = top_n <= PSR_VWG && lcount[1] != PSR_LP_NONE;
-    *tau_v = enough ? lm[0] : -INFINITY;
-    *tau_i = enough ? lcount[1] : PSR_LP_NONE;
-}
-#else
-inline void psr_lp_tau_sorted(float bv, uint bi, uint top_n, uint lid, __local float *lbv,
-                              __local uint *lbi, __local float *xv, __local uint *xi, __local float *lm,
-                              __local uint *lcount, float *tau_v, uint *tau_i)
+                              __local uint *lbi, float *tau_v, uint *tau_i)
 {
     lbv[lid] = bv;
     lbi[lid] = bi;
@@ -172,7 +124,6 @@ inline void psr_lp_tau_sorted(float bv, uint bi, uint top_n, uint lid, __local f
     *tau_v = enough ? lbv[top_n - 1] : -INFINITY;
     *tau_i = enough ? lbi[top_n - 1] : PSR_LP_NONE;
 }
-#endif
 
 /* Value of a token for ordering: NaN is -inf, and so is a scaled logit
  * below the row's filter threshold `cut` (-inf: no filter). */
@@ -312,7 +263,7 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
     }
     if (beat)
         atomic_add(&lcount[0], beat);
-    float2 part = psr_lse_tree(lid, ls + PSR_LANES, ls); /* its barriers publish lcount */
+    float2 part = psr_lse_tree(lid, ls + PSR_LANES, ls, false); /* its barriers publish lcount */
     ulong at = (ulong)row * nsb + sb;
     if (lid == 0) {
         beat_out[at] = lcount[0];
@@ -361,7 +312,7 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
             if (kind == 0)
                 psr_lp_tau_segments(bv, bi, top_n, lid, lbv, lbi, lm, lcount, &tau_v, &tau_i);
             else
-                psr_lp_tau_sorted(bv, bi, top_n, lid, lbv, lbi, lcv, lci, lm, lcount, &tau_v, &tau_i);
+                psr_lp_tau_sorted(bv, bi, top_n, lid, lbv, lbi, &tau_v, &tau_i);
             /* No bound (every token qualifies): the row's last token bounds
              * it, so tokens past the row (-inf) never qualify. */
             if (tau_i == PSR_LP_NONE)

@@ -10,14 +10,6 @@
 #if PSR_NV_SHUFFLE
 #define PSR_WARP 32u
 
-/* v of the work-item whose lane is this one's lane xor `mask` (< 32). */
-inline uint psr_shfl_xor(uint v, uint mask)
-{
-    uint r;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v), "r"(mask));
-    return r;
-}
-
 /* v of the work-item `delta` lanes up (this one's own past the warp). */
 inline uint psr_shfl_down(uint v, uint delta)
 {

@@ -131,12 +131,15 @@ inline float2 psr_lse_merge(float2 a, float2 b)
 
 /* Merges the 256 lanes' (max, sum) in lm, ls pairwise, lane L + s into L
  * for s = 128, 64, ..., 1 (psr_lse_merge); the super-block's (max, sum),
- * valid in every work-item. With shuffles the steps below 32 run in the
- * first warp's registers, the same merges in the same order. */
-inline float2 psr_lse_tree(uint lid, __local float *lm, __local float *ls)
+ * valid in every work-item. With `shuffle` (a constant: where the device
+ * has them, PSR_USE_SHUFFLE) the steps below 32 run in the first warp's
+ * registers, the same merges in the same order. The verification
+ * statistics take them; logprobs do not (slower there on the H200,
+ * docs/benchmarks.md). */
+inline float2 psr_lse_tree(uint lid, __local float *lm, __local float *ls, bool shuffle)
 {
     uint s = PSR_LANES / 2;
-    for (; s > (PSR_USE_SHUFFLE ? 16u : 0u); s >>= 1) { /* with shuffles, down to s = 32 */
+    for (; s > (shuffle ? 16u : 0u); s >>= 1) { /* with shuffles, down to s = 32 */
         barrier(CLK_LOCAL_MEM_FENCE);
         for (uint l = lid; l < s; l += PSR_VWG) {
             float2 p = psr_lse_merge((float2)(lm[l], ls[l]), (float2)(lm[l + s], ls[l + s]));
@@ -146,7 +149,7 @@ inline float2 psr_lse_tree(uint lid, __local float *lm, __local float *ls)
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 #if PSR_USE_SHUFFLE
-    if (lid < PSR_WARP) { /* the whole first warp, which holds lanes 0 .. 31 */
+    if (shuffle && lid < PSR_WARP) { /* the whole first warp, which holds lanes 0 .. 31 */
         float2 p = (float2)(lm[lid], ls[lid]);
         for (; s > 0; s >>= 1) {
             float2 o = (float2)(psr_shfl_down_f(p.x, s), psr_shfl_down_f(p.y, s));
@@ -158,7 +161,8 @@ inline float2 psr_lse_tree(uint lid, __local float *lm, __local float *ls)
             ls[0] = p.y;
         }
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
+    if (shuffle)
+        barrier(CLK_LOCAL_MEM_FENCE);
 #endif
     return (float2)(lm[0], ls[0]);
 }
@@ -620,7 +624,7 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
             ls[lid + l * PSR_VWG] = psr_lane_sum(lane);
         }
 #endif
-        float2 part = psr_lse_tree(lid, lm, ls);
+        float2 part = psr_lse_tree(lid, lm, ls, PSR_USE_SHUFFLE);
         if (lid == 0) {
             __global uint *w = (__global uint *)((is_draft ? q_lse : t_lse) + at);
             psr_publish(w, as_uint(part.x));

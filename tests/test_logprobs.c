@@ -250,25 +250,6 @@ static void test_other_bound_matches_oracle(void **state)
     ctx = saved;
 }
 
-/* On NVIDIA GPUs, the same cases with the warp shuffles flipped from the
- * tuning's choice (cl/shuffle.cl): the oracle's results again. Elsewhere
- * the shuffles do not exist. */
-static void test_other_shuffles_match_oracle(void **state)
-{
-    psr_context *saved = ctx;
-    ctx = open_shuffles_flipped();
-    if (!ctx) {
-        ctx = saved;
-        skip();
-    }
-    ctx->tuning.logprobs_one_blocks = 0;
-    test_matches_oracle(state);
-    ctx->tuning.logprobs_one_blocks = SIZE_MAX;
-    test_matches_oracle(state);
-    psr_context_free(ctx);
-    ctx = saved;
-}
-
 /* The same cases in one launch (psr_logprobs_one), each row merged by its
  * last block: the oracle's results again. */
 static void test_one_launch(void **state)
@@ -370,7 +351,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_oracle),
         cmocka_unit_test(test_other_bound_matches_oracle),
-        cmocka_unit_test(test_other_shuffles_match_oracle),
         cmocka_unit_test(test_one_launch),
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_bad_input),
