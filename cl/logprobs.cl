@@ -5,7 +5,9 @@
  *
  * psr_logprobs_partial: per (row, super-block): the (max, sum) of the
  *   log-sum-exp, how many tokens beat the sampled one, and the block's
- *   top-N tokens (value descending, index ascending).
+ *   top-N tokens (value descending, index ascending); per row (from its
+ *   first block) the sampled token's value, so the finish need not load
+ *   it through the token, request and temperature one after another.
  * psr_logprobs_finish: per row: the log-sum-exp, the sampled token's
  *   logprob and rank, and the row's top-N merged from its blocks.
  * Values are logits / T ("processed"; T = 0 counts as 1) or the logits
@@ -181,7 +183,8 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
                          __global const float *temperatures, uint raw, __global const int *tokens,
                          uint top_n, __global float2 *lse_out, __global uint *beat_out,
                          __global float *top_v, __global uint *top_i, __global const float *cuts,
-                         uint row, uint sb, uint lid, __local psr_lp_block_locals *l)
+                         __global float *token_value, uint row, uint sb, uint lid,
+                         __local psr_lp_block_locals *l)
 {
     __local float *ls = l->ls, *lm = l->lm, *lbv = l->lbv, *lcv = l->lcv;
     __local uint *lbi = l->lbi, *lcount = l->lcount, *lci = l->lci;
@@ -268,6 +271,8 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
     if (lid == 0) {
         beat_out[at] = lcount[0];
         lse_out[at] = part;
+        if (sb == 0)
+            token_value[row] = tv;
     }
 
     /* Pass 3: the block's top-N. A bound tau (psr_lp_tau_*) leaves as
@@ -365,11 +370,12 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
                           uint vocab, uint nsb, __global const int *row_request, uint requests,
                           __global const float *temperatures, uint raw, __global const int *tokens,
                           uint top_n, __global float2 *lse_out, __global uint *beat_out,
-                          __global float *top_v, __global uint *top_i, __global const float *cuts)
+                          __global float *top_v, __global uint *top_i, __global const float *cuts,
+                          __global float *token_value)
 {
     __local psr_lp_block_locals l;
     psr_lp_block(logits, logits_offset, row_stride, vocab, nsb, row_request, requests, temperatures, raw,
-                 tokens, top_n, lse_out, beat_out, top_v, top_i, cuts, get_group_id(0) / nsb,
+                 tokens, top_n, lse_out, beat_out, top_v, top_i, cuts, token_value, get_group_id(0) / nsb,
                  get_group_id(0) % nsb, get_local_id(0), &l);
 }
 
@@ -408,11 +414,9 @@ inline uint psr_lp_read_u(__global const uint *p, bool published)
  * list, how many beat it. */
 inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, __global const float2 *lse_in,
                        __global const uint *beat_in, __global const float *top_v,
-                       __global const uint *top_i, uint top_n, __global float *token_logprobs,
-                       __global int *token_ranks, __global int *top_ids, __global float *top_logprobs,
-                       __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                       __global const int *row_request, uint requests, __global const float *temperatures,
-                       uint raw, __global const float *cuts, uint row, bool published, uint lid,
+                       __global const uint *top_i, uint top_n, __global const float *token_value,
+                       __global float *token_logprobs, __global int *token_ranks, __global int *top_ids,
+                       __global float *top_logprobs, uint row, bool published, uint lid,
                        __local psr_lp_row_locals *l)
 {
     __local float *cv = l->cv;
@@ -420,6 +424,13 @@ inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, __globa
     uint blocks = min(nsb, 64u); /* vocab <= 2^20 (lib/logprobs.c) */
     uint cands = blocks * top_n;
     ulong first = (ulong)row * nsb * top_n;
+    /* The sampled token and its value, with everything else. */
+    int tok = 0;
+    float tv = 0.0f;
+    if (lid == 0) {
+        tok = tokens[row];
+        tv = psr_lp_read_f(token_value + row, published);
+    }
     for (uint c = lid; c < cands; c += PSR_VWG) {
         cv[c] = psr_lp_read_f(top_v + first + c, published);
         ci[c] = psr_lp_read_u(top_i + first + c, published);
@@ -438,16 +449,7 @@ inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, __globa
             held[b] = b < blocks ? l->parts[b] : (float2)(-INFINITY, 0.0f);
         float lse = nsb <= PSR_HELD ? psr_held_lse(held, nsb) : psr_row_lse_of(lse_in, row, nsb, published);
         l->lse = lse;
-        int tok = tokens[row];
         bool valid = tok >= 0 && (uint)tok < vocab;
-        int req = row_request ? row_request[row] : (int)row;
-        float t = !raw && req >= 0 && req < (int)requests ? temperatures[req] : 1.0f;
-        bool divide = isnormal(t) && t > 0.0f && t != 1.0f;
-        float r = divide ? psr_temp_recip(t) : 1.0f;
-        float tv = valid ? psr_lp_value(psr_load_logit(logits + logits_offset + (ulong)row * row_stride,
-                                                       (ulong)tok),
-                                        divide, t, r, psr_lp_cut(cuts, row, raw, t))
-                         : NAN;
         uint beat = 0;
         for (uint b = 0; b < blocks; b++)
             beat += l->beats[b];
@@ -486,16 +488,12 @@ __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
 void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *tokens,
                          __global const float2 *lse_in, __global const uint *beat_in,
                          __global const float *top_v, __global const uint *top_i, uint top_n,
-                         __global float *token_logprobs, __global int *token_ranks,
-                         __global int *top_ids, __global float *top_logprobs,
-                         __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                         __global const int *row_request, uint requests,
-                         __global const float *temperatures, uint raw, __global const float *cuts)
+                         __global const float *token_value, __global float *token_logprobs,
+                         __global int *token_ranks, __global int *top_ids, __global float *top_logprobs)
 {
     __local psr_lp_row_locals l;
-    psr_lp_row(vocab, nsb, tokens, lse_in, beat_in, top_v, top_i, top_n, token_logprobs, token_ranks,
-               top_ids, top_logprobs, logits, logits_offset, row_stride, row_request, requests,
-               temperatures, raw, cuts, get_group_id(0), false, get_local_id(0), &l);
+    psr_lp_row(vocab, nsb, tokens, lse_in, beat_in, top_v, top_i, top_n, token_value, token_logprobs,
+               token_ranks, top_ids, top_logprobs, get_group_id(0), false, get_local_id(0), &l);
 }
 
 /* Small batches in one launch: the blocks of psr_logprobs_partial, and
@@ -508,9 +506,9 @@ void psr_logprobs_one(__global const psr_logit_t *logits, ulong logits_offset, u
                       uint vocab, uint nsb, __global const int *row_request, uint requests,
                       __global const float *temperatures, uint raw, __global const int *tokens,
                       uint top_n, __global float2 *lse, __global uint *beat, __global float *top_v,
-                      __global uint *top_i, __global const float *cuts, __global float *token_logprobs,
-                      __global int *token_ranks, __global int *top_ids, __global float *top_logprobs,
-                      __global uint *done)
+                      __global uint *top_i, __global const float *cuts, __global float *token_value,
+                      __global float *token_logprobs, __global int *token_ranks, __global int *top_ids,
+                      __global float *top_logprobs, __global uint *done)
 {
     __local union {
         psr_lp_block_locals block;
@@ -519,10 +517,10 @@ void psr_logprobs_one(__global const psr_logit_t *logits, ulong logits_offset, u
     __local uint last;
     uint row = get_group_id(0) / nsb, lid = get_local_id(0);
     psr_lp_block(logits, logits_offset, row_stride, vocab, nsb, row_request, requests, temperatures, raw,
-                 tokens, top_n, lse, beat, top_v, top_i, cuts, row, get_group_id(0) % nsb, lid, &l.block);
+                 tokens, top_n, lse, beat, top_v, top_i, cuts, token_value, row, get_group_id(0) % nsb, lid,
+                 &l.block);
     if (!psr_last_group(done + row, nsb, &last))
         return;
-    psr_lp_row(vocab, nsb, tokens, lse, beat, top_v, top_i, top_n, token_logprobs, token_ranks, top_ids,
-               top_logprobs, logits, logits_offset, row_stride, row_request, requests, temperatures, raw,
-               cuts, row, true, lid, &l.row);
+    psr_lp_row(vocab, nsb, tokens, lse, beat, top_v, top_i, top_n, token_value, token_logprobs, token_ranks,
+               top_ids, top_logprobs, row, true, lid, &l.row);
 }

@@ -307,7 +307,7 @@ struct psr_context {
     psr_scratch filter_cand;  /* per row: candidate keys for the exact search */
     bool filter_dirty;        /* a filter launch was cut short: clear the state first */
     psr_scratch verify[13]; /* psr_verify's per-row statistics, walks, status, skip and ticket state (verify.c) */
-    psr_scratch logprobs[5]; /* psr_logprobs' per-block partials and per-row counts (logprobs.c) */
+    psr_scratch logprobs[6]; /* psr_logprobs' per-block partials and per-row values and counts (logprobs.c) */
     cl_mem verify_layout[3]; /* the last cu, row-to-request map and row order uploaded, and */
     int32_t *verify_cu;      /* a host copy of that cu, to reuse them when it repeats */
     size_t verify_requests;

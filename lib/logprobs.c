@@ -6,7 +6,7 @@
 #define LOGPROBS_SB 16384u /* tokens per super-block, as cl/verify.cl */
 
 /* ctx->logprobs[] scratch. */
-enum { LSE, BEAT, TOP_V, TOP_I, ROW_DONE, LOGPROBS_SCRATCH };
+enum { LSE, BEAT, TOP_V, TOP_I, ROW_DONE, TOKEN_VALUE, LOGPROBS_SCRATCH };
 _Static_assert(LOGPROBS_SCRATCH == sizeof ((psr_context *)0)->logprobs / sizeof(psr_scratch),
                "one scratch buffer of ctx->logprobs per entry");
 
@@ -133,7 +133,7 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     if (st == PSR_OK && !one)
         st = psr_kernel_get(ctx, &v, "psr_logprobs_finish", &finish);
     const size_t need[LOGPROBS_SCRATCH] = {blocks * 8, blocks * 4, blocks * (top_n ? top_n : 1) * 4,
-                                           blocks * (top_n ? top_n : 1) * 4, a->rows * 4};
+                                           blocks * (top_n ? top_n : 1) * 4, a->rows * 4, a->rows * 4};
     for (int i = 0; i < LOGPROBS_SCRATCH && st == PSR_OK; i++)
         st = psr_scratch_reserve(ctx, &ctx->logprobs[i], need[i]);
     if (st != PSR_OK)
@@ -159,24 +159,24 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     const size_t ms = sizeof(cl_mem);
     /* psr_logprobs_one takes the outputs and the row counts after the
      * partial's arguments. */
-    cl_mem done = ctx->logprobs[ROW_DONE].buffer;
-    const size_t psizes[] = {ms, 8, 8, 4, 4, ms, 4, ms, 4, ms, 4, ms, ms, ms, ms, ms, ms, ms, ms, ms, ms};
+    cl_mem done = ctx->logprobs[ROW_DONE].buffer, value = ctx->logprobs[TOKEN_VALUE].buffer;
+    const size_t psizes[] = {ms, 8, 8, 4, 4, ms, 4, ms, 4, ms, 4, ms, ms, ms, ms, ms, ms, ms, ms, ms, ms, ms};
     const void *pvalues[] = {&a->logits,         &offset,         &stride,       &vocab,
                              &nsb,               &a->row_request, &requests,     &temps,
                              &raw,               &a->tokens,      &top_n,        &lse,
                              &beat,              &top_v,          &top_i,        &cuts,
-                             &a->token_logprobs, &a->token_ranks, &a->top_ids,   &a->top_logprobs,
-                             &done};
+                             &value,             &a->token_logprobs, &a->token_ranks, &a->top_ids,
+                             &a->top_logprobs,   &done};
     _Static_assert(sizeof psizes / sizeof *psizes == sizeof pvalues / sizeof *pvalues, "one size per argument");
     const char *pname = one ? "psr_logprobs_one" : "psr_logprobs_partial";
-    st = psr_set_kernel_args(ctx, partial, pname, one ? 21 : 16, psizes, pvalues);
-    const size_t fsizes[] = {4, 4, 4, ms, ms, ms, ms, ms, 4, ms, ms, ms, ms, ms, 8, 8, ms, 4, ms, 4, ms};
-    const void *fvalues[] = {&rows,  &vocab,  &nsb,    &a->tokens, &lse,     &beat,    &top_v,
-                             &top_i, &top_n,  &a->token_logprobs,  &a->token_ranks,   &a->top_ids,
-                             &a->top_logprobs, &a->logits, &offset, &stride, &a->row_request,
-                             &requests, &temps, &raw, &cuts};
+    st = psr_set_kernel_args(ctx, partial, pname, one ? 22 : 17, psizes, pvalues);
+    const size_t fsizes[] = {4, 4, 4, ms, ms, ms, ms, ms, 4, ms, ms, ms, ms, ms};
+    const void *fvalues[] = {&rows,  &vocab, &nsb,  &a->tokens,         &lse,           &beat,       &top_v,
+                             &top_i, &top_n, &value, &a->token_logprobs, &a->token_ranks, &a->top_ids,
+                             &a->top_logprobs};
+    _Static_assert(sizeof fsizes / sizeof *fsizes == sizeof fvalues / sizeof *fvalues, "one size per argument");
     if (st == PSR_OK && !one)
-        st = psr_set_kernel_args(ctx, finish, "psr_logprobs_finish", 21, fsizes, fvalues);
+        st = psr_set_kernel_args(ctx, finish, "psr_logprobs_finish", 14, fsizes, fvalues);
     /* Every kernel's arguments are set first, so nothing that can fail
      * comes between the launches (as in lib/verify.c). */
     if (st == PSR_OK && filtered) {
