@@ -218,12 +218,10 @@ typedef struct psr_lp_block_locals {
 typedef struct psr_lp_row_locals {
     float cv[64 * PSR_MAX_TOP_N]; /* the blocks' top-N lists */
     uint ci[64 * PSR_MAX_TOP_N];
-    uint kept[64 * PSR_MAX_TOP_N]; /* the candidates left by the bound */
-    uint place[64 * PSR_MAX_TOP_N]; /* and their places, summed over the lists */
     float2 parts[64]; /* the blocks' log-sum-exp partials */
     uint beats[64];
     float lse;
-    uint kept_count;
+    uint valid;
 } psr_lp_row_locals;
 
 /* One block's pass: super-block sb of a row (psr_logprobs_partial). */
@@ -444,22 +442,16 @@ inline uint psr_lp_read_u(__global const uint *p, bool published)
 /* One row's merge of its blocks (psr_logprobs_finish), `published` when
  * the blocks ran in the same launch. Each block's partials and top-N list
  * are loaded by work-items of their own, in parallel (one work-item's
- * volatile loads go one after another). A full list's last token bounds
- * the row's top-N (top_n tokens come at or before it), so a candidate
- * after any full list's last is dropped; the rest are kept in a short
- * list. Each kept candidate's place is then summed over the lists by a
- * work-item per (candidate, list) pair: its place in its own list, in each
- * other list how many beat it (a bisection, the lists being sorted). Each
- * work-item's chain of dependent steps is one bisection long, not one per
- * list. */
+ * volatile loads go one after another). Each candidate of a block's list
+ * is placed in parallel: its place in its own list plus, in each other
+ * list, how many beat it. */
 inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, __global const float2 *lse_in,
                        __global const uint *beat_in, __global const float *top_v,
                        __global const uint *top_i, uint top_n, __global const float *token_value,
                        __global float *token_logprobs, __global int *token_ranks, __global int *top_ids,
-                       __global float *top_logprobs, uint row, bool published,
+                       __global float *top_logprobs, uint row, bool published, uint lid,
                        __local psr_lp_row_locals *l)
 {
-    uint lid = get_local_id(0); /* read here, not passed: docs/devices.md, PoCL's barrier regions */
     __local float *cv = l->cv;
     __local uint *ci = l->ci;
     uint blocks = min(nsb, 64u); /* vocab <= 2^20 (lib/logprobs.c) */
@@ -480,12 +472,9 @@ inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, __globa
         l->parts[b] = psr_lse_partial(lse_in, (ulong)row * nsb + b, published);
         l->beats[b] = psr_lp_read_u(beat_in + (ulong)row * nsb + b, published);
     }
-    if (lid == 0)
-        l->kept_count = 0;
-    for (uint c = lid; c < cands; c += PSR_VWG)
-        l->place[c] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid == 0) {
+        l->valid = 0;
         /* psr_row_lse's arithmetic, over the partials loaded above */
         float2 held[PSR_HELD];
 #pragma unroll
@@ -502,38 +491,26 @@ inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, __globa
         if (token_ranks)
             token_ranks[row] = valid ? (int)beat + 1 : 0;
     }
-    /* Its own barrier region: with the loop below in the same one, PoCL 3.1
-     * built psr_logprobs_one wrongly (the loop ran for one work-item). */
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint c = lid; c < cands; c += PSR_VWG) {
-        bool keep = ci[c] != PSR_LP_NONE; /* a block with fewer tokens than top_n */
-        for (uint b = 0; b < blocks && keep; b++) {
-            uint last = b * top_n + top_n - 1;
-            keep = ci[last] == PSR_LP_NONE || !psr_after(cv[c], ci[c], cv[last], ci[last]);
-        }
-        if (keep)
-            l->kept[atomic_inc(&l->kept_count)] = c;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    uint kept = l->kept_count;
-    for (uint p = lid; p < kept * blocks; p += PSR_VWG) {
-        uint c = l->kept[p / blocks], b = p % blocks, own = c / top_n;
-        uint n = b == own ? c % top_n : psr_lp_beaten_by(cv + b * top_n, ci + b * top_n, top_n, cv[c], ci[c]);
-        if (n)
-            atomic_add(&l->place[p / blocks], n);
-    }
     barrier(CLK_LOCAL_MEM_FENCE);
     float lse = l->lse;
-    for (uint k = lid; k < kept; k += PSR_VWG) {
-        uint c = l->kept[k], place = l->place[k];
+    uint mine = 0;
+    for (uint c = lid; c < cands; c += PSR_VWG) {
+        if (ci[c] == PSR_LP_NONE)
+            continue; /* a block with fewer tokens than top_n */
+        mine++;
+        uint own = c / top_n, place = c % top_n;
+        for (uint b = 0; b < blocks && place < top_n; b++)
+            if (b != own)
+                place += psr_lp_beaten_by(cv + b * top_n, ci + b * top_n, top_n, cv[c], ci[c]);
         if (place < top_n) {
             top_ids[(ulong)row * top_n + place] = (int)ci[c];
             top_logprobs[(ulong)row * top_n + place] = cv[c] - lse;
         }
     }
-    /* Fewer tokens than top_n in all: then no list is full, nothing was
-     * dropped, and every token is kept. */
-    for (uint n = kept + lid; n < top_n; n += PSR_VWG) {
+    if (mine)
+        atomic_add(&l->valid, mine);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint n = l->valid + lid; n < top_n; n += PSR_VWG) { /* fewer tokens than top_n */
         top_ids[(ulong)row * top_n + n] = -1;
         top_logprobs[(ulong)row * top_n + n] = -INFINITY;
     }
@@ -549,7 +526,7 @@ void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *to
 {
     __local psr_lp_row_locals l;
     psr_lp_row(vocab, nsb, tokens, lse_in, beat_in, top_v, top_i, top_n, token_value, token_logprobs,
-               token_ranks, top_ids, top_logprobs, get_group_id(0), false, &l);
+               token_ranks, top_ids, top_logprobs, get_group_id(0), false, get_local_id(0), &l);
 }
 
 /* Small batches in one launch: the blocks of psr_logprobs_partial, and
@@ -578,5 +555,5 @@ void psr_logprobs_one(__global const psr_logit_t *logits, ulong logits_offset, u
     if (!psr_last_group(done + row, nsb, &last))
         return;
     psr_lp_row(vocab, nsb, tokens, lse, beat, top_v, top_i, top_n, token_value, token_logprobs, token_ranks,
-               top_ids, top_logprobs, row, true, &l.row);
+               top_ids, top_logprobs, row, true, lid, &l.row);
 }

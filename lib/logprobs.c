@@ -17,17 +17,13 @@ bool psr_logprobs_chains_possible(const psr_context *ctx)
 }
 
 /* Can this build of psr_logprobs_chains run groups of 1024 (its registers
- * may not allow them)? If not, the context stops asking for it. */
+ * may not allow them)? */
 static bool chains_fit(psr_context *ctx, cl_kernel k)
 {
     size_t most = 0;
-    cl_int err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof most, &most, NULL);
-    if (err == CL_SUCCESS && most >= CHAINS_GROUP)
-        return true;
-    psr_log(ctx, PSR_LOG_INFO, "psr_logprobs_chains runs at most %zu work-items per group here (%s), not %u: "
-            "logprobs take psr_logprobs_partial", most, psr_cl_error_name(err), CHAINS_GROUP);
-    ctx->tuning.logprobs_chains_blocks = 0;
-    return false;
+    return clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof most, &most, NULL) ==
+               CL_SUCCESS &&
+           most >= CHAINS_GROUP;
 }
 
 void psr_logprobs_args_init(psr_logprobs_args *args)
