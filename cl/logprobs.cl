@@ -89,20 +89,19 @@ inline bool psr_lp_first(float av, uint ai, float bv, uint bi)
     return ai != PSR_LP_NONE && (bi == PSR_LP_NONE || psr_better(av, ai, bv, bi));
 }
 
-/* The exact bound: the top_n-th best of all the `count` work-items' bests
- * (a power of two: the group's size), so at most top_n work-items' tokens
- * reach it. A bitonic sort of the bests,
- * best first and no token last: log2(count) (log2(count) + 1) / 2 rounds of one
+/* The exact bound: the top_n-th best of all the work-items' bests, so at
+ * most top_n work-items' tokens reach it. A bitonic sort of the bests,
+ * best first and no token last: log2(WG) (log2(WG) + 1) / 2 rounds of one
  * compare-exchange (on the H200 a quarter faster overall than each
  * work-item ranking its best against all the others). Tokens are distinct,
  * so the order is total. (With NVIDIA's warp shuffles for the rounds
  * within a warp it was slower on the H200, docs/benchmarks.md.) */
-inline void psr_lp_tau_sorted(float bv, uint bi, uint top_n, uint lid, uint count, __local float *lbv,
+inline void psr_lp_tau_sorted(float bv, uint bi, uint top_n, uint lid, __local float *lbv,
                               __local uint *lbi, float *tau_v, uint *tau_i)
 {
     lbv[lid] = bv;
     lbi[lid] = bi;
-    for (uint size = 2, span = 1; size <= count;) {
+    for (uint size = 2, span = 1; size <= PSR_VWG;) {
         barrier(CLK_LOCAL_MEM_FENCE);
         uint other = lid ^ span;
         if (other > lid) {
@@ -123,7 +122,7 @@ inline void psr_lp_tau_sorted(float bv, uint bi, uint top_n, uint lid, uint coun
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    bool enough = top_n <= count && lbi[top_n - 1] != PSR_LP_NONE;
+    bool enough = top_n <= PSR_VWG && lbi[top_n - 1] != PSR_LP_NONE;
     *tau_v = enough ? lbv[top_n - 1] : -INFINITY;
     *tau_i = enough ? lbi[top_n - 1] : PSR_LP_NONE;
 }
@@ -158,52 +157,6 @@ inline bool psr_after(float v, uint i, float pv, uint pi)
     return v < pv || (v == pv && i > pi);
 }
 
-/* How a row's values are made from its logits (psr_lp_value). */
-typedef struct psr_lp_scaling {
-    float t, r, cut;
-    bool divide;
-} psr_lp_scaling;
-
-inline psr_lp_scaling psr_lp_scaling_of(__global const int *row_request, uint requests,
-                                        __global const float *temperatures, uint raw,
-                                        __global const float *cuts, uint row)
-{
-    psr_lp_scaling s;
-    int req = row_request ? row_request[row] : (int)row;
-    s.t = !raw && req >= 0 && req < (int)requests ? temperatures[req] : 1.0f;
-    s.divide = isnormal(s.t) && s.t > 0.0f && s.t != 1.0f;
-    s.r = s.divide ? psr_temp_recip(s.t) : 1.0f;
-    s.cut = psr_lp_cut(cuts, row, raw, s.t);
-    return s;
-}
-
-/* The sampled token's value; +inf for a token outside the row, which
- * nothing beats (rank 0 later). */
-inline float psr_lp_token_value(__global const psr_logit_t *src, int tok, uint vocab, psr_lp_scaling s)
-{
-    return tok >= 0 && (uint)tok < vocab ? psr_lp_value(psr_load_logit(src, (ulong)tok), s.divide, s.t, s.r, s.cut)
-                                         : INFINITY;
-}
-
-/* A block's top_n list (entry `at` of the block results) from its `cands`
- * candidates in local memory: each, taken by work-items lid, lid +
- * stride, ..., placed by how many of the others beat it. */
-inline void psr_lp_write_top(__local const float *lcv, __local const uint *lci, uint cands, uint top_n,
-                             uint lid, uint stride, __global float *top_v, __global uint *top_i, ulong at)
-{
-    for (uint c = lid; c < cands; c += stride) {
-        uint at_place = 0;
-        for (uint d = 0; d < cands; d++)
-            at_place += psr_better(lcv[d], lci[d], lcv[c], lci[c]);
-        if (at_place < top_n) {
-            top_v[at * top_n + at_place] = lcv[c];
-            top_i[at * top_n + at_place] = lci[c];
-        }
-    }
-    for (uint n = cands + lid; n < top_n; n += stride) /* fewer tokens than top_n */
-        top_i[at * top_n + n] = PSR_LP_NONE;
-}
-
 /* The locals of a block's pass (psr_lp_block). */
 typedef struct psr_lp_block_locals {
     float ls[2 * PSR_LANES]; /* the lanes' sums, then their maxima */
@@ -235,14 +188,18 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
 {
     __local float *ls = l->ls, *lm = l->lm, *lbv = l->lbv, *lcv = l->lcv;
     __local uint *lbi = l->lbi, *lcount = l->lcount, *lci = l->lci;
-    psr_lp_scaling sc = psr_lp_scaling_of(row_request, requests, temperatures, raw, cuts, row);
-    float t = sc.t, r = sc.r, cut = sc.cut;
-    bool divide = sc.divide;
+    int req = row_request ? row_request[row] : (int)row;
+    float t = !raw && req >= 0 && req < (int)requests ? temperatures[req] : 1.0f;
+    bool divide = isnormal(t) && t > 0.0f && t != 1.0f;
+    float r = divide ? psr_temp_recip(t) : 1.0f;
+    float cut = psr_lp_cut(cuts, row, raw, t);
     uint base = sb * PSR_SB;
     bool full = base + PSR_SB <= vocab;
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    float tv = psr_lp_token_value(src, tokens[row], vocab, sc);
+    int tok = tokens[row];
+    float tv = tok >= 0 && (uint)tok < vocab ? psr_lp_value(psr_load_logit(src, (ulong)tok), divide, t, r, cut)
+                                             : INFINITY; /* nothing beats it: rank 0 later */
 
     uint steps[PSR_LPT];
     for (uint j = 0; j < PSR_LPT; j++)
@@ -309,7 +266,7 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
     }
     if (beat)
         atomic_add(&lcount[0], beat);
-    float2 part = psr_lse_tree(lid, PSR_VWG, ls + PSR_LANES, ls, false); /* its barriers publish lcount */
+    float2 part = psr_lse_tree(lid, ls + PSR_LANES, ls, false); /* its barriers publish lcount */
     ulong at = (ulong)row * nsb + sb;
     if (lid == 0) {
         beat_out[at] = lcount[0];
@@ -360,7 +317,7 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
             if (kind == 0)
                 psr_lp_tau_segments(bv, bi, top_n, lid, lbv, lbi, lm, lcount, &tau_v, &tau_i);
             else
-                psr_lp_tau_sorted(bv, bi, top_n, lid, PSR_VWG, lbv, lbi, &tau_v, &tau_i);
+                psr_lp_tau_sorted(bv, bi, top_n, lid, lbv, lbi, &tau_v, &tau_i);
             /* No bound (every token qualifies): the row's last token bounds
              * it, so tokens past the row (-inf) never qualify. */
             if (tau_i == PSR_LP_NONE)
@@ -393,7 +350,17 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
                 lcount[0] = 0; /* the exact bound counts afresh (it always fits) */
         }
         uint cands = min(lcount[0], (uint)PSR_LP_CANDIDATES); /* the bound keeps it far below */
-        psr_lp_write_top(lcv, lci, cands, top_n, lid, PSR_VWG, top_v, top_i, at);
+        for (uint c = lid; c < cands; c += PSR_VWG) {
+            uint at_place = 0;
+            for (uint d = 0; d < cands; d++)
+                at_place += psr_better(lcv[d], lci[d], lcv[c], lci[c]);
+            if (at_place < top_n) {
+                top_v[at * top_n + at_place] = lcv[c];
+                top_i[at * top_n + at_place] = lci[c];
+            }
+        }
+        for (uint n = cands + lid; n < top_n; n += PSR_VWG) /* fewer tokens than top_n */
+            top_i[at * top_n + n] = 0xffffffffu;
     }
 #undef PSR_LP_VALUES
 }

@@ -131,19 +131,18 @@ inline float2 psr_lse_merge(float2 a, float2 b)
 
 /* Merges the 256 lanes' (max, sum) in lm, ls pairwise, lane L + s into L
  * for s = 128, 64, ..., 1 (psr_lse_merge); the super-block's (max, sum),
- * valid in every work-item of the group's `size` (a constant: PSR_VWG, or
- * more). With `use_shuffles` (a constant), where the
+ * valid in every work-item. With `use_shuffles` (a constant), where the
  * device has them (PSR_USE_SHUFFLE), the steps below 32 run in the first
  * warp's registers, the same merges in the same order. The verification
  * statistics take them; logprobs do not (slower there on the H200,
  * docs/benchmarks.md). */
-inline float2 psr_lse_tree(uint lid, uint size, __local float *lm, __local float *ls, bool use_shuffles)
+inline float2 psr_lse_tree(uint lid, __local float *lm, __local float *ls, bool use_shuffles)
 {
     bool shuffle = use_shuffles && PSR_USE_SHUFFLE;
     uint s = PSR_LANES / 2;
     for (; s > (shuffle ? 16u : 0u); s >>= 1) { /* with shuffles, down to s = 32 */
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint l = lid; l < s; l += size) {
+        for (uint l = lid; l < s; l += PSR_VWG) {
             float2 p = psr_lse_merge((float2)(lm[l], ls[l]), (float2)(lm[l + s], ls[l + s]));
             lm[l] = p.x;
             ls[l] = p.y;
@@ -626,7 +625,7 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
             ls[lid + l * PSR_VWG] = psr_lane_sum(lane);
         }
 #endif
-        float2 part = psr_lse_tree(lid, PSR_VWG, lm, ls, true);
+        float2 part = psr_lse_tree(lid, lm, ls, true);
         if (lid == 0) {
             __global uint *w = (__global uint *)((is_draft ? q_lse : t_lse) + at);
             psr_publish(w, as_uint(part.x));

@@ -91,9 +91,6 @@ typedef struct psr_tuning {
                                   sections ran on every work-item), so it is never used */
     size_t logprobs_one_blocks; /* psr_logprobs runs in one launch (psr_logprobs_one) when it takes at
                                    most this many blocks (PSR_TUNE_LOGPROBS_ONE; 0: never) */
-    size_t logprobs_chains_blocks; /* psr_logprobs' blocks run as psr_logprobs_chains, 1024 work-items
-                                      each, when there are at most this many and the device allows
-                                      such groups (PSR_TUNE_LOGPROBS_CHAINS; 0: never) */
     size_t filter_direct_max;  /* filtered rows whose kept tokens lie in a candidate list of at most
                                   this many are drawn by the filter pass (PSR_TUNE_FILTER_DIRECT) */
     bool driver_caches;        /* the driver keeps its own cache of compiled kernels (PoCL), so
@@ -102,9 +99,6 @@ typedef struct psr_tuning {
 } psr_tuning;
 
 psr_tuning psr_tuning_for(const psr_device_info *info);
-/* Does the verify program hold psr_logprobs_chains (cl/logprobs_chains.cl):
- * the tuning asks for it and the device allows groups of 1024? */
-bool psr_logprobs_chains_possible(const psr_context *ctx);
 /* PSR_CACHE=1 (on, yes, true): the disk tier even where the driver caches. */
 bool psr_cache_env_forced(void);
 /* Appends -D options to every build of this context (tests and the
@@ -320,7 +314,6 @@ struct psr_context {
     uint32_t verify_epoch; /* psr_verify's launch count, below PSR_VERIFY_EPOCHS (verify.c) */
     bool verify_fused_last; /* the last psr_verify ran in one launch (for tests and psr bench verify) */
     bool logprobs_one_last; /* the last psr_logprobs ran in one launch (for tests) */
-    bool logprobs_chains_last; /* the last psr_logprobs ran psr_logprobs_chains (for tests) */
 
     psr_fp64_policy fp64_policy;
     bool fp64_fallback_said;     /* the log has said once that fp64 became wide */

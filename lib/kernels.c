@@ -20,8 +20,7 @@ static const kernel_set_def sets[PSR_KERNEL_SET_COUNT] = {
     /* Verification and logprobs share the log-sum-exp of verify.cl. */
     [PSR_KERNELS_VERIFY] = {"verify",
                             {"random123/philox.h", "stream.cl", "detmath.cl", "vecmath.cl",
-                             "groups.cl", "gumbel.cl", "shuffle.cl", "verify.cl", "logprobs.cl",
-                             "logprobs_chains.cl", NULL}},
+                             "groups.cl", "gumbel.cl", "shuffle.cl", "verify.cl", "logprobs.cl", NULL}},
 };
 
 bool psr_kernel_set_uses_logits(psr_kernel_set set)
@@ -84,16 +83,15 @@ static int opencl_c_version(const psr_device_info *info)
 
 void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, size_t len)
 {
-    char extra[256] = "", set_option[96] = "";
+    char extra[192] = "", set_option[48] = "";
     /* Only the sampling program has a vector path, and only the verify
      * program (which holds logprobs.cl) a choice of bound and warp
      * shuffles. */
     if (v->set == PSR_KERNELS_GUMBEL && ctx->tuning.vector_width)
         snprintf(set_option, sizeof set_option, " -DPSR_VEC=%u", ctx->tuning.vector_width);
     if (v->set == PSR_KERNELS_VERIFY)
-        snprintf(set_option, sizeof set_option, "%s%s%s", ctx->tuning.lp_segment_tau ? "" : " -DPSR_LP_SEGMENT_TAU=0",
-                 ctx->tuning.warp_shuffle ? " -DPSR_NV_SHUFFLE=1" : "",
-                 psr_logprobs_chains_possible(ctx) ? " -DPSR_LP_CHAINS=1" : "");
+        snprintf(set_option, sizeof set_option, "%s%s", ctx->tuning.lp_segment_tau ? "" : " -DPSR_LP_SEGMENT_TAU=0",
+                 ctx->tuning.warp_shuffle ? " -DPSR_NV_SHUFFLE=1" : "");
     if (psr_kernel_set_uses_logits(v->set))
         snprintf(extra, sizeof extra,
                  " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d -DUSE_WIDE=%d -DPSR_METHOD=%d%s%s%s",

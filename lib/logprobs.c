@@ -4,27 +4,11 @@
 #include <string.h>
 
 #define LOGPROBS_SB 16384u /* tokens per super-block, as cl/verify.cl */
-#define CHAINS_GROUP 1024u /* work-items of psr_logprobs_chains' groups */
 
 /* ctx->logprobs[] scratch. */
 enum { LSE, BEAT, TOP_V, TOP_I, ROW_DONE, TOKEN_VALUE, LOGPROBS_SCRATCH };
 _Static_assert(LOGPROBS_SCRATCH == sizeof ((psr_context *)0)->logprobs / sizeof(psr_scratch),
                "one scratch buffer of ctx->logprobs per entry");
-
-bool psr_logprobs_chains_possible(const psr_context *ctx)
-{
-    return ctx->tuning.logprobs_chains_blocks > 0 && ctx->info.max_work_group_size >= CHAINS_GROUP;
-}
-
-/* Can this build of psr_logprobs_chains run groups of 1024 (its registers
- * may not allow them)? */
-static bool chains_fit(psr_context *ctx, cl_kernel k)
-{
-    size_t most = 0;
-    return clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof most, &most, NULL) ==
-               CL_SUCCESS &&
-           most >= CHAINS_GROUP;
-}
 
 void psr_logprobs_args_init(psr_logprobs_args *args)
 {
@@ -131,7 +115,7 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_logprobs: ctx is NULL");
     if (!a)
         return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_logprobs: args is NULL");
-    ctx->logprobs_one_last = ctx->logprobs_chains_last = false;
+    ctx->logprobs_one_last = false;
     psr_status st = check_args(ctx, a);
     if (st != PSR_OK)
         return st;
@@ -140,19 +124,12 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     cl_uint top_n = (cl_uint)a->top_n, raw = (a->flags & PSR_LOGPROBS_RAW) != 0;
     cl_uint requests = (cl_uint)a->requests;
     size_t blocks = a->rows * nsb;
-    /* Few blocks: each in a group of 1024 work-items (psr_logprobs_chains),
-     * or in one launch, each row merged by its last block (a launch costs
-     * more than the work at one row). */
-    bool chains = blocks <= ctx->tuning.logprobs_chains_blocks && psr_logprobs_chains_possible(ctx);
-    bool one = !chains && blocks <= ctx->tuning.logprobs_one_blocks;
+    /* Few blocks: one launch, each row merged by its last block (a launch
+     * costs more than the work at one row). */
+    bool one = blocks <= ctx->tuning.logprobs_one_blocks;
     psr_variant v = {.set = PSR_KERNELS_VERIFY, .dtype = a->logits_dtype};
     cl_kernel partial = NULL, finish = NULL;
-    if (chains) {
-        st = psr_kernel_get(ctx, &v, "psr_logprobs_chains", &partial);
-        chains = st == PSR_OK && chains_fit(ctx, partial);
-    }
-    if (st == PSR_OK && !chains)
-        st = psr_kernel_get(ctx, &v, one ? "psr_logprobs_one" : "psr_logprobs_partial", &partial);
+    st = psr_kernel_get(ctx, &v, one ? "psr_logprobs_one" : "psr_logprobs_partial", &partial);
     if (st == PSR_OK && !one)
         st = psr_kernel_get(ctx, &v, "psr_logprobs_finish", &finish);
     const size_t need[LOGPROBS_SCRATCH] = {blocks * 8, blocks * 4, blocks * (top_n ? top_n : 1) * 4,
@@ -191,7 +168,7 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
                              &value,             &a->token_logprobs, &a->token_ranks, &a->top_ids,
                              &a->top_logprobs,   &done};
     _Static_assert(sizeof psizes / sizeof *psizes == sizeof pvalues / sizeof *pvalues, "one size per argument");
-    const char *pname = chains ? "psr_logprobs_chains" : one ? "psr_logprobs_one" : "psr_logprobs_partial";
+    const char *pname = one ? "psr_logprobs_one" : "psr_logprobs_partial";
     st = psr_set_kernel_args(ctx, partial, pname, one ? 22 : 17, psizes, pvalues);
     const size_t fsizes[] = {4, 4, 4, ms, ms, ms, ms, ms, 4, ms, ms, ms, ms, ms};
     const void *fvalues[] = {&rows,  &vocab, &nsb,  &a->tokens,         &lse,           &beat,       &top_v,
@@ -208,11 +185,9 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     }
     size_t local = ctx->tuning.work_group_size < 256 ? ctx->tuning.work_group_size : 256;
     if (st == PSR_OK)
-        st = psr_enqueue_groups(ctx, partial, pname, blocks, chains ? CHAINS_GROUP : local, nwait, wait,
-                                one ? event : NULL);
+        st = psr_enqueue_groups(ctx, partial, pname, blocks, local, nwait, wait, one ? event : NULL);
     if (st == PSR_OK && !one)
         st = psr_enqueue_groups(ctx, finish, "psr_logprobs_finish", a->rows, local, 0, NULL, event);
     ctx->logprobs_one_last = one && st == PSR_OK;
-    ctx->logprobs_chains_last = chains && st == PSR_OK;
     return st;
 }

@@ -19,7 +19,6 @@ static int setup(void **state)
     test_seed(1618);
     ctx = open_suite_context();
     ctx->tuning.logprobs_one_blocks = 0; /* two launches, but in test_one_launch */
-    ctx->tuning.logprobs_chains_blocks = 0; /* and 256 work-items per block, but in test_chains */
     return 0;
 }
 
@@ -127,10 +126,8 @@ static psr_status run_logprobs(const lcase *c, psr_dtype dtype, unsigned flags, 
         tamper(&a);
     cl_event ev = NULL;
     psr_status st = psr_logprobs(ctx, &a, &ev);
-    if (st == PSR_OK) {
+    if (st == PSR_OK)
         assert_int_equal(ctx->logprobs_one_last, ctx->tuning.logprobs_one_blocks == SIZE_MAX);
-        assert_int_equal(ctx->logprobs_chains_last, ctx->tuning.logprobs_chains_blocks == SIZE_MAX);
-    }
     if (ev) {
         clWaitForEvents(1, &ev);
         clReleaseEvent(ev);
@@ -218,14 +215,12 @@ static void test_matches_oracle(void **state)
     /* High values crowded into 19 of a block's 32 segments of work-items
      * (cl/logprobs.cl): the cheap bound leaves too many candidates, so the
      * exact bound must take over. Token i of a block belongs to work-item
-     * ((i / 4) mod 256) mod VWG, or in psr_logprobs_chains to work-item i
-     * mod 1024 and segment i mod 32 (cl/logprobs_chains.cl). */
+     * ((i / 4) mod 256) mod VWG. */
     size_t vwg = ctx->tuning.work_group_size < 256 ? ctx->tuning.work_group_size : 256;
-    bool chains = ctx->tuning.logprobs_chains_blocks == SIZE_MAX;
     c = make_case(2, 16384, false);
     for (size_t r = 0; r < 2; r++)
         for (size_t i = 0; i < 16384; i++) {
-            size_t segment = chains ? i % 32 : ((i / 4) % 256 % vwg) / (vwg >= 32 ? vwg / 32 : 1);
+            size_t segment = ((i / 4) % 256 % vwg) / (vwg >= 32 ? vwg / 32 : 1);
             bool high = r == 0 ? segment < 19 : segment >= 13;
             c.x[r * 16384 + i] = high ? 10.0f + 0.25f * normal() : normal();
         }
@@ -249,7 +244,7 @@ static void test_other_bound_matches_oracle(void **state)
     psr_context *saved = ctx;
     ctx = open_suite_context();
     ctx->tuning.lp_segment_tau = !ctx->tuning.lp_segment_tau; /* before its first build */
-    ctx->tuning.logprobs_one_blocks = ctx->tuning.logprobs_chains_blocks = 0;
+    ctx->tuning.logprobs_one_blocks = 0;
     test_matches_oracle(state);
     psr_context_free(ctx);
     ctx = saved;
@@ -262,26 +257,6 @@ static void test_one_launch(void **state)
     ctx->tuning.logprobs_one_blocks = SIZE_MAX;
     test_matches_oracle(state);
     ctx->tuning.logprobs_one_blocks = 0;
-}
-
-/* The same cases in groups of 1024 work-items, one per exp chain of a lane
- * (psr_logprobs_chains), where the device allows such groups: the
- * oracle's results again. */
-static void test_chains(void **state)
-{
-    psr_context *saved = ctx;
-    ctx = open_suite_context();
-    ctx->tuning.logprobs_one_blocks = 0;
-    ctx->tuning.logprobs_chains_blocks = SIZE_MAX; /* before its first build */
-    if (!psr_logprobs_chains_possible(ctx)) {
-        psr_context_free(ctx);
-        ctx = saved;
-        print_message("    skipped: the device's groups hold fewer than 1024 work-items\n");
-        skip();
-    }
-    test_matches_oracle(state);
-    psr_context_free(ctx);
-    ctx = saved;
 }
 
 /* Against double precision: logprobs within fp32 tolerance, ranks exact. */
@@ -377,7 +352,6 @@ int main(void)
         cmocka_unit_test(test_matches_oracle),
         cmocka_unit_test(test_other_bound_matches_oracle),
         cmocka_unit_test(test_one_launch),
-        cmocka_unit_test(test_chains),
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_bad_input),
     };
