@@ -380,23 +380,18 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
 }
 
 /* How many of a block's top-n list (sorted best first, absent tokens
- * last) beat (v, i): a prefix of the list, found by bisection in a fixed
- * number of steps (top_n <= 20 < 32), each a select rather than a branch,
- * so a warp's work-items never part ways (on the H200 the loop of data-
- * dependent length was several times slower per step). */
-#if PSR_MAX_TOP_N > 31
-#error "psr_lp_beaten_by's steps cover lists of at most 31"
-#endif
+ * last) beat (v, i): a prefix of the list, found by bisection. */
 inline uint psr_lp_beaten_by(__local const float *lv, __local const uint *li, uint top_n, float v, uint i)
 {
-    uint n = 0; /* entries 0 .. n - 1 beat (v, i) */
-#pragma unroll
-    for (uint step = 16; step > 0; step >>= 1) {
-        uint probe = min(n + step, top_n) - 1; /* the last entry of the next step */
-        bool beats = n + step <= top_n && li[probe] != PSR_LP_NONE && psr_better(lv[probe], li[probe], v, i);
-        n = beats ? n + step : n;
+    uint lo = 0, hi = top_n;
+    while (lo < hi) {
+        uint mid = (lo + hi) / 2;
+        if (li[mid] != PSR_LP_NONE && psr_better(lv[mid], li[mid], v, i))
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    return n;
+    return lo;
 }
 
 /* Reads a block's result that another group of the launch may have
