@@ -19,16 +19,13 @@
  * exact bound (below), so this many always fit. */
 #define PSR_LP_CANDIDATES (PSR_MAX_TOP_N * 16 * PSR_LPT * 4)
 /* The cheap bound first: the N-th best of the maxima of 32 segments of
- * work-items (1: on; 0: only the exact bound, for comparison). */
+ * work-items (1: on; 0: only the exact bound, for comparison), in
+ * psr_logprobs_partial (psr_logprobs_partial_few always takes it first). */
 #ifndef PSR_LP_SEGMENT_TAU
 #define PSR_LP_SEGMENT_TAU 1
 #endif
 #define PSR_LP_SEGMENTS 32
-#if PSR_LP_SEGMENT_TAU && PSR_VWG >= 2 * PSR_LP_SEGMENTS
-#define PSR_LP_FIRST_BOUND 0
-#else
-#define PSR_LP_FIRST_BOUND 1
-#endif
+#define PSR_LP_SEGMENTS_FIT (PSR_VWG >= 2 * PSR_LP_SEGMENTS) /* groups wide enough for them */
 #define PSR_LP_NONE 0xffffffffu
 
 /* Bounds tau on a block's top_n-th token, from each work-item's best
@@ -183,7 +180,7 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
                          __global const float *temperatures, uint raw, __global const int *tokens,
                          uint top_n, __global float2 *lse_out, __global uint *beat_out,
                          __global float *top_v, __global uint *top_i, __global const float *cuts,
-                         __global float *token_value, uint row, uint sb, uint lid,
+                         __global float *token_value, uint row, uint sb, uint lid, bool segments_first,
                          __local psr_lp_block_locals *l)
 {
     __local float *ls = l->ls, *lm = l->lm, *lbv = l->lbv, *lcv = l->lcv;
@@ -311,7 +308,8 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
 #endif
         if (lid == 0)
             lcount[0] = 0; /* the candidates */
-        for (uint kind = PSR_LP_FIRST_BOUND; kind < 2; kind++) { /* uniform */
+        /* a constant of each kernel, so the other bound's code is dropped */
+        for (uint kind = segments_first && PSR_LP_SEGMENTS_FIT ? 0 : 1; kind < 2; kind++) { /* uniform */
             float tau_v;
             uint tau_i;
             if (kind == 0)
@@ -376,7 +374,25 @@ void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offse
     __local psr_lp_block_locals l;
     psr_lp_block(logits, logits_offset, row_stride, vocab, nsb, row_request, requests, temperatures, raw,
                  tokens, top_n, lse_out, beat_out, top_v, top_i, cuts, token_value, get_group_id(0) / nsb,
-                 get_group_id(0) % nsb, get_local_id(0), &l);
+                 get_group_id(0) % nsb, get_local_id(0), PSR_LP_SEGMENT_TAU, &l);
+}
+
+/* psr_logprobs_partial with the segment bound first wherever the device's
+ * tuning chose the exact one alone: on the H200 1.0-1.6 us faster at 1 to
+ * 16 rows of 128,256 (one block per SM or fewer), and a third slower at
+ * 64 (docs/benchmarks.md), so lib/logprobs.c takes it for few blocks. */
+__kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
+void psr_logprobs_partial_few(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                              uint vocab, uint nsb, __global const int *row_request, uint requests,
+                              __global const float *temperatures, uint raw, __global const int *tokens,
+                              uint top_n, __global float2 *lse_out, __global uint *beat_out,
+                              __global float *top_v, __global uint *top_i, __global const float *cuts,
+                              __global float *token_value)
+{
+    __local psr_lp_block_locals l;
+    psr_lp_block(logits, logits_offset, row_stride, vocab, nsb, row_request, requests, temperatures, raw,
+                 tokens, top_n, lse_out, beat_out, top_v, top_i, cuts, token_value, get_group_id(0) / nsb,
+                 get_group_id(0) % nsb, get_local_id(0), true, &l);
 }
 
 /* How many of a block's top-n list (sorted best first, absent tokens
@@ -518,7 +534,7 @@ void psr_logprobs_one(__global const psr_logit_t *logits, ulong logits_offset, u
     uint row = get_group_id(0) / nsb, lid = get_local_id(0);
     psr_lp_block(logits, logits_offset, row_stride, vocab, nsb, row_request, requests, temperatures, raw,
                  tokens, top_n, lse, beat, top_v, top_i, cuts, token_value, row, get_group_id(0) % nsb, lid,
-                 &l.block);
+                 PSR_LP_SEGMENT_TAU, &l.block);
     if (!psr_last_group(done + row, nsb, &last))
         return;
     psr_lp_row(vocab, nsb, tokens, lse, beat, top_v, top_i, top_n, token_value, token_logprobs, token_ranks,

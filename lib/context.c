@@ -146,6 +146,9 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
     const char *lp_one = getenv("PSR_TUNE_LOGPROBS_ONE");
     if (lp_one && atoi(lp_one) >= 0)
         ctx->tuning.logprobs_one_blocks = (size_t)atoi(lp_one);
+    const char *lp_few = getenv("PSR_TUNE_LOGPROBS_FEW");
+    if (lp_few && atoi(lp_few) >= 0)
+        ctx->tuning.logprobs_few_blocks = (size_t)atoi(lp_few);
     const char *shuffle = getenv("PSR_TUNE_SHUFFLE");
     if (shuffle && *shuffle) {
         bool on = strcmp(shuffle, "0") != 0;
@@ -165,17 +168,19 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
                 sizeof ctx->tuning.extra_options - 1);
         ctx->tuning.extra_options[0] = '\0';
     }
-    if (wg || resident || mulhi || extra || vector || min_steps || skip || fused || lp_one || shuffle ||
-        direct || ctx->tuning.two_pass)
+    if (wg || resident || mulhi || extra || vector || min_steps || skip || fused || lp_one || lp_few ||
+        shuffle || direct || ctx->tuning.two_pass)
         psr_log(ctx, PSR_LOG_INFO,
                 "tuning from the environment: work-group %zu, resident %zu, mul_hi %d, two-pass %d, "
                 "vector lanes %u, min steps %u, verify skip above %zu groups, verify in one launch "
-                "up to %zu groups, logprobs in one launch up to %zu blocks, warp shuffles %d, filter "
-                "draws from lists up to %zu, extra options \"%s\"",
+                "up to %zu groups, logprobs in one launch up to %zu blocks, logprobs' segment bound "
+                "first up to %zu blocks, warp shuffles %d, filter draws from lists up to %zu, extra "
+                "options \"%s\"",
                 ctx->tuning.work_group_size, ctx->tuning.resident_per_unit, ctx->tuning.mulhi,
                 ctx->tuning.two_pass, ctx->tuning.vector_width, ctx->tuning.min_steps,
                 ctx->tuning.verify_skip_groups, ctx->tuning.verify_fused_groups,
-                ctx->tuning.logprobs_one_blocks, ctx->tuning.warp_shuffle, ctx->tuning.filter_direct_max,
+                ctx->tuning.logprobs_one_blocks, ctx->tuning.logprobs_few_blocks, ctx->tuning.warp_shuffle,
+                ctx->tuning.filter_direct_max,
                 ctx->tuning.extra_options);
     setup_disk_cache(ctx, o);
     return PSR_OK;

@@ -91,6 +91,9 @@ typedef struct psr_tuning {
                                   sections ran on every work-item), so it is never used */
     size_t logprobs_one_blocks; /* psr_logprobs runs in one launch (psr_logprobs_one) when it takes at
                                    most this many blocks (PSR_TUNE_LOGPROBS_ONE; 0: never) */
+    size_t logprobs_few_blocks; /* psr_logprobs takes psr_logprobs_partial_few (the segment bound
+                                   first) when it takes at most this many blocks
+                                   (PSR_TUNE_LOGPROBS_FEW; 0: never) */
     size_t filter_direct_max;  /* filtered rows whose kept tokens lie in a candidate list of at most
                                   this many are drawn by the filter pass (PSR_TUNE_FILTER_DIRECT) */
     bool driver_caches;        /* the driver keeps its own cache of compiled kernels (PoCL), so
@@ -314,6 +317,7 @@ struct psr_context {
     uint32_t verify_epoch; /* psr_verify's launch count, below PSR_VERIFY_EPOCHS (verify.c) */
     bool verify_fused_last; /* the last psr_verify ran in one launch (for tests and psr bench verify) */
     bool logprobs_one_last; /* the last psr_logprobs ran in one launch (for tests) */
+    bool logprobs_few_last; /* the last psr_logprobs ran psr_logprobs_partial_few (for tests) */
 
     psr_fp64_policy fp64_policy;
     bool fp64_fallback_said;     /* the log has said once that fp64 became wide */

@@ -115,7 +115,7 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_logprobs: ctx is NULL");
     if (!a)
         return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_logprobs: args is NULL");
-    ctx->logprobs_one_last = false;
+    ctx->logprobs_one_last = ctx->logprobs_few_last = false;
     psr_status st = check_args(ctx, a);
     if (st != PSR_OK)
         return st;
@@ -125,11 +125,14 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     cl_uint requests = (cl_uint)a->requests;
     size_t blocks = a->rows * nsb;
     /* Few blocks: one launch, each row merged by its last block (a launch
-     * costs more than the work at one row). */
+     * costs more than the work at one row); or the partial kernel with the
+     * segment bound first (cl/logprobs.cl). */
     bool one = blocks <= ctx->tuning.logprobs_one_blocks;
+    bool few = !one && blocks <= ctx->tuning.logprobs_few_blocks;
+    const char *pname = one ? "psr_logprobs_one" : few ? "psr_logprobs_partial_few" : "psr_logprobs_partial";
     psr_variant v = {.set = PSR_KERNELS_VERIFY, .dtype = a->logits_dtype};
     cl_kernel partial = NULL, finish = NULL;
-    st = psr_kernel_get(ctx, &v, one ? "psr_logprobs_one" : "psr_logprobs_partial", &partial);
+    st = psr_kernel_get(ctx, &v, pname, &partial);
     if (st == PSR_OK && !one)
         st = psr_kernel_get(ctx, &v, "psr_logprobs_finish", &finish);
     const size_t need[LOGPROBS_SCRATCH] = {blocks * 8, blocks * 4, blocks * (top_n ? top_n : 1) * 4,
@@ -168,7 +171,6 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
                              &value,             &a->token_logprobs, &a->token_ranks, &a->top_ids,
                              &a->top_logprobs,   &done};
     _Static_assert(sizeof psizes / sizeof *psizes == sizeof pvalues / sizeof *pvalues, "one size per argument");
-    const char *pname = one ? "psr_logprobs_one" : "psr_logprobs_partial";
     st = psr_set_kernel_args(ctx, partial, pname, one ? 22 : 17, psizes, pvalues);
     const size_t fsizes[] = {4, 4, 4, ms, ms, ms, ms, ms, 4, ms, ms, ms, ms, ms};
     const void *fvalues[] = {&rows,  &vocab, &nsb,  &a->tokens,         &lse,           &beat,       &top_v,
@@ -189,5 +191,6 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     if (st == PSR_OK && !one)
         st = psr_enqueue_groups(ctx, finish, "psr_logprobs_finish", a->rows, local, 0, NULL, event);
     ctx->logprobs_one_last = one && st == PSR_OK;
+    ctx->logprobs_few_last = few && st == PSR_OK;
     return st;
 }

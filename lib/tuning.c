@@ -15,6 +15,7 @@ typedef struct tuning_rule {
     bool lp_segment_tau;      /* logprobs bound a block's top-N from 32 segment maxima first */
     size_t verify_fused;      /* psr_verify in one launch up to this many groups per compute unit (0: never) */
     size_t logprobs_one;      /* psr_logprobs in one launch up to this many blocks per compute unit (0: never) */
+    size_t logprobs_few;      /* psr_logprobs_partial_few up to this many blocks per compute unit (0: never) */
     bool warp_shuffle;        /* NVIDIA's warp shuffles through inline PTX (cl/shuffle.cl) */
     const char *name;
 } tuning_rule;
@@ -32,21 +33,23 @@ static const tuning_rule rules[] = {
      * cost 2 us from an idle queue (and lost at 64 rows), so it is off.
      * Warp shuffles (cl/shuffle.cl) in the verification statistics'
      * log-sum-exp tree took about 1 us off 32 x 8 x 128,256 (1.51 to
-     * 1.49x the floor); logprobs, slower with them, do without. */
-    {"nvidia", PSR_DEVICE_GPU, 256, 6, 4, 0, false, 8, 0, true, "nvidia-gpu"},
+     * 1.49x the floor); logprobs, slower with them, do without. At up
+     * to one block per SM the segment bound first was 1.0-1.6 us faster
+     * than the exact bound alone (a third slower at 64 rows). */
+    {"nvidia", PSR_DEVICE_GPU, 256, 6, 4, 0, false, 8, 0, 1, true, "nvidia-gpu"},
     /* 64-wide wavefronts, up to 40 waves per CU: keep groups a multiple of 64. */
-    {"advanced micro devices", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, 0, false, "amd-gpu"},
-    {"amd", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, 0, false, "amd-gpu"},
+    {"advanced micro devices", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, 0, 0, false, "amd-gpu"},
+    {"amd", PSR_DEVICE_GPU, 256, 8, 8, 0, false, 0, 0, 0, false, "amd-gpu"},
     /* Xe cores hold fewer threads than an SM. */
-    {"intel", PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, 0, false, "intel-gpu"},
-    {NULL, PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, 0, false, "gpu"},
+    {"intel", PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, 0, 0, false, "intel-gpu"},
+    {NULL, PSR_DEVICE_GPU, 256, 4, 4, 0, false, 0, 0, 0, false, "gpu"},
     /* CPUs (PoCL): one group per core at a time, so whole rows stream.
      * PoCL does not vectorise the sampler's token loop across work-items,
      * so each work-item takes 16 tokens as explicit vectors (AVX-512's
      * width; narrower units split them). The segment bound first was
      * faster for logprobs here (docs/devices.md). */
-    {NULL, PSR_DEVICE_CPU, 64, 1, 1, 16, true, 0, 0, false, "cpu"},
-    {NULL, PSR_DEVICE_OTHER, 128, 2, 2, 0, true, 0, 0, false, "default"},
+    {NULL, PSR_DEVICE_CPU, 64, 1, 1, 16, true, 0, 0, 0, false, "cpu"},
+    {NULL, PSR_DEVICE_OTHER, 128, 2, 2, 0, true, 0, 0, 0, false, "default"},
 };
 
 static bool vendor_is(const psr_device_info *info, const char *vendor)
@@ -97,6 +100,8 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                         r->verify_fused * (size_t)(info->compute_units ? info->compute_units : 1),
                     .logprobs_one_blocks =
                         r->logprobs_one * (size_t)(info->compute_units ? info->compute_units : 1),
+                    .logprobs_few_blocks =
+                        r->logprobs_few * (size_t)(info->compute_units ? info->compute_units : 1),
                     /* Every list that fits (lib/filter.c's FILTER_CAP):
                      * on the H200 drawing from lists of thousands (top-p)
                      * beat the sampler's full pass at 32 to 256 rows. */

@@ -19,6 +19,7 @@ static int setup(void **state)
     test_seed(1618);
     ctx = open_suite_context();
     ctx->tuning.logprobs_one_blocks = 0; /* two launches, but in test_one_launch */
+    ctx->tuning.logprobs_few_blocks = 0; /* psr_logprobs_partial, but in test_few_blocks */
     return 0;
 }
 
@@ -126,8 +127,10 @@ static psr_status run_logprobs(const lcase *c, psr_dtype dtype, unsigned flags, 
         tamper(&a);
     cl_event ev = NULL;
     psr_status st = psr_logprobs(ctx, &a, &ev);
-    if (st == PSR_OK)
+    if (st == PSR_OK) {
         assert_int_equal(ctx->logprobs_one_last, ctx->tuning.logprobs_one_blocks == SIZE_MAX);
+        assert_int_equal(ctx->logprobs_few_last, ctx->tuning.logprobs_few_blocks == SIZE_MAX);
+    }
     if (ev) {
         clWaitForEvents(1, &ev);
         clReleaseEvent(ev);
@@ -244,7 +247,7 @@ static void test_other_bound_matches_oracle(void **state)
     psr_context *saved = ctx;
     ctx = open_suite_context();
     ctx->tuning.lp_segment_tau = !ctx->tuning.lp_segment_tau; /* before its first build */
-    ctx->tuning.logprobs_one_blocks = 0;
+    ctx->tuning.logprobs_one_blocks = ctx->tuning.logprobs_few_blocks = 0;
     test_matches_oracle(state);
     psr_context_free(ctx);
     ctx = saved;
@@ -257,6 +260,15 @@ static void test_one_launch(void **state)
     ctx->tuning.logprobs_one_blocks = SIZE_MAX;
     test_matches_oracle(state);
     ctx->tuning.logprobs_one_blocks = 0;
+}
+
+/* The same cases through psr_logprobs_partial_few, which takes the segment
+ * bound first whatever the tuning: the oracle's results again. */
+static void test_few_blocks(void **state)
+{
+    ctx->tuning.logprobs_few_blocks = SIZE_MAX;
+    test_matches_oracle(state);
+    ctx->tuning.logprobs_few_blocks = 0;
 }
 
 /* Against double precision: logprobs within fp32 tolerance, ranks exact. */
@@ -352,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_matches_oracle),
         cmocka_unit_test(test_other_bound_matches_oracle),
         cmocka_unit_test(test_one_launch),
+        cmocka_unit_test(test_few_blocks),
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_bad_input),
     };
