@@ -363,37 +363,28 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
 #undef PSR_LP_VALUES
 }
 
-__kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
-void psr_logprobs_partial(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                          uint vocab, uint nsb, __global const int *row_request, uint requests,
-                          __global const float *temperatures, uint raw, __global const int *tokens,
-                          uint top_n, __global float2 *lse_out, __global uint *beat_out,
-                          __global float *top_v, __global uint *top_i, __global const float *cuts,
-                          __global float *token_value)
-{
-    __local psr_lp_block_locals l;
-    psr_lp_block(logits, logits_offset, row_stride, vocab, nsb, row_request, requests, temperatures, raw,
-                 tokens, top_n, lse_out, beat_out, top_v, top_i, cuts, token_value, get_group_id(0) / nsb,
-                 get_group_id(0) % nsb, get_local_id(0), PSR_LP_SEGMENT_TAU, &l);
-}
-
-/* psr_logprobs_partial with the segment bound first wherever the device's
- * tuning chose the exact one alone: on the H200 1.0-1.6 us faster at 1 to
+/* The partial kernel, with the tuning's bound (psr_logprobs_partial) and
+ * with the segment bound first wherever the tuning chose the exact one
+ * alone (psr_logprobs_partial_few): on the H200 1.0-1.6 us faster at 1 to
  * 16 rows of 128,256 (one block per SM or fewer), and a third slower at
- * 64 (docs/benchmarks.md), so lib/logprobs.c takes it for few blocks. */
-__kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
-void psr_logprobs_partial_few(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                              uint vocab, uint nsb, __global const int *row_request, uint requests,
-                              __global const float *temperatures, uint raw, __global const int *tokens,
-                              uint top_n, __global float2 *lse_out, __global uint *beat_out,
-                              __global float *top_v, __global uint *top_i, __global const float *cuts,
-                              __global float *token_value)
-{
-    __local psr_lp_block_locals l;
-    psr_lp_block(logits, logits_offset, row_stride, vocab, nsb, row_request, requests, temperatures, raw,
-                 tokens, top_n, lse_out, beat_out, top_v, top_i, cuts, token_value, get_group_id(0) / nsb,
-                 get_group_id(0) % nsb, get_local_id(0), true, &l);
-}
+ * 64 (docs/benchmarks.md), so lib/logprobs.c takes it for few blocks. One
+ * body for both: the choice is a constant of each kernel. */
+#define PSR_LP_PARTIAL_KERNEL(name, segments_first)                                                       \
+    __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1))) void name(                              \
+        __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride, uint vocab, uint nsb,  \
+        __global const int *row_request, uint requests, __global const float *temperatures, uint raw,     \
+        __global const int *tokens, uint top_n, __global float2 *lse_out, __global uint *beat_out,        \
+        __global float *top_v, __global uint *top_i, __global const float *cuts,                          \
+        __global float *token_value)                                                                      \
+    {                                                                                                     \
+        __local psr_lp_block_locals l;                                                                    \
+        psr_lp_block(logits, logits_offset, row_stride, vocab, nsb, row_request, requests, temperatures,  \
+                     raw, tokens, top_n, lse_out, beat_out, top_v, top_i, cuts, token_value,              \
+                     get_group_id(0) / nsb, get_group_id(0) % nsb, get_local_id(0), segments_first, &l); \
+    }
+
+PSR_LP_PARTIAL_KERNEL(psr_logprobs_partial, PSR_LP_SEGMENT_TAU)
+PSR_LP_PARTIAL_KERNEL(psr_logprobs_partial_few, true)
 
 /* How many of a block's top-n list (sorted best first, absent tokens
  * last) beat (v, i): a prefix of the list, found by bisection. */
