@@ -8,6 +8,8 @@
  *   top-N tokens (value descending, index ascending); per row (from its
  *   first block) the sampled token's value, so the finish need not load
  *   it through the token, request and temperature one after another.
+ * psr_logprobs_partial_few: the same, with the segment bound first whatever
+ *   the tuning chose, for calls of few blocks (lib/logprobs.c).
  * psr_logprobs_finish: per row: the log-sum-exp, the sampled token's
  *   logprob and rank, and the row's top-N merged from its blocks.
  * Values are logits / T ("processed"; T = 0 counts as 1) or the logits
