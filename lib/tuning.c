@@ -81,6 +81,7 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
             break;
         }
     }
+    size_t units = info->compute_units ? info->compute_units : 1;
     psr_tuning t = {.work_group_size = r->work_group_size,
                     .resident_per_unit = r->resident_per_unit,
                     .verify_resident_per_unit = r->verify_resident,
@@ -95,13 +96,10 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                      * statistics kernel (it holds 3 per SM on the H200):
                      * within a wave every row starts before any decision,
                      * and deciding only lengthens the launch. */
-                    .verify_skip_groups = 4 * (size_t)(info->compute_units ? info->compute_units : 1),
-                    .verify_fused_groups =
-                        r->verify_fused * (size_t)(info->compute_units ? info->compute_units : 1),
-                    .logprobs_one_blocks =
-                        r->logprobs_one * (size_t)(info->compute_units ? info->compute_units : 1),
-                    .logprobs_few_blocks =
-                        r->logprobs_few * (size_t)(info->compute_units ? info->compute_units : 1),
+                    .verify_skip_groups = 4 * units,
+                    .verify_fused_groups = r->verify_fused * units,
+                    .logprobs_one_blocks = r->logprobs_one * units,
+                    .logprobs_few_blocks = r->logprobs_few * units,
                     /* Every list that fits (lib/filter.c's FILTER_CAP):
                      * on the H200 drawing from lists of thousands (top-p)
                      * beat the sampler's full pass at 32 to 256 rows. */
