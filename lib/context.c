@@ -115,6 +115,17 @@ static void setup_disk_cache(psr_context *ctx, const psr_context_options *o)
     }
 }
 
+/* A tuning count from the environment: `name`'s value, stored in *count
+ * when it is 0 or more. Returns the value (NULL when unset), so the caller
+ * can tell that the environment spoke. */
+static const char *env_count(const char *name, size_t *count)
+{
+    const char *value = getenv(name);
+    if (value && atoi(value) >= 0)
+        *count = (size_t)atoi(value);
+    return value;
+}
+
 static psr_status init_common(psr_context *ctx, const psr_context_options *o)
 {
     if (o) {
@@ -137,18 +148,10 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
         ctx->tuning.vector_width = (unsigned)atoi(vector);
     if (min_steps && atoi(min_steps) >= 1 && atoi(min_steps) <= 64)
         ctx->tuning.min_steps = (unsigned)atoi(min_steps);
-    const char *skip = getenv("PSR_TUNE_VERIFY_SKIP");
-    if (skip && atoi(skip) >= 0)
-        ctx->tuning.verify_skip_groups = (size_t)atoi(skip);
-    const char *fused = getenv("PSR_TUNE_VERIFY_FUSED");
-    if (fused && atoi(fused) >= 0)
-        ctx->tuning.verify_fused_groups = (size_t)atoi(fused);
-    const char *lp_one = getenv("PSR_TUNE_LOGPROBS_ONE");
-    if (lp_one && atoi(lp_one) >= 0)
-        ctx->tuning.logprobs_one_blocks = (size_t)atoi(lp_one);
-    const char *lp_few = getenv("PSR_TUNE_LOGPROBS_FEW");
-    if (lp_few && atoi(lp_few) >= 0)
-        ctx->tuning.logprobs_few_blocks = (size_t)atoi(lp_few);
+    const char *skip = env_count("PSR_TUNE_VERIFY_SKIP", &ctx->tuning.verify_skip_groups);
+    const char *fused = env_count("PSR_TUNE_VERIFY_FUSED", &ctx->tuning.verify_fused_groups);
+    const char *lp_one = env_count("PSR_TUNE_LOGPROBS_ONE", &ctx->tuning.logprobs_one_blocks);
+    const char *lp_few = env_count("PSR_TUNE_LOGPROBS_FEW", &ctx->tuning.logprobs_few_blocks);
     const char *shuffle = getenv("PSR_TUNE_SHUFFLE");
     if (shuffle && *shuffle) {
         bool on = strcmp(shuffle, "0") != 0;
@@ -159,9 +162,7 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
         else
             ctx->tuning.warp_shuffle = on;
     }
-    const char *direct = getenv("PSR_TUNE_FILTER_DIRECT");
-    if (direct && atoi(direct) >= 0)
-        ctx->tuning.filter_direct_max = (size_t)atoi(direct);
+    const char *direct = env_count("PSR_TUNE_FILTER_DIRECT", &ctx->tuning.filter_direct_max);
     if (extra && psr_strlcpy(ctx->tuning.extra_options, extra, sizeof ctx->tuning.extra_options) >=
                      sizeof ctx->tuning.extra_options) {
         psr_log(ctx, PSR_LOG_WARNING, "PSR_TUNE_BUILD_OPTIONS is longer than %zu bytes: ignored",
