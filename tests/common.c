@@ -198,11 +198,11 @@ psr_context *open_suite_context(void)
 psr_context *open_shuffles_flipped(void)
 {
     psr_context *ctx = open_suite_context();
-    if (strcmp(ctx->tuning.rule, "nvidia-gpu") != 0) {
+    if (strcmp(ctx->tuning.sample.rule, "nvidia-gpu") != 0) {
         psr_context_free(ctx);
         return NULL;
     }
-    ctx->tuning.warp_shuffle = !ctx->tuning.warp_shuffle;
+    ctx->tuning.verify.warp_shuffle = !ctx->tuning.verify.warp_shuffle;
     return ctx;
 }
 

@@ -9,7 +9,9 @@
 
 #include <cmocka.h>
 
-#include "internal.h"
+#include "check/check.h"
+#include "ops/ops.h"
+#include "oracle/oracle.h"
 
 /* Warming only the small stream kernels keeps cache tests quick. */
 #define STREAM_ONLY (1u << PSR_KERNELS_STREAM)

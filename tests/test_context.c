@@ -317,8 +317,8 @@ static void test_shuffle_only_on_nvidia(void **state)
     setenv("PSR_TUNE_SHUFFLE", "1", 1);
     psr_context *ctx = open_context(NULL);
     unsetenv("PSR_TUNE_SHUFFLE");
-    bool nvidia = strcmp(ctx->tuning.rule, "nvidia-gpu") == 0;
-    assert_int_equal(ctx->tuning.warp_shuffle, nvidia);
+    bool nvidia = strcmp(ctx->tuning.sample.rule, "nvidia-gpu") == 0;
+    assert_int_equal(ctx->tuning.verify.warp_shuffle, nvidia);
     psr_variant v = {.set = PSR_KERNELS_VERIFY};
     char options[512];
     psr_build_options(ctx, &v, options, sizeof options);

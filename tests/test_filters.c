@@ -243,9 +243,9 @@ static void test_kept_set_equals_oracle(void **state)
     }
     /* The same rows (same seed) with drawing from lists off: they meet
      * the oracle through the sampler alone, and none is drawn. */
-    size_t keep = ctx->tuning.filter_direct_max;
+    size_t keep = ctx->tuning.filter.direct_max;
     for (int off = 0; off < 2; off++) {
-        ctx->tuning.filter_direct_max = off ? 0 : keep;
+        ctx->tuning.filter.direct_max = off ? 0 : keep;
         rows_drawn = 0;
         test_seed(4242);
         check_rows(64, 1000, 0, PSR_DTYPE_F32, true, true, true);
@@ -256,7 +256,7 @@ static void test_kept_set_equals_oracle(void **state)
         else
             assert_true(rows_drawn > 0);
     }
-    ctx->tuning.filter_direct_max = keep;
+    ctx->tuning.filter.direct_max = keep;
 }
 
 /* The oracle against the definitions, on a small row worked by hand. */

@@ -175,12 +175,12 @@ static void test_vector_noise_bit_exact(void **state)
 {
     (void)state;
     psr_context *vc = ctx;
-    if (!ctx->tuning.vector_width) {
+    if (!ctx->tuning.sample.vector_width) {
         setenv("PSR_TUNE_VECTOR", "16", 1);
         vc = open_context(NULL);
         unsetenv("PSR_TUNE_VECTOR");
     }
-    assert_int_equal(vc->tuning.vector_width, 16);
+    assert_int_equal(vc->tuning.sample.vector_width, 16);
     size_t loose = 0;
     assert_int_equal(vector_noise_mismatches(vc, PSR_NOISE_FP32, 16384, 23.0, &loose), 0);
     assert_int_equal(loose, 0);
@@ -294,13 +294,13 @@ static void test_finish_paths_agree(void **state)
     ctx = open_context(NULL);
     unsetenv("PSR_TUNE_TWO_PASS");
     unsetenv("PSR_TUNE_MULHI");
-    assert_true(ctx->tuning.two_pass);
-    assert_false(ctx->tuning.mulhi);
-    assert_int_equal(ctx->tuning.vector_width, 0);
-    assert_int_equal(ctx->tuning.min_steps, 1);
+    assert_true(ctx->tuning.sample.two_pass);
+    assert_false(ctx->tuning.sample.mulhi);
+    assert_int_equal(ctx->tuning.sample.vector_width, 0);
+    assert_int_equal(ctx->tuning.sample.min_steps, 1);
     /* One step per group allows twice the groups a row of two steps had. */
     cl_uint chunk1, groups1;
-    psr_split_rows(ctx, 1, 8 * 4 * ctx->tuning.work_group_size, &chunk1, &groups1);
+    psr_split_rows(ctx, 1, 8 * 4 * ctx->tuning.sample.work_group_size, &chunk1, &groups1);
     assert_int_equal(groups1, 8);
     check_against_oracle(8, 40000, 3.0f, 1.0f, 0);
     check_against_oracle(4, 9000, 3.0f, 0.0f, 0);
@@ -315,7 +315,7 @@ static void test_finish_paths_agree(void **state)
     unsetenv("PSR_TUNE_RESIDENT");
     unsetenv("PSR_TUNE_VECTOR");
     unsetenv("PSR_TUNE_MIN_STEPS");
-    assert_int_equal(ctx->tuning.vector_width, 16);
+    assert_int_equal(ctx->tuning.sample.vector_width, 16);
     cl_uint chunk, groups;
     psr_split_rows(ctx, 8, 40000, &chunk, &groups);
     assert_true(groups >= 9); /* several buckets in the two-level fold */
@@ -542,7 +542,7 @@ static void test_device_api(void **state)
     clEnqueueWriteBuffer(ctx->queue, dr, CL_TRUE, 0, sizeof bad_request, bad_request, 0, NULL, NULL);
     clEnqueueWriteBuffer(ctx->queue, dc, CL_TRUE, 0, sizeof bad_cache_rows, bad_cache_rows, 0, NULL, NULL);
     for (int two_pass = 0; two_pass <= 1; two_pass++) {
-        ctx->tuning.two_pass = two_pass;
+        ctx->tuning.sample.two_pass = two_pass;
         assert_int_equal(psr_sample(ctx, &a, NULL), PSR_OK);
         clEnqueueReadBuffer(ctx->queue, dtok, CL_TRUE, 0, sizeof tokens, tokens, 0, NULL, NULL);
         clEnqueueReadBuffer(ctx->queue, dflags, CL_TRUE, 0, sizeof flags, flags, 0, NULL, NULL);
@@ -554,7 +554,7 @@ static void test_device_api(void **state)
         assert_int_equal(tokens[1], -1);
         assert_int_equal(flags[1], 0);
     }
-    ctx->tuning.two_pass = false;
+    ctx->tuning.sample.two_pass = false;
 
     /* Argument checks: nothing is enqueued, the context stays usable. */
     a.vocab = V + 1;
@@ -651,7 +651,7 @@ static void test_unaligned_host_buffer(void **state)
                                                         NULL, &ctx),
                              PSR_OK);
             unsetenv("PSR_TUNE_VECTOR");
-            assert_int_equal(ctx->tuning.vector_width, 0);
+            assert_int_equal(ctx->tuning.sample.vector_width, 0);
         }
         assert_int_equal(psr_sample(ctx, &a, NULL), PSR_OK);
         assert_int_equal(clEnqueueReadBuffer(ctx->queue, dk, CL_TRUE, 0, (ROWS - 1) * 4, tokens, 0,
@@ -694,7 +694,7 @@ static void test_signed_zeros_tie(void **state)
     l[3000] = 0.0f;
     for (int two_pass = 0; two_pass <= 1; two_pass++) {
         ctx = open_context(NULL);
-        ctx->tuning.two_pass = two_pass;
+        ctx->tuning.sample.two_pass = two_pass;
         int64_t seed = 1, pos = 1;
         float t = 0.0f;
         int32_t token = -7;

@@ -18,8 +18,8 @@ static int setup(void **state)
     (void)state;
     test_seed(1618);
     ctx = open_suite_context();
-    ctx->tuning.logprobs_one_blocks = 0; /* two launches, but in test_one_launch */
-    ctx->tuning.logprobs_few_blocks = 0; /* psr_logprobs_partial, but in test_few_blocks */
+    ctx->tuning.logprobs.one_blocks = 0; /* two launches, but in test_one_launch */
+    ctx->tuning.logprobs.few_blocks = 0; /* psr_logprobs_partial, but in test_few_blocks */
     return 0;
 }
 
@@ -128,8 +128,8 @@ static psr_status run_logprobs(const lcase *c, psr_dtype dtype, unsigned flags, 
     cl_event ev = NULL;
     psr_status st = psr_logprobs(ctx, &a, &ev);
     if (st == PSR_OK) {
-        assert_int_equal(ctx->logprobs_one_last, ctx->tuning.logprobs_one_blocks == SIZE_MAX);
-        assert_int_equal(ctx->logprobs_few_last, ctx->tuning.logprobs_few_blocks == SIZE_MAX);
+        assert_int_equal(ctx->logprobs_one_last, ctx->tuning.logprobs.one_blocks == SIZE_MAX);
+        assert_int_equal(ctx->logprobs_few_last, ctx->tuning.logprobs.few_blocks == SIZE_MAX);
     }
     if (ev) {
         clWaitForEvents(1, &ev);
@@ -219,7 +219,7 @@ static void test_matches_oracle(void **state)
      * (cl/logprobs.cl): the cheap bound leaves too many candidates, so the
      * exact bound must take over. Token i of a block belongs to work-item
      * ((i / 4) mod 256) mod VWG. */
-    size_t vwg = ctx->tuning.work_group_size < 256 ? ctx->tuning.work_group_size : 256;
+    size_t vwg = ctx->tuning.sample.work_group_size < 256 ? ctx->tuning.sample.work_group_size : 256;
     c = make_case(2, 16384, false);
     for (size_t r = 0; r < 2; r++)
         for (size_t i = 0; i < 16384; i++) {
@@ -246,8 +246,8 @@ static void test_other_bound_matches_oracle(void **state)
 {
     psr_context *saved = ctx;
     ctx = open_suite_context();
-    ctx->tuning.lp_segment_tau = !ctx->tuning.lp_segment_tau; /* before its first build */
-    ctx->tuning.logprobs_one_blocks = ctx->tuning.logprobs_few_blocks = 0;
+    ctx->tuning.logprobs.segment_tau = !ctx->tuning.logprobs.segment_tau; /* before its first build */
+    ctx->tuning.logprobs.one_blocks = ctx->tuning.logprobs.few_blocks = 0;
     test_matches_oracle(state);
     psr_context_free(ctx);
     ctx = saved;
@@ -257,18 +257,18 @@ static void test_other_bound_matches_oracle(void **state)
  * last block: the oracle's results again. */
 static void test_one_launch(void **state)
 {
-    ctx->tuning.logprobs_one_blocks = SIZE_MAX;
+    ctx->tuning.logprobs.one_blocks = SIZE_MAX;
     test_matches_oracle(state);
-    ctx->tuning.logprobs_one_blocks = 0;
+    ctx->tuning.logprobs.one_blocks = 0;
 }
 
 /* The same cases through psr_logprobs_partial_few, which takes the segment
  * bound first whatever the tuning: the oracle's results again. */
 static void test_few_blocks(void **state)
 {
-    ctx->tuning.logprobs_few_blocks = SIZE_MAX;
+    ctx->tuning.logprobs.few_blocks = SIZE_MAX;
     test_matches_oracle(state);
-    ctx->tuning.logprobs_few_blocks = 0;
+    ctx->tuning.logprobs.few_blocks = 0;
 }
 
 /* Against double precision: logprobs within fp32 tolerance, ranks exact. */

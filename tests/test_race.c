@@ -136,9 +136,9 @@ static void test_split_rows_match_gumbel(void **state)
             setenv("PSR_TUNE_VECTOR", "0", 1);
         ctx = open_context(NULL);
         unsetenv("PSR_TUNE_VECTOR");
-        ctx->tuning.two_pass = two_pass;
+        ctx->tuning.sample.two_pass = two_pass;
         if (two_pass) {
-            assert_int_equal(ctx->tuning.vector_width, 0);
+            assert_int_equal(ctx->tuning.sample.vector_width, 0);
             check_probs_against_oracle(16, 3000, 0, 1.0f);
             check_probs_against_oracle(16, 3000, PSR_SAMPLE_DRAFTING, 0.0f);
         }

@@ -127,25 +127,25 @@ static void test_tuning_fallbacks(void **state)
 {
     (void)state;
     psr_tuning t = psr_tuning_for(&machine[1].info);
-    assert_string_equal(t.rule, "nvidia-gpu");
-    assert_int_equal(t.work_group_size, 256);
-    assert_false(t.lp_segment_tau); /* GPUs take the exact logprobs bound at once */
-    assert_int_equal(t.verify_resident_per_unit, 4); /* the verification sampler's registers */
-    assert_true(psr_tuning_for(&machine[3].info).lp_segment_tau);
-    assert_string_equal(psr_tuning_for(&machine[2].info).rule, "amd-gpu");
-    assert_string_equal(psr_tuning_for(&machine[4].info).rule, "intel-gpu");
+    assert_string_equal(t.sample.rule, "nvidia-gpu");
+    assert_int_equal(t.sample.work_group_size, 256);
+    assert_false(t.logprobs.segment_tau); /* GPUs take the exact logprobs bound at once */
+    assert_int_equal(t.verify.resident_per_unit, 4); /* the verification sampler's registers */
+    assert_true(psr_tuning_for(&machine[3].info).logprobs.segment_tau);
+    assert_string_equal(psr_tuning_for(&machine[2].info).sample.rule, "amd-gpu");
+    assert_string_equal(psr_tuning_for(&machine[4].info).sample.rule, "intel-gpu");
     /* An Intel CPU is a CPU first: the vendor rows are for GPUs. */
-    assert_string_equal(psr_tuning_for(&machine[3].info).rule, "cpu");
+    assert_string_equal(psr_tuning_for(&machine[3].info).sample.rule, "cpu");
     psr_device_info unknown = machine[1].info;
     psr_strlcpy(unknown.platform_vendor, "Mystery Silicon", sizeof unknown.platform_vendor);
     psr_strlcpy(unknown.vendor, "Mystery Silicon", sizeof unknown.vendor);
-    assert_string_equal(psr_tuning_for(&unknown).rule, "gpu");
+    assert_string_equal(psr_tuning_for(&unknown).sample.rule, "gpu");
     unknown.type = PSR_DEVICE_ACCELERATOR;
-    assert_string_equal(psr_tuning_for(&unknown).rule, "default");
+    assert_string_equal(psr_tuning_for(&unknown).sample.rule, "default");
     /* Never above the device's limit. */
     unknown.type = PSR_DEVICE_GPU;
     unknown.max_work_group_size = 100;
-    assert_int_equal(psr_tuning_for(&unknown).work_group_size, 64);
+    assert_int_equal(psr_tuning_for(&unknown).sample.work_group_size, 64);
 }
 
 int main(void)

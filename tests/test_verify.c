@@ -24,10 +24,10 @@ static int setup(void **state)
     /* Every launch decides drafts in the statistics and skips rows past a
      * rejection, however small (by default only launches of more than
      * about a wave do); test_skip_records_per_launch also runs without. */
-    ctx->tuning.verify_skip_groups = 0;
+    ctx->tuning.verify.skip_groups = 0;
     /* The two-kernel path everywhere; test_one_launch runs the one-launch
      * kernel (the default for small batches on some devices). */
-    ctx->tuning.verify_fused_groups = 0;
+    ctx->tuning.verify.fused_groups = 0;
     psr_device_info info;
     psr_context_device_info(ctx, &info);
     has_fp64 = info.capabilities & PSR_CAP_FP64;
@@ -301,15 +301,15 @@ static void test_matches_oracle(void **state)
     /* Rows split over as many groups as a GPU gives them (9 per request,
      * then 3), whose best the last of them gathers; the second split's
      * words lie where the first's were. */
-    size_t resident = ctx->tuning.verify_resident_per_unit;
-    ctx->tuning.verify_resident_per_unit = 64;
+    size_t resident = ctx->tuning.verify.resident_per_unit;
+    ctx->tuning.verify.resident_per_unit = 64;
     vcase split = make_case(12, 20000, 3, true);
     check_against_oracle(&split, &prob);
     free_case(&split);
     split = make_case(8, 5000, 2, false);
     check_against_oracle(&split, &prob);
     free_case(&split);
-    ctx->tuning.verify_resident_per_unit = resident;
+    ctx->tuning.verify.resident_per_unit = resident;
 
     vcase c = make_case(64, 777, 5, true);
     const vrun greedy = {PSR_VERIFY_GREEDY, 0, PSR_TOKENS_I64, PSR_DTYPE_F32, NULL};
@@ -425,13 +425,13 @@ static void test_skip_records_per_launch(void **state)
     /* Words left from before the wrap would outrank this launch's, so its
      * rejections would go unrecorded and A's drafts read as accepted. */
     check_against_oracle(&a, &prob);
-    ctx->tuning.verify_skip_groups = SIZE_MAX; /* nothing decided, skipped or counted */
+    ctx->tuning.verify.skip_groups = SIZE_MAX; /* nothing decided, skipped or counted */
     check_against_oracle(&a, &prob);
     check_against_oracle(&b, &prob);
-    ctx->tuning.verify_skip_groups = 0;
+    ctx->tuning.verify.skip_groups = 0;
 
     psr_context *control = open_control("-DPSR_TEST_ANY_EPOCH");
-    control->tuning.verify_skip_groups = 0;
+    control->tuning.verify.skip_groups = 0;
     psr_context *saved = ctx;
     ctx = control;
     check_against_oracle(&a, &prob);
@@ -812,13 +812,13 @@ static void test_bad_input_device(void **state)
 static void test_one_launch(void **state)
 {
     const vrun prob = {PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_F32, NULL};
-    ctx->tuning.verify_fused_groups = 4095;
+    ctx->tuning.verify.fused_groups = 4095;
     vcase c = make_case(16, 20000, 4, true);
     check_against_oracle(&c, &prob);
     free_case(&c);
-    if (ctx->tuning.verify_fused_broken) {
+    if (ctx->tuning.verify.fused_broken) {
         assert_false(ctx->verify_fused_last);
-        ctx->tuning.verify_fused_groups = 0;
+        ctx->tuning.verify.fused_groups = 0;
         printf("psr_verify_fused is not used on this driver (docs/devices.md): only the fallback is tested\n");
         skip();
     }
@@ -836,7 +836,7 @@ static void test_one_launch(void **state)
     check_against_oracle(&c, &prob);
     assert_false(ctx->verify_fused_last);
     free_case(&c);
-    ctx->tuning.verify_fused_groups = 0;
+    ctx->tuning.verify.fused_groups = 0;
 }
 
 /* On NVIDIA GPUs, the oracle cases again with the warp shuffles flipped
@@ -850,10 +850,10 @@ static void test_other_shuffles(void **state)
         ctx = saved;
         skip();
     }
-    ctx->tuning.verify_skip_groups = 0;
-    ctx->tuning.verify_fused_groups = 0;
+    ctx->tuning.verify.skip_groups = 0;
+    ctx->tuning.verify.fused_groups = 0;
     test_matches_oracle(state);
-    ctx->tuning.verify_fused_groups = 4095;
+    ctx->tuning.verify.fused_groups = 4095;
     test_matches_oracle(state);
     assert_true(ctx->verify_fused_last);
     psr_context_free(ctx);

@@ -2,7 +2,7 @@
 #ifndef PSR_CLI_BENCH_H
 #define PSR_CLI_BENCH_H
 
-#include "internal.h"
+#include <psr/psr_experimental.h>
 #include "json.h"
 
 #include <stdio.h>

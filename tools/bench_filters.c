@@ -79,22 +79,22 @@ int bench_filters(int argc, char **argv)
                                      rows * 4, rows * 4, rows * 4};
             const void *host[5] = {x, temps, seeds, pos, NULL};
             for (int b = 0; b < 8 && err == CL_SUCCESS; b++)
-                m[b] = clCreateBuffer(ctx->cl_ctx, b < 4 ? in : CL_MEM_READ_WRITE, bytes[b],
+                m[b] = clCreateBuffer(cli_cl_context(ctx), b < 4 ? in : CL_MEM_READ_WRITE, bytes[b],
                                       b < 4 ? (void *)host[b] : NULL, &err);
             if (err != CL_SUCCESS)
-                st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating %zu x %zu buffers failed", rows, vocab);
+                st = cli_fail(PSR_ERR_OPENCL, "allocating %zu x %zu buffers failed", rows, vocab);
         }
         double plain = 0, dev_plain = 0;
         for (size_t c = 0; c < sizeof cases / sizeof *cases && st == PSR_OK; c++) {
             for (size_t r = 0; r < rows; r++)
                 ks[r] = cases[c].top_k, ps[r] = cases[c].top_p, mps[r] = cases[c].min_p;
-            cl_int err = clEnqueueWriteBuffer(ctx->queue, m[5], CL_TRUE, 0, rows * 4, ks, 0, NULL, NULL);
+            cl_int err = clEnqueueWriteBuffer(cli_queue(ctx), m[5], CL_TRUE, 0, rows * 4, ks, 0, NULL, NULL);
             if (err == CL_SUCCESS)
-                err = clEnqueueWriteBuffer(ctx->queue, m[6], CL_TRUE, 0, rows * 4, ps, 0, NULL, NULL);
+                err = clEnqueueWriteBuffer(cli_queue(ctx), m[6], CL_TRUE, 0, rows * 4, ps, 0, NULL, NULL);
             if (err == CL_SUCCESS)
-                err = clEnqueueWriteBuffer(ctx->queue, m[7], CL_TRUE, 0, rows * 4, mps, 0, NULL, NULL);
+                err = clEnqueueWriteBuffer(cli_queue(ctx), m[7], CL_TRUE, 0, rows * 4, mps, 0, NULL, NULL);
             if (err != CL_SUCCESS) {
-                st = psr_fail(ctx, PSR_ERR_OPENCL, "writing the filters failed");
+                st = cli_fail(PSR_ERR_OPENCL, "writing the filters failed");
                 break;
             }
             psr_sample_args a;

@@ -101,9 +101,9 @@ int bench_logprobs(int argc, char **argv)
                                      rows * tn * 4, rows * tn * 4, rows * 4};
             const void *host[9] = {x, temps, seeds, pos, NULL, NULL, NULL, NULL, NULL};
             for (int b = 0; b < 9 && err == CL_SUCCESS; b++)
-                m[b] = clCreateBuffer(ctx->cl_ctx, host[b] ? in : CL_MEM_READ_WRITE, bytes[b], (void *)host[b], &err);
+                m[b] = clCreateBuffer(cli_cl_context(ctx), host[b] ? in : CL_MEM_READ_WRITE, bytes[b], (void *)host[b], &err);
             if (err != CL_SUCCESS)
-                st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating %zu x %zu buffers failed", rows, vocab);
+                st = cli_fail(PSR_ERR_OPENCL, "allocating %zu x %zu buffers failed", rows, vocab);
         }
         double sample_us = 0, logprobs_us = 0, dev_sample_us = 0, dev_logprobs_us = 0;
         if (st == PSR_OK) {

@@ -41,16 +41,16 @@ double ends_apart_us(cl_event earlier, cl_event later)
 double copy_bandwidth(psr_context *ctx, size_t bytes)
 {
     cl_int err;
-    cl_mem a = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
-    cl_mem b = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    cl_mem a = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    cl_mem b = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
     if (err != CL_SUCCESS)
         return 0;
     cl_uint zero = 0;
-    clEnqueueFillBuffer(ctx->queue, a, &zero, sizeof zero, 0, bytes, 0, NULL, NULL);
+    clEnqueueFillBuffer(cli_queue(ctx), a, &zero, sizeof zero, 0, bytes, 0, NULL, NULL);
     double times[20];
     for (int i = 0; i < 23; i++) {
         cl_event ev;
-        clEnqueueCopyBuffer(ctx->queue, a, b, 0, 0, bytes, 0, NULL, &ev);
+        clEnqueueCopyBuffer(cli_queue(ctx), a, b, 0, 0, bytes, 0, NULL, &ev);
         clWaitForEvents(1, &ev);
         if (i >= 3)
             times[i - 3] = event_span_us(ev, ev);
@@ -62,33 +62,32 @@ double copy_bandwidth(psr_context *ctx, size_t bytes)
     return 2.0 * (double)bytes / (times[10] * 1e-6);
 }
 
-/* The Philox test kernel with n = 0: a launch that does nothing (NULL on failure). */
+/* A kernel that does nothing, built by the tool itself on the context's
+ * device: the fixed cost under every launch (NULL on failure). */
 static cl_kernel empty_kernel(psr_context *ctx)
 {
-    psr_variant v = {.set = PSR_KERNELS_STREAM};
-    cl_kernel k;
-    if (psr_kernel_get(ctx, &v, "psr_philox_kat", &k) != PSR_OK)
+    static const char *source = "__kernel void psr_bench_empty(void) {}";
+    cl_device_id device;
+    cl_context cl_ctx;
+    cl_int err;
+    psr_context_cl(ctx, &cl_ctx, &device, NULL);
+    cl_program p = clCreateProgramWithSource(cl_ctx, 1, &source, NULL, &err);
+    if (err != CL_SUCCESS)
         return NULL;
-    cl_mem none = NULL;
-    cl_uint zero = 0;
-    clSetKernelArg(k, 0, sizeof none, &none);
-    clSetKernelArg(k, 1, sizeof none, &none);
-    clSetKernelArg(k, 2, sizeof zero, &zero);
+    cl_kernel k = NULL;
+    if (clBuildProgram(p, 1, &device, "", NULL, NULL) == CL_SUCCESS)
+        k = clCreateKernel(p, "psr_bench_empty", &err);
+    clReleaseProgram(p); /* the kernel keeps it */
     return k;
 }
 
-/* Median span of a kernel that does nothing: the device's fixed cost per
- * launch as its profiling events see it, under every figure below. */
-double empty_kernel_us(psr_context *ctx)
+static double empty_spans_us(cl_command_queue q, cl_kernel k)
 {
-    cl_kernel k = empty_kernel(ctx);
-    if (!k)
-        return -1;
     double times[55];
     size_t one = 1;
     for (int i = 0; i < 55; i++) {
         cl_event ev;
-        if (clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &one, NULL, 0, NULL, &ev) != CL_SUCCESS)
+        if (clEnqueueNDRangeKernel(q, k, 1, NULL, &one, NULL, 0, NULL, &ev) != CL_SUCCESS)
             return -1;
         clWaitForEvents(1, &ev);
         times[i] = event_span_us(ev, ev);
@@ -98,33 +97,54 @@ double empty_kernel_us(psr_context *ctx)
     return times[5 + 25];
 }
 
-/* Host time of one clEnqueueNDRangeKernel of the empty kernel (64 groups),
- * median of 5 batches of 40 enqueued back to back, with or without an
- * event: the host's share of every launch, which no kernel can hide when
- * the device waits for it. */
-double enqueue_host_us(psr_context *ctx, bool with_event)
+/* Median span of a kernel that does nothing: the device's fixed cost per
+ * launch as its profiling events see it, under every figure below. */
+double empty_kernel_us(psr_context *ctx)
 {
     cl_kernel k = empty_kernel(ctx);
     if (!k)
         return -1;
-    size_t local = ctx->tuning.work_group_size, global = 64 * local;
+    double us = empty_spans_us(cli_queue(ctx), k);
+    clReleaseKernel(k);
+    return us;
+}
+
+static double enqueue_batches_us(cl_command_queue q, cl_kernel k, size_t local, bool with_event)
+{
+    size_t global = 64 * local;
     double batches[5];
     for (int b = 0; b < 5; b++) {
-        clFinish(ctx->queue);
+        clFinish(q);
         double t0 = bench_now_us();
         for (int i = 0; i < 40; i++) {
             cl_event ev = NULL;
-            if (clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, &local, 0, NULL,
-                                       with_event ? &ev : NULL) != CL_SUCCESS)
+            if (clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, with_event ? &ev : NULL) !=
+                CL_SUCCESS)
                 return -1;
             if (ev)
                 clReleaseEvent(ev);
         }
         batches[b] = (bench_now_us() - t0) / 40;
     }
-    clFinish(ctx->queue);
+    clFinish(q);
     qsort(batches, 5, sizeof batches[0], cmp_double);
     return batches[2];
+}
+
+/* Host time of one clEnqueueNDRangeKernel of the empty kernel (64 groups
+ * of the sampler's size), median of 5 batches of 40 enqueued back to
+ * back, with or without an event: the host's share of every launch,
+ * which no kernel can hide when the device waits for it. */
+double enqueue_host_us(psr_context *ctx, bool with_event)
+{
+    cl_kernel k = empty_kernel(ctx);
+    if (!k)
+        return -1;
+    psr_tuning t;
+    psr_context_tuning(ctx, &t);
+    double us = enqueue_batches_us(cli_queue(ctx), k, t.sample.work_group_size, with_event);
+    clReleaseKernel(k);
+    return us;
 }
 
 psr_status bench_launch_sample(psr_context *ctx, const void *args, cl_event *first, cl_event *last)
@@ -143,8 +163,8 @@ psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *a
     psr_status st = PSR_OK;
     for (int i = 0; i < iters + 3 && st == PSR_OK; i++) {
         cl_event mark = NULL, first = NULL, last = NULL;
-        if (clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &mark) != CL_SUCCESS)
-            return psr_fail(ctx, PSR_ERR_OPENCL, "marker failed");
+        if (clEnqueueMarkerWithWaitList(cli_queue(ctx), 0, NULL, &mark) != CL_SUCCESS)
+            return cli_fail(PSR_ERR_OPENCL, "marker failed");
         st = fn(ctx, args, &first, &last);
         if (st == PSR_OK) {
             clWaitForEvents(1, &last);
@@ -185,7 +205,7 @@ psr_status bench_time_piped(psr_context *ctx, bench_launch_fn fn, const void *ar
             break;
     }
     if (st == PSR_OK && clWaitForEvents(1, &last[n - 1]) != CL_SUCCESS)
-        st = psr_fail(ctx, PSR_ERR_OPENCL, "waiting for the piped calls failed");
+        st = cli_fail(PSR_ERR_OPENCL, "waiting for the piped calls failed");
     if (st == PSR_OK)
         *per_call = ends_apart_us(last[0], last[n - 1]) / (double)iters;
     for (int i = 0; i < n; i++)
@@ -200,8 +220,8 @@ static bool ahead_once(psr_context *ctx, bench_launch_fn fn, const void *args, c
                        size_t bytes, double *host_us, double *copy_us, double *call_us, psr_status *st)
 {
     cl_event copy = NULL, mark = NULL, first = NULL, last = NULL;
-    bool ok = clEnqueueCopyBuffer(ctx->queue, from, to, 0, 0, bytes, 0, NULL, &copy) == CL_SUCCESS &&
-              clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &mark) == CL_SUCCESS;
+    bool ok = clEnqueueCopyBuffer(cli_queue(ctx), from, to, 0, 0, bytes, 0, NULL, &copy) == CL_SUCCESS &&
+              clEnqueueMarkerWithWaitList(cli_queue(ctx), 0, NULL, &mark) == CL_SUCCESS;
     if (ok) {
         double t0 = bench_now_us();
         *st = fn(ctx, args, &first, &last);
@@ -217,7 +237,7 @@ static bool ahead_once(psr_context *ctx, bench_launch_fn fn, const void *args, c
         if (all[i])
             clReleaseEvent(all[i]);
     if (!ok && *st == PSR_OK)
-        *st = psr_fail(ctx, PSR_ERR_OPENCL, "timing a call behind a copy failed");
+        *st = cli_fail(PSR_ERR_OPENCL, "timing a call behind a copy failed");
     return ok;
 }
 
@@ -240,14 +260,14 @@ psr_status bench_time_ahead(psr_context *ctx, bench_launch_fn fn, const void *ar
     for (int tries = 0; timed < iters && st == PSR_OK; tries++) {
         if (!from) {
             cl_int err = CL_SUCCESS;
-            from = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+            from = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
             if (err == CL_SUCCESS)
-                to = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+                to = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
             cl_uint zero = 0;
             if (err == CL_SUCCESS)
-                err = clEnqueueFillBuffer(ctx->queue, from, &zero, sizeof zero, 0, bytes, 0, NULL, NULL);
+                err = clEnqueueFillBuffer(cli_queue(ctx), from, &zero, sizeof zero, 0, bytes, 0, NULL, NULL);
             if (err != CL_SUCCESS) {
-                st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating the %zu-byte copy ahead of the calls failed",
+                st = cli_fail(PSR_ERR_OPENCL, "allocating the %zu-byte copy ahead of the calls failed",
                               bytes);
                 break;
             }
@@ -272,7 +292,7 @@ psr_status bench_time_ahead(psr_context *ctx, bench_launch_fn fn, const void *ar
     if (to)
         clReleaseMemObject(to);
     if (st == PSR_OK && behind > iters / 2)
-        st = psr_fail(ctx, PSR_ERR_OPENCL,
+        st = cli_fail(PSR_ERR_OPENCL,
                       "the host's enqueue outlasted a %zu-byte copy in %d of %d calls: no device-only time",
                       bytes, behind, iters);
     if (st == PSR_OK) {

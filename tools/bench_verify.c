@@ -108,7 +108,7 @@ static psr_status prepare(psr_context *ctx, size_t R, size_t K, size_t V, shape_
     const cl_mem_flags in = CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR;
 #define MAKE(field, bytes, host)                                                \
     if (err == CL_SUCCESS)                                                      \
-        b->field = clCreateBuffer(ctx->cl_ctx, (host) ? in : CL_MEM_READ_WRITE, \
+        b->field = clCreateBuffer(cli_cl_context(ctx), (host) ? in : CL_MEM_READ_WRITE, \
                                   bytes, (void *)(host), &err)
     MAKE(target, rows * V * 4, target);
     MAKE(draft, rows * V * 4, draft);
@@ -123,8 +123,8 @@ static psr_status prepare(psr_context *ctx, size_t R, size_t K, size_t V, shape_
     MAKE(num, R * 4, NULL);
 #undef MAKE
     if (err != CL_SUCCESS) {
-        st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating %zu x %zu x %zu buffers failed: %s (%d)", R, K, V,
-                      psr_cl_error_name(err), err);
+        st = cli_fail(PSR_ERR_OPENCL, "allocating %zu x %zu x %zu buffers failed: %s (%d)", R, K, V,
+                      psr_cl_error_string(err), err);
         goto done;
     }
     psr_sample_args s;
@@ -143,8 +143,8 @@ static psr_status prepare(psr_context *ctx, size_t R, size_t K, size_t V, shape_
     s.draft_cache_rows_total = K ? R * K : 1;
     s.flags = PSR_SAMPLE_DRAFTING;
     st = psr_sample(ctx, &s, NULL);
-    if (st == PSR_OK && clFinish(ctx->queue) != CL_SUCCESS)
-        st = psr_fail(ctx, PSR_ERR_OPENCL, "clFinish failed");
+    if (st == PSR_OK && clFinish(cli_queue(ctx)) != CL_SUCCESS)
+        st = cli_fail(PSR_ERR_OPENCL, "clFinish failed");
 done:
     free(target), free(draft), free(temps), free(row_request), free(cache_rows), free(seeds),
         free(positions);
@@ -223,7 +223,7 @@ int bench_verify(int argc, char **argv)
         return CLI_FAILED;
     psr_device_info info;
     psr_context_device_info(ctx, &info);
-    bool nvidia = psr_contains_nocase(info.platform_vendor, "nvidia");
+    bool nvidia = cli_contains_nocase(info.platform_vendor, "nvidia");
     size_t copy_bytes = info.type == PSR_DEVICE_GPU ? (size_t)1 << 30 : (size_t)256 << 20;
     if (copy_bytes > info.max_alloc_bytes)
         copy_bytes = (size_t)info.max_alloc_bytes;
@@ -278,14 +278,16 @@ int bench_verify(int argc, char **argv)
             a.num_sampled = b.num;
             double us = 0, stats_us = 0, piped_us = 0, device_us = 0;
             st = time_verify(ctx, &a, o.iters, &us, &stats_us);
-            bool one_launch = ctx->verify_fused_last;
+            psr_last_paths paths;
+            psr_context_last_paths(ctx, &paths);
+            bool one_launch = paths.verify_one_launch;
             if (st == PSR_OK)
                 st = bench_time_piped(ctx, launch_verify, &a, o.iters, &piped_us);
             if (st == PSR_OK)
                 st = bench_time_ahead(ctx, launch_verify, &a, o.iters, &device_us);
-            if (st == PSR_OK && clEnqueueReadBuffer(ctx->queue, b.num, CL_TRUE, 0, R[s] * 4, num, 0, NULL,
+            if (st == PSR_OK && clEnqueueReadBuffer(cli_queue(ctx), b.num, CL_TRUE, 0, R[s] * 4, num, 0, NULL,
                                                     NULL) != CL_SUCCESS)
-                st = psr_fail(ctx, PSR_ERR_OPENCL, "reading num_sampled failed");
+                st = cli_fail(PSR_ERR_OPENCL, "reading num_sampled failed");
             if (st != PSR_OK)
                 break;
             double accepted = 0;

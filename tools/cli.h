@@ -9,8 +9,18 @@
 /* Exit codes: 0 success, 1 a failure psr reported, 2 bad usage. */
 enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2 };
 
-/* Prints "psr: STATUS: detail" to stderr and returns CLI_FAILED. */
+/* Prints "psr: STATUS: detail" to stderr and returns CLI_FAILED. The
+ * detail is the tool's own (cli_fail) when it reported st last, else psr's
+ * (psr_last_error). */
 int cli_report(psr_status st, const psr_context *ctx);
+/* Records a failure of the tool's own making (an OpenCL call it made
+ * itself, an input it refused) for cli_report; returns st. */
+psr_status cli_fail(psr_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The OpenCL context and queue of a psr context. */
+cl_context cli_cl_context(const psr_context *ctx);
+cl_command_queue cli_queue(const psr_context *ctx);
+/* Case-insensitive substring test. */
+bool cli_contains_nocase(const char *haystack, const char *needle);
 /* Prints "psr COMMAND: message" and a hint to stderr; returns CLI_USAGE. */
 int cli_usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 bool cli_is_help(const char *arg);

@@ -2,7 +2,9 @@
  * memory floor measured in the same run and, on NVIDIA, vLLM's figures. */
 #include "bench.h"
 #include "cli.h"
-#include "internal.h"
+#include "check.h"
+#include "oracle.h"
+#include <psr/psr_experimental.h>
 #include "json.h"
 
 #include <math.h>
@@ -167,7 +169,7 @@ static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, 
 {
     psr_device_info info;
     psr_context_device_info(ctx, &info);
-    bool nvidia = psr_contains_nocase(info.platform_vendor, "nvidia");
+    bool nvidia = cli_contains_nocase(info.platform_vendor, "nvidia");
     bool cpu = info.type == PSR_DEVICE_CPU;
     size_t max_bytes = 0;
     for (size_t s = 0; s < nshapes; s++)
@@ -205,7 +207,7 @@ static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, 
             for (size_t b = 0; b < B; b++)
                 host[b * V + (size_t)(uniform01() * (double)V)] += 25.0f;
         cl_int err;
-        cl_mem logits = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+        cl_mem logits = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
                                        B * V * 4, host, &err);
         cl_long *seeds = malloc(B * 8), *pos = malloc(B * 8);
         cl_float *temps = malloc(B * 4), *zeros = calloc(B, 4);
@@ -214,15 +216,15 @@ static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, 
             pos[b] = (cl_long)(uniform01() * 1e6);
             temps[b] = 0.8f;
         }
-        cl_mem dseeds = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, B * 8, seeds, &err);
-        cl_mem dpos = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, B * 8, pos, &err);
-        cl_mem dtemps = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, B * 4, temps, &err);
-        cl_mem dzeros = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, B * 4, zeros, &err);
-        cl_mem dtokens = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, B * 4, NULL, &err);
+        cl_mem dseeds = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, B * 8, seeds, &err);
+        cl_mem dpos = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, B * 8, pos, &err);
+        cl_mem dtemps = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, B * 4, temps, &err);
+        cl_mem dzeros = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, B * 4, zeros, &err);
+        cl_mem dtokens = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, B * 4, NULL, &err);
         free(seeds), free(pos), free(temps), free(zeros);
         if (err != CL_SUCCESS) {
             fprintf(stderr, "psr bench: cannot allocate %zu x %zu logits: %s\n", B, V,
-                    psr_cl_error_name(err));
+                    psr_cl_error_string(err));
             rc = CLI_FAILED;
         }
         double floor_us = (double)(B * V * 4) / bw * 1e6;
@@ -412,10 +414,10 @@ static bool parse_size(const char *s, size_t *out)
 static psr_status gemm_once(psr_context *ctx, const psr_lm_head_args *a, double *us)
 {
     cl_event mark = NULL, done = NULL;
-    cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, &mark);
+    cl_int err = clEnqueueMarkerWithWaitList(cli_queue(ctx), 0, NULL, &mark);
     if (err != CL_SUCCESS)
-        return psr_fail(ctx, PSR_ERR_OPENCL, "clEnqueueMarkerWithWaitList failed: %s (%d)",
-                        psr_cl_error_name(err), err);
+        return cli_fail(PSR_ERR_OPENCL, "clEnqueueMarkerWithWaitList failed: %s (%d)",
+                        psr_cl_error_string(err), err);
     psr_status st = psr_logits_from_hidden(ctx, a, &done);
     if (st == PSR_OK) {
         clWaitForEvents(1, &done);
@@ -443,16 +445,16 @@ static int run_gemm_bench(psr_context *ctx, size_t B, size_t H, size_t V, psr_dt
     const cl_half f16 = 0x2400;
     cl_int err = CL_SUCCESS;
     for (int i = 0; i < 3 && err == CL_SUCCESS; i++) {
-        bufs[i] = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes[i], NULL, &err);
+        bufs[i] = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, bytes[i], NULL, &err);
         if (err == CL_SUCCESS)
-            err = clEnqueueFillBuffer(ctx->queue, bufs[i], dtype == PSR_DTYPE_F16 ? (const void *)&f16
+            err = clEnqueueFillBuffer(cli_queue(ctx), bufs[i], dtype == PSR_DTYPE_F16 ? (const void *)&f16
                                                                                   : (const void *)&f32,
                                       es, 0, bytes[i], 0, NULL, NULL);
     }
     int rc = CLI_OK;
     if (err != CL_SUCCESS) {
         fprintf(stderr, "psr bench gemm: cannot allocate the %zu x %zu x %zu buffers: %s\n", B, H, V,
-                psr_cl_error_name(err));
+                psr_cl_error_string(err));
         rc = CLI_FAILED;
     }
     psr_lm_head_args a;
@@ -479,7 +481,7 @@ static int run_gemm_bench(psr_context *ctx, size_t B, size_t H, size_t V, psr_dt
             if (st != PSR_OK)
                 rc = cli_report(st, ctx);
         }
-        clFinish(ctx->queue);
+        clFinish(cli_queue(ctx));
         piped_us = (bench_now_us() - t0) / iters;
     }
     if (rc == CLI_OK) {

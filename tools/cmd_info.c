@@ -1,6 +1,8 @@
 /* psr info: what psr sees on this machine. */
 #include "cli.h"
-#include "internal.h"
+#include "check.h"
+#include "oracle.h"
+#include <psr/psr_experimental.h>
 #include "json.h"
 
 #include <stdio.h>
@@ -143,9 +145,10 @@ int cmd_info(int argc, char **argv)
     /* The device psr picks may cache its own builds (PoCL): no disk tier
      * there unless PSR_CACHE=1. */
     psr_device_info picked;
+    psr_tuning tuning;
     bool driver_caches = !cache_off && !psr_cache_env_forced() &&
                          psr_device_select(NULL, &picked) == PSR_OK &&
-                         psr_tuning_for(&picked).driver_caches;
+                         psr_device_tuning(&picked, &tuning) == PSR_OK && tuning.driver_caches;
 
     if (as_json) {
         json_writer w;

@@ -1,7 +1,9 @@
 /* psr sample: sample tokens from logits in .npy files, or from hidden
  * states through the LM head; psr demo. */
 #include "cli.h"
-#include "internal.h"
+#include "check.h"
+#include "oracle.h"
+#include <psr/psr_experimental.h>
 #include "json.h"
 #include "npy.h"
 
@@ -119,12 +121,12 @@ static psr_status host_logprobs(psr_context *ctx, const npy_array *logits, size_
     const void *host[10] = {logits->data, temps, tokens, NULL, NULL, NULL, NULL, top_k, top_p, min_p};
     for (int i = 0; i < 10 && err == CL_SUCCESS; i++)
         if (i < 7 || (!raw && host[i])) /* the filters shape processed logprobs only */
-            b[i] = clCreateBuffer(ctx->cl_ctx, host[i] ? in : CL_MEM_WRITE_ONLY, bytes[i], (void *)host[i],
+            b[i] = clCreateBuffer(cli_cl_context(ctx), host[i] ? in : CL_MEM_WRITE_ONLY, bytes[i], (void *)host[i],
                                   &err);
     psr_status st = PSR_OK;
     if (err != CL_SUCCESS)
-        st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating logprob buffers failed: %s (%d)",
-                      psr_cl_error_name(err), err);
+        st = cli_fail(PSR_ERR_OPENCL, "allocating logprob buffers failed: %s (%d)",
+                      psr_cl_error_string(err), err);
     if (st == PSR_OK) {
         psr_logprobs_args a;
         psr_logprobs_args_init(&a);
@@ -148,10 +150,10 @@ static psr_status host_logprobs(psr_context *ctx, const npy_array *logits, size_
     }
     void *out[4] = {lps, ranks, top_ids, top_lps};
     for (int i = 0; i < 4 && st == PSR_OK && err == CL_SUCCESS; i++)
-        err = clEnqueueReadBuffer(ctx->queue, b[3 + i], CL_TRUE, 0, bytes[3 + i], out[i], 0, NULL, NULL);
+        err = clEnqueueReadBuffer(cli_queue(ctx), b[3 + i], CL_TRUE, 0, bytes[3 + i], out[i], 0, NULL, NULL);
     if (st == PSR_OK && err != CL_SUCCESS)
-        st = psr_fail(ctx, PSR_ERR_OPENCL, "reading logprobs failed: %s (%d)", psr_cl_error_name(err), err);
-    clFinish(ctx->queue);
+        st = cli_fail(PSR_ERR_OPENCL, "reading logprobs failed: %s (%d)", psr_cl_error_string(err), err);
+    clFinish(cli_queue(ctx));
     for (int i = 0; i < 10; i++)
         if (b[i])
             clReleaseMemObject(b[i]);
@@ -169,47 +171,50 @@ static psr_status sample_hidden(psr_context *ctx, const npy_array *hidden, const
     size_t rows = hidden->shape[0], hsize = hidden->shape[1], vocab = weights->shape[0];
     for (size_t r = 0; r < rows; r++) {
         if (positions[r] < 0 || positions[r] >= PSR_MAX_POSITION)
-            return psr_fail(ctx, PSR_ERR_POSITION_RANGE, "positions[%zu] = %lld is outside [0, 2^30)",
+            return cli_fail(PSR_ERR_POSITION_RANGE, "positions[%zu] = %lld is outside [0, 2^30)",
                             r, (long long)positions[r]);
         if (!temperature_ok(temps[r]))
-            return psr_fail(ctx, PSR_ERR_TEMPERATURE,
+            return cli_fail(PSR_ERR_TEMPERATURE,
                             "temperatures[%zu] = %g is not 0 or a positive normal number", r,
                             (double)temps[r]);
-        psr_status fst = psr_filter_check_values(ctx, "psr sample", r, top_k, top_p, min_p);
-        if (fst != PSR_OK)
-            return fst;
+        if (top_p && !(top_p[r] > 0.0f && top_p[r] <= 1.0f))
+            return cli_fail(PSR_ERR_FILTER_RANGE, "psr sample: top_p[%zu] = %g is outside (0, 1]", r,
+                            (double)top_p[r]);
+        if (min_p && !(min_p[r] >= 0.0f && min_p[r] <= 1.0f))
+            return cli_fail(PSR_ERR_FILTER_RANGE, "psr sample: min_p[%zu] = %g is outside [0, 1]", r,
+                            (double)min_p[r]);
     }
     psr_dtype dtype = hidden->dtype == NPY_F2 ? PSR_DTYPE_F16 : PSR_DTYPE_F32;
     size_t es = psr_dtype_size(dtype);
     if (vocab > SIZE_MAX / es / rows)
-        return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT, "%zu rows x %zu tokens of logits overflow a size_t",
+        return cli_fail(PSR_ERR_INVALID_ARGUMENT, "%zu rows x %zu tokens of logits overflow a size_t",
                         rows, vocab);
     const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
     cl_int err = CL_SUCCESS;
     cl_mem bufs[11] = {NULL};
-    bufs[0] = clCreateBuffer(ctx->cl_ctx, in, rows * hsize * es, hidden->data, &err);
+    bufs[0] = clCreateBuffer(cli_cl_context(ctx), in, rows * hsize * es, hidden->data, &err);
     if (err == CL_SUCCESS)
-        bufs[1] = clCreateBuffer(ctx->cl_ctx, in, vocab * hsize * es, weights->data, &err);
+        bufs[1] = clCreateBuffer(cli_cl_context(ctx), in, vocab * hsize * es, weights->data, &err);
     if (err == CL_SUCCESS)
-        bufs[2] = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, rows * vocab * es, NULL, &err);
+        bufs[2] = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, rows * vocab * es, NULL, &err);
     if (err == CL_SUCCESS)
-        bufs[3] = clCreateBuffer(ctx->cl_ctx, in, rows * 8, (void *)seeds, &err);
+        bufs[3] = clCreateBuffer(cli_cl_context(ctx), in, rows * 8, (void *)seeds, &err);
     if (err == CL_SUCCESS)
-        bufs[4] = clCreateBuffer(ctx->cl_ctx, in, rows * 8, (void *)positions, &err);
+        bufs[4] = clCreateBuffer(cli_cl_context(ctx), in, rows * 8, (void *)positions, &err);
     if (err == CL_SUCCESS)
-        bufs[5] = clCreateBuffer(ctx->cl_ctx, in, rows * 4, (void *)temps, &err);
+        bufs[5] = clCreateBuffer(cli_cl_context(ctx), in, rows * 4, (void *)temps, &err);
     if (err == CL_SUCCESS)
-        bufs[6] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, rows * 4, NULL, &err);
+        bufs[6] = clCreateBuffer(cli_cl_context(ctx), CL_MEM_WRITE_ONLY, rows * 4, NULL, &err);
     if (err == CL_SUCCESS)
-        bufs[7] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, rows * 4, NULL, &err);
+        bufs[7] = clCreateBuffer(cli_cl_context(ctx), CL_MEM_WRITE_ONLY, rows * 4, NULL, &err);
     const void *filters[3] = {top_k, top_p, min_p};
     for (int f = 0; f < 3; f++)
         if (err == CL_SUCCESS && filters[f])
-            bufs[8 + f] = clCreateBuffer(ctx->cl_ctx, in, rows * 4, (void *)filters[f], &err);
+            bufs[8 + f] = clCreateBuffer(cli_cl_context(ctx), in, rows * 4, (void *)filters[f], &err);
     psr_status st = PSR_OK;
     if (err != CL_SUCCESS)
-        st = psr_fail(ctx, PSR_ERR_OPENCL, "allocating device buffers failed: %s (%d)",
-                      psr_cl_error_name(err), err);
+        st = cli_fail(PSR_ERR_OPENCL, "allocating device buffers failed: %s (%d)",
+                      psr_cl_error_string(err), err);
 
     cl_event gemm = NULL;
     if (st == PSR_OK) {
@@ -246,17 +251,17 @@ static psr_status sample_hidden(psr_context *ctx, const npy_array *hidden, const
         st = psr_sample(ctx, &a, NULL);
     }
     if (st == PSR_OK) {
-        err = clEnqueueReadBuffer(ctx->queue, bufs[6], CL_TRUE, 0, rows * 4, tokens, 0, NULL, NULL);
+        err = clEnqueueReadBuffer(cli_queue(ctx), bufs[6], CL_TRUE, 0, rows * 4, tokens, 0, NULL, NULL);
         if (err == CL_SUCCESS)
-            err = clEnqueueReadBuffer(ctx->queue, bufs[7], CL_TRUE, 0, rows * 4, row_flags, 0, NULL,
+            err = clEnqueueReadBuffer(cli_queue(ctx), bufs[7], CL_TRUE, 0, rows * 4, row_flags, 0, NULL,
                                       NULL);
         if (err != CL_SUCCESS)
-            st = psr_fail(ctx, PSR_ERR_OPENCL, "reading the tokens failed: %s (%d)",
-                          psr_cl_error_name(err), err);
+            st = cli_fail(PSR_ERR_OPENCL, "reading the tokens failed: %s (%d)",
+                          psr_cl_error_string(err), err);
     }
     if (gemm)
         clReleaseEvent(gemm);
-    clFinish(ctx->queue); /* nothing may still use the buffers below */
+    clFinish(cli_queue(ctx)); /* nothing may still use the buffers below */
     for (int i = 0; i < 11; i++)
         if (bufs[i])
             clReleaseMemObject(bufs[i]);

@@ -1,6 +1,8 @@
 /* psr verify: statistical self-tests users run on their own device. */
 #include "cli.h"
-#include "internal.h"
+#include "check.h"
+#include "oracle.h"
+#include <psr/psr_experimental.h>
 #include "json.h"
 
 #include <math.h>
@@ -94,18 +96,18 @@ static int run_tail(psr_context *ctx, const char *noise, unsigned flags, unsigne
         temps[r] = 1.0f;
     }
     cl_int err, e1 = CL_SUCCESS, e2 = CL_SUCCESS, e3 = CL_SUCCESS, e4 = CL_SUCCESS;
-    cl_mem dl = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY, batch * vocab * 4, NULL, &err);
+    cl_mem dl = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_ONLY, batch * vocab * 4, NULL, &err);
     for (size_t r = 0; err == CL_SUCCESS && r < batch; r++)
-        err = clEnqueueWriteBuffer(ctx->queue, dl, CL_TRUE, r * vocab * 4, vocab * 4, row, 0, NULL, NULL);
-    cl_mem ds = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, batch * 8, seeds, &e1);
-    cl_mem dt = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, batch * 4, temps, &e2);
-    cl_mem dp = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, batch * 8, NULL, &e3);
-    cl_mem dk = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, batch * 4, NULL, &e4);
+        err = clEnqueueWriteBuffer(cli_queue(ctx), dl, CL_TRUE, r * vocab * 4, vocab * 4, row, 0, NULL, NULL);
+    cl_mem ds = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, batch * 8, seeds, &e1);
+    cl_mem dt = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, batch * 4, temps, &e2);
+    cl_mem dp = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, batch * 8, NULL, &e3);
+    cl_mem dk = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, batch * 4, NULL, &e4);
     err = err != CL_SUCCESS ? err : e1 != CL_SUCCESS ? e1 : e2 != CL_SUCCESS ? e2 : e3 != CL_SUCCESS ? e3 : e4;
     int rc = CLI_OK;
     if (err != CL_SUCCESS) {
         fprintf(stderr, "psr verify tail: cannot allocate %zu rows of %zu logits: %s\n", batch, vocab,
-                psr_cl_error_name(err));
+                psr_cl_error_string(err));
         rc = CLI_FAILED;
     }
     unsigned long long hits = 0, done = 0, next_report = trials / 10;
@@ -125,17 +127,17 @@ static int run_tail(psr_context *ctx, const char *noise, unsigned flags, unsigne
         a.tokens = dk;
         a.flags = flags;
         psr_status st = PSR_OK;
-        err = clEnqueueWriteBuffer(ctx->queue, dp, CL_TRUE, 0, n * 8, pos, 0, NULL, NULL);
+        err = clEnqueueWriteBuffer(cli_queue(ctx), dp, CL_TRUE, 0, n * 8, pos, 0, NULL, NULL);
         if (err == CL_SUCCESS)
             st = psr_sample(ctx, &a, NULL);
         if (err == CL_SUCCESS && st == PSR_OK)
-            err = clEnqueueReadBuffer(ctx->queue, dk, CL_TRUE, 0, n * 4, tokens, 0, NULL, NULL);
+            err = clEnqueueReadBuffer(cli_queue(ctx), dk, CL_TRUE, 0, n * 4, tokens, 0, NULL, NULL);
         if (st != PSR_OK) {
             rc = cli_report(st, ctx);
             break;
         }
         if (err != CL_SUCCESS) {
-            fprintf(stderr, "psr verify tail: OpenCL error %s\n", psr_cl_error_name(err));
+            fprintf(stderr, "psr verify tail: OpenCL error %s\n", psr_cl_error_string(err));
             rc = CLI_FAILED;
             break;
         }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const struct {
     const char *name;
@@ -35,13 +36,51 @@ static void usage(FILE *out)
             "environment: PSR_DEVICE (device selector), PSR_CACHE_DIR, PSR_CACHE=0\n");
 }
 
+/* The tool's own last failure (cli_fail), until cli_report prints it. */
+static psr_status own_status = PSR_OK;
+static char own_detail[1024];
+
+psr_status cli_fail(psr_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(own_detail, sizeof own_detail, fmt, ap);
+    va_end(ap);
+    own_status = st;
+    return st;
+}
+
 int cli_report(psr_status st, const psr_context *ctx)
 {
-    const char *detail = psr_last_error(ctx);
+    const char *detail = own_status == st && st != PSR_OK ? own_detail : psr_last_error(ctx);
+    own_status = PSR_OK;
     fprintf(stderr, "psr: %s\n", psr_status_string(st));
     if (detail && *detail)
         fprintf(stderr, "psr: %s\n", detail);
     return CLI_FAILED;
+}
+
+cl_context cli_cl_context(const psr_context *ctx)
+{
+    cl_context c = NULL;
+    psr_context_cl(ctx, &c, NULL, NULL);
+    return c;
+}
+
+cl_command_queue cli_queue(const psr_context *ctx)
+{
+    cl_command_queue q = NULL;
+    psr_context_cl(ctx, NULL, NULL, &q);
+    return q;
+}
+
+bool cli_contains_nocase(const char *haystack, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (const char *h = haystack; *h; h++)
+        if (strncasecmp(h, needle, n) == 0)
+            return true;
+    return !*needle;
 }
 
 int cli_usage_error(const char *command, const char *fmt, ...)

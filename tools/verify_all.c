@@ -1,7 +1,9 @@
 /* psr verify (no subcommand): every quick self-test on the chosen device,
  * PASS or FAIL each. */
 #include "cli.h"
-#include "internal.h"
+#include "check.h"
+#include "oracle.h"
+#include <psr/psr_experimental.h>
 #include "json.h"
 #include "vectors.h"
 
@@ -21,11 +23,12 @@ typedef struct check {
 static psr_status check_stream(psr_context *ctx, check *c)
 {
     const unsigned n = psr_uniform_vector_count;
-    bool fp64 = ctx->info.capabilities & PSR_CAP_FP64;
-    cl_long *seeds = malloc(n * 8), *pos = malloc(n * 8);
-    cl_uint *tok = malloc(n * 4), *keys = malloc(n * 4), *u32 = malloc(n * 4);
-    cl_ulong *u64 = malloc(n * 8);
-    cl_mem m[6] = {NULL};
+    psr_device_info info;
+    psr_context_device_info(ctx, &info);
+    bool fp64 = info.capabilities & PSR_CAP_FP64;
+    int64_t *seeds = malloc(n * 8), *pos = malloc(n * 8);
+    uint32_t *tok = malloc(n * 4), *keys = malloc(n * 4), *u32 = malloc(n * 4);
+    uint64_t *u64 = malloc(n * 8);
     psr_status st = seeds && pos && tok && keys && u32 && u64 ? PSR_OK : PSR_ERR_OUT_OF_HOST_MEMORY;
     unsigned checked = 0, wrong = 0;
     for (int drafting = 0; drafting <= 1 && st == PSR_OK; drafting++) {
@@ -36,42 +39,7 @@ static psr_status check_stream(psr_context *ctx, check *c)
                 pos[rows] = psr_uniform_vectors[i].pos;
                 tok[rows++] = psr_uniform_vectors[i].token;
             }
-        if (!rows)
-            continue;
-        psr_variant v = {.set = PSR_KERNELS_STREAM, .drafting = drafting, .fp64 = fp64};
-        cl_kernel k;
-        st = psr_kernel_get(ctx, &v, "psr_token_uniforms", &k);
-        if (st != PSR_OK)
-            break;
-        cl_int err = CL_SUCCESS;
-        const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
-        m[0] = clCreateBuffer(ctx->cl_ctx, in, rows * 8, seeds, &err);
-        if (err == CL_SUCCESS)
-            m[1] = clCreateBuffer(ctx->cl_ctx, in, rows * 8, pos, &err);
-        if (err == CL_SUCCESS)
-            m[2] = clCreateBuffer(ctx->cl_ctx, in, rows * 4, tok, &err);
-        for (int b = 3; b < 6 && err == CL_SUCCESS; b++)
-            m[b] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, rows * 8, NULL, &err);
-        const size_t ms = sizeof(cl_mem);
-        const size_t sizes[] = {ms, ms, ms, 4, ms, ms, ms};
-        const void *values[] = {&m[0], &m[1], &m[2], &rows, &m[3], &m[4], &m[5]};
-        if (err == CL_SUCCESS)
-            st = psr_set_kernel_args(ctx, k, "psr_token_uniforms", 7, sizes, values);
-        if (err == CL_SUCCESS && st == PSR_OK) {
-            size_t global = rows;
-            err = clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, NULL, 0, NULL, NULL);
-            if (err == CL_SUCCESS)
-                err = clEnqueueReadBuffer(ctx->queue, m[3], CL_TRUE, 0, rows * 4, keys, 0, NULL, NULL);
-            if (err == CL_SUCCESS)
-                err = clEnqueueReadBuffer(ctx->queue, m[4], CL_TRUE, 0, rows * 4, u32, 0, NULL, NULL);
-            if (err == CL_SUCCESS)
-                err = clEnqueueReadBuffer(ctx->queue, m[5], CL_TRUE, 0, rows * 8, u64, 0, NULL, NULL);
-        }
-        for (int b = 0; b < 6; b++)
-            if (m[b])
-                clReleaseMemObject(m[b]), m[b] = NULL;
-        if (err != CL_SUCCESS)
-            st = psr_fail(ctx, PSR_ERR_OPENCL, "stream check: %s (%d)", psr_cl_error_name(err), err);
+        st = psr_probe_uniforms(ctx, drafting, rows, seeds, pos, tok, keys, u32, u64);
         for (unsigned i = 0, r = 0; i < n && st == PSR_OK; i++) {
             const psr_uniform_vector *x = &psr_uniform_vectors[i];
             if (x->drafting != drafting)

@@ -1,7 +1,9 @@
 /* psr verify unbiased: the narrow unbiasedness test of speculative
  * decoding on the user's device, with its unsalted control. */
 #include "cli.h"
-#include "internal.h"
+#include "check.h"
+#include "oracle.h"
+#include <psr/psr_experimental.h>
 #include "json.h"
 
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* Host side of logprobs (cl/logprobs.cl): argument checks and launches. */
-#include "internal.h"
+#include "ops/ops.h"
 
 #include <string.h>
 
@@ -127,8 +127,8 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     /* Few blocks: one launch, each row merged by its last block (a launch
      * costs more than the work at one row); or the partial kernel with the
      * segment bound first (cl/logprobs.cl). */
-    bool one = blocks <= ctx->tuning.logprobs_one_blocks;
-    bool few = !one && blocks <= ctx->tuning.logprobs_few_blocks;
+    bool one = blocks <= ctx->tuning.logprobs.one_blocks;
+    bool few = !one && blocks <= ctx->tuning.logprobs.few_blocks;
     const char *pname = one ? "psr_logprobs_one" : few ? "psr_logprobs_partial_few" : "psr_logprobs_partial";
     psr_variant v = {.set = PSR_KERNELS_VERIFY, .dtype = a->logits_dtype};
     cl_kernel partial = NULL, finish = NULL;
@@ -185,7 +185,7 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
         st = psr_filter_launch(ctx, &view, &filter, NULL);
         nwait = 0, wait = NULL;
     }
-    size_t local = ctx->tuning.work_group_size < 256 ? ctx->tuning.work_group_size : 256;
+    size_t local = ctx->tuning.sample.work_group_size < 256 ? ctx->tuning.sample.work_group_size : 256;
     if (st == PSR_OK)
         st = psr_enqueue_groups(ctx, partial, pname, blocks, local, nwait, wait, one ? event : NULL);
     if (st == PSR_OK && !one)

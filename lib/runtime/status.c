@@ -1,5 +1,5 @@
 /* Status codes, error detail, logging and small string helpers. */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -72,7 +72,7 @@ void psr_log(const psr_context *ctx, psr_log_level level, const char *fmt, ...)
     deliver(ctx, level, message);
 }
 
-const char *psr_cl_error_name(cl_int err)
+const char *psr_cl_error_string(cl_int err)
 {
     switch (err) {
 #define NAME(x) case x: return #x;

@@ -2,7 +2,7 @@
  * instead of a radix search. The values that decide it (scaled logits,
  * the fixed-point masses and their integer sums, the float goal) are
  * computed with the kernel's operations, so the result has the same bits. */
-#include "internal.h"
+#include "oracle/oracle.h"
 
 #include <float.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /* Host side of Gumbel-max sampling (cl/gumbel.cl): argument checks,
  * launch geometry, and the host-pointer convenience call. */
-#include "internal.h"
+#include "ops/ops.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -13,75 +13,6 @@ void psr_sample_args_init(psr_sample_args *args)
     memset(args, 0, sizeof *args);
     args->struct_size = sizeof *args;
     args->logits_dtype = PSR_DTYPE_F32;
-}
-
-size_t psr_dtype_size(psr_dtype dtype)
-{
-    return dtype == PSR_DTYPE_F32 ? 4 : 2;
-}
-
-/* Bytes of logits a shape reads: (offset + (rows - 1) * stride + vocab) *
- * esize, or 0 when that does not fit a size_t. */
-size_t psr_logits_bytes(size_t offset, size_t rows, size_t stride, size_t vocab, size_t esize)
-{
-    size_t span;
-    if (rows == 0 || (stride && rows - 1 > (SIZE_MAX - vocab) / stride))
-        return 0;
-    span = (rows - 1) * stride + vocab;
-    if (span > SIZE_MAX - offset || offset + span > SIZE_MAX / esize)
-        return 0;
-    return (offset + span) * esize;
-}
-
-/* Fails unless buf holds at least `need` bytes. */
-psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const char *name)
-{
-    size_t size = 0;
-    cl_int err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL);
-    if (err != CL_SUCCESS)
-        return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT, "%s is not a usable cl_mem: %s (%d)", name,
-                        psr_cl_error_name(err), err);
-    if (size < need)
-        return psr_fail(ctx, PSR_ERR_BUFFER_TOO_SMALL, "%s holds %zu bytes; the shape needs %zu",
-                        name, size, need);
-    return PSR_OK;
-}
-
-#define PSR_SAMPLE_ALL_FLAGS                                                                     \
-    (PSR_SAMPLE_DRAFTING | PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_FAST_MATH | PSR_SAMPLE_WIDE_NOISE | \
-     PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS)
-
-psr_status psr_resolve_flags(psr_context *ctx, unsigned flags, const char *name, unsigned *out)
-{
-    REQUIRE(!(flags & ~PSR_SAMPLE_ALL_FLAGS), PSR_ERR_INVALID_ARGUMENT, "%s has unknown bits 0x%x",
-            name, flags & ~PSR_SAMPLE_ALL_FLAGS);
-    REQUIRE(!((flags & PSR_SAMPLE_FP64_NOISE) && (flags & PSR_SAMPLE_WIDE_NOISE)),
-            PSR_ERR_INVALID_ARGUMENT,
-            "%s asks for both PSR_SAMPLE_FP64_NOISE and PSR_SAMPLE_WIDE_NOISE: choose one", name);
-    if ((flags & PSR_SAMPLE_FP64_NOISE) && !(ctx->info.capabilities & PSR_CAP_FP64)) {
-        if (ctx->fp64_policy != PSR_FP64_WIDE)
-            return psr_fail(ctx, PSR_ERR_FP64_UNSUPPORTED,
-                            "%s asks for fp64 noise but device \"%s\" has no fp64; use "
-                            "PSR_SAMPLE_WIDE_NOISE, or fp64_policy = PSR_FP64_WIDE",
-                            name, ctx->info.name);
-        flags = (flags & ~PSR_SAMPLE_FP64_NOISE) | PSR_SAMPLE_WIDE_NOISE;
-        if (!ctx->fp64_fallback_said) {
-            psr_log(ctx, PSR_LOG_WARNING,
-                    "device \"%s\" has no fp64: fp64 noise is replaced by wide-tail noise "
-                    "(fp64_policy = PSR_FP64_WIDE)",
-                    ctx->info.name);
-            ctx->fp64_fallback_said = true;
-        }
-    }
-    REQUIRE(!(flags & PSR_SAMPLE_PROBS) || (flags & PSR_SAMPLE_RACE), PSR_ERR_INVALID_ARGUMENT,
-            "%s has PSR_SAMPLE_PROBS without PSR_SAMPLE_RACE: probabilities are sampled by the "
-            "exponential race",
-            name);
-    /* Wide-tail noise and the race are built from the deterministic operations only. */
-    if (flags & (PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_RACE))
-        flags &= ~PSR_SAMPLE_FAST_MATH;
-    *out = flags;
-    return PSR_OK;
 }
 
 static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
@@ -165,70 +96,6 @@ static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
     return st;
 }
 
-void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *chunk,
-                    cl_uint *groups)
-{
-    psr_split_rows_for(ctx, rows, vocab, ctx->tuning.resident_per_unit, chunk, groups);
-}
-
-void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_t resident_per_unit,
-                        cl_uint *chunk, cl_uint *groups)
-{
-    /* Pick the split G (groups per row) with the least modelled time: the
-     * device runs `resident` groups at once, so rows * G groups take
-     * ceil(rows * G / resident) waves, each as long as one chunk of
-     * vocab / G tokens plus a fixed cost per group (reductions, the gather),
-     * counted as two steps of tokens. Rows split into at most
-     * vocab / (min_steps steps) groups, so chunks are about min_steps (2)
-     * steps or longer.
-     * Chunks are whole multiples of a work-item's step (4 tokens, or the
-     * vector path's lanes). */
-    size_t lanes = ctx->tuning.vector_width > 4 ? ctx->tuning.vector_width : 4;
-    size_t step = lanes * ctx->tuning.work_group_size;
-    size_t resident = resident_per_unit * (ctx->info.compute_units ? ctx->info.compute_units : 1);
-    size_t least = ctx->tuning.min_steps * step;
-    size_t g_max = (vocab + least - 1) / least;
-    if (g_max > 4095)
-        g_max = 4095;
-    size_t best_g = 1;
-    double best_cost = 0;
-    for (size_t g = 1; g <= (g_max ? g_max : 1); g++) {
-        double waves = (double)((rows * g + resident - 1) / resident);
-        double cost = waves * ((double)((vocab + g - 1) / g) + 2.0 * (double)step);
-        if (g == 1 || cost < best_cost) {
-            best_cost = cost;
-            best_g = g;
-        }
-    }
-    size_t c = (vocab + best_g - 1) / best_g;
-    c = (c + lanes - 1) / lanes * lanes;
-    *chunk = (cl_uint)c;
-    *groups = (cl_uint)((vocab + c - 1) / c);
-}
-
-psr_status psr_set_kernel_args(psr_context *ctx, cl_kernel k, const char *name, int n,
-                               const size_t *sizes, const void *const *values)
-{
-    for (int i = 0; i < n; i++) {
-        cl_int err = clSetKernelArg(k, (cl_uint)i, sizes[i], values[i]);
-        if (err != CL_SUCCESS)
-            return psr_fail(ctx, PSR_ERR_OPENCL, "clSetKernelArg(%s, %d) failed: %s (%d)", name, i,
-                            psr_cl_error_name(err), err);
-    }
-    return PSR_OK;
-}
-
-psr_status psr_enqueue_groups(psr_context *ctx, cl_kernel k, const char *name, size_t groups,
-                              size_t local, cl_uint nwait, const cl_event *wait, cl_event *event)
-{
-    size_t global = groups * local;
-    cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, &local, nwait, wait, event);
-    if (err != CL_SUCCESS)
-        return psr_fail(ctx, PSR_ERR_OPENCL, "enqueueing %s (%zu groups of %zu) failed: %s (%d)", name,
-                        groups, local, psr_cl_error_name(err), err);
-    return PSR_OK;
-}
-
 /* After a launch is fully enqueued: the flags it used. */
 static void record_flags(psr_context *ctx, const psr_sample_args *a, unsigned flags)
 {
@@ -274,7 +141,7 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
     /* One kernel when rows can finish themselves (see cl/gumbel.cl): a key
      * per group, a count per row. */
     bool one_pass = groups > 1 && !v.fp64 && (ctx->info.capabilities & PSR_CAP_INT64_ATOMICS) &&
-                    a->vocab <= (1u << 20) && groups < 4096 && !ctx->tuning.two_pass;
+                    a->vocab <= (1u << 20) && groups < 4096 && !ctx->tuning.sample.two_pass;
     if (one_pass) {
         st = psr_scratch_reserve(ctx, &ctx->best_keys, parts * sizeof(cl_ulong));
         if (st == PSR_OK)
@@ -346,12 +213,12 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *a, cl_eve
         wait = NULL;
     }
     cl_event ev_sample = NULL;
-    st = psr_enqueue_groups(ctx, sample, "psr_gumbel_sample", parts, ctx->tuning.work_group_size,
+    st = psr_enqueue_groups(ctx, sample, "psr_gumbel_sample", parts, ctx->tuning.sample.work_group_size,
                             nwait, wait, (first || last) ? &ev_sample : NULL);
     if (st == PSR_OK && finalize) {
         cl_event ev_final = NULL;
         st = psr_enqueue_groups(ctx, finalize, "psr_gumbel_finalize", a->rows,
-                                ctx->tuning.work_group_size, 0, NULL, last ? &ev_final : NULL);
+                                ctx->tuning.sample.work_group_size, 0, NULL, last ? &ev_final : NULL);
         /* From here ev_sample is only a candidate for *first. */
         if (last && st == PSR_OK)
             *last = ev_final;
@@ -474,7 +341,7 @@ psr_status psr_sample_host_filtered(psr_context *ctx, const void *logits, psr_dt
     psr_status st = PSR_OK;
     if (err != CL_SUCCESS)
         st = psr_fail(ctx, PSR_ERR_OPENCL, "psr_sample_host: allocating device buffers failed: %s (%d)",
-                      psr_cl_error_name(err), err);
+                      psr_cl_error_string(err), err);
 
     int32_t *tok = NULL;
     uint32_t *fl = NULL;
@@ -510,7 +377,7 @@ psr_status psr_sample_host_filtered(psr_context *ctx, const void *logits, psr_dt
             err = clEnqueueReadBuffer(ctx->queue, bufs[5], CL_TRUE, 0, rows * 4, fl, 0, NULL, NULL);
         if (err != CL_SUCCESS)
             st = psr_fail(ctx, PSR_ERR_OPENCL, "psr_sample_host: reading results failed: %s (%d)",
-                          psr_cl_error_name(err), err);
+                          psr_cl_error_string(err), err);
     }
     if (st == PSR_OK) {
         size_t no_finite = 0;

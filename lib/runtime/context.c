@@ -1,6 +1,6 @@
 /* Contexts: device selection or adoption of the app's OpenCL objects,
  * cache set-up, and the getters of the public API. */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -59,7 +59,7 @@ int psr_cache_env_disabled(void)
     return cache_env_switch() == 0;
 }
 
-bool psr_cache_env_forced(void)
+int psr_cache_env_forced(void)
 {
     return cache_env_switch() == 1;
 }
@@ -115,17 +115,6 @@ static void setup_disk_cache(psr_context *ctx, const psr_context_options *o)
     }
 }
 
-/* A tuning count from the environment: `name`'s value, stored in *count
- * when it is 0 or more. Returns the value (NULL when unset), so the caller
- * can tell that the environment spoke. */
-static const char *env_count(const char *name, size_t *count)
-{
-    const char *value = getenv(name);
-    if (value && atoi(value) >= 0)
-        *count = (size_t)atoi(value);
-    return value;
-}
-
 static psr_status init_common(psr_context *ctx, const psr_context_options *o)
 {
     if (o) {
@@ -133,56 +122,7 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
     }
     ctx->tuning = psr_tuning_for(&ctx->info);
     /* Tuning aids (docs/devices.md): override the table for experiments. */
-    const char *wg = getenv("PSR_TUNE_WG"), *resident = getenv("PSR_TUNE_RESIDENT");
-    const char *mulhi = getenv("PSR_TUNE_MULHI"), *extra = getenv("PSR_TUNE_BUILD_OPTIONS");
-    const char *vector = getenv("PSR_TUNE_VECTOR"), *min_steps = getenv("PSR_TUNE_MIN_STEPS");
-    int w = wg ? atoi(wg) : 0;
-    if (w >= 16 && (size_t)w <= ctx->info.max_work_group_size && !(w & (w - 1)))
-        ctx->tuning.work_group_size = (size_t)w;
-    if (resident && atoi(resident) >= 1)
-        ctx->tuning.resident_per_unit = ctx->tuning.verify_resident_per_unit = (size_t)atoi(resident);
-    if (mulhi && *mulhi)
-        ctx->tuning.mulhi = strcmp(mulhi, "0") != 0;
-    ctx->tuning.two_pass = psr_env_flag("PSR_TUNE_TWO_PASS");
-    if (vector && (strcmp(vector, "0") == 0 || strcmp(vector, "16") == 0))
-        ctx->tuning.vector_width = (unsigned)atoi(vector);
-    if (min_steps && atoi(min_steps) >= 1 && atoi(min_steps) <= 64)
-        ctx->tuning.min_steps = (unsigned)atoi(min_steps);
-    const char *skip = env_count("PSR_TUNE_VERIFY_SKIP", &ctx->tuning.verify_skip_groups);
-    const char *fused = env_count("PSR_TUNE_VERIFY_FUSED", &ctx->tuning.verify_fused_groups);
-    const char *lp_one = env_count("PSR_TUNE_LOGPROBS_ONE", &ctx->tuning.logprobs_one_blocks);
-    const char *lp_few = env_count("PSR_TUNE_LOGPROBS_FEW", &ctx->tuning.logprobs_few_blocks);
-    const char *shuffle = getenv("PSR_TUNE_SHUFFLE");
-    if (shuffle && *shuffle) {
-        bool on = strcmp(shuffle, "0") != 0;
-        /* Inline PTX builds only with NVIDIA's compiler. */
-        if (on && strcmp(ctx->tuning.rule, "nvidia-gpu") != 0)
-            psr_log(ctx, PSR_LOG_WARNING, "PSR_TUNE_SHUFFLE=%s ignored: warp shuffles need an NVIDIA GPU, and "
-                    "this device takes the tuning rule \"%s\"", shuffle, ctx->tuning.rule);
-        else
-            ctx->tuning.warp_shuffle = on;
-    }
-    const char *direct = env_count("PSR_TUNE_FILTER_DIRECT", &ctx->tuning.filter_direct_max);
-    if (extra && psr_strlcpy(ctx->tuning.extra_options, extra, sizeof ctx->tuning.extra_options) >=
-                     sizeof ctx->tuning.extra_options) {
-        psr_log(ctx, PSR_LOG_WARNING, "PSR_TUNE_BUILD_OPTIONS is longer than %zu bytes: ignored",
-                sizeof ctx->tuning.extra_options - 1);
-        ctx->tuning.extra_options[0] = '\0';
-    }
-    if (wg || resident || mulhi || extra || vector || min_steps || skip || fused || lp_one || lp_few ||
-        shuffle || direct || ctx->tuning.two_pass)
-        psr_log(ctx, PSR_LOG_INFO,
-                "tuning from the environment: work-group %zu, resident %zu, mul_hi %d, two-pass %d, "
-                "vector lanes %u, min steps %u, verify skip above %zu groups, verify in one launch "
-                "up to %zu groups, logprobs in one launch up to %zu blocks, logprobs' segment bound "
-                "first up to %zu blocks, warp shuffles %d, filter draws from lists up to %zu, extra "
-                "options \"%s\"",
-                ctx->tuning.work_group_size, ctx->tuning.resident_per_unit, ctx->tuning.mulhi,
-                ctx->tuning.two_pass, ctx->tuning.vector_width, ctx->tuning.min_steps,
-                ctx->tuning.verify_skip_groups, ctx->tuning.verify_fused_groups,
-                ctx->tuning.logprobs_one_blocks, ctx->tuning.logprobs_few_blocks, ctx->tuning.warp_shuffle,
-                ctx->tuning.filter_direct_max,
-                ctx->tuning.extra_options);
+    psr_tuning_apply_env(ctx, &ctx->info, &ctx->tuning);
     setup_disk_cache(ctx, o);
     return PSR_OK;
 }
@@ -240,14 +180,14 @@ psr_status psr_context_create(const psr_context_options *options, psr_context **
     ctx->cl_ctx = clCreateContext(props, 1, &dev.device, NULL, NULL, &err);
     if (err != CL_SUCCESS)
         return abandon(ctx, psr_fail(ctx, PSR_ERR_OPENCL, "clCreateContext for \"%s\" failed: %s (%d)",
-                                     dev.info.name, psr_cl_error_name(err), err));
+                                     dev.info.name, psr_cl_error_string(err), err));
     cl_command_queue_properties qprops =
         options && options->profiling ? CL_QUEUE_PROFILING_ENABLE : 0;
     ctx->queue = clCreateCommandQueue(ctx->cl_ctx, dev.device, qprops, &err);
     if (err != CL_SUCCESS)
         return abandon(ctx, psr_fail(ctx, PSR_ERR_OPENCL,
                                      "clCreateCommandQueue for \"%s\" failed: %s (%d)",
-                                     dev.info.name, psr_cl_error_name(err), err));
+                                     dev.info.name, psr_cl_error_string(err), err));
     init_common(ctx, options);
     *out = ctx;
     return PSR_OK;
@@ -293,7 +233,7 @@ psr_status psr_context_create_from_cl(cl_context cl_ctx, cl_device_id device, cl
         err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL);
     if (err != CL_SUCCESS)
         return psr_fail(NULL, PSR_ERR_OPENCL, "psr_context_create_from_cl: queue is not usable: %s (%d)",
-                        psr_cl_error_name(err), err);
+                        psr_cl_error_string(err), err);
     if (qctx != cl_ctx)
         return psr_fail(NULL, PSR_ERR_INVALID_ARGUMENT,
                         "psr_context_create_from_cl: queue belongs to another cl_context");
@@ -310,7 +250,7 @@ psr_status psr_context_create_from_cl(cl_context cl_ctx, cl_device_id device, cl
     err = clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
     if (err != CL_SUCCESS)
         return psr_fail(NULL, PSR_ERR_OPENCL, "psr_context_create_from_cl: device is not usable: %s (%d)",
-                        psr_cl_error_name(err), err);
+                        psr_cl_error_string(err), err);
 
     psr_context *ctx = new_context(options);
     if (!ctx)
@@ -502,19 +442,4 @@ psr_status psr_context_warm(psr_context *ctx, size_t *variants)
     if (!ctx)
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_warm: ctx is NULL");
     return psr_warm_sets(ctx, ~0u, variants);
-}
-
-psr_status psr_context_add_build_options(psr_context *ctx, const char *options)
-{
-    if (ctx->program_count)
-        return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT,
-                        "build options must be added before the context builds any program");
-    size_t used = strlen(ctx->tuning.extra_options);
-    int n = snprintf(ctx->tuning.extra_options + used, sizeof ctx->tuning.extra_options - used, "%s%s",
-                     used ? " " : "", options);
-    if (n < 0 || (size_t)n >= sizeof ctx->tuning.extra_options - used) {
-        ctx->tuning.extra_options[used] = '\0';
-        return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT, "build options \"%s\" do not fit", options);
-    }
-    return PSR_OK;
 }

@@ -2,7 +2,9 @@
  * section 8, docs/speculative.md): drafts from the salted sampler, then
  * psr_verify, counting the output token at every position. Shared by the
  * test suite and `psr verify unbiased`. */
-#include "internal.h"
+#include "check/check.h"
+#include "ops/ops.h"
+#include "oracle/oracle.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -95,7 +97,7 @@ static psr_status run_batch(psr_context *ctx, size_t k, size_t b, uint64_t first
     buf.num_sampled = upload(ctx, b * 4, NULL, &err);
     if (err != CL_SUCCESS) {
         st = psr_fail(ctx, PSR_ERR_OPENCL, "unbiasedness experiment: allocating buffers failed: %s (%d)",
-                      psr_cl_error_name(err), err);
+                      psr_cl_error_string(err), err);
         goto done;
     }
 
@@ -123,7 +125,7 @@ static psr_status run_batch(psr_context *ctx, size_t k, size_t b, uint64_t first
         err = clEnqueueFillBuffer(ctx->queue, buf.drafts, &minus_one, 4, 0, rows * 4, 0, NULL, NULL);
         if (err != CL_SUCCESS) {
             st = psr_fail(ctx, PSR_ERR_OPENCL, "unbiasedness experiment: fill failed: %s (%d)",
-                          psr_cl_error_name(err), err);
+                          psr_cl_error_string(err), err);
             goto done;
         }
     }
@@ -152,7 +154,7 @@ static psr_status run_batch(psr_context *ctx, size_t k, size_t b, uint64_t first
         err = clEnqueueReadBuffer(ctx->queue, buf.num_sampled, CL_TRUE, 0, b * 4, num, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         st = psr_fail(ctx, PSR_ERR_OPENCL, "unbiasedness experiment: reading results failed: %s (%d)",
-                      psr_cl_error_name(err), err);
+                      psr_cl_error_string(err), err);
         goto done;
     }
     for (size_t r = 0; r < b; r++) {

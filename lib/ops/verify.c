@@ -1,7 +1,7 @@
 /* Host side of speculative-draft verification (cl/verify.cl): argument
  * checks, the batch layout upload and the launches (two or three, or one
  * for small batches). */
-#include "internal.h"
+#include "ops/ops.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -181,7 +181,7 @@ static psr_status upload_layout(psr_context *ctx, const psr_verify_args *a)
                 clReleaseMemObject(bufs[i]);
         free(cu);
         return psr_fail(ctx, PSR_ERR_OPENCL, "psr_verify: uploading args->cu failed: %s (%d)",
-                        psr_cl_error_name(err), err);
+                        psr_cl_error_string(err), err);
     }
     for (int i = 0; i < 3; i++) {
         if (ctx->verify_layout[i])
@@ -210,7 +210,7 @@ static psr_status next_epoch(psr_context *ctx)
     if (err != CL_SUCCESS) {
         ctx->verify_epoch = PSR_VERIFY_EPOCHS - 1; /* clear again next time */
         return psr_fail(ctx, PSR_ERR_OPENCL, "psr_verify: clearing the rejection words failed: %s (%d)",
-                        psr_cl_error_name(err), err);
+                        psr_cl_error_string(err), err);
     }
     return PSR_OK;
 }
@@ -248,10 +248,10 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     cl_uint rows = (cl_uint)a->rows, requests = (cl_uint)a->requests;
     cl_uint nsb = (vocab + VERIFY_SB - 1) / VERIFY_SB;
     cl_uint chunk, groups;
-    psr_split_rows_for(ctx, a->requests, a->vocab, ctx->tuning.verify_resident_per_unit, &chunk,
+    psr_split_rows_for(ctx, a->requests, a->vocab, ctx->tuning.verify.resident_per_unit, &chunk,
                        &groups);
     bool one_pass = groups > 1 && !v.fp64 && (ctx->info.capabilities & PSR_CAP_INT64_ATOMICS) &&
-                    a->vocab <= (1u << 20) && groups < 4096 && !ctx->tuning.two_pass;
+                    a->vocab <= (1u << 20) && groups < 4096 && !ctx->tuning.sample.two_pass;
     size_t acc = v.fp64 ? sizeof(cl_double) : sizeof(cl_float);
     size_t parts = a->requests * groups;
     size_t stat_n = a->rows * nsb;
@@ -260,9 +260,9 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     /* One launch where every ticket fits the count's bits (then so do every
      * row's groups and draft slots) and no finishing kernel is needed. */
     size_t fused_groups = stats_groups + 1 + parts;
-    bool fused = fused_groups <= ctx->tuning.verify_fused_groups && fused_groups < (1u << VERIFY_COUNT_BITS) &&
-                 ctx->tuning.work_group_size <= VERIFY_LANES && (groups == 1 || one_pass) &&
-                 !ctx->tuning.verify_fused_broken;
+    bool fused = fused_groups <= ctx->tuning.verify.fused_groups && fused_groups < (1u << VERIFY_COUNT_BITS) &&
+                 ctx->tuning.sample.work_group_size <= VERIFY_LANES && (groups == 1 || one_pass) &&
+                 !ctx->tuning.verify.fused_broken;
     const size_t need[VERIFY_SCRATCH] = {stat_n * 8,      stat_n * 4,       stat_n * 4, stat_n * 8,
                                          a->requests * 16, 4,               a->rows * 4, a->requests * 4,
                                          8,               a->requests * 4, a->requests * 4,
@@ -303,7 +303,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     cl_uint epoch = ctx->verify_epoch;
     /* Decisions need a row's groups to fit the count's bits (any vocabulary
      * up to 33 M tokens). */
-    cl_uint decide = stats_groups > ctx->tuning.verify_skip_groups && 2 * nsb < (1u << VERIFY_COUNT_BITS);
+    cl_uint decide = stats_groups > ctx->tuning.verify.skip_groups && 2 * nsb < (1u << VERIFY_COUNT_BITS);
     cl_mem t_lse = ctx->verify[T_LSE].buffer, t_best = ctx->verify[T_BEST].buffer;
     cl_mem t_best_i = ctx->verify[T_BEST_I].buffer, q_lse = ctx->verify[Q_LSE].buffer;
     cl_mem walks = ctx->verify[WALKS].buffer, status = ctx->verify[STATUS].buffer;
@@ -336,7 +336,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
                                  fsizes, fvalues);
         cl_event done_event = NULL;
         if (st == PSR_OK)
-            st = psr_enqueue_groups(ctx, one, "psr_verify_fused", fused_groups, ctx->tuning.work_group_size,
+            st = psr_enqueue_groups(ctx, one, "psr_verify_fused", fused_groups, ctx->tuning.sample.work_group_size,
                                     a->num_events_in_wait_list, a->event_wait_list,
                                     first || event ? &done_event : NULL);
         if (st != PSR_OK)
@@ -393,16 +393,16 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     /* Every argument is set before the first launch, so nothing that can
      * fail comes between the launches: a call is enqueued whole or not at
      * all, and only the driver's own enqueue cost separates them. */
-    size_t stats_local = ctx->tuning.work_group_size < VERIFY_LANES ? ctx->tuning.work_group_size
+    size_t stats_local = ctx->tuning.sample.work_group_size < VERIFY_LANES ? ctx->tuning.sample.work_group_size
                                                                     : VERIFY_LANES;
     st = psr_enqueue_groups(ctx, stats, "psr_verify_stats", stats_groups + 1, stats_local,
                             a->num_events_in_wait_list, a->event_wait_list, first);
     if (st == PSR_OK)
-        st = psr_enqueue_groups(ctx, sample, "psr_verify_sample", parts, ctx->tuning.work_group_size,
+        st = psr_enqueue_groups(ctx, sample, "psr_verify_sample", parts, ctx->tuning.sample.work_group_size,
                                 0, NULL, finalize ? NULL : event);
     if (st == PSR_OK && finalize)
         st = psr_enqueue_groups(ctx, finalize, "psr_verify_finalize", a->requests,
-                                ctx->tuning.work_group_size, 0, NULL, event);
+                                ctx->tuning.sample.work_group_size, 0, NULL, event);
     if (st == PSR_OK && a->effective_flags)
         *a->effective_flags = flags;
     if (st != PSR_OK && first && *first) {

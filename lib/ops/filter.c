@@ -1,6 +1,6 @@
 /* Host side of the logit filters (cl/filter.cl): argument checks and the
  * per-row threshold pre-pass that psr_gumbel_sample reads. */
-#include "internal.h"
+#include "ops/ops.h"
 
 #include <math.h>
 #include <string.h>
@@ -78,9 +78,9 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
      * group's own maximum), and not while it also fills a draft cache.
      * Nor with fast math on the vector path, whose native logs may differ
      * in the last bits from the scalar ones the list is drawn with. */
-    draw = draw && v->method == 0 && !a->draft_cache && !(v->fast_math && ctx->tuning.vector_width);
+    draw = draw && v->method == 0 && !a->draft_cache && !(v->fast_math && ctx->tuning.sample.vector_width);
     cl_uint direct_max = !draw ? 0
-                         : ctx->tuning.filter_direct_max < FILTER_CAP ? (cl_uint)ctx->tuning.filter_direct_max
+                         : ctx->tuning.filter.direct_max < FILTER_CAP ? (cl_uint)ctx->tuning.filter.direct_max
                                                                       : FILTER_CAP;
     cl_mem direct_tokens = direct_max ? a->tokens : NULL;
     /* a multiple of 4: the last group reads the list 16 bytes a load */
@@ -135,11 +135,11 @@ psr_status psr_filter_launch(psr_context *ctx, const psr_sample_args *a, const p
                                          i == 0 ? event : NULL);
         if (err != CL_SUCCESS)
             st = psr_fail(ctx, PSR_ERR_OPENCL, "clearing the filter state failed: %s (%d)",
-                          psr_cl_error_name(err), err);
+                          psr_cl_error_string(err), err);
         nwait = 0, wait = NULL; /* queue order from here */
     }
     ctx->filter_dirty = true;
-    size_t wg = ctx->tuning.work_group_size;
+    size_t wg = ctx->tuning.sample.work_group_size;
     if (st == PSR_OK)
         st = psr_enqueue_groups(ctx, plan->scan, "psr_filter_scan", plan->groups, wg, nwait, wait,
                                 clear ? NULL : event);

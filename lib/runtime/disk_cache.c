@@ -11,7 +11,7 @@
  *   56 payload checksum      32 bytes (SHA-256 of the payload)
  *   88 metadata, then the payload; the file ends exactly there.
  */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include <dirent.h>
 #include <errno.h>

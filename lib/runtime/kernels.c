@@ -1,7 +1,7 @@
 /* Kernel sets: which embedded sources make up each program, and the
  * canonical build options of a variant. */
-#include "internal.h"
-#include "kernel_sources.h"
+#include "runtime/runtime.h"
+#include "runtime/kernel_sources.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,11 +87,11 @@ void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, 
     /* Only the sampling program has a vector path, and only the verify
      * program (which holds logprobs.cl) a choice of bound and warp
      * shuffles. */
-    if (v->set == PSR_KERNELS_GUMBEL && ctx->tuning.vector_width)
-        snprintf(set_option, sizeof set_option, " -DPSR_VEC=%u", ctx->tuning.vector_width);
+    if (v->set == PSR_KERNELS_GUMBEL && ctx->tuning.sample.vector_width)
+        snprintf(set_option, sizeof set_option, " -DPSR_VEC=%u", ctx->tuning.sample.vector_width);
     if (v->set == PSR_KERNELS_VERIFY)
-        snprintf(set_option, sizeof set_option, "%s%s", ctx->tuning.lp_segment_tau ? "" : " -DPSR_LP_SEGMENT_TAU=0",
-                 ctx->tuning.warp_shuffle ? " -DPSR_NV_SHUFFLE=1" : "");
+        snprintf(set_option, sizeof set_option, "%s%s", ctx->tuning.logprobs.segment_tau ? "" : " -DPSR_LP_SEGMENT_TAU=0",
+                 ctx->tuning.verify.warp_shuffle ? " -DPSR_NV_SHUFFLE=1" : "");
     if (psr_kernel_set_uses_logits(v->set))
         snprintf(extra, sizeof extra,
                  " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d -DUSE_WIDE=%d -DPSR_METHOD=%d%s%s%s",
@@ -105,8 +105,8 @@ void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, 
     snprintf(buf, len,
              "%s-DIS_DRAFTING=%d -DUSE_FP64=%d -DPSR_WG_SIZE=%zu%s%s%s%s",
              opencl_c_version(&ctx->info) >= 12 ? "-cl-std=CL1.2 " : "", v->drafting ? 1 : 0,
-             v->fp64 ? 1 : 0, ctx->tuning.work_group_size,
-             ctx->tuning.mulhi ? " -DR123_USE_64BIT=0 -DR123_USE_MULHILO32_MULHI_INTRIN=1 "
+             v->fp64 ? 1 : 0, ctx->tuning.sample.work_group_size,
+             ctx->tuning.sample.mulhi ? " -DR123_USE_64BIT=0 -DR123_USE_MULHILO32_MULHI_INTRIN=1 "
                                  "-DR123_MULHILO32_MULHI_INTRIN=mul_hi"
                                : "",
              extra, *ctx->tuning.extra_options ? " " : "", ctx->tuning.extra_options);

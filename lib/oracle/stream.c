@@ -2,7 +2,7 @@
  * cl/stream.cl and cl/detmath.cl, written again in C with the same
  * operations in the same order. Built with -ffp-contract=off so the
  * compiler fuses nothing; fma() and fmaf() are correctly rounded. */
-#include "internal.h"
+#include "oracle/oracle.h"
 
 #include <float.h>
 #include <math.h>
@@ -58,7 +58,7 @@ double psr_oracle_u64(uint32_t w0, uint32_t w1)
 uint32_t psr_oracle_row_key(uint64_t seed, uint64_t pos, bool drafting)
 {
     uint32_t w[4];
-    psr_oracle_draw(seed, pos + (drafting ? (uint64_t)PSR_MAX_POSITION : 0), w);
+    psr_oracle_draw(seed, pos + (drafting ? ((uint64_t)1 << PSR_DRAFT_SALT_BITS) : 0), w);
     return w[0];
 }
 

@@ -1,5 +1,5 @@
 /* SHA-256 (FIPS 180-4), for the disk cache's keys and checksums. */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include <string.h>
 

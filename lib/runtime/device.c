@@ -1,5 +1,5 @@
 /* Device discovery: every platform and device, with what sampling needs. */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -110,7 +110,7 @@ psr_status psr_query_device(cl_platform_id platform, cl_device_id device, unsign
     cl_int err = clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
     if (err != CL_SUCCESS)
         return psr_fail(NULL, PSR_ERR_OPENCL, "clGetDeviceInfo(CL_DEVICE_TYPE) failed: %s (%d)",
-                        psr_cl_error_name(err), err);
+                        psr_cl_error_string(err), err);
     out->type = (type & CL_DEVICE_TYPE_GPU)           ? PSR_DEVICE_GPU
                 : (type & CL_DEVICE_TYPE_CPU)         ? PSR_DEVICE_CPU
                 : (type & CL_DEVICE_TYPE_ACCELERATOR) ? PSR_DEVICE_ACCELERATOR
@@ -162,7 +162,7 @@ psr_status psr_enumerate_devices(psr_found_device **devices, size_t *count)
         return PSR_OK;
     if (err != CL_SUCCESS)
         return psr_fail(NULL, PSR_ERR_OPENCL, "clGetPlatformIDs failed: %s (%d)",
-                        psr_cl_error_name(err), err);
+                        psr_cl_error_string(err), err);
     cl_platform_id *plats = calloc(nplat, sizeof *plats);
     if (!plats)
         return psr_fail(NULL, PSR_ERR_OUT_OF_HOST_MEMORY, "out of memory listing platforms");
@@ -170,7 +170,7 @@ psr_status psr_enumerate_devices(psr_found_device **devices, size_t *count)
     if (err != CL_SUCCESS) {
         free(plats);
         return psr_fail(NULL, PSR_ERR_OPENCL, "clGetPlatformIDs failed: %s (%d)",
-                        psr_cl_error_name(err), err);
+                        psr_cl_error_string(err), err);
     }
 
     psr_status st = PSR_OK;

@@ -1,5 +1,7 @@
 /* The lower-tail census of the noise options (cl/gumbel.cl psr_tail_count). */
-#include "internal.h"
+#include "check/check.h"
+#include "ops/ops.h"
+#include "oracle/oracle.h"
 
 psr_status psr_tail_census(psr_context *ctx, unsigned flags, unsigned long long draws,
                            bool top_slice, unsigned long long *done_out, unsigned long long *c24,
@@ -19,7 +21,7 @@ psr_status psr_tail_census(psr_context *ctx, unsigned flags, unsigned long long 
     cl_int err;
     cl_mem counts = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, 8, NULL, &err);
     if (err != CL_SUCCESS)
-        return psr_fail(ctx, PSR_ERR_OPENCL, "cannot allocate counters: %s", psr_cl_error_name(err));
+        return psr_fail(ctx, PSR_ERR_OPENCL, "cannot allocate counters: %s", psr_cl_error_string(err));
     *c24 = *c32 = 0;
     /* Launches of 2^24 work-items x 256 draws (2^32 draws) at the most. */
     cl_uint per_item = 256, key = 0, slice = top_slice;
@@ -49,7 +51,7 @@ psr_status psr_tail_census(psr_context *ctx, unsigned flags, unsigned long long 
         if (err == CL_SUCCESS)
             err = clEnqueueReadBuffer(ctx->queue, counts, CL_TRUE, 0, 8, got, 0, NULL, NULL);
         if (err != CL_SUCCESS) {
-            st = psr_fail(ctx, PSR_ERR_OPENCL, "lower-tail census failed: %s", psr_cl_error_name(err));
+            st = psr_fail(ctx, PSR_ERR_OPENCL, "lower-tail census failed: %s", psr_cl_error_string(err));
             break;
         }
         *c24 += got[0];

@@ -1,5 +1,5 @@
 /* Run-time version and feature queries. */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 const char *psr_version(void)
 {

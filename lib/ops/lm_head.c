@@ -1,7 +1,7 @@
 /* The LM head: logits = hidden x weights^T through CLBlast's GEMM, so an
  * app can hand psr hidden states instead of logits. Without CLBlast in the
  * build the calls still exist, check their arguments, and say so. */
-#include "internal.h"
+#include "ops/ops.h"
 
 #include <limits.h>
 #include <string.h>
@@ -115,7 +115,7 @@ static psr_status run_gemm(psr_context *ctx, const psr_lm_head_args *a, cl_event
         if (err != CL_SUCCESS)
             return psr_fail(ctx, PSR_ERR_OPENCL,
                             "enqueueing a barrier on args->event_wait_list failed: %s (%d)",
-                            psr_cl_error_name(err), err);
+                            psr_cl_error_string(err), err);
     }
     /* Row-major C[B, V] = A[B, H] x B[V, H]^T: B is read transposed. */
     size_t m = a->batch, n = a->vocab, k = a->hidden_size;

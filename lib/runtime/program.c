@@ -1,5 +1,5 @@
 /* Program lookup through the two cache tiers, and builds from source. */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -33,14 +33,14 @@ psr_status psr_program_build_source(psr_context *ctx, const char *label, const c
     cl_program p = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
     if (err != CL_SUCCESS)
         return psr_fail(ctx, PSR_ERR_OPENCL, "clCreateProgramWithSource(%s) failed: %s (%d)",
-                        label, psr_cl_error_name(err), err);
+                        label, psr_cl_error_string(err), err);
     err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
     if (err != CL_SUCCESS) {
         keep_build_log(ctx, p);
         clReleaseProgram(p);
         return psr_fail(ctx, PSR_ERR_BUILD_FAILED,
                         "building kernels '%s' for %s failed: %s (%d); options: %s; build log:\n%.600s",
-                        label, ctx->info.name, psr_cl_error_name(err), err, options,
+                        label, ctx->info.name, psr_cl_error_string(err), err, options,
                         ctx->build_log ? ctx->build_log : "(none)");
     }
     /* Compilers report resource use in the log (NVIDIA: -cl-nv-verbose). */
@@ -203,6 +203,7 @@ psr_status psr_program_get(psr_context *ctx, const psr_variant *v, cl_program *o
     const char *set_name = psr_kernel_set_name(v->set);
     char options[1024];
     psr_build_options(ctx, v, options, sizeof options);
+    ctx->check_arg_names = strstr(options, "-cl-kernel-arg-info") != NULL;
     char mem_key[1100];
     snprintf(mem_key, sizeof mem_key, "%s|%s", set_name, options);
     for (size_t i = 0; i < ctx->program_count; i++)
@@ -270,7 +271,7 @@ psr_status psr_kernel_get(psr_context *ctx, const psr_variant *v, const char *na
     cl_kernel k = clCreateKernel(p, name, &err);
     if (err != CL_SUCCESS)
         return psr_fail(ctx, PSR_ERR_OPENCL, "clCreateKernel(%s) failed: %s (%d)", name,
-                        psr_cl_error_name(err), err);
+                        psr_cl_error_string(err), err);
     ctx->kernels[ctx->kernel_count++] = (psr_kernel_entry){code, name, k};
     *out = k;
     return PSR_OK;
@@ -289,7 +290,7 @@ psr_status psr_scratch_reserve(psr_context *ctx, psr_scratch *s, size_t bytes)
     if (err != CL_SUCCESS) {
         s->buffer = NULL;
         return psr_fail(ctx, PSR_ERR_OPENCL, "cannot allocate %zu bytes of scratch: %s (%d)", bytes,
-                        psr_cl_error_name(err), err);
+                        psr_cl_error_string(err), err);
     }
     cl_uchar zero = 0;
     err = clEnqueueFillBuffer(ctx->queue, s->buffer, &zero, 1, 0, bytes, 0, NULL, NULL);
@@ -297,7 +298,7 @@ psr_status psr_scratch_reserve(psr_context *ctx, psr_scratch *s, size_t bytes)
         clReleaseMemObject(s->buffer);
         s->buffer = NULL;
         return psr_fail(ctx, PSR_ERR_OPENCL, "cannot clear %zu bytes of scratch: %s (%d)", bytes,
-                        psr_cl_error_name(err), err);
+                        psr_cl_error_string(err), err);
     }
     s->bytes = bytes;
     return PSR_OK;

@@ -1,7 +1,7 @@
 /* Host oracle of psr_verify (cl/verify.cl): the same operations in the
  * same order, so the device must match it token for token. Built with
  * -ffp-contract=off like oracle.c. */
-#include "internal.h"
+#include "oracle/oracle.h"
 
 #include <float.h>
 #include <math.h>

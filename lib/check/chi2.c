@@ -1,6 +1,8 @@
 /* Goodness of fit (DESIGN section 8): Pearson chi-square with small bins
  * merged, used by the tests and by `psr verify`. */
-#include "internal.h"
+#include "check/check.h"
+#include "ops/ops.h"
+#include "oracle/oracle.h"
 
 #include <math.h>
 #include <stdlib.h>

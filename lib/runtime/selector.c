@@ -1,5 +1,5 @@
 /* Device selectors: "auto", a type, a vendor, "P:D" or a name substring. */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include <ctype.h>
 #include <stdio.h>

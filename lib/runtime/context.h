@@ -1,0 +1,93 @@
+/* The context: one device, its queue, programs, scratch and state (context.c). */
+#ifndef PSR_RUNTIME_CONTEXT_H
+#define PSR_RUNTIME_CONTEXT_H
+
+#include "runtime/cache.h"
+#include "runtime/status.h"
+#include "runtime/tuning.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* psr_verify's launches are numbered 1 .. PSR_VERIFY_EPOCHS - 1 and then
+ * again: the statistics kernel's rejection words keep the number in their
+ * top 20 bits (cl/verify.cl, PSR_REJECT_BITS). */
+#define PSR_VERIFY_EPOCHS (1u << 20)
+
+/* ---- the context (context.c) ---- */
+
+typedef struct psr_program_entry {
+    char *key; /* kernel set name '|' options */
+    cl_program program;
+} psr_program_entry;
+
+typedef struct psr_kernel_entry {
+    unsigned variant;  /* psr_variant_code */
+    const char *name;  /* a string literal */
+    cl_kernel kernel;
+} psr_kernel_entry;
+
+/* Device scratch, grown to the largest shape seen, never shrunk. */
+typedef struct psr_scratch {
+    cl_mem buffer;
+    size_t bytes;
+} psr_scratch;
+
+/* Grows a scratch buffer to at least `bytes`; new memory is zero-filled
+ * (enqueued, so it is ordered before the kernels that follow). */
+psr_status psr_scratch_reserve(psr_context *ctx, psr_scratch *s, size_t bytes);
+
+struct psr_context {
+    cl_platform_id platform;
+    cl_context cl_ctx;
+    cl_device_id device;
+    cl_command_queue queue;
+    bool device_retained; /* adopted device: released on free */
+    psr_device_info info; /* capabilities already masked */
+    psr_tuning tuning;
+
+    psr_log_fn log;
+    void *log_user_data;
+    psr_log_level log_level;
+
+    bool disk_enabled;  /* read binaries from cache_dir */
+    bool disk_writable; /* and write new ones there */
+    char cache_dir[PSR_PATH_MAX];
+    psr_cache_stats stats;
+
+    psr_program_entry *programs;
+    size_t program_count;
+    size_t program_capacity;
+    psr_kernel_entry *kernels;
+    size_t kernel_count;
+    size_t kernel_capacity;
+
+    psr_scratch part_value; /* per (row, work-group) best value */
+    psr_scratch part_index; /* per (row, work-group) best index */
+    psr_scratch best_keys;  /* per split row: each group's best key (one kernel, cl/gumbel.cl) */
+    psr_scratch best_count; /* per split row: the groups that stored theirs, zero between launches */
+    psr_scratch filter_cut;   /* per row: the filter threshold (filter.c) */
+    psr_scratch filter_state; /* per row: largest key, candidate count; zero between launches */
+    psr_scratch filter_hist;  /* per row: 12-bit histogram (counts or masses); zero between launches */
+    psr_scratch filter_cand;  /* per row: candidate keys for the exact search */
+    bool filter_dirty;        /* a filter launch was cut short: clear the state first */
+    psr_scratch verify[13]; /* psr_verify's per-row statistics, walks, status, skip and ticket state (verify.c) */
+    psr_scratch logprobs[6]; /* psr_logprobs' per-block partials and per-row values and counts (logprobs.c) */
+    cl_mem verify_layout[3]; /* the last cu, row-to-request map and row order uploaded, and */
+    int32_t *verify_cu;      /* a host copy of that cu, to reuse them when it repeats */
+    size_t verify_requests;
+    uint32_t verify_epoch; /* psr_verify's launch count, below PSR_VERIFY_EPOCHS (verify.c) */
+    bool verify_fused_last; /* the last psr_verify ran in one launch (for tests and psr bench verify) */
+    bool logprobs_one_last; /* the last psr_logprobs ran in one launch (for tests) */
+    bool logprobs_few_last; /* the last psr_logprobs ran psr_logprobs_partial_few (for tests) */
+
+    psr_fp64_policy fp64_policy;
+    bool fp64_fallback_said;     /* the log has said once that fp64 became wide */
+    unsigned last_sample_flags;
+
+    bool check_arg_names; /* built with -cl-kernel-arg-info: the argument builder checks names */
+    char *build_log;
+    char error[PSR_ERROR_MAX];
+};
+
+#endif

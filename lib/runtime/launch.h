@@ -1,0 +1,48 @@
+/* Launch helpers every operation shares (launch.c). */
+#ifndef PSR_RUNTIME_LAUNCH_H
+#define PSR_RUNTIME_LAUNCH_H
+
+#include <psr/psr_experimental.h>
+
+#include <stdbool.h>
+
+/* Bytes of logits a shape reads, or 0 when that overflows a size_t. */
+size_t psr_logits_bytes(size_t offset, size_t rows, size_t stride, size_t vocab, size_t esize);
+/* Checks PSR_SAMPLE_* flags and applies the fp64 policy: the flags to use. */
+psr_status psr_resolve_flags(psr_context *ctx, unsigned flags, const char *name, unsigned *out);
+/* Fails with PSR_ERR_BUFFER_TOO_SMALL unless buf holds `need` bytes. */
+psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const char *name);
+/* How a row is split over work-groups: `groups` chunks of `chunk` tokens
+ * (a multiple of 4). */
+void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *chunk, cl_uint *groups);
+/* The same for a kernel of which `resident_per_unit` groups fit a compute unit. */
+void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_t resident_per_unit,
+                        cl_uint *chunk, cl_uint *groups);
+psr_status psr_set_kernel_args(psr_context *ctx, cl_kernel k, const char *name, int n,
+                               const size_t *sizes, const void *const *values);
+/* The argument builder: binds a kernel's arguments in order, by name.
+ * Calls chain without checks; the first failure is kept and reported by
+ * psr_kernel_args_end, which also (on a context built with
+ * -cl-kernel-arg-info, as the tests build) compares every name and the
+ * count with what the driver reports, so host and kernel cannot drift. */
+#define PSR_KERNEL_MAX_ARGS 16
+typedef struct psr_kernel_args {
+    psr_context *ctx;
+    cl_kernel kernel;
+    const char *kernel_name;
+    const char *names[PSR_KERNEL_MAX_ARGS];
+    cl_uint count;
+    cl_int err;         /* the first clSetKernelArg failure */
+    cl_uint failed_at;  /* and its index */
+} psr_kernel_args;
+psr_kernel_args psr_kernel_args_begin(psr_context *ctx, cl_kernel kernel, const char *kernel_name);
+void psr_arg_mem(psr_kernel_args *a, const char *name, cl_mem buffer);
+void psr_arg_value(psr_kernel_args *a, const char *name, const void *value, size_t size);
+/* __local scratch of `bytes` bytes. */
+void psr_arg_local(psr_kernel_args *a, const char *name, size_t bytes);
+psr_status psr_kernel_args_end(psr_kernel_args *a);
+/* Enqueues `groups` work-groups of `local` work-items. */
+psr_status psr_enqueue_groups(psr_context *ctx, cl_kernel k, const char *name, size_t groups,
+                              size_t local, cl_uint nwait, const cl_event *wait, cl_event *event);
+
+#endif

@@ -1,0 +1,53 @@
+/* Kernel sets, variants and programs (kernels.c, program.c). */
+#ifndef PSR_RUNTIME_PROGRAM_H
+#define PSR_RUNTIME_PROGRAM_H
+
+#include <psr/psr.h>
+
+#include <stdbool.h>
+
+/* ---- kernels and programs (kernels.c, program.c) ---- */
+
+typedef enum psr_kernel_set {
+    PSR_KERNELS_STREAM = 0, /* Philox and the random stream (cl/stream.cl) */
+    PSR_KERNELS_GUMBEL = 1, /* Gumbel-max sampling (cl/gumbel.cl) */
+    PSR_KERNELS_VERIFY = 2, /* verification of speculative drafts (cl/verify.cl) */
+    PSR_KERNEL_SET_COUNT
+} psr_kernel_set;
+
+typedef struct psr_variant {
+    psr_kernel_set set;
+    bool drafting;     /* IS_DRAFTING */
+    bool fp64;         /* USE_FP64 */
+    bool wide;         /* USE_WIDE (sets that draw noise) */
+    int method;        /* PSR_METHOD: 0 Gumbel, 1 race over logits, 2 race over probabilities */
+    psr_dtype dtype;   /* PSR_LOGIT_DTYPE (sets that read logits) */
+    bool fast_math;    /* PSR_DETERMINISTIC=0 */
+    bool filtered;     /* PSR_FILTERS=1: the sampler applies filter thresholds (built on demand) */
+} psr_variant;
+
+/* Does the set read logits (dtype matters) or compute noise (math mode matters)? */
+bool psr_kernel_set_uses_logits(psr_kernel_set set);
+/* A small integer naming a variant, for the kernel-object cache. */
+unsigned psr_variant_code(const psr_variant *v);
+/* Builds or loads every variant of the sets in set_mask (bit i: set i). */
+psr_status psr_warm_sets(psr_context *ctx, unsigned set_mask, size_t *variants);
+/* Returns a kernel of a variant, created once per context and cached. */
+psr_status psr_kernel_get(psr_context *ctx, const psr_variant *v, const char *name, cl_kernel *out);
+
+const char *psr_kernel_set_name(psr_kernel_set set);
+/* The full OpenCL C source of a kernel set (embedded Random123 included).
+ * Malloc'ed; the caller frees it. NULL when out of memory. */
+char *psr_kernel_source(psr_kernel_set set);
+/* Canonical build options of a variant on this context's device. */
+void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, size_t len);
+
+/* Returns the program of a variant: memory tier, then disk tier, then a
+ * build from source. The context owns the program. */
+psr_status psr_program_get(psr_context *ctx, const psr_variant *v, cl_program *out);
+/* Builds arbitrary source with options, bypassing both cache tiers (used
+ * by psr_program_get and by tests). The caller releases the program. */
+psr_status psr_program_build_source(psr_context *ctx, const char *label, const char *source,
+                                    const char *options, cl_program *out);
+
+#endif
