@@ -1,4 +1,4 @@
-/* Deterministic math for the noise (docs/stream.md, DESIGN section 7).
+/* Deterministic math for the noise (docs/stream.md).
  *
  * Every function here is built only from operations OpenCL requires to be
  * correctly rounded: + - * and fma in fp32, and also / in fp64. With

@@ -1,4 +1,4 @@
-/* The vLLM-compatible random stream (docs/stream.md, DESIGN section 5).
+/* The vLLM-compatible random stream (docs/stream.md).
  *
  * Needs the embedded Random123 philox.h before it. Build-time defines:
  *   IS_DRAFTING  1: row keys use the draft salt (pos + 2^30)

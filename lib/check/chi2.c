@@ -1,4 +1,4 @@
-/* Goodness of fit (DESIGN section 8): Pearson chi-square with small bins
+/* Goodness of fit: Pearson chi-square with small bins
  * merged, used by the tests and by `psr verify`. */
 #include "check/check.h"
 #include "ops/ops.h"
