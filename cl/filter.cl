@@ -1,6 +1,5 @@
 /* Per-request logit filters (min-p, top-k, top-p) as one threshold per
  * row: psr_gumbel_sample then treats a scaled logit below it as -inf.
- * Needs groups.cl and gumbel.cl (and what it needs) before it.
  *
  * The filters work on s = logit / T exactly as psr_gumbel_sample scales
  * it (psr_scale), in the order min-p, top-k, top-p; every token kept has
@@ -47,12 +46,13 @@
  * counts, or 2048 low then 2048 high words of masses. A row's candidates
  * are `cap` keys, then the `cap` token ids of the same entries. */
 
+#include "gumbel.cl"
+
 /* Only the variant that applies thresholds builds these kernels: the
  * others would pay their compile time (minutes on PoCL) for nothing. */
 #if PSR_FILTERS
 
 #define PSR_FILTER_BINS 256                  /* one radix pass: 8 bits */
-#define PSR_FILTER_HBINS 4096                /* top-k's histogram of counts: 12 bits */
 #define PSR_FILTER_HSHIFT 20
 #define PSR_FILTER_MBINS 2048                /* top-p's histogram of masses: 11 bits */
 #define PSR_FILTER_MSHIFT 21
@@ -342,10 +342,16 @@ inline float psr_filter_min_p_cut(const psr_filter_row *f, float m)
     return f->m_on ? m + psr_det_log(f->mp) : -INFINITY;
 }
 
+/* The parameters every filter kernel starts with (psr_filter_params in
+ * psr_shared.h), and the names its functions take the rows' scalars by. */
 #define PSR_FILTER_ROW_ARGS                                                                       \
-    __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride, uint vocab,          \
-        __global const int *row_request, uint requests, __global const float *temperatures,         \
-        __global const int *top_k, __global const float *top_p, __global const float *min_p
+    const psr_filter_params p, __global const psr_logit_t *logits, __global const int *row_request, \
+        __global const float *temperatures, __global const int *top_k, __global const float *top_p, \
+        __global const float *min_p
+#define PSR_FILTER_ROWS_UNPACK                                                                    \
+    const ulong logits_offset = p.rows.logits_offset, row_stride = p.rows.row_stride;              \
+    const uint vocab = p.rows.vocab, requests = p.rows.requests;                                   \
+    const uint groups_per_row = p.rows.groups_per_row, chunk = p.rows.chunk
 
 #define PSR_FILTER_ROW_GET(row_id)                                                                \
     psr_filter_row_get((row_id), vocab, row_request, requests, temperatures, top_k, top_p, min_p)
@@ -372,9 +378,10 @@ inline void psr_filter_load8(__global const psr_logit_t *src, uint i, uint end, 
  * min-p-only rows writes the threshold. Rows without a filter get their
  * threshold from their first group. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_filter_scan(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __global uint *state,
-                     __global uint *hist, __global float *thresholds)
+void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist,
+                     __global float *thresholds)
 {
+    PSR_FILTER_ROWS_UNPACK;
     __local uint lh[PSR_FILTER_HBINS];
     __local uint lmax[PSR_WG_SIZE];
     __local ulong seg[PSR_WG_SIZE];
@@ -505,7 +512,7 @@ inline void psr_filter_gather(__global const psr_logit_t *src, bool aligned, con
  * (psr_filter_finish); tokens == 0 or direct_max == 0: never. */
 #define PSR_FILTER_DIRECT_ARGS                                                                    \
     __global const long *seeds, __global const long *positions, __global int *tokens,            \
-        __global uint *row_flags, uint direct_max
+        __global uint *row_flags
 #define PSR_FILTER_DIRECT_PASS seeds, positions, tokens, row_flags, direct_max
 
 /* A Gumbel-max score as an unsigned key of the same order (ties equal). */
@@ -584,7 +591,7 @@ inline void psr_filter_finish(const psr_filter_row *fp, uint row_id, __global co
                               __global uint *st, __global uint *h, __global uint *rc,
                               __global float *thresholds, __global const int *row_request,
                               uint requests, __global const float *temperatures,
-                              PSR_FILTER_DIRECT_ARGS, ulong mass_total,
+                              PSR_FILTER_DIRECT_ARGS, uint direct_max, ulong mass_total,
                               __local uint *lbuf, __local uint *hlo, __local uint *hhi,
                               __local ulong *seg, __local uint *pick)
 {
@@ -675,6 +682,8 @@ inline void psr_filter_end_empty(const psr_filter_row *f, uint row_id, __global 
     __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS];                                       \
     __local ulong seg[PSR_WG_SIZE];                                                                \
     __local uint pick[3];                                                                          \
+    PSR_FILTER_ROWS_UNPACK;                                                                        \
+    const uint cap = p.cap, direct_max = p.direct_max;                                             \
     uint lid = get_local_id(0);                                                                    \
     uint row_id = get_group_id(0) / groups_per_row;                                                \
     uint part = get_group_id(0) % groups_per_row;                                                  \
@@ -686,9 +695,8 @@ inline void psr_filter_end_empty(const psr_filter_row *f, uint row_id, __global 
  * and no top-k: the masses of the keys at or above the min-p cut, per
  * 11-bit bin. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __global uint *state,
-                        __global uint *hist, __global uint *cand, uint cap,
-                        __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
+void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist,
+                        __global uint *cand, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
 {
     PSR_FILTER_COLLECT_START;
     if (f.state != 2 || !(f.k_on || f.p_on))
@@ -747,9 +755,8 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk, __
  * bin where the mass from the top reaches p * total, then the keys at or
  * above it; the row's last group finishes it. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, uint groups_per_row, uint chunk,
-                             __global uint *state, __global uint *hist, __global uint *cand,
-                             uint cap, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
+void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist,
+                             __global uint *cand, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
 {
     PSR_FILTER_COLLECT_START;
     if (f.state != 2 || f.k_on || !f.p_on)

@@ -1,6 +1,5 @@
 /* Gumbel-max sampling: token = argmax_i (logit_i / T + g_i), g_i the
- * Gumbel noise of token i from the row's stream (stream.cl). Needs
- * stream.cl and detmath.cl before it.
+ * Gumbel noise of token i from the row's stream (stream.cl).
  *
  * Build-time defines:
  *   PSR_WG_SIZE        work-items per group
@@ -20,6 +19,11 @@
  * group per row it writes the token itself, otherwise psr_gumbel_finalize
  * combines the partials. Ties go to the lowest index throughout.
  */
+
+#include "stream.cl"
+#include "detmath.cl"
+#include "vecmath.cl"
+#include "groups.cl"
 
 #ifndef PSR_LOGIT_DTYPE
 #define PSR_LOGIT_DTYPE 0
@@ -635,16 +639,20 @@ inline void psr_merge_lanes(psr_vacc lane_best, psr_vuint lane_best_i, psr_acc_t
  * After the first step the group's best so far becomes the pruning floor
  * for the rest of its chunk. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_gumbel_sample(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                       uint vocab, __global const int *row_request, __global const long *seeds,
+void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *logits,
+                       __global const int *row_request, __global const long *seeds,
                        __global const float *temperatures, __global const long *positions,
-                       uint groups_per_row, uint chunk, __global psr_acc_t *part_value,
-                       __global uint *part_index, __global int *tokens, __global uint *row_flags,
-                       __global float *draft_cache, __global const int *draft_cache_rows,
-                       ulong draft_cache_stride, __global ulong *best_keys, __global uint *best_count,
-                       uint requests, uint draft_cache_rows_total, uint draft_cache_k,
-                       uint draft_step, __global const float *thresholds)
+                       __global psr_acc_t *part_value, __global uint *part_index, __global int *tokens,
+                       __global uint *row_flags, __global float *draft_cache,
+                       __global const int *draft_cache_rows, __global ulong *best_keys,
+                       __global uint *best_count, __global const float *thresholds)
 {
+    const ulong logits_offset = p.rows.logits_offset, row_stride = p.rows.row_stride;
+    const uint vocab = p.rows.vocab, requests = p.rows.requests;
+    const uint groups_per_row = p.rows.groups_per_row, chunk = p.rows.chunk;
+    const ulong draft_cache_stride = p.draft_cache_stride;
+    const uint draft_cache_rows_total = p.draft_cache_rows_total, draft_cache_k = p.draft_cache_k;
+    const uint draft_step = p.draft_step;
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
 #if PSR_ROW_WORDS
@@ -878,13 +886,15 @@ inline void psr_reduce_parts(uint row, uint groups_per_row, __global const psr_a
 
 /* Combines the partial results of each row: one work-group per row. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_gumbel_finalize(uint groups_per_row, __global const psr_acc_t *part_value,
+void psr_gumbel_finalize(const psr_sample_params p, __global const psr_acc_t *part_value,
                          __global const uint *part_index, __global const int *row_request,
                          __global const float *temperatures, __global const long *positions,
-                         __global int *tokens, __global uint *row_flags, uint requests,
+                         __global int *tokens, __global uint *row_flags,
                          __global const float *draft_cache, __global const int *draft_cache_rows,
-                         uint draft_cache_rows_total, __global const float *thresholds)
+                         __global const float *thresholds)
 {
+    const uint groups_per_row = p.rows.groups_per_row, requests = p.rows.requests;
+    const uint draft_cache_rows_total = p.draft_cache_rows_total;
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
     uint lid = get_local_id(0);
@@ -911,70 +921,4 @@ void psr_gumbel_finalize(uint groups_per_row, __global const psr_acc_t *part_val
     tokens[row] = token;
     if (row_flags)
         row_flags[row] = flags;
-}
-
-/* Noise of (seed, pos, token) triples, for the bit-exactness tests. */
-__kernel void psr_gumbel_noise_kat(__global const long *seeds, __global const long *positions,
-                                   __global const uint *tokens, uint n, __global psr_acc_t *noise)
-{
-    uint i = get_global_id(0);
-    if (i >= n)
-        return;
-    uint key = psr_row_key((ulong)seeds[i], (ulong)positions[i]);
-    noise[i] = psr_noise(psr_token_words(key, tokens[i]));
-}
-
-#if PSR_VEC_PATH
-/* The vector path's noise and bound of tokens first .. first + 16 * n - 1
- * of row key `key`, 16 per work-item, for the bit-exactness tests. */
-__kernel void psr_gumbel_vnoise_kat(uint key, uint first, uint n, __global psr_acc_t *noise,
-                                    __global psr_acc_t *bound)
-{
-    uint i = get_global_id(0);
-    if (i >= n)
-        return;
-    psr_vuint w1, w0 = psr_vtoken_words(key, (psr_vuint)(first + PSR_VEC * i) + PSR_LANE_IDS, &w1);
-    psr_vstore(psr_vnoise(w0, w1), i, noise);
-    psr_vstore(psr_vnoise_bound(w0, w1), i, bound);
-}
-#endif
-
-/* Lower-tail census of the noise option this program was built with:
- * counts[0] += draws with E < 2^-24, counts[1] += draws with E < 2^-32,
- * where E is the exponential variate behind the Gumbel noise (g = -log E).
- * Draw k of work-item i is token i * per_item + k of the row key `key`.
- * top_slice = 1 keeps only the words whose 64-bit uniform lies in its top
- * 2^-32 (w1 = 0xffffffff): the draws that should give E < 2^-32. */
-__kernel void psr_tail_count(uint key, uint per_item, uint top_slice, __global uint *counts)
-{
-    __local uint l24, l32;
-    if (get_local_id(0) == 0)
-        l24 = l32 = 0;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    uint c24 = 0, c32 = 0;
-    for (uint k = 0; k < per_item; k++) {
-        uint2 w = psr_token_words(key, (uint)get_global_id(0) * per_item + k);
-        if (top_slice)
-            w.y = 0xffffffffu;
-#if USE_FP64
-        double e = -psr_det_log_d(psr_u64(w.x, w.y));
-        c24 += e < 0x1p-24;
-        c32 += e < 0x1p-32;
-#elif USE_WIDE
-        float e = psr_wide_e(w);
-        c24 += e < 0x1p-24f;
-        c32 += e < 0x1p-32f;
-#else
-        float e = -psr_det_log1p_neg(psr_u32(w.x));
-        c24 += e < 0x1p-24f;
-        c32 += e < 0x1p-32f;
-#endif
-    }
-    atomic_add(&l24, c24);
-    atomic_add(&l32, c32);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (get_local_id(0) == 0) {
-        atomic_add(&counts[0], l24);
-        atomic_add(&counts[1], l32);
-    }
 }

@@ -1,5 +1,5 @@
-/* Logprobs of sampled tokens (docs/api.md, "Logprobs"). Needs verify.cl
- * (and what it needs) before it: the same super-blocks and log-sum-exp
+/* Logprobs of sampled tokens (docs/api.md, "Logprobs"), with verify.cl's
+ * super-blocks and log-sum-exp
  * order, so a logprob is the same bits on every device and in
  * lib/oracle_logprobs.c.
  *
@@ -15,6 +15,8 @@
  * Values are logits / T ("processed"; T = 0 counts as 1) or the logits
  * themselves (raw); NaN counts as -inf.
  */
+
+#include "verify.cl"
 
 #define PSR_MAX_TOP_N 20
 /* Top-N candidates of a block: at most N work-items' tokens reach the
@@ -373,16 +375,16 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
  * body for both: the choice is a constant of each kernel. */
 #define PSR_LP_PARTIAL_KERNEL(name, segments_first)                                                       \
     __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1))) void name(                              \
-        __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride, uint vocab, uint nsb,  \
-        __global const int *row_request, uint requests, __global const float *temperatures, uint raw,     \
-        __global const int *tokens, uint top_n, __global float2 *lse_out, __global uint *beat_out,        \
-        __global float *top_v, __global uint *top_i, __global const float *cuts,                          \
+        const psr_logprobs_params p, __global const psr_logit_t *logits, __global const int *row_request,  \
+        __global const float *temperatures, __global const int *tokens, __global float2 *lse_out,          \
+        __global uint *beat_out, __global float *top_v, __global uint *top_i, __global const float *cuts,  \
         __global float *token_value)                                                                      \
     {                                                                                                     \
         __local psr_lp_block_locals l;                                                                    \
-        psr_lp_block(logits, logits_offset, row_stride, vocab, nsb, row_request, requests, temperatures,  \
-                     raw, tokens, top_n, lse_out, beat_out, top_v, top_i, cuts, token_value,              \
-                     get_group_id(0) / nsb, get_group_id(0) % nsb, get_local_id(0), segments_first, &l); \
+        uint nsb = p.blocks_per_row;                                                                      \
+        psr_lp_block(logits, p.logits_offset, p.row_stride, p.vocab, nsb, row_request, p.requests,        \
+                     temperatures, p.raw, tokens, p.top_n, lse_out, beat_out, top_v, top_i, cuts,         \
+                     token_value, get_group_id(0) / nsb, get_group_id(0) % nsb, get_local_id(0), segments_first, &l); \
     }
 
 PSR_LP_PARTIAL_KERNEL(psr_logprobs_partial, PSR_LP_SEGMENT_TAU)
@@ -494,15 +496,15 @@ inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, __globa
 
 /* One group per row: merges the row's blocks and writes the outputs. */
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
-void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *tokens,
+void psr_logprobs_finish(const psr_logprobs_params p, __global const int *tokens,
                          __global const float2 *lse_in, __global const uint *beat_in,
-                         __global const float *top_v, __global const uint *top_i, uint top_n,
+                         __global const float *top_v, __global const uint *top_i,
                          __global const float *token_value, __global float *token_logprobs,
                          __global int *token_ranks, __global int *top_ids, __global float *top_logprobs)
 {
     __local psr_lp_row_locals l;
-    psr_lp_row(vocab, nsb, tokens, lse_in, beat_in, top_v, top_i, top_n, token_value, token_logprobs,
-               token_ranks, top_ids, top_logprobs, get_group_id(0), false, get_local_id(0), &l);
+    psr_lp_row(p.vocab, p.blocks_per_row, tokens, lse_in, beat_in, top_v, top_i, p.top_n, token_value,
+               token_logprobs, token_ranks, top_ids, top_logprobs, get_group_id(0), false, get_local_id(0), &l);
 }
 
 /* Small batches in one launch: the blocks of psr_logprobs_partial, and
@@ -511,14 +513,15 @@ void psr_logprobs_finish(uint rows, uint vocab, uint nsb, __global const int *to
  * starts after every work-item's pass (the count's barriers), so the two
  * share their local memory. */
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
-void psr_logprobs_one(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                      uint vocab, uint nsb, __global const int *row_request, uint requests,
-                      __global const float *temperatures, uint raw, __global const int *tokens,
-                      uint top_n, __global float2 *lse, __global uint *beat, __global float *top_v,
-                      __global uint *top_i, __global const float *cuts, __global float *token_value,
-                      __global float *token_logprobs, __global int *token_ranks, __global int *top_ids,
-                      __global float *top_logprobs, __global uint *done)
+void psr_logprobs_one(const psr_logprobs_params p, __global const psr_logit_t *logits,
+                      __global const int *row_request, __global const float *temperatures,
+                      __global const int *tokens, __global float2 *lse, __global uint *beat,
+                      __global float *top_v, __global uint *top_i, __global const float *cuts,
+                      __global float *token_value, __global float *token_logprobs, __global int *token_ranks,
+                      __global int *top_ids, __global float *top_logprobs, __global uint *done)
 {
+    const ulong logits_offset = p.logits_offset, row_stride = p.row_stride;
+    const uint vocab = p.vocab, nsb = p.blocks_per_row, requests = p.requests, raw = p.raw, top_n = p.top_n;
     __local union {
         psr_lp_block_locals block;
         psr_lp_row_locals row;

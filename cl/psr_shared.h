@@ -1,11 +1,130 @@
-/* Constants that the kernels and the host share: one definition, read by
- * OpenCL C (embedded with the kernel sources) and by C (lib/). Plain
- * integer macros only, so both languages read them alike. */
+/* What the kernels and the host share: constants, and the structs of
+ * scalar parameters that kernels take by value. One definition, read by
+ * OpenCL C (the embedding step inlines it into the kernel sources) and
+ * by C (lib/). Fields are fixed-width and ordered widest first, so both
+ * compilers lay the structs out alike; the host checks the sizes. */
 #ifndef PSR_SHARED_H
 #define PSR_SHARED_H
+
+#ifdef __OPENCL_VERSION__
+typedef uint psr_uint32_t;
+typedef ulong psr_uint64_t;
+#else
+#include <stdint.h>
+typedef uint32_t psr_uint32_t;
+typedef uint64_t psr_uint64_t;
+#endif
+
+/* ---- the random stream ---- */
 
 /* The draft stream draws its row key at pos + 2^30, so positions must stay
  * below 2^30 (PSR_MAX_POSITION) for the two streams to stay disjoint. */
 #define PSR_DRAFT_SALT_BITS 30
+
+/* ---- the log-sum-exp's fixed order (verification and logprobs) ---- */
+
+/* A row is cut into super-blocks of PSR_SB tokens; a super-block into
+ * PSR_LANES lanes, lane w holding PSR_SB_STEPS runs of 4 tokens. */
+#define PSR_LANES 256
+#define PSR_SB_STEPS 16
+#define PSR_SB (4 * PSR_LANES * PSR_SB_STEPS)
+
+/* psr_verify's count and rejection words keep a count in their low
+ * PSR_REJECT_BITS bits and the launch's number in the rest, so launches
+ * are numbered 1 .. 2^(32 - PSR_REJECT_BITS) - 1 and then again. */
+#define PSR_REJECT_BITS 12
+
+/* ---- filters ---- */
+
+/* Candidates a row may gather before its last group searches the whole
+ * row instead (a flat top of the distribution, many ties). */
+#define PSR_FILTER_CAP 16384
+/* Top-k's histogram of the keys' top 12 bits. */
+#define PSR_FILTER_HBINS 4096
+
+/* ---- kernel parameters ---- */
+
+/* The logits' shape and how rows are split over work-groups: the start
+ * of every sampling and filter kernel's parameters. */
+typedef struct psr_rows_params {
+    psr_uint64_t logits_offset;  /* elements before row 0 */
+    psr_uint64_t row_stride;     /* elements from a row to the next */
+    psr_uint32_t vocab;
+    psr_uint32_t requests;       /* entries of the per-request arrays */
+    psr_uint32_t groups_per_row;
+    psr_uint32_t chunk;          /* tokens per group, a multiple of the step */
+} psr_rows_params;
+
+/* psr_gumbel_sample and psr_gumbel_finalize. */
+typedef struct psr_sample_params {
+    psr_rows_params rows;
+    psr_uint64_t draft_cache_stride;     /* elements from a cache row to the next */
+    psr_uint32_t draft_cache_rows_total; /* cache rows that exist */
+    psr_uint32_t draft_cache_k;          /* cache rows per request; 0: one per row */
+    psr_uint32_t draft_step;             /* which of a request's K rows this launch fills */
+    psr_uint32_t unused;
+} psr_sample_params;
+
+/* psr_filter_scan, psr_filter_collect and psr_filter_collect_mass. */
+typedef struct psr_filter_params {
+    psr_rows_params rows;
+    psr_uint32_t cap;        /* candidates per row, a multiple of 4 */
+    psr_uint32_t direct_max; /* rows whose kept tokens fit this many are drawn by the filter; 0: never */
+} psr_filter_params;
+
+/* psr_logprobs_partial, psr_logprobs_partial_few, psr_logprobs_finish
+ * and psr_logprobs_one. */
+typedef struct psr_logprobs_params {
+    psr_uint64_t logits_offset;
+    psr_uint64_t row_stride;
+    psr_uint32_t vocab;
+    psr_uint32_t rows;
+    psr_uint32_t requests;
+    psr_uint32_t blocks_per_row; /* super-blocks of a row: ceil(vocab / PSR_SB) */
+    psr_uint32_t top_n;
+    psr_uint32_t raw;            /* 1: logprobs of the raw logits (no temperature, no filter) */
+} psr_logprobs_params;
+
+/* psr_verify's state lives in one buffer of regions; psr_verify_params.at
+ * holds each region's byte offset (PSR_VS_NONE: the kernel gets NULL).
+ * Regions from PSR_VS_DONE to PSR_VS_BEST_COUNT hold launch-numbered
+ * words, cleared together when the numbers start over. */
+#define PSR_VS_T_LSE 0      /* per (row, super-block): the target's (max, sum) */
+#define PSR_VS_T_BEST 1     /* and its best value */
+#define PSR_VS_T_BEST_I 2   /* and that value's token */
+#define PSR_VS_Q_LSE 3      /* per (row, super-block): the draft's (max, sum) */
+#define PSR_VS_WALKS 4      /* per request: its walk, for the finishing kernel */
+#define PSR_VS_STATUS 5     /* the input check's flags */
+#define PSR_VS_DONE 6       /* per row: its statistics groups done */
+#define PSR_VS_REJECTED 7   /* per request: the first rejection found */
+#define PSR_VS_TICKETS 8    /* one launch: the groups' tickets, the check's word */
+#define PSR_VS_REQ_DONE 9   /* one launch: per request, its statistics groups done */
+#define PSR_VS_BEST_COUNT 10 /* per request: sampling groups that stored their key */
+#define PSR_VS_ROW_LSE 11   /* per row: the merged (max, sum) */
+#define PSR_VS_BEST_KEYS 12 /* per sampling group: its best key */
+#define PSR_VS_REGIONS 13
+#define PSR_VS_NONE 0xffffffffu
+
+/* psr_verify_stats, psr_verify_sample, psr_verify_finalize and
+ * psr_verify_fused. */
+typedef struct psr_verify_params {
+    psr_uint64_t logits_offset;
+    psr_uint64_t row_stride;
+    psr_uint32_t vocab;
+    psr_uint32_t rows;
+    psr_uint32_t requests;
+    psr_uint32_t blocks_per_row;  /* super-blocks of a row */
+    psr_uint32_t greedy_all;      /* PSR_VERIFY_GREEDY */
+    psr_uint32_t cache_k;         /* draft cache rows per request; 0: one-hot drafts */
+    psr_uint32_t epoch;           /* this launch's number */
+    psr_uint32_t decide;          /* rows' last groups decide drafts and later rows skip */
+    psr_uint32_t draft_rows;
+    psr_uint32_t groups_per_row;  /* sampling groups per request */
+    psr_uint32_t chunk;
+    psr_uint32_t cols;            /* output tokens per request: max_drafts + 1 */
+    psr_uint32_t tokens64;        /* the output tokens are int64 */
+    psr_uint32_t first_sampling;  /* one launch: the first sampling group's ticket */
+    psr_uint32_t at[PSR_VS_REGIONS + 1]; /* byte offsets (one spare keeps the size a multiple of 8) */
+} psr_verify_params;
 
 #endif

@@ -8,9 +8,12 @@
  * million tokens). Fast math uses the vector native logs, whose last bits
  * may differ from the scalar ones.
  *
- * Needs philox.h, stream.cl and detmath.cl before it. PSR_VEC is 0 (off)
+ * PSR_VEC is 0 (off)
  * or 16 (AVX-512's width; narrower units split each vector).
  */
+
+#include "stream.cl"
+#include "detmath.cl"
 #ifndef PSR_VEC
 #define PSR_VEC 0
 #endif

@@ -1,6 +1,5 @@
-/* Verification of speculative drafts (docs/speculative.md). Needs
- * stream.cl, detmath.cl and gumbel.cl (built with PSR_METHOD 0 and
- * IS_DRAFTING 0: everything here is on the target stream) before it.
+/* Verification of speculative drafts (docs/speculative.md), built with
+ * PSR_METHOD 0 and IS_DRAFTING 0: everything here is on the target stream.
  *
  * Two or three launches:
  *  psr_verify_stats     per (row, super-block): the target row's argmax and
@@ -33,10 +32,15 @@
  * with the memory traffic of the others.
  */
 
-#define PSR_LANES 256
-#define PSR_SB_STEPS 16
-#define PSR_SB (4 * PSR_LANES * PSR_SB_STEPS) /* tokens per super-block */
+#include "gumbel.cl"
+#include "shuffle.cl"
+
 #define PSR_VWG (PSR_WG_SIZE < PSR_LANES ? PSR_WG_SIZE : PSR_LANES)
+
+/* A region of psr_verify's state buffer (psr_shared.h's PSR_VS_*), NULL
+ * where the host left it out; needs the kernel's `p` and `state`. */
+#define PSR_VS(type, region)                                                                      \
+    ((__global type *)(p.at[region] == PSR_VS_NONE ? 0 : state + p.at[region]))
 
 /* As PSR_VERIFY_* in psr.h. */
 #define PSR_VERIFY_BAD_TOKEN 1u
@@ -375,7 +379,6 @@ inline bool psr_accept(__global const psr_logit_t *logits, ulong logits_offset, 
  * so the largest is the earliest rejection of this launch and words of
  * earlier launches (other epochs) read as none. */
 #define PSR_NO_REJECTION 0xffffffffu
-#define PSR_REJECT_BITS 12
 
 inline uint psr_known_rejection(__global const uint *rejected, uint req, uint epoch)
 {
@@ -659,15 +662,11 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
  * where every row starts before any decision) no group counts, decides or
  * skips. */
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
-void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                      uint vocab, uint rows, uint requests, uint nsb, __global const int *row_req,
-                      __global const int *cu, __global const int4 *order,
-                      __global const float *temperatures, __global const long *seeds, uint greedy_all,
-                      __global const float *draft_cache, uint cache_k, __global const int *draft_tokens,
-                      __global const long *positions, __global float2 *t_lse, __global float *t_best,
-                      __global uint *t_best_i, __global float2 *q_lse, __global uint *done,
-                      __global uint *rejected, uint epoch, uint decide, __global float2 *row_lse,
-                      uint draft_rows, __global uint *status)
+void psr_verify_stats(const psr_verify_params p, __global const psr_logit_t *logits,
+                      __global const int *row_req, __global const int *cu, __global const int4 *order,
+                      __global const float *temperatures, __global const long *seeds,
+                      __global const float *draft_cache, __global const int *draft_tokens,
+                      __global const long *positions, __global uchar *state)
 {
     __local float lm[PSR_LANES], ls[PSR_LANES];
     __local float lbv[PSR_VWG];
@@ -678,14 +677,16 @@ void psr_verify_stats(__global const psr_logit_t *logits, ulong logits_offset, u
         /* A group of its own for the check, which returns: under a
          * condition in a group that goes on, its barriers would make PoCL
          * copy the rest of the kernel (2.6x its build time). */
-        psr_verify_check(lid, rows, requests, vocab, row_req, cu, draft_tokens, positions,
-                         temperatures, status, &lflags);
+        psr_verify_check(lid, p.rows, p.requests, p.vocab, row_req, cu, draft_tokens, positions,
+                         temperatures, PSR_VS(uint, PSR_VS_STATUS), &lflags);
         return;
     }
-    psr_stats_group(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds, greedy_all,
-                    draft_cache, cache_k, draft_tokens, positions, t_lse, t_best, t_best_i, q_lse, done,
-                    rejected, epoch, decide, row_lse, draft_rows, (uint)get_group_id(0) - 1, false, NULL,
-                    lid, lm, ls, lbv, lbi, &lskip);
+    psr_stats_group(logits, p.logits_offset, p.row_stride, p.vocab, p.blocks_per_row, order, temperatures,
+                    seeds, p.greedy_all, draft_cache, p.cache_k, draft_tokens, positions,
+                    PSR_VS(float2, PSR_VS_T_LSE), PSR_VS(float, PSR_VS_T_BEST), PSR_VS(uint, PSR_VS_T_BEST_I),
+                    PSR_VS(float2, PSR_VS_Q_LSE), PSR_VS(uint, PSR_VS_DONE), PSR_VS(uint, PSR_VS_REJECTED),
+                    p.epoch, p.decide, PSR_VS(float2, PSR_VS_ROW_LSE), p.draft_rows,
+                    (uint)get_group_id(0) - 1, false, NULL, lid, lm, ls, lbv, lbi, &lskip);
 }
 
 /* The residual of one rejected row: log max(p - q, 0) + g. */
@@ -1015,18 +1016,12 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
 }
 
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                       uint vocab, uint nsb, __global const int *cu, __global const int *draft_tokens,
-                       __global const long *seeds, __global const float *temperatures,
-                       __global const long *positions, uint greedy_all,
-                       __global const float *draft_cache, uint cache_k, __global const float2 *t_lse,
-                       __global const float *t_best, __global const uint *t_best_i,
-                       __global const float2 *q_lse, uint groups_per_row, uint chunk,
-                       __global ulong *best_keys, __global uint *best_count, __global psr_acc_t *part_value,
-                       __global uint *part_index, __global int4 *walks, __global const uint *status,
-                       __global uint *user_status, uint cols, __global int *tokens, uint tokens64,
-                       __global int *num_sampled, uint decide, __global const uint *rejected,
-                       uint epoch, __global const float2 *row_lse)
+void psr_verify_sample(const psr_verify_params p, __global const psr_logit_t *logits,
+                       __global const int *cu, __global const int *draft_tokens, __global const long *seeds,
+                       __global const float *temperatures, __global const long *positions,
+                       __global const float *draft_cache, __global psr_acc_t *part_value,
+                       __global uint *part_index, __global uchar *state, __global uint *user_status,
+                       __global int *tokens, __global int *num_sampled)
 {
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
@@ -1036,10 +1031,13 @@ void psr_verify_sample(__global const psr_logit_t *logits, ulong logits_offset, 
     __local int lfinish;
     __local psr_walk_rows lrows;
     __local ulong lk[PSR_WG_SIZE];
-    psr_sample_group(logits, logits_offset, row_stride, vocab, nsb, cu, draft_tokens, seeds, temperatures,
-                     positions, greedy_all, draft_cache, cache_k, t_lse, t_best, t_best_i, q_lse,
-                     groups_per_row, chunk, best_keys, best_count, part_value, part_index, walks, status,
-                     user_status, cols, tokens, tokens64, num_sampled, decide, rejected, epoch, row_lse,
+    psr_sample_group(logits, p.logits_offset, p.row_stride, p.vocab, p.blocks_per_row, cu, draft_tokens, seeds,
+                     temperatures, positions, p.greedy_all, draft_cache, p.cache_k,
+                     PSR_VS(float2, PSR_VS_T_LSE), PSR_VS(float, PSR_VS_T_BEST), PSR_VS(uint, PSR_VS_T_BEST_I),
+                     PSR_VS(float2, PSR_VS_Q_LSE), p.groups_per_row, p.chunk, PSR_VS(ulong, PSR_VS_BEST_KEYS),
+                     PSR_VS(uint, PSR_VS_BEST_COUNT), part_value, part_index, PSR_VS(int4, PSR_VS_WALKS),
+                     PSR_VS(uint, PSR_VS_STATUS), user_status, p.cols, tokens, p.tokens64, num_sampled,
+                     p.decide, PSR_VS(uint, PSR_VS_REJECTED), p.epoch, PSR_VS(float2, PSR_VS_ROW_LSE),
                      (uint)get_group_id(0), false, get_local_id(0), lv, li, &first_reject, &lwalk, lres,
                      &lfinish, &lrows, lk);
 }
@@ -1071,19 +1069,24 @@ inline void psr_wait_for(__global const uint *a, uint a_value, __global const ui
  * the count's 12 bits, every draft slot is recordable and the sampling
  * groups need no finishing kernel. Same tokens as the two kernels. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                      uint vocab, uint rows, uint requests, uint nsb, __global const int *row_req,
-                      __global const int *cu, __global const int4 *order,
-                      __global const float *temperatures, __global const long *seeds, uint greedy_all,
-                      __global const float *draft_cache, uint cache_k, __global const int *draft_tokens,
-                      __global const long *positions, __global float2 *t_lse, __global float *t_best,
-                      __global uint *t_best_i, __global float2 *q_lse, __global uint *done,
-                      __global uint *rejected, uint epoch, __global float2 *row_lse, uint draft_rows,
-                      __global uint *status, uint groups_per_row, uint chunk, __global ulong *best_keys,
-                      __global uint *best_count, __global uint *user_status, uint cols, __global int *tokens,
-                      uint tokens64, __global int *num_sampled, __global uint *tickets,
-                      __global uint *req_done, uint first_sampling)
+void psr_verify_fused(const psr_verify_params p, __global const psr_logit_t *logits,
+                      __global const int *row_req, __global const int *cu, __global const int4 *order,
+                      __global const float *temperatures, __global const long *seeds,
+                      __global const float *draft_cache, __global const int *draft_tokens,
+                      __global const long *positions, __global uchar *state, __global uint *user_status,
+                      __global int *tokens, __global int *num_sampled)
 {
+    const ulong logits_offset = p.logits_offset, row_stride = p.row_stride;
+    const uint vocab = p.vocab, nsb = p.blocks_per_row, greedy_all = p.greedy_all, cache_k = p.cache_k;
+    const uint epoch = p.epoch, groups_per_row = p.groups_per_row;
+    __global float2 *t_lse = PSR_VS(float2, PSR_VS_T_LSE), *q_lse = PSR_VS(float2, PSR_VS_Q_LSE);
+    __global float2 *row_lse = PSR_VS(float2, PSR_VS_ROW_LSE);
+    __global float *t_best = PSR_VS(float, PSR_VS_T_BEST);
+    __global uint *t_best_i = PSR_VS(uint, PSR_VS_T_BEST_I), *status = PSR_VS(uint, PSR_VS_STATUS);
+    __global uint *done = PSR_VS(uint, PSR_VS_DONE), *rejected = PSR_VS(uint, PSR_VS_REJECTED);
+    __global uint *tickets = PSR_VS(uint, PSR_VS_TICKETS), *req_done = PSR_VS(uint, PSR_VS_REQ_DONE);
+    __global uint *best_count = PSR_VS(uint, PSR_VS_BEST_COUNT);
+    __global ulong *best_keys = PSR_VS(ulong, PSR_VS_BEST_KEYS);
     __local float lm[PSR_LANES], ls[PSR_LANES];
     __local float lbv[PSR_VWG];
     __local uint lbi[PSR_VWG];
@@ -1104,7 +1107,7 @@ void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, u
     uint ticket = lticket;
     uint lid = get_local_id(0);
     if (ticket == 0) {
-        psr_verify_check(lid, rows, requests, vocab, row_req, cu, draft_tokens, positions,
+        psr_verify_check(lid, p.rows, p.requests, vocab, row_req, cu, draft_tokens, positions,
                          temperatures, status, &lflags);
         if (lid == 0) {
             psr_publish(status, lflags);
@@ -1114,8 +1117,8 @@ void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, u
         return;
     }
     uint per_row = draft_cache ? 2 * nsb : nsb;
-    if (ticket >= first_sampling) {
-        uint gid = ticket - first_sampling, req = gid / groups_per_row;
+    if (ticket >= p.first_sampling) {
+        uint gid = ticket - p.first_sampling, req = gid / groups_per_row;
         if (lid == 0) {
             uint n = (uint)(cu[req + 1] - cu[req]);
             /* The check, then every statistics group of the request. */
@@ -1125,15 +1128,15 @@ void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, u
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
         psr_sample_group(logits, logits_offset, row_stride, vocab, nsb, cu, draft_tokens, seeds,
                          temperatures, positions, greedy_all, draft_cache, cache_k, t_lse, t_best, t_best_i,
-                         q_lse, groups_per_row, chunk, best_keys, best_count, NULL, NULL, NULL, status,
-                         user_status, cols, tokens, tokens64, num_sampled, 1u, rejected, epoch, row_lse, gid,
+                         q_lse, groups_per_row, p.chunk, best_keys, best_count, NULL, NULL, NULL, status,
+                         user_status, p.cols, tokens, p.tokens64, num_sampled, 1u, rejected, epoch, row_lse, gid,
                          true, lid, lv, li, &first_reject, &lwalk, lres, &lfinish, &lrows, lk);
         return;
     }
     /* The statistics last, as in psr_verify_stats. */
     psr_stats_group(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds, greedy_all,
                     draft_cache, cache_k, draft_tokens, positions, t_lse, t_best, t_best_i, q_lse, done,
-                    rejected, epoch, 1u, row_lse, draft_rows, ticket - 1, true, req_done, lid, lm, ls, lbv,
+                    rejected, epoch, 1u, row_lse, p.draft_rows, ticket - 1, true, req_done, lid, lm, ls, lbv,
                     lbi, &lskip);
 }
 #endif
@@ -1141,12 +1144,14 @@ void psr_verify_fused(__global const psr_logit_t *logits, ulong logits_offset, u
 /* Without the one-kernel gather: combines each request's chunks and writes
  * its output row. One group per request. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_verify_finalize(uint groups_per_row, __global const psr_acc_t *part_value,
-                         __global const uint *part_index, __global const int4 *walks,
-                         __global const int *cu, __global const int *draft_tokens,
-                         __global const uint *status, uint cols, __global int *tokens, uint tokens64,
+void psr_verify_finalize(const psr_verify_params p, __global const psr_acc_t *part_value,
+                         __global const uint *part_index, __global const int *cu,
+                         __global const int *draft_tokens, __global uchar *state, __global int *tokens,
                          __global int *num_sampled)
 {
+    const uint groups_per_row = p.groups_per_row, cols = p.cols, tokens64 = p.tokens64;
+    __global const int4 *walks = PSR_VS(int4, PSR_VS_WALKS);
+    __global const uint *status = PSR_VS(uint, PSR_VS_STATUS);
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
     uint lid = get_local_id(0);

@@ -43,14 +43,22 @@ def functions(path):
     return out
 
 
+def expand_macros(src):
+    """Object-like macros (one level) in a kernel's parameter list, so that
+    a list spelled through a macro counts its real parameters."""
+    macros = dict(re.findall(r"^[ \t]*#define[ \t]+(\w+)[ \t]+((?:[^\n]*\\\n)*[^\n]*)", src, flags=re.M))
+    return {k: v.replace("\\\n", " ") for k, v in macros.items()}
+
+
 def kernel_params(path):
     src = strip_comments(open(path, encoding="utf-8", errors="replace").read())
+    macros = expand_macros(src)
     for m in re.finditer(r"(?:__kernel|\bkernel)\s+(?:__attribute__\s*\(\(.*?\)\)\s*)?void\s+(\w+)\s*\(", src, re.S):
         i, depth = m.end(), 1
         while i < len(src) and depth:
             depth += {"(": 1, ")": -1}.get(src[i], 0)
             i += 1
-        params = src[m.end():i - 1].strip()
+        params = re.sub(r"\b\w+\b", lambda w: macros.get(w.group(0), w.group(0)), src[m.end():i - 1]).strip()
         yield m.group(1), 0 if params in ("", "void") else params.count(",") + 1
 
 

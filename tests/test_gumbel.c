@@ -41,7 +41,7 @@ static psr_noise_kind noise_of(unsigned flags)
 static size_t noise_mismatches(bool drafting, psr_noise_kind kind, size_t n)
 {
     bool fp64 = kind == PSR_NOISE_FP64;
-    psr_variant v = {.set = PSR_KERNELS_GUMBEL,
+    psr_variant v = {.set = PSR_KERNELS_NOISE,
                      .drafting = drafting,
                      .fp64 = fp64,
                      .wide = kind == PSR_NOISE_WIDE};
@@ -113,7 +113,7 @@ static size_t vector_noise_mismatches(psr_context *vc, psr_noise_kind kind, cl_u
                                       size_t *loose)
 {
     bool fp64 = kind == PSR_NOISE_FP64;
-    psr_variant v = {.set = PSR_KERNELS_GUMBEL, .fp64 = fp64, .wide = kind == PSR_NOISE_WIDE};
+    psr_variant v = {.set = PSR_KERNELS_NOISE, .fp64 = fp64, .wide = kind == PSR_NOISE_WIDE};
     cl_kernel k;
     assert_int_equal(psr_kernel_get(vc, &v, "psr_gumbel_vnoise_kat", &k), PSR_OK);
     size_t acc = fp64 ? 8 : 4, count = 16 * (size_t)n;

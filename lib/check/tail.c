@@ -11,7 +11,7 @@ psr_status psr_tail_census(psr_context *ctx, unsigned flags, unsigned long long 
     psr_status st = psr_resolve_flags(ctx, flags, "noise flags", &resolved);
     if (st != PSR_OK)
         return st;
-    psr_variant v = {.set = PSR_KERNELS_GUMBEL,
+    psr_variant v = {.set = PSR_KERNELS_NOISE,
                      .fp64 = (resolved & PSR_SAMPLE_FP64_NOISE) != 0,
                      .wide = (resolved & PSR_SAMPLE_WIDE_NOISE) != 0};
     cl_kernel k;

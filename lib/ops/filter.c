@@ -40,32 +40,42 @@ psr_status psr_filter_check_values(psr_context *ctx, const char *who, size_t i,
     return PSR_OK;
 }
 
-/* Candidates a row may gather before its last work-group falls back to
- * searching the whole row (a flat top of the distribution, many ties). */
-#define FILTER_CAP 16384
-#define FILTER_HBINS 4096
+/* Binds a filter kernel's arguments: the rows' every filter kernel
+ * starts with, then its state, then (collect only) the candidates and the
+ * sampler's outputs for rows it draws itself. */
+static psr_status bind_filter(psr_context *ctx, cl_kernel k, const char *name, const psr_sample_args *a,
+                              const psr_filter_params *params, cl_mem cand, cl_mem cut, cl_mem direct_tokens)
+{
+    psr_kernel_args b = psr_kernel_args_begin(ctx, k, name);
+    psr_arg_value(&b, "p", params, sizeof *params);
+    psr_arg_mem(&b, "logits", a->logits);
+    psr_arg_mem(&b, "row_request", a->row_request);
+    psr_arg_mem(&b, "temperatures", a->temperatures);
+    psr_arg_mem(&b, "top_k", a->top_k);
+    psr_arg_mem(&b, "top_p", a->top_p);
+    psr_arg_mem(&b, "min_p", a->min_p);
+    psr_arg_mem(&b, "state", ctx->filter_state.buffer);
+    psr_arg_mem(&b, "hist", ctx->filter_hist.buffer);
+    if (cand) {
+        psr_arg_mem(&b, "cand", cand);
+        psr_arg_mem(&b, "thresholds", cut);
+        psr_arg_mem(&b, "seeds", a->seeds);
+        psr_arg_mem(&b, "positions", a->positions);
+        psr_arg_mem(&b, "tokens", direct_tokens);
+        psr_arg_mem(&b, "row_flags", a->row_flags);
+    } else {
+        psr_arg_mem(&b, "thresholds", cut);
+    }
+    return psr_kernel_args_end(&b);
+}
 
-/* Gets kernel `name` of variant v and sets its arguments: the row
- * arguments every filter kernel starts with, then `extra`. */
+/* Gets kernel `name` of variant v and binds its arguments. */
 static psr_status filter_kernel(psr_context *ctx, const psr_variant *v, const char *name,
-                                const psr_sample_args *a, int n_extra, const size_t *sizes,
-                                const void *const *values, cl_kernel *k)
+                                const psr_sample_args *a, const psr_filter_params *params, cl_mem cand,
+                                cl_mem cut, cl_mem direct_tokens, cl_kernel *k)
 {
     psr_status st = psr_kernel_get(ctx, v, name, k);
-    if (st != PSR_OK)
-        return st;
-    cl_ulong offset = a->logits_offset;
-    cl_ulong stride = a->row_stride ? a->row_stride : a->vocab;
-    cl_uint vocab = (cl_uint)a->vocab, requests = (cl_uint)a->requests;
-    const size_t ms = sizeof(cl_mem);
-    size_t all_sizes[24] = {ms, 8, 8, 4, ms, 4, ms, ms, ms, ms};
-    const void *all_values[24] = {&a->logits,       &offset,   &stride,   &vocab,    &a->row_request,
-                                  &requests,        &a->temperatures, &a->top_k, &a->top_p, &a->min_p};
-    for (int i = 0; i < n_extra; i++) {
-        all_sizes[10 + i] = sizes[i];
-        all_values[10 + i] = values[i];
-    }
-    return psr_set_kernel_args(ctx, *k, name, 10 + n_extra, all_sizes, all_values);
+    return st == PSR_OK ? bind_filter(ctx, *k, name, a, params, cand, cut, direct_tokens) : st;
 }
 
 psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const psr_variant *v,
@@ -80,39 +90,36 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
      * in the last bits from the scalar ones the list is drawn with. */
     draw = draw && v->method == 0 && !a->draft_cache && !(v->fast_math && ctx->tuning.sample.vector_width);
     cl_uint direct_max = !draw ? 0
-                         : ctx->tuning.filter.direct_max < FILTER_CAP ? (cl_uint)ctx->tuning.filter.direct_max
-                                                                      : FILTER_CAP;
+                         : ctx->tuning.filter.direct_max < PSR_FILTER_CAP ? (cl_uint)ctx->tuning.filter.direct_max
+                                                                          : PSR_FILTER_CAP;
     cl_mem direct_tokens = direct_max ? a->tokens : NULL;
     /* a multiple of 4: the last group reads the list 16 bytes a load */
-    cl_uint cap = (cl_uint)((a->vocab < FILTER_CAP ? a->vocab : FILTER_CAP) + 3) / 4 * 4;
+    cl_uint cap = (cl_uint)((a->vocab < PSR_FILTER_CAP ? a->vocab : PSR_FILTER_CAP) + 3) / 4 * 4;
     psr_status st = psr_scratch_reserve(ctx, &ctx->filter_cut, a->rows * 2 * sizeof(cl_float));
     if (st == PSR_OK)
         st = psr_scratch_reserve(ctx, &ctx->filter_state, a->rows * 4 * sizeof(cl_uint));
     if (st == PSR_OK)
-        st = psr_scratch_reserve(ctx, &ctx->filter_hist, a->rows * FILTER_HBINS * sizeof(cl_uint));
+        st = psr_scratch_reserve(ctx, &ctx->filter_hist, a->rows * PSR_FILTER_HBINS * sizeof(cl_uint));
     if (st == PSR_OK && searches)
         st = psr_scratch_reserve(ctx, &ctx->filter_cand, a->rows * 2 * cap * sizeof(cl_uint));
     if (st != PSR_OK)
         return st;
     plan->cut = ctx->filter_cut.buffer;
-    cl_mem state = ctx->filter_state.buffer, hist = ctx->filter_hist.buffer;
-    cl_mem cand = ctx->filter_cand.buffer;
 
     cl_uint chunk, groups;
     psr_split_rows(ctx, a->rows, a->vocab, &chunk, &groups);
     plan->groups = a->rows * groups;
-    const size_t ms = sizeof(cl_mem);
-    const size_t scan_sizes[] = {4, 4, ms, ms, ms};
-    const void *scan_values[] = {&groups, &chunk, &state, &hist, &plan->cut};
-    st = filter_kernel(ctx, v, "psr_filter_scan", a, 5, scan_sizes, scan_values, &plan->scan);
-    const size_t col_sizes[] = {4, 4, ms, ms, ms, 4, ms, ms, ms, ms, ms, 4};
-    const void *col_values[] = {&groups,         &chunk,        &state,         &hist,
-                                &cand,           &cap,          &plan->cut,     &a->seeds,
-                                &a->positions,   &direct_tokens, &a->row_flags, &direct_max};
+    psr_filter_params params = {
+        .rows = psr_rows_params_of(a->logits_offset, a->row_stride, a->vocab, a->requests, groups, chunk),
+        .cap = cap,
+        .direct_max = direct_max};
+    st = filter_kernel(ctx, v, "psr_filter_scan", a, &params, NULL, plan->cut, NULL, &plan->scan);
+    cl_mem cand = ctx->filter_cand.buffer;
     if (st == PSR_OK && searches)
-        st = filter_kernel(ctx, v, "psr_filter_collect", a, 12, col_sizes, col_values, &plan->collect);
+        st = filter_kernel(ctx, v, "psr_filter_collect", a, &params, cand, plan->cut, direct_tokens,
+                           &plan->collect);
     if (st == PSR_OK && a->top_p)
-        st = filter_kernel(ctx, v, "psr_filter_collect_mass", a, 12, col_sizes, col_values,
+        st = filter_kernel(ctx, v, "psr_filter_collect_mass", a, &params, cand, plan->cut, direct_tokens,
                            &plan->collect_mass);
     return st;
 }

@@ -3,7 +3,6 @@
 
 #include <string.h>
 
-#define LOGPROBS_SB 16384u /* tokens per super-block, as cl/verify.cl */
 
 /* ctx->logprobs[] scratch. */
 enum { LSE, BEAT, TOP_V, TOP_I, ROW_DONE, TOKEN_VALUE, LOGPROBS_SCRATCH };
@@ -107,6 +106,55 @@ static psr_status check_args(psr_context *ctx, const psr_logprobs_args *a)
     return st;
 }
 
+/* The outputs every logprobs kernel writes: a row's merged values. */
+static void bind_outputs(psr_kernel_args *b, const psr_logprobs_args *a)
+{
+    psr_arg_mem(b, "token_logprobs", a->token_logprobs);
+    psr_arg_mem(b, "token_ranks", a->token_ranks);
+    psr_arg_mem(b, "top_ids", a->top_ids);
+    psr_arg_mem(b, "top_logprobs", a->top_logprobs);
+}
+
+/* The per-block pass; psr_logprobs_one merges the rows too, so it also
+ * takes the outputs and the rows' counts. */
+static psr_status bind_partial(psr_context *ctx, cl_kernel k, const char *name, const psr_logprobs_args *a,
+                               const psr_logprobs_params *params, cl_mem temps, cl_mem cuts,
+                               const cl_mem *scratch, bool one)
+{
+    psr_kernel_args b = psr_kernel_args_begin(ctx, k, name);
+    psr_arg_value(&b, "p", params, sizeof *params);
+    psr_arg_mem(&b, "logits", a->logits);
+    psr_arg_mem(&b, "row_request", a->row_request);
+    psr_arg_mem(&b, "temperatures", temps);
+    psr_arg_mem(&b, "tokens", a->tokens);
+    psr_arg_mem(&b, one ? "lse" : "lse_out", scratch[LSE]);
+    psr_arg_mem(&b, one ? "beat" : "beat_out", scratch[BEAT]);
+    psr_arg_mem(&b, "top_v", scratch[TOP_V]);
+    psr_arg_mem(&b, "top_i", scratch[TOP_I]);
+    psr_arg_mem(&b, "cuts", cuts);
+    psr_arg_mem(&b, "token_value", scratch[TOKEN_VALUE]);
+    if (one) {
+        bind_outputs(&b, a);
+        psr_arg_mem(&b, "done", scratch[ROW_DONE]);
+    }
+    return psr_kernel_args_end(&b);
+}
+
+static psr_status bind_finish(psr_context *ctx, cl_kernel k, const psr_logprobs_args *a,
+                              const psr_logprobs_params *params, const cl_mem *scratch)
+{
+    psr_kernel_args b = psr_kernel_args_begin(ctx, k, "psr_logprobs_finish");
+    psr_arg_value(&b, "p", params, sizeof *params);
+    psr_arg_mem(&b, "tokens", a->tokens);
+    psr_arg_mem(&b, "lse_in", scratch[LSE]);
+    psr_arg_mem(&b, "beat_in", scratch[BEAT]);
+    psr_arg_mem(&b, "top_v", scratch[TOP_V]);
+    psr_arg_mem(&b, "top_i", scratch[TOP_I]);
+    psr_arg_mem(&b, "token_value", scratch[TOKEN_VALUE]);
+    bind_outputs(&b, a);
+    return psr_kernel_args_end(&b);
+}
+
 psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *event)
 {
     if (event)
@@ -120,7 +168,7 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     if (st != PSR_OK)
         return st;
     cl_uint vocab = (cl_uint)a->vocab, rows = (cl_uint)a->rows;
-    cl_uint nsb = (vocab + LOGPROBS_SB - 1) / LOGPROBS_SB;
+    cl_uint nsb = (vocab + PSR_SB - 1) / PSR_SB;
     cl_uint top_n = (cl_uint)a->top_n, raw = (a->flags & PSR_LOGPROBS_RAW) != 0;
     cl_uint requests = (cl_uint)a->requests;
     size_t blocks = a->rows * nsb;
@@ -141,9 +189,6 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
         st = psr_scratch_reserve(ctx, &ctx->logprobs[i], need[i]);
     if (st != PSR_OK)
         return st;
-    cl_mem lse = ctx->logprobs[LSE].buffer, beat = ctx->logprobs[BEAT].buffer;
-    cl_mem top_v = ctx->logprobs[TOP_V].buffer, top_i = ctx->logprobs[TOP_I].buffer;
-    cl_ulong offset = a->logits_offset, stride = a->row_stride ? a->row_stride : a->vocab;
     cl_mem temps = raw ? NULL : a->temperatures;
     /* Filters: their threshold pre-pass, launched first (it waits on the wait list). */
     cl_mem cuts = NULL;
@@ -159,26 +204,20 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
             return st;
         cuts = filter.cut;
     }
-    const size_t ms = sizeof(cl_mem);
-    /* psr_logprobs_one takes the outputs and the row counts after the
-     * partial's arguments. */
-    cl_mem done = ctx->logprobs[ROW_DONE].buffer, value = ctx->logprobs[TOKEN_VALUE].buffer;
-    const size_t psizes[] = {ms, 8, 8, 4, 4, ms, 4, ms, 4, ms, 4, ms, ms, ms, ms, ms, ms, ms, ms, ms, ms, ms};
-    const void *pvalues[] = {&a->logits,         &offset,         &stride,       &vocab,
-                             &nsb,               &a->row_request, &requests,     &temps,
-                             &raw,               &a->tokens,      &top_n,        &lse,
-                             &beat,              &top_v,          &top_i,        &cuts,
-                             &value,             &a->token_logprobs, &a->token_ranks, &a->top_ids,
-                             &a->top_logprobs,   &done};
-    _Static_assert(sizeof psizes / sizeof *psizes == sizeof pvalues / sizeof *pvalues, "one size per argument");
-    st = psr_set_kernel_args(ctx, partial, pname, one ? 22 : 17, psizes, pvalues);
-    const size_t fsizes[] = {4, 4, 4, ms, ms, ms, ms, ms, 4, ms, ms, ms, ms, ms};
-    const void *fvalues[] = {&rows,  &vocab, &nsb,  &a->tokens,         &lse,           &beat,       &top_v,
-                             &top_i, &top_n, &value, &a->token_logprobs, &a->token_ranks, &a->top_ids,
-                             &a->top_logprobs};
-    _Static_assert(sizeof fsizes / sizeof *fsizes == sizeof fvalues / sizeof *fvalues, "one size per argument");
+    psr_logprobs_params params = {.logits_offset = a->logits_offset,
+                                  .row_stride = a->row_stride ? a->row_stride : a->vocab,
+                                  .vocab = vocab,
+                                  .rows = rows,
+                                  .requests = requests,
+                                  .blocks_per_row = nsb,
+                                  .top_n = top_n,
+                                  .raw = raw};
+    cl_mem scratch[LOGPROBS_SCRATCH];
+    for (int i = 0; i < LOGPROBS_SCRATCH; i++)
+        scratch[i] = ctx->logprobs[i].buffer;
+    st = bind_partial(ctx, partial, pname, a, &params, temps, cuts, scratch, one);
     if (st == PSR_OK && !one)
-        st = psr_set_kernel_args(ctx, finish, "psr_logprobs_finish", 14, fsizes, fvalues);
+        st = bind_finish(ctx, finish, a, &params, scratch);
     /* Every kernel's arguments are set first, so nothing that can fail
      * comes between the launches (as in lib/verify.c). */
     if (st == PSR_OK && filtered) {

@@ -6,18 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Must match cl/verify.cl. */
-#define VERIFY_SB 16384u   /* tokens per super-block of the log-sum-exp */
-#define VERIFY_LANES 256u  /* largest work-group of psr_verify_stats */
-#define VERIFY_COUNT_BITS 12u /* PSR_REJECT_BITS: the low bits of the count and rejection words */
-_Static_assert(PSR_VERIFY_EPOCHS == 1u << (32 - VERIFY_COUNT_BITS),
+_Static_assert(PSR_VERIFY_EPOCHS == 1u << (32 - PSR_REJECT_BITS),
                "launch numbers fill the words' bits above the count");
-
-/* ctx->verify[] scratch. */
-enum { T_LSE, T_BEST, T_BEST_I, Q_LSE, WALKS, STATUS, DONE, REJECTED, TICKETS, REQ_DONE, BEST_COUNT,
-       ROW_LSE, BEST_KEYS, VERIFY_SCRATCH };
-_Static_assert(VERIFY_SCRATCH == sizeof ((psr_context *)0)->verify / sizeof(psr_scratch),
-               "one scratch buffer of ctx->verify per entry");
+_Static_assert(sizeof(psr_verify_params) == 128, "psr_verify_params is laid out as in OpenCL C");
 
 void psr_verify_args_init(psr_verify_args *args)
 {
@@ -194,6 +185,51 @@ static psr_status upload_layout(psr_context *ctx, const psr_verify_args *a)
     return PSR_OK;
 }
 
+/* Grows the state buffer's regions to at least need[] bytes. A region
+ * that grows starts zeroed, which its words read as "nothing yet" at any
+ * launch number; the others keep what they hold, copied to their new
+ * places, as if each region were a buffer of its own. */
+static psr_status reserve_state(psr_context *ctx, const size_t need[PSR_VS_REGIONS])
+{
+    bool kept[PSR_VS_REGIONS], grow = false;
+    for (int i = 0; i < PSR_VS_REGIONS; i++) {
+        kept[i] = need[i] <= ctx->verify_capacity[i];
+        grow |= !kept[i];
+    }
+    if (!grow)
+        return PSR_OK;
+    size_t capacity[PSR_VS_REGIONS], at[PSR_VS_REGIONS], total = 0;
+    for (int i = 0; i < PSR_VS_REGIONS; i++) {
+        capacity[i] = kept[i] ? ctx->verify_capacity[i] : need[i];
+        at[i] = total;
+        total += (capacity[i] + 63) / 64 * 64; /* aligned for any vector type */
+    }
+    REQUIRE(total < PSR_VS_NONE, PSR_ERR_INVALID_ARGUMENT, "psr_verify: the batch needs %zu bytes of state",
+            total);
+    cl_uint old_at[PSR_VS_REGIONS];
+    memcpy(old_at, ctx->verify_at, sizeof old_at);
+    for (int i = 0; i < PSR_VS_REGIONS; i++) {
+        ctx->verify_capacity[i] = capacity[i];
+        ctx->verify_at[i] = (cl_uint)at[i];
+    }
+    psr_scratch old = ctx->verify_state;
+    ctx->verify_state = (psr_scratch){NULL, 0};
+    psr_status st = psr_scratch_reserve(ctx, &ctx->verify_state, total);
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < PSR_VS_REGIONS && st == PSR_OK && old.buffer && err == CL_SUCCESS; i++)
+        if (kept[i] && ctx->verify_capacity[i])
+            err = clEnqueueCopyBuffer(ctx->queue, old.buffer, ctx->verify_state.buffer, old_at[i],
+                                      ctx->verify_at[i], ctx->verify_capacity[i], 0, NULL, NULL);
+    if (old.buffer)
+        clReleaseMemObject(old.buffer); /* once the copies are done */
+    if (st == PSR_OK && err != CL_SUCCESS)
+        st = psr_fail(ctx, PSR_ERR_OPENCL, "psr_verify: moving the state failed: %s (%d)",
+                      psr_cl_error_string(err), err);
+    if (st != PSR_OK)
+        memset(ctx->verify_capacity, 0, sizeof ctx->verify_capacity); /* start afresh next time */
+    return st;
+}
+
 /* The statistics kernel's launch number (cl/verify.cl's count and
  * rejection words): when it would leave 20 bits, the words are cleared and
  * it starts over. */
@@ -203,10 +239,10 @@ static psr_status next_epoch(psr_context *ctx)
         return PSR_OK;
     ctx->verify_epoch = 1;
     cl_uint zero = 0;
-    cl_int err = CL_SUCCESS;
-    for (int i = DONE; i <= BEST_COUNT && err == CL_SUCCESS; i++)
-        err = clEnqueueFillBuffer(ctx->queue, ctx->verify[i].buffer, &zero, sizeof zero, 0,
-                                  ctx->verify[i].bytes, 0, NULL, NULL);
+    size_t from = ctx->verify_at[PSR_VS_DONE];
+    size_t to = ctx->verify_at[PSR_VS_BEST_COUNT] + ctx->verify_capacity[PSR_VS_BEST_COUNT];
+    cl_int err = clEnqueueFillBuffer(ctx->queue, ctx->verify_state.buffer, &zero, sizeof zero, from,
+                                     (to - from + 3) / 4 * 4, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         ctx->verify_epoch = PSR_VERIFY_EPOCHS - 1; /* clear again next time */
         return psr_fail(ctx, PSR_ERR_OPENCL, "psr_verify: clearing the rejection words failed: %s (%d)",
@@ -226,6 +262,212 @@ psr_status psr_verify(psr_context *ctx, const psr_verify_args *a, cl_event *even
     return psr_verify_enqueue(ctx, a, NULL, event);
 }
 
+/* One call's launch: its geometry, kernels and parameters. */
+typedef struct verify_plan {
+    psr_variant v;
+    bool one_pass;       /* sampling groups gather their request's best themselves */
+    bool fused;          /* everything in psr_verify_fused */
+    size_t parts;        /* sampling groups */
+    size_t stats_groups; /* statistics groups, the check's not counted */
+    cl_kernel stats, sample, finalize, one;
+    cl_mem part_value, part_index;
+    psr_verify_params params;
+} verify_plan;
+
+/* How the call splits into groups, and whether it runs as one launch. */
+static void plan_launch(psr_context *ctx, const psr_verify_args *a, unsigned flags, verify_plan *pl)
+{
+    memset(pl, 0, sizeof *pl);
+    pl->v = (psr_variant){.set = PSR_KERNELS_VERIFY,
+                          .fp64 = (flags & PSR_SAMPLE_FP64_NOISE) != 0,
+                          .wide = (flags & PSR_SAMPLE_WIDE_NOISE) != 0,
+                          .dtype = a->target_dtype};
+    psr_verify_params *p = &pl->params;
+    p->vocab = (cl_uint)a->vocab;
+    p->rows = (cl_uint)a->rows;
+    p->requests = (cl_uint)a->requests;
+    p->blocks_per_row = (p->vocab + PSR_SB - 1) / PSR_SB;
+    psr_split_rows_for(ctx, a->requests, a->vocab, ctx->tuning.verify.resident_per_unit, &p->chunk,
+                       &p->groups_per_row);
+    cl_uint groups = p->groups_per_row, nsb = p->blocks_per_row;
+    pl->one_pass = psr_one_pass(ctx, a->vocab, groups, pl->v.fp64);
+    pl->parts = a->requests * groups;
+    p->draft_rows = (cl_uint)(a->rows - a->requests);
+    pl->stats_groups = (size_t)p->draft_rows * nsb * (a->draft_cache ? 2 : 1) + a->requests * nsb;
+    /* One launch where every ticket fits the count's bits (then so do every
+     * row's groups and draft slots) and no finishing kernel is needed. */
+    size_t fused_groups = pl->stats_groups + 1 + pl->parts;
+    pl->fused = fused_groups <= ctx->tuning.verify.fused_groups && fused_groups < (1u << PSR_REJECT_BITS) &&
+                ctx->tuning.sample.work_group_size <= PSR_LANES && (groups == 1 || pl->one_pass) &&
+                !ctx->tuning.verify.fused_broken;
+    /* Decisions need a row's groups to fit the count's bits (any vocabulary
+     * up to 33 M tokens). */
+    p->decide = pl->stats_groups > ctx->tuning.verify.skip_groups && 2 * nsb < (1u << PSR_REJECT_BITS);
+    p->logits_offset = a->target_offset;
+    p->row_stride = a->target_row_stride ? a->target_row_stride : a->vocab;
+    p->greedy_all = a->method == PSR_VERIFY_GREEDY;
+    p->cache_k = (cl_uint)a->draft_cache_k;
+    p->cols = (cl_uint)(a->max_drafts + 1);
+    p->tokens64 = a->tokens_dtype == PSR_TOKENS_I64;
+    p->first_sampling = (cl_uint)(pl->stats_groups + 1); /* after the check's ticket */
+}
+
+/* The kernels, the state and partials the plan needs, the batch layout
+ * and this launch's number; then each region's place in the parameters. */
+static psr_status reserve(psr_context *ctx, const psr_verify_args *a, verify_plan *pl)
+{
+    size_t stat_n = a->rows * pl->params.blocks_per_row;
+    const size_t need[PSR_VS_REGIONS] = {
+        [PSR_VS_T_LSE] = stat_n * 8,       [PSR_VS_T_BEST] = stat_n * 4,      [PSR_VS_T_BEST_I] = stat_n * 4,
+        [PSR_VS_Q_LSE] = stat_n * 8,       [PSR_VS_WALKS] = a->requests * 16, [PSR_VS_STATUS] = 4,
+        [PSR_VS_DONE] = a->rows * 4,       [PSR_VS_REJECTED] = a->requests * 4, [PSR_VS_TICKETS] = 8,
+        [PSR_VS_REQ_DONE] = a->requests * 4, [PSR_VS_BEST_COUNT] = a->requests * 4,
+        [PSR_VS_ROW_LSE] = a->rows * 8,    [PSR_VS_BEST_KEYS] = pl->one_pass ? pl->parts * 8 : 8};
+    psr_status st;
+    if (pl->fused) {
+        st = psr_kernel_get(ctx, &pl->v, "psr_verify_fused", &pl->one);
+    } else {
+        st = psr_kernel_get(ctx, &pl->v, "psr_verify_stats", &pl->stats);
+        if (st == PSR_OK)
+            st = psr_kernel_get(ctx, &pl->v, "psr_verify_sample", &pl->sample);
+    }
+    if (st == PSR_OK)
+        st = reserve_state(ctx, need);
+    if (st == PSR_OK && !pl->one_pass && pl->params.groups_per_row > 1 && !pl->fused) {
+        size_t acc = pl->v.fp64 ? sizeof(cl_double) : sizeof(cl_float);
+        st = psr_kernel_get(ctx, &pl->v, "psr_verify_finalize", &pl->finalize);
+        if (st == PSR_OK)
+            st = psr_scratch_reserve(ctx, &ctx->part_value, pl->parts * acc);
+        if (st == PSR_OK)
+            st = psr_scratch_reserve(ctx, &ctx->part_index, pl->parts * sizeof(cl_uint));
+        pl->part_value = ctx->part_value.buffer;
+        pl->part_index = ctx->part_index.buffer;
+    }
+    if (st == PSR_OK)
+        st = upload_layout(ctx, a);
+    if (st == PSR_OK)
+        st = next_epoch(ctx);
+    pl->params.epoch = ctx->verify_epoch;
+    for (int i = 0; i < PSR_VS_REGIONS; i++)
+        pl->params.at[i] = ctx->verify_at[i];
+    /* Absent: the best keys without one pass, the walks without a finishing kernel. */
+    if (!pl->one_pass)
+        pl->params.at[PSR_VS_BEST_KEYS] = PSR_VS_NONE;
+    if (!pl->finalize)
+        pl->params.at[PSR_VS_WALKS] = PSR_VS_NONE;
+    return st;
+}
+
+/* The request inputs the statistics (and the one-launch kernel) start with. */
+static void bind_inputs(psr_kernel_args *b, psr_context *ctx, const psr_verify_args *a,
+                        const verify_plan *pl)
+{
+    psr_arg_value(b, "p", &pl->params, sizeof pl->params);
+    psr_arg_mem(b, "logits", a->target_logits);
+    psr_arg_mem(b, "row_req", ctx->verify_layout[1]);
+    psr_arg_mem(b, "cu", ctx->verify_layout[0]);
+    psr_arg_mem(b, "order", ctx->verify_layout[2]);
+    psr_arg_mem(b, "temperatures", a->temperatures);
+    psr_arg_mem(b, "seeds", a->seeds);
+    psr_arg_mem(b, "draft_cache", a->draft_cache);
+    psr_arg_mem(b, "draft_tokens", a->draft_tokens);
+    psr_arg_mem(b, "positions", a->positions);
+    psr_arg_mem(b, "state", ctx->verify_state.buffer);
+}
+
+static void bind_outputs(psr_kernel_args *b, const psr_verify_args *a)
+{
+    psr_arg_mem(b, "tokens", a->tokens);
+    psr_arg_mem(b, "num_sampled", a->num_sampled);
+}
+
+static psr_status bind_fused(psr_context *ctx, const psr_verify_args *a, const verify_plan *pl)
+{
+    psr_kernel_args b = psr_kernel_args_begin(ctx, pl->one, "psr_verify_fused");
+    bind_inputs(&b, ctx, a, pl);
+    psr_arg_mem(&b, "user_status", a->status);
+    bind_outputs(&b, a);
+    return psr_kernel_args_end(&b);
+}
+
+static psr_status bind_split(psr_context *ctx, const psr_verify_args *a, const verify_plan *pl)
+{
+    psr_kernel_args b = psr_kernel_args_begin(ctx, pl->stats, "psr_verify_stats");
+    bind_inputs(&b, ctx, a, pl);
+    psr_status st = psr_kernel_args_end(&b);
+    if (st != PSR_OK)
+        return st;
+    b = psr_kernel_args_begin(ctx, pl->sample, "psr_verify_sample");
+    psr_arg_value(&b, "p", &pl->params, sizeof pl->params);
+    psr_arg_mem(&b, "logits", a->target_logits);
+    psr_arg_mem(&b, "cu", ctx->verify_layout[0]);
+    psr_arg_mem(&b, "draft_tokens", a->draft_tokens);
+    psr_arg_mem(&b, "seeds", a->seeds);
+    psr_arg_mem(&b, "temperatures", a->temperatures);
+    psr_arg_mem(&b, "positions", a->positions);
+    psr_arg_mem(&b, "draft_cache", a->draft_cache);
+    psr_arg_mem(&b, "part_value", pl->part_value);
+    psr_arg_mem(&b, "part_index", pl->part_index);
+    psr_arg_mem(&b, "state", ctx->verify_state.buffer);
+    psr_arg_mem(&b, "user_status", a->status);
+    bind_outputs(&b, a);
+    st = psr_kernel_args_end(&b);
+    if (st != PSR_OK || !pl->finalize)
+        return st;
+    b = psr_kernel_args_begin(ctx, pl->finalize, "psr_verify_finalize");
+    psr_arg_value(&b, "p", &pl->params, sizeof pl->params);
+    psr_arg_mem(&b, "part_value", pl->part_value);
+    psr_arg_mem(&b, "part_index", pl->part_index);
+    psr_arg_mem(&b, "cu", ctx->verify_layout[0]);
+    psr_arg_mem(&b, "draft_tokens", a->draft_tokens);
+    psr_arg_mem(&b, "state", ctx->verify_state.buffer);
+    bind_outputs(&b, a);
+    return psr_kernel_args_end(&b);
+}
+
+/* One kernel is both the first and the last. */
+static psr_status launch_fused(psr_context *ctx, const psr_verify_args *a, const verify_plan *pl,
+                               cl_event *first, cl_event *event)
+{
+    cl_event done_event = NULL;
+    psr_status st = psr_enqueue_groups(ctx, pl->one, "psr_verify_fused", pl->params.first_sampling + pl->parts,
+                                       ctx->tuning.sample.work_group_size, a->num_events_in_wait_list,
+                                       a->event_wait_list, first || event ? &done_event : NULL);
+    if (st != PSR_OK)
+        return st;
+    ctx->verify_fused_last = true;
+    if (first) {
+        *first = done_event;
+        if (event)
+            clRetainEvent(done_event);
+    }
+    if (event)
+        *event = done_event;
+    return PSR_OK;
+}
+
+/* Every argument is set before the first launch, so nothing that can fail
+ * comes between the launches: a call is enqueued whole or not at all, and
+ * only the driver's own enqueue cost separates them. */
+static psr_status launch_split(psr_context *ctx, const psr_verify_args *a, const verify_plan *pl,
+                               cl_event *first, cl_event *event)
+{
+    size_t wg = ctx->tuning.sample.work_group_size;
+    size_t stats_local = wg < PSR_LANES ? wg : PSR_LANES;
+    psr_status st = psr_enqueue_groups(ctx, pl->stats, "psr_verify_stats", pl->stats_groups + 1, stats_local,
+                                       a->num_events_in_wait_list, a->event_wait_list, first);
+    if (st == PSR_OK)
+        st = psr_enqueue_groups(ctx, pl->sample, "psr_verify_sample", pl->parts, wg, 0, NULL,
+                                pl->finalize ? NULL : event);
+    if (st == PSR_OK && pl->finalize)
+        st = psr_enqueue_groups(ctx, pl->finalize, "psr_verify_finalize", a->requests, wg, 0, NULL, event);
+    if (st != PSR_OK && first && *first) {
+        clReleaseEvent(*first);
+        *first = NULL;
+    }
+    return st;
+}
+
 psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_event *first,
                               cl_event *event)
 {
@@ -238,176 +480,14 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
     psr_status st = check_args(ctx, a, &flags);
     if (st != PSR_OK)
         return st;
-    psr_variant v = {.set = PSR_KERNELS_VERIFY,
-                     .fp64 = (flags & PSR_SAMPLE_FP64_NOISE) != 0,
-                     .wide = (flags & PSR_SAMPLE_WIDE_NOISE) != 0,
-                     .dtype = a->target_dtype};
-    cl_kernel stats = NULL, sample = NULL, finalize = NULL, one = NULL;
-
-    cl_uint vocab = (cl_uint)a->vocab;
-    cl_uint rows = (cl_uint)a->rows, requests = (cl_uint)a->requests;
-    cl_uint nsb = (vocab + VERIFY_SB - 1) / VERIFY_SB;
-    cl_uint chunk, groups;
-    psr_split_rows_for(ctx, a->requests, a->vocab, ctx->tuning.verify.resident_per_unit, &chunk,
-                       &groups);
-    bool one_pass = groups > 1 && !v.fp64 && (ctx->info.capabilities & PSR_CAP_INT64_ATOMICS) &&
-                    a->vocab <= (1u << 20) && groups < 4096 && !ctx->tuning.sample.two_pass;
-    size_t acc = v.fp64 ? sizeof(cl_double) : sizeof(cl_float);
-    size_t parts = a->requests * groups;
-    size_t stat_n = a->rows * nsb;
-    cl_uint draft_rows = (cl_uint)(a->rows - a->requests);
-    size_t stats_groups = (size_t)draft_rows * nsb * (a->draft_cache ? 2 : 1) + a->requests * nsb;
-    /* One launch where every ticket fits the count's bits (then so do every
-     * row's groups and draft slots) and no finishing kernel is needed. */
-    size_t fused_groups = stats_groups + 1 + parts;
-    bool fused = fused_groups <= ctx->tuning.verify.fused_groups && fused_groups < (1u << VERIFY_COUNT_BITS) &&
-                 ctx->tuning.sample.work_group_size <= VERIFY_LANES && (groups == 1 || one_pass) &&
-                 !ctx->tuning.verify.fused_broken;
-    const size_t need[VERIFY_SCRATCH] = {stat_n * 8,      stat_n * 4,       stat_n * 4, stat_n * 8,
-                                         a->requests * 16, 4,               a->rows * 4, a->requests * 4,
-                                         8,               a->requests * 4, a->requests * 4,
-                                         a->rows * 8,     one_pass ? parts * 8 : 8};
-    if (fused) {
-        st = psr_kernel_get(ctx, &v, "psr_verify_fused", &one);
-    } else {
-        st = psr_kernel_get(ctx, &v, "psr_verify_stats", &stats);
-        if (st == PSR_OK)
-            st = psr_kernel_get(ctx, &v, "psr_verify_sample", &sample);
-    }
-    for (int i = 0; i < VERIFY_SCRATCH && st == PSR_OK; i++)
-        st = psr_scratch_reserve(ctx, &ctx->verify[i], need[i]);
-    /* One pass: each sampling group's best key, and per request a count of
-     * the groups that stored theirs. */
-    cl_mem best_keys = one_pass ? ctx->verify[BEST_KEYS].buffer : NULL;
-    cl_mem best_count = ctx->verify[BEST_COUNT].buffer;
-    cl_mem part_value = NULL, part_index = NULL;
-    if (st == PSR_OK && !one_pass && groups > 1 && !fused) {
-        st = psr_kernel_get(ctx, &v, "psr_verify_finalize", &finalize);
-        if (st == PSR_OK)
-            st = psr_scratch_reserve(ctx, &ctx->part_value, parts * acc);
-        if (st == PSR_OK)
-            st = psr_scratch_reserve(ctx, &ctx->part_index, parts * sizeof(cl_uint));
-        part_value = ctx->part_value.buffer;
-        part_index = ctx->part_index.buffer;
-    }
+    verify_plan pl;
+    plan_launch(ctx, a, flags, &pl);
+    st = reserve(ctx, a, &pl);
     if (st == PSR_OK)
-        st = upload_layout(ctx, a);
+        st = pl.fused ? bind_fused(ctx, a, &pl) : bind_split(ctx, a, &pl);
     if (st == PSR_OK)
-        st = next_epoch(ctx);
-    if (st != PSR_OK)
-        return st;
-
-    cl_mem cu = ctx->verify_layout[0], row_req = ctx->verify_layout[1], order = ctx->verify_layout[2];
-    cl_mem done = ctx->verify[DONE].buffer, rejected = ctx->verify[REJECTED].buffer;
-    cl_mem row_lse = ctx->verify[ROW_LSE].buffer;
-    cl_uint epoch = ctx->verify_epoch;
-    /* Decisions need a row's groups to fit the count's bits (any vocabulary
-     * up to 33 M tokens). */
-    cl_uint decide = stats_groups > ctx->tuning.verify.skip_groups && 2 * nsb < (1u << VERIFY_COUNT_BITS);
-    cl_mem t_lse = ctx->verify[T_LSE].buffer, t_best = ctx->verify[T_BEST].buffer;
-    cl_mem t_best_i = ctx->verify[T_BEST_I].buffer, q_lse = ctx->verify[Q_LSE].buffer;
-    cl_mem walks = ctx->verify[WALKS].buffer, status = ctx->verify[STATUS].buffer;
-    cl_ulong offset = a->target_offset;
-    cl_ulong stride = a->target_row_stride ? a->target_row_stride : a->vocab;
-    cl_uint greedy_all = a->method == PSR_VERIFY_GREEDY;
-    cl_uint cache_k = (cl_uint)a->draft_cache_k;
-    cl_uint cols = (cl_uint)(a->max_drafts + 1);
-    cl_uint tokens64 = a->tokens_dtype == PSR_TOKENS_I64;
-    const size_t ms = sizeof(cl_mem);
-    if (fused) {
-        cl_mem tickets = ctx->verify[TICKETS].buffer, req_done = ctx->verify[REQ_DONE].buffer;
-        cl_uint first_sampling = (cl_uint)(stats_groups + 1); /* after the check's ticket */
-        const size_t fsizes[] = {ms, 8,  8,  4,  4,  4,  4,  ms, ms, ms, ms, ms, 4,  ms,
-                                 4,  ms, ms, ms, ms, ms, ms, ms, ms, 4,  ms, 4,  ms, 4,
-                                 4,  ms, ms, ms, 4,  ms, 4,  ms, ms, ms, 4};
-        const void *fvalues[] = {&a->target_logits, &offset,      &stride,         &vocab,
-                                 &rows,             &requests,    &nsb,            &row_req,
-                                 &cu,               &order,       &a->temperatures, &a->seeds,
-                                 &greedy_all,       &a->draft_cache, &cache_k,     &a->draft_tokens,
-                                 &a->positions,     &t_lse,       &t_best,         &t_best_i,
-                                 &q_lse,            &done,        &rejected,       &epoch,
-                                 &row_lse,          &draft_rows,  &status,         &groups,
-                                 &chunk,            &best_keys,   &best_count,     &a->status,
-                                 &cols,             &a->tokens,   &tokens64,       &a->num_sampled,
-                                 &tickets,          &req_done,    &first_sampling};
-        _Static_assert(sizeof fsizes / sizeof *fsizes == sizeof fvalues / sizeof *fvalues,
-                       "one size per argument");
-        st = psr_set_kernel_args(ctx, one, "psr_verify_fused", (int)(sizeof fsizes / sizeof *fsizes),
-                                 fsizes, fvalues);
-        cl_event done_event = NULL;
-        if (st == PSR_OK)
-            st = psr_enqueue_groups(ctx, one, "psr_verify_fused", fused_groups, ctx->tuning.sample.work_group_size,
-                                    a->num_events_in_wait_list, a->event_wait_list,
-                                    first || event ? &done_event : NULL);
-        if (st != PSR_OK)
-            return st;
-        ctx->verify_fused_last = true;
-        /* One kernel is both the first and the last. */
-        if (first) {
-            *first = done_event;
-            if (event)
-                clRetainEvent(done_event);
-        }
-        if (event)
-            *event = done_event;
-        if (a->effective_flags)
-            *a->effective_flags = flags;
-        return PSR_OK;
-    }
-
-    const size_t ssizes[] = {ms, 8,  8,  4,  4,  4,  4,  ms, ms, ms, ms, ms, 4,
-                             ms, 4,  ms, ms, ms, ms, ms, ms, ms, ms, 4,  4, ms, 4, ms};
-    const void *svalues[] = {&a->target_logits, &offset,      &stride,          &vocab,
-                             &rows,             &requests,    &nsb,             &row_req,
-                             &cu,               &order,       &a->temperatures, &a->seeds,
-                             &greedy_all,       &a->draft_cache, &cache_k,      &a->draft_tokens,
-                             &a->positions,     &t_lse,       &t_best,          &t_best_i,
-                             &q_lse,            &done,        &rejected,        &epoch,
-                             &decide,           &row_lse,     &draft_rows,      &status};
-    st = psr_set_kernel_args(ctx, stats, "psr_verify_stats", 28, ssizes, svalues);
-    if (st != PSR_OK)
-        return st;
-
-    cl_mem walks_arg = finalize ? walks : NULL;
-    const size_t psizes[] = {ms, 8, 8, 4, 4, ms, ms, ms, ms, ms, 4, ms, 4, ms, ms, ms, ms,
-                             4,  4, ms, ms, ms, ms, ms, ms, ms, 4, ms, 4, ms, 4, ms, 4, ms};
-    const void *pvalues[] = {&a->target_logits, &offset,      &stride,        &vocab,
-                             &nsb,              &cu,          &a->draft_tokens, &a->seeds,
-                             &a->temperatures,  &a->positions, &greedy_all,   &a->draft_cache,
-                             &cache_k,          &t_lse,       &t_best,        &t_best_i,
-                             &q_lse,            &groups,      &chunk,         &best_keys,
-                             &best_count,       &part_value,  &part_index,    &walks_arg,
-                             &status,           &a->status,   &cols,          &a->tokens,
-                             &tokens64,         &a->num_sampled, &decide,     &rejected,
-                             &epoch,            &row_lse};
-    st = psr_set_kernel_args(ctx, sample, "psr_verify_sample", 34, psizes, pvalues);
-    if (st == PSR_OK && finalize) {
-        const size_t fsizes[] = {4, ms, ms, ms, ms, ms, ms, 4, ms, 4, ms};
-        const void *fvalues[] = {&groups, &part_value, &part_index, &walks,    &cu,        &a->draft_tokens,
-                                 &status, &cols,       &a->tokens,  &tokens64, &a->num_sampled};
-        st = psr_set_kernel_args(ctx, finalize, "psr_verify_finalize", 11, fsizes, fvalues);
-    }
-    if (st != PSR_OK)
-        return st;
-
-    /* Every argument is set before the first launch, so nothing that can
-     * fail comes between the launches: a call is enqueued whole or not at
-     * all, and only the driver's own enqueue cost separates them. */
-    size_t stats_local = ctx->tuning.sample.work_group_size < VERIFY_LANES ? ctx->tuning.sample.work_group_size
-                                                                    : VERIFY_LANES;
-    st = psr_enqueue_groups(ctx, stats, "psr_verify_stats", stats_groups + 1, stats_local,
-                            a->num_events_in_wait_list, a->event_wait_list, first);
-    if (st == PSR_OK)
-        st = psr_enqueue_groups(ctx, sample, "psr_verify_sample", parts, ctx->tuning.sample.work_group_size,
-                                0, NULL, finalize ? NULL : event);
-    if (st == PSR_OK && finalize)
-        st = psr_enqueue_groups(ctx, finalize, "psr_verify_finalize", a->requests,
-                                ctx->tuning.sample.work_group_size, 0, NULL, event);
+        st = pl.fused ? launch_fused(ctx, a, &pl, first, event) : launch_split(ctx, a, &pl, first, event);
     if (st == PSR_OK && a->effective_flags)
         *a->effective_flags = flags;
-    if (st != PSR_OK && first && *first) {
-        clReleaseEvent(*first);
-        *first = NULL;
-    }
     return st;
 }

@@ -294,9 +294,8 @@ void psr_context_free(psr_context *ctx)
     for (int i = 0; i < 4; i++)
         if (filter[i]->buffer)
             clReleaseMemObject(filter[i]->buffer);
-    for (size_t i = 0; i < sizeof ctx->verify / sizeof ctx->verify[0]; i++)
-        if (ctx->verify[i].buffer)
-            clReleaseMemObject(ctx->verify[i].buffer);
+    if (ctx->verify_state.buffer)
+        clReleaseMemObject(ctx->verify_state.buffer);
     for (size_t i = 0; i < sizeof ctx->logprobs / sizeof ctx->logprobs[0]; i++)
         if (ctx->logprobs[i].buffer)
             clReleaseMemObject(ctx->logprobs[i].buffer);
@@ -383,8 +382,7 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
     *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->best_keys.bytes + ctx->best_count.bytes +
              ctx->filter_cut.bytes + ctx->filter_state.bytes + ctx->filter_hist.bytes +
              ctx->filter_cand.bytes;
-    for (size_t i = 0; i < sizeof ctx->verify / sizeof ctx->verify[0]; i++)
-        *bytes += ctx->verify[i].bytes;
+    *bytes += ctx->verify_state.bytes;
     for (size_t i = 0; i < sizeof ctx->logprobs / sizeof ctx->logprobs[0]; i++)
         *bytes += ctx->logprobs[i].bytes;
     return PSR_OK;
@@ -441,5 +439,6 @@ psr_status psr_context_warm(psr_context *ctx, size_t *variants)
 {
     if (!ctx)
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_warm: ctx is NULL");
-    return psr_warm_sets(ctx, ~0u, variants);
+    /* The production sets only: the stream and noise sets are for tests. */
+    return psr_warm_sets(ctx, 1u << PSR_KERNELS_GUMBEL | 1u << PSR_KERNELS_VERIFY, variants);
 }

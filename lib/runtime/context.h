@@ -6,6 +6,8 @@
 #include "runtime/status.h"
 #include "runtime/tuning.h"
 
+#include "psr_shared.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -71,7 +73,9 @@ struct psr_context {
     psr_scratch filter_hist;  /* per row: 12-bit histogram (counts or masses); zero between launches */
     psr_scratch filter_cand;  /* per row: candidate keys for the exact search */
     bool filter_dirty;        /* a filter launch was cut short: clear the state first */
-    psr_scratch verify[13]; /* psr_verify's per-row statistics, walks, status, skip and ticket state (verify.c) */
+    psr_scratch verify_state; /* psr_verify's state, regions PSR_VS_* (ops/verify.c) */
+    size_t verify_capacity[PSR_VS_REGIONS]; /* each region's bytes */
+    cl_uint verify_at[PSR_VS_REGIONS];      /* and its offset in verify_state */
     psr_scratch logprobs[6]; /* psr_logprobs' per-block partials and per-row values and counts (logprobs.c) */
     cl_mem verify_layout[3]; /* the last cu, row-to-request map and row order uploaded, and */
     int32_t *verify_cu;      /* a host copy of that cu, to reuse them when it repeats */

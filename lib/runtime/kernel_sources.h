@@ -1,11 +1,11 @@
-/* Kernel sources compiled into the library by tools/embed_kernels.py. */
+/* Kernel sources compiled into the library by cl/embed.py. */
 #ifndef PSR_KERNEL_SOURCES_H
 #define PSR_KERNEL_SOURCES_H
 
 #include <stddef.h>
 
 typedef struct psr_embedded_source {
-    const char *name;   /* "stream.cl", "random123/philox.h", ... */
+    const char *name;   /* the kernel set: "gumbel", "verify", ... */
     const char *text;   /* not NUL-terminated: use length */
     size_t length;
 } psr_embedded_source;

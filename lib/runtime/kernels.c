@@ -7,25 +7,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct kernel_set_def {
-    const char *name;
-    const char *parts[12]; /* embedded source names, NULL-terminated */
-} kernel_set_def;
-
-static const kernel_set_def sets[PSR_KERNEL_SET_COUNT] = {
-    [PSR_KERNELS_STREAM] = {"stream", {"random123/philox.h", "stream.cl", NULL}},
-    [PSR_KERNELS_GUMBEL] = {"gumbel",
-                            {"random123/philox.h", "stream.cl", "detmath.cl", "vecmath.cl",
-                             "groups.cl", "gumbel.cl", "filter.cl", NULL}},
-    /* Verification and logprobs share the log-sum-exp of verify.cl. */
-    [PSR_KERNELS_VERIFY] = {"verify",
-                            {"random123/philox.h", "stream.cl", "detmath.cl", "vecmath.cl",
-                             "groups.cl", "gumbel.cl", "shuffle.cl", "verify.cl", "logprobs.cl", NULL}},
+/* Each set is one embedded source (cl/meson.build names its roots). */
+static const char *const set_names[PSR_KERNEL_SET_COUNT] = {
+    [PSR_KERNELS_STREAM] = "stream",
+    [PSR_KERNELS_GUMBEL] = "gumbel",
+    [PSR_KERNELS_VERIFY] = "verify",
+    [PSR_KERNELS_NOISE] = "noise",
 };
 
 bool psr_kernel_set_uses_logits(psr_kernel_set set)
 {
-    return set == PSR_KERNELS_GUMBEL || set == PSR_KERNELS_VERIFY;
+    return set != PSR_KERNELS_STREAM;
 }
 
 unsigned psr_variant_code(const psr_variant *v)
@@ -36,40 +28,25 @@ unsigned psr_variant_code(const psr_variant *v)
 
 const char *psr_kernel_set_name(psr_kernel_set set)
 {
-    return (unsigned)set < PSR_KERNEL_SET_COUNT ? sets[set].name : "unknown";
-}
-
-static const psr_embedded_source *find_part(const char *name)
-{
-    for (size_t i = 0; i < psr_embedded_source_count; i++)
-        if (strcmp(psr_embedded_sources[i].name, name) == 0)
-            return &psr_embedded_sources[i];
-    return NULL;
+    return (unsigned)set < PSR_KERNEL_SET_COUNT ? set_names[set] : "unknown";
 }
 
 char *psr_kernel_source(psr_kernel_set set)
 {
     if ((unsigned)set >= PSR_KERNEL_SET_COUNT)
         return NULL;
-    size_t total = 1;
-    for (int i = 0; sets[set].parts[i]; i++) {
-        const psr_embedded_source *p = find_part(sets[set].parts[i]);
-        if (!p)
-            return NULL;
-        total += p->length + 1;
+    for (size_t i = 0; i < psr_embedded_source_count; i++) {
+        const psr_embedded_source *e = &psr_embedded_sources[i];
+        if (strcmp(e->name, set_names[set]) != 0)
+            continue;
+        char *src = malloc(e->length + 1);
+        if (src) {
+            memcpy(src, e->text, e->length);
+            src[e->length] = '\0';
+        }
+        return src;
     }
-    char *src = malloc(total);
-    if (!src)
-        return NULL;
-    size_t at = 0;
-    for (int i = 0; sets[set].parts[i]; i++) {
-        const psr_embedded_source *p = find_part(sets[set].parts[i]);
-        memcpy(src + at, p->text, p->length);
-        at += p->length;
-        src[at++] = '\n';
-    }
-    src[at] = '\0';
-    return src;
+    return NULL;
 }
 
 /* OpenCL C version of the device as major*10+minor (12 for "OpenCL C 1.2"). */
@@ -84,10 +61,10 @@ static int opencl_c_version(const psr_device_info *info)
 void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, size_t len)
 {
     char extra[192] = "", set_option[48] = "";
-    /* Only the sampling program has a vector path, and only the verify
+    /* Only the sampling program (and its noise probes) has a vector path, and only the verify
      * program (which holds logprobs.cl) a choice of bound and warp
      * shuffles. */
-    if (v->set == PSR_KERNELS_GUMBEL && ctx->tuning.sample.vector_width)
+    if ((v->set == PSR_KERNELS_GUMBEL || v->set == PSR_KERNELS_NOISE) && ctx->tuning.sample.vector_width)
         snprintf(set_option, sizeof set_option, " -DPSR_VEC=%u", ctx->tuning.sample.vector_width);
     if (v->set == PSR_KERNELS_VERIFY)
         snprintf(set_option, sizeof set_option, "%s%s", ctx->tuning.logprobs.segment_tau ? "" : " -DPSR_LP_SEGMENT_TAU=0",

@@ -115,6 +115,31 @@ void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_
     *groups = (cl_uint)((vocab + c - 1) / c);
 }
 
+/* The kernels read these structs by value: OpenCL C must lay them out as
+ * C does, which fixed-width fields ordered widest first guarantee; the
+ * sizes catch a field added out of order. */
+_Static_assert(sizeof(psr_rows_params) == 32, "psr_rows_params is laid out as in OpenCL C");
+_Static_assert(sizeof(psr_sample_params) == 56, "psr_sample_params is laid out as in OpenCL C");
+_Static_assert(sizeof(psr_filter_params) == 40, "psr_filter_params is laid out as in OpenCL C");
+
+bool psr_one_pass(const psr_context *ctx, size_t vocab, cl_uint groups_per_row, bool fp64)
+{
+    return groups_per_row > 1 && !fp64 && (ctx->info.capabilities & PSR_CAP_INT64_ATOMICS) &&
+           vocab <= (1u << 20) && groups_per_row < 4096 && !ctx->tuning.sample.two_pass;
+}
+
+psr_rows_params psr_rows_params_of(size_t logits_offset, size_t row_stride, size_t vocab, size_t requests,
+                                   cl_uint groups_per_row, cl_uint chunk)
+{
+    psr_rows_params r = {.logits_offset = logits_offset,
+                         .row_stride = row_stride ? row_stride : vocab,
+                         .vocab = (psr_uint32_t)vocab,
+                         .requests = (psr_uint32_t)requests,
+                         .groups_per_row = groups_per_row,
+                         .chunk = chunk};
+    return r;
+}
+
 psr_kernel_args psr_kernel_args_begin(psr_context *ctx, cl_kernel kernel, const char *kernel_name)
 {
     psr_kernel_args a = {.ctx = ctx, .kernel = kernel, .kernel_name = kernel_name, .err = CL_SUCCESS};
@@ -176,19 +201,6 @@ psr_status psr_kernel_args_end(psr_kernel_args *a)
                         a->failed_at, a->failed_at < a->count ? a->names[a->failed_at] : "past the last",
                         psr_cl_error_string(a->err), a->err);
     return a->ctx->check_arg_names ? compare_with_driver(a) : PSR_OK;
-}
-
-/* Positional binding, on its way out: the kernels move to the builder. */
-psr_status psr_set_kernel_args(psr_context *ctx, cl_kernel k, const char *name, int n,
-                               const size_t *sizes, const void *const *values)
-{
-    for (int i = 0; i < n; i++) {
-        cl_int err = clSetKernelArg(k, (cl_uint)i, sizes[i], values[i]);
-        if (err != CL_SUCCESS)
-            return psr_fail(ctx, PSR_ERR_OPENCL, "clSetKernelArg(%s, %d) failed: %s (%d)", name, i,
-                            psr_cl_error_string(err), err);
-    }
-    return PSR_OK;
 }
 
 psr_status psr_enqueue_groups(psr_context *ctx, cl_kernel k, const char *name, size_t groups,

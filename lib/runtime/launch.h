@@ -4,6 +4,8 @@
 
 #include <psr/psr_experimental.h>
 
+#include "psr_shared.h"
+
 #include <stdbool.h>
 
 /* Bytes of logits a shape reads, or 0 when that overflows a size_t. */
@@ -18,8 +20,6 @@ void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *
 /* The same for a kernel of which `resident_per_unit` groups fit a compute unit. */
 void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_t resident_per_unit,
                         cl_uint *chunk, cl_uint *groups);
-psr_status psr_set_kernel_args(psr_context *ctx, cl_kernel k, const char *name, int n,
-                               const size_t *sizes, const void *const *values);
 /* The argument builder: binds a kernel's arguments in order, by name.
  * Calls chain without checks; the first failure is kept and reported by
  * psr_kernel_args_end, which also (on a context built with
@@ -41,6 +41,14 @@ void psr_arg_value(psr_kernel_args *a, const char *name, const void *value, size
 /* __local scratch of `bytes` bytes. */
 void psr_arg_local(psr_kernel_args *a, const char *name, size_t bytes);
 psr_status psr_kernel_args_end(psr_kernel_args *a);
+/* Can split rows finish in one kernel (cl/gumbel.cl's keys per group and
+ * counts per row)? It needs 64-bit atomics, fp32 values, indices that fit
+ * the key's 20 bits and counts that fit 12. */
+bool psr_one_pass(const psr_context *ctx, size_t vocab, cl_uint groups_per_row, bool fp64);
+/* The rows' part of a sampling or filter kernel's parameters; a
+ * row_stride of 0 means vocab. */
+psr_rows_params psr_rows_params_of(size_t logits_offset, size_t row_stride, size_t vocab, size_t requests,
+                                   cl_uint groups_per_row, cl_uint chunk);
 /* Enqueues `groups` work-groups of `local` work-items. */
 psr_status psr_enqueue_groups(psr_context *ctx, cl_kernel k, const char *name, size_t groups,
                               size_t local, cl_uint nwait, const cl_event *wait, cl_event *event);

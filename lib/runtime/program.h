@@ -9,9 +9,10 @@
 /* ---- kernels and programs (kernels.c, program.c) ---- */
 
 typedef enum psr_kernel_set {
-    PSR_KERNELS_STREAM = 0, /* Philox and the random stream (cl/stream.cl) */
-    PSR_KERNELS_GUMBEL = 1, /* Gumbel-max sampling (cl/gumbel.cl) */
-    PSR_KERNELS_VERIFY = 2, /* verification of speculative drafts (cl/verify.cl) */
+    PSR_KERNELS_STREAM = 0, /* test only: the stream's known answers (cl/probe_stream.cl) */
+    PSR_KERNELS_GUMBEL = 1, /* sampling and filters (cl/gumbel.cl, cl/filter.cl) */
+    PSR_KERNELS_VERIFY = 2, /* verification and logprobs (cl/verify.cl, cl/logprobs.cl) */
+    PSR_KERNELS_NOISE = 3,  /* test only: noise probes and the tail census (cl/probe_noise.cl) */
     PSR_KERNEL_SET_COUNT
 } psr_kernel_set;
 
@@ -26,7 +27,7 @@ typedef struct psr_variant {
     bool filtered;     /* PSR_FILTERS=1: the sampler applies filter thresholds (built on demand) */
 } psr_variant;
 
-/* Does the set read logits (dtype matters) or compute noise (math mode matters)? */
+/* Does the set read logits or compute noise (dtype, math mode, method)? */
 bool psr_kernel_set_uses_logits(psr_kernel_set set);
 /* A small integer naming a variant, for the kernel-object cache. */
 unsigned psr_variant_code(const psr_variant *v);
