@@ -635,9 +635,218 @@ inline void psr_merge_lanes(psr_vacc lane_best, psr_vuint lane_best_i, psr_acc_t
 }
 #endif
 
-/* Each work-item takes 4 consecutive tokens per step, the group 4 * WG.
- * After the first step the group's best so far becomes the pruning floor
- * for the rest of its chunk. */
+/* The row's sampling state once its status is known: temperature, key,
+ * and where its draft cache row is (NULL: none). Inactive rows keep the
+ * greedy defaults. */
+inline __global float *psr_row_setup(psr_row *row, bool active, int req, uint row_id, uint cache_k,
+                                     uint draft_step, ulong cache_stride, __global const long *seeds,
+                                     __global const float *temperatures, __global const long *positions,
+                                     __global float *draft_cache, __global const int *draft_cache_rows)
+{
+    row->t = 1.0f;
+    row->r = 1.0f;
+    row->key = 0;
+    row->greedy = true;
+    row->floor = PSR_ACC_NEG_INF;
+    row->shift = 0.0f;
+    __global float *cache = 0;
+    if (!active)
+        return cache;
+    row->t = temperatures[req];
+    row->greedy = row->t == 0.0f;
+    row->key = psr_row_key((ulong)seeds[req], (ulong)positions[row_id]);
+#if PSR_DETERMINISTIC
+    if (!row->greedy)
+        row->r = psr_temp_recip(row->t);
+#endif
+    if (draft_cache) {
+        /* [requests, K, vocab] with K = draft_cache_k, else one row per row */
+        int crow = draft_cache_rows ? draft_cache_rows[row_id]
+                   : cache_k ? req * (int)cache_k + (int)draft_step
+                             : (int)row_id;
+        if (crow >= 0)
+            cache = draft_cache + (ulong)crow * cache_stride;
+    }
+    return cache;
+}
+
+#if PSR_METHOD == 1
+/* The race's scale: the group's largest scaled logit over [start, end).
+ * Every work-item of the group calls it (it ends in a group reduction). */
+inline float psr_race_shift(const psr_row *row, __global const psr_logit_t *src, uint start, uint end,
+                            bool aligned, __local psr_acc_t *lv, uint lid)
+{
+    float m = -INFINITY;
+#if PSR_VEC_PATH
+    /* fmax passes over NaN, and psr_vscale keeps infinities */
+    for (uint j = start + PSR_VEC * lid; j + PSR_VEC <= end; j += PSR_VEC * PSR_WG_SIZE)
+        m = fmax(m, psr_vmax(psr_vscale(psr_vload_logits(src, j), row->t, row->r)));
+    for (uint j = start + (end - start) / PSR_VEC * PSR_VEC + lid; j < end; j += PSR_WG_SIZE) {
+        float x = psr_load_logit(src, j);
+        if (!isnan(x))
+            m = fmax(m, isinf(x) ? x : psr_scale(x, row->t, row->r));
+    }
+    (void)aligned;
+#else
+    for (uint j = start + 4 * lid; j < end; j += 4 * PSR_WG_SIZE) {
+        float4 x = psr_load4(src, j, end, aligned);
+        float xs[4] = {x.s0, x.s1, x.s2, x.s3};
+        for (int k = 0; k < 4; k++)
+            if (!isnan(xs[k]))
+                m = fmax(m, isinf(xs[k]) ? xs[k] : psr_scale(xs[k], row->t, row->r));
+    }
+#endif
+    return (float)psr_group_max(lv, m, lid);
+}
+
+/* A group's best race score back on a scale all groups share:
+ * shift + log(score). */
+inline psr_acc_t psr_race_unscale(psr_acc_t v, float shift)
+{
+#if USE_FP64
+    return v > 0.0 ? (isinf(v) ? v : (double)shift + psr_det_log_d(v)) : -INFINITY;
+#else
+    return v > 0.0f ? (isinf(v) ? v : shift + psr_det_log(fmax(v, FLT_MIN))) : -INFINITY;
+#endif
+}
+#endif
+
+#if PSR_VEC_PATH
+/* The work-item's tokens of [start, end), PSR_VEC at a time, into its
+ * (best, best_i). After the first step the group's best so far becomes
+ * every work-item's floor (a uniform condition, as in the scalar path). */
+inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t *src, uint start, uint end,
+                           __global float *cache, float cut, psr_acc_t *best, uint *best_i,
+                           __local psr_acc_t *lv, uint lid)
+{
+    psr_vacc lane_best = (psr_vacc)(PSR_ACC_NEG_INF);
+    psr_vuint lane_best_i = (psr_vuint)0xffffffffu;
+    uint i = start + PSR_VEC * lid;
+    if (active)
+        psr_consider_step(row, src, i, end, cache, cut, &lane_best, &lane_best_i, best, best_i);
+    i += PSR_VEC * PSR_WG_SIZE;
+    if (!(active && row->greedy) && start + PSR_VEC * PSR_WG_SIZE < end)
+        row->floor = fmax(row->floor, psr_group_max(lv, fmax(*best, psr_vmax_acc(lane_best)), lid));
+    for (; active && i < end; i += PSR_VEC * PSR_WG_SIZE)
+        psr_consider_step(row, src, i, end, cache, cut, &lane_best, &lane_best_i, best, best_i);
+    psr_merge_lanes(lane_best, lane_best_i, best, best_i);
+}
+#else
+/* The work-item's tokens of [start, end), 4 per step from x_first (the
+ * first step's logits, loaded early), into its (best, best_i). After the
+ * first step the group's best so far becomes the pruning floor. */
+inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t *src, uint start, uint end,
+                           bool aligned, float4 x_first, __global float *cache, float cut, psr_acc_t *best,
+                           uint *best_i, __local psr_acc_t *lv, uint lid)
+{
+    uint i = start + 4 * lid;
+    if (active) {
+        if (cache)
+            psr_store_cache(cache, i, end, x_first);
+        psr_consider4_cut(row, x_first, i, best, best_i, cut);
+    }
+    i += 4 * PSR_WG_SIZE;
+    /* Every work-item reaches this barrier: the condition is uniform
+     * (greedy is a property of the row, and rows span whole groups). */
+    if (!(active && row->greedy) && start + 4 * PSR_WG_SIZE < end)
+        row->floor = psr_group_max(lv, *best, lid);
+    /* x holds the logits at i (NaN past the end); the loops load the next
+     * step's after their work, so no extra logits stay live across it. */
+    float4 x = psr_load4(src, i, end, aligned);
+    /* Greedy rows only stream memory, and so mostly do filtered rows (no
+     * noise for the tokens they remove): keep two loads in flight. (The
+     * sampling path gains nothing from this and loses registers.) */
+    bool streaming = active && (row->greedy || (PSR_FILTERS && cut > -INFINITY));
+    for (; streaming && i + 4 * PSR_WG_SIZE < end; i += 8 * PSR_WG_SIZE) {
+        uint j = i + 4 * PSR_WG_SIZE;
+        float4 y = psr_load4(src, j, end, aligned);
+        if (cache) {
+            psr_store_cache(cache, i, end, x);
+            psr_store_cache(cache, j, end, y);
+        }
+        psr_consider4_cut(row, x, i, best, best_i, cut);
+        psr_consider4_cut(row, y, j, best, best_i, cut);
+        x = psr_load4(src, j + 4 * PSR_WG_SIZE, end, aligned);
+    }
+    for (; active && i < end; i += 4 * PSR_WG_SIZE) {
+        if (cache)
+            psr_store_cache(cache, i, end, x);
+        psr_consider4_cut(row, x, i, best, best_i, cut);
+        x = psr_load4(src, i + 4 * PSR_WG_SIZE, end, aligned);
+    }
+}
+#endif
+
+#if PSR_ROW_WORDS
+/* One kernel per launch: the group stores its best key, counts itself in
+ * the row's word, and the last group to count takes the row's best key
+ * (into *v and *idx). Rows that are padding or invalid never gather:
+ * group 0 reports them. Both conditions are uniform over the group.
+ * Returns whether this group writes the row. */
+inline bool psr_gather_row(bool active, uint part, uint row_id, uint groups_per_row,
+                           __global ulong *best_keys, __global uint *best_count, psr_acc_t *v, uint *idx,
+                           uint lid, __local ulong *lk, __local uint *llast)
+{
+    if (!active)
+        return part == 0;
+    if (lid == 0)
+        atom_xchg(best_keys + get_group_id(0), psr_best_key(*v, *idx));
+    if (!psr_last_group(best_count + row_id, groups_per_row, llast))
+        return false;
+    ulong key = psr_largest_key(best_keys + (ulong)row_id * groups_per_row, groups_per_row, lid, lk);
+    *idx = psr_key_index(key);
+    uint ord = (uint)(key >> 20);
+    *v = ord > psr_ordered((float)PSR_ACC_NEG_INF) ? (psr_acc_t)INFINITY : PSR_ACC_NEG_INF;
+    return true;
+}
+#endif
+
+/* Work-item 0's output: the row's token and flags when this group
+ * finishes the row, else the group's partial for psr_gumbel_finalize. */
+inline void psr_write_result(bool finish, int req, uint flags, psr_acc_t v, uint idx, uint row_id,
+                             __global int *tokens, __global uint *row_flags, __global psr_acc_t *part_value,
+                             __global uint *part_index, bool gathered)
+{
+    if (finish) {
+        int token = -1;
+        if (req < 0) {
+            flags = 0;
+        } else if (!flags) {
+            token = (int)idx;
+            if (!(v > PSR_ACC_NEG_INF))
+                flags |= PSR_ROW_NO_FINITE;
+        }
+        tokens[row_id] = token;
+        if (row_flags)
+            row_flags[row_id] = flags;
+    } else if (!gathered) {
+        part_value[get_group_id(0)] = v;
+        part_index[get_group_id(0)] = idx;
+    }
+}
+
+/* Filters (filter.cl): the row's threshold (*cut), NaN for bad filter
+ * values (flagged), and whether the filter pass already drew the row's
+ * token (then the whole row's groups return, before any barrier). */
+inline bool psr_row_cut(__global const float *thresholds, uint row_id, int req, uint *flags, float *cut)
+{
+    *cut = -INFINITY;
+#if PSR_FILTERS
+    if (thresholds && req >= 0 && !(*flags & PSR_ROW_BAD_INDEX)) {
+        float2 th = vload2(row_id, thresholds);
+        if (th.y != 0.0f)
+            return true;
+        *cut = th.x;
+        if (isnan(*cut))
+            *flags |= PSR_ROW_BAD_FILTER;
+    }
+#endif
+    return false;
+}
+
+/* Each work-item takes 4 consecutive tokens per step (PSR_VEC on the
+ * vector path), the group a chunk of the row. After the first step the
+ * group's best so far becomes the pruning floor for the rest of it. */
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *logits,
                        __global const int *row_request, __global const long *seeds,
@@ -647,221 +856,70 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
                        __global const int *draft_cache_rows, __global ulong *best_keys,
                        __global uint *best_count, __global const float *thresholds)
 {
-    const ulong logits_offset = p.rows.logits_offset, row_stride = p.rows.row_stride;
-    const uint vocab = p.rows.vocab, requests = p.rows.requests;
-    const uint groups_per_row = p.rows.groups_per_row, chunk = p.rows.chunk;
-    const ulong draft_cache_stride = p.draft_cache_stride;
-    const uint draft_cache_rows_total = p.draft_cache_rows_total, draft_cache_k = p.draft_cache_k;
-    const uint draft_step = p.draft_step;
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
 #if PSR_ROW_WORDS
     __local ulong lk[PSR_WG_SIZE];
     __local uint llast;
 #endif
+    const uint groups_per_row = p.rows.groups_per_row;
     uint lid = get_local_id(0);
     uint row_id = get_group_id(0) / groups_per_row;
     uint part = get_group_id(0) % groups_per_row;
-    uint start = part * chunk; /* chunk is a multiple of 4 (of PSR_VEC) */
-    uint end = min(start + chunk, vocab);
+    uint start = part * p.rows.chunk; /* chunk is a multiple of 4 (of PSR_VEC) */
+    uint end = min(start + p.rows.chunk, p.rows.vocab);
     /* Every row lies inside the logits buffer, valid or not, so the first
      * step's logits are asked for before the row's status: at small batch
      * the kernel is a chain of latencies, and these two overlap. (The
-     * second step's too would cost registers, and greedy speed.) */
-    __global const psr_logit_t *row_src = logits + logits_offset + (ulong)row_id * row_stride;
+     * second step's too would cost registers, and greedy speed.) Inactive
+     * rows load from the row too: `aligned` is its. */
+    __global const psr_logit_t *src = logits + p.rows.logits_offset + (ulong)row_id * p.rows.row_stride;
     /* Vector loads need the row's real address aligned (a buffer made from
      * a host pointer need not be): test the pointer, not the offset. */
-    bool aligned = ((size_t)row_src & (4 * sizeof(psr_logit_t) - 1)) == 0;
+    bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
 #if !PSR_VEC_PATH
-    float4 x_first = psr_load4(row_src, start + 4 * lid, end, aligned);
+    float4 x_first = psr_load4(src, start + 4 * lid, end, aligned);
 #endif
     int req;
-    uint flags = psr_row_status(row_id, row_request, requests, temperatures, positions, draft_cache,
-                                draft_cache_rows, draft_cache_rows_total, &req);
-    /* Filters (filter.cl): the row's threshold, NaN for bad filter values,
-     * and whether the filter pass already drew the row's token. */
-    float cut = -INFINITY;
-#if PSR_FILTERS
-    if (thresholds && req >= 0 && !(flags & PSR_ROW_BAD_INDEX)) {
-        float2 th = vload2(row_id, thresholds);
-        if (th.y != 0.0f)
-            return; /* the whole row's groups: before any barrier */
-        cut = th.x;
-        if (isnan(cut))
-            flags |= PSR_ROW_BAD_FILTER;
-    }
-#endif
+    uint flags = psr_row_status(row_id, row_request, p.rows.requests, temperatures, positions, draft_cache,
+                                draft_cache_rows, p.draft_cache_rows_total, &req);
+    float cut;
+    if (psr_row_cut(thresholds, row_id, req, &flags, &cut))
+        return;
     bool active = req >= 0 && !flags;
-
     psr_acc_t best = PSR_ACC_NEG_INF;
     uint best_i = start + PSR_STEP * lid < end ? start + PSR_STEP * lid : 0xffffffffu;
-
     psr_row row;
-    row.t = 1.0f;
-    row.r = 1.0f;
-    row.key = 0;
-    row.greedy = true;
-    row.floor = PSR_ACC_NEG_INF;
-    row.shift = 0.0f;
-    __global const psr_logit_t *src = row_src; /* inactive rows load from it too: `aligned` is its */
-    __global float *cache = 0;
-    if (active) {
-        row.t = temperatures[req];
-        row.greedy = row.t == 0.0f;
-        row.key = psr_row_key((ulong)seeds[req], (ulong)positions[row_id]);
-#if PSR_DETERMINISTIC
-        if (!row.greedy)
-            row.r = psr_temp_recip(row.t);
-#endif
-        if (draft_cache) {
-            /* [requests, K, vocab] with K = draft_cache_k, else one row per row */
-            int crow = draft_cache_rows ? draft_cache_rows[row_id]
-                       : draft_cache_k  ? req * (int)draft_cache_k + (int)draft_step
-                                        : (int)row_id;
-            if (crow >= 0)
-                cache = draft_cache + (ulong)crow * draft_cache_stride;
-        }
-    }
-
+    __global float *cache = psr_row_setup(&row, active, req, row_id, p.draft_cache_k, p.draft_step,
+                                          p.draft_cache_stride, seeds, temperatures, positions, draft_cache,
+                                          draft_cache_rows);
 #if PSR_METHOD == 1
-    if (active && !row.greedy) {
-        /* The race's scale: the group's largest scaled logit (a uniform
-         * condition, so every work-item reaches the barriers). */
-        float m = -INFINITY;
+    if (active && !row.greedy) /* uniform: every work-item reaches the barriers */
+        row.shift = psr_race_shift(&row, src, start, end, aligned, lv, lid);
+#endif
 #if PSR_VEC_PATH
-        /* fmax passes over NaN, and psr_vscale keeps infinities */
-        for (uint j = start + PSR_VEC * lid; j + PSR_VEC <= end; j += PSR_VEC * PSR_WG_SIZE)
-            m = fmax(m, psr_vmax(psr_vscale(psr_vload_logits(src, j), row.t, row.r)));
-        for (uint j = start + (end - start) / PSR_VEC * PSR_VEC + lid; j < end; j += PSR_WG_SIZE) {
-            float x = psr_load_logit(src, j);
-            if (!isnan(x))
-                m = fmax(m, isinf(x) ? x : psr_scale(x, row.t, row.r));
-        }
+    psr_scan_chunk(&row, active, src, start, end, cache, cut, &best, &best_i, lv, lid);
 #else
-        for (uint j = start + 4 * lid; j < end; j += 4 * PSR_WG_SIZE) {
-            float4 x = psr_load4(src, j, end, aligned);
-            float xs[4] = {x.s0, x.s1, x.s2, x.s3};
-            for (int k = 0; k < 4; k++)
-                if (!isnan(xs[k]))
-                    m = fmax(m, isinf(xs[k]) ? xs[k] : psr_scale(xs[k], row.t, row.r));
-        }
+    psr_scan_chunk(&row, active, src, start, end, aligned, x_first, cache, cut, &best, &best_i, lv, lid);
 #endif
-        row.shift = (float)psr_group_max(lv, m, lid);
-    }
-#endif
-
-#if PSR_VEC_PATH
-    psr_vacc lane_best = (psr_vacc)(PSR_ACC_NEG_INF);
-    psr_vuint lane_best_i = (psr_vuint)0xffffffffu;
-    uint i = start + PSR_VEC * lid;
-    if (active)
-        psr_consider_step(&row, src, i, end, cache, cut, &lane_best, &lane_best_i, &best, &best_i);
-    i += PSR_VEC * PSR_WG_SIZE;
-    if (!(active && row.greedy) && start + PSR_VEC * PSR_WG_SIZE < end) {
-        /* The group's best so far becomes every work-item's floor (a
-         * uniform condition, as below). */
-        row.floor = fmax(row.floor, psr_group_max(lv, fmax(best, psr_vmax_acc(lane_best)), lid));
-    }
-    for (; active && i < end; i += PSR_VEC * PSR_WG_SIZE)
-        psr_consider_step(&row, src, i, end, cache, cut, &lane_best, &lane_best_i, &best, &best_i);
-    psr_merge_lanes(lane_best, lane_best_i, &best, &best_i);
-    (void)aligned;
-#else
-    uint i = start + 4 * lid;
-    if (active) {
-        if (cache)
-            psr_store_cache(cache, i, end, x_first);
-        psr_consider4_cut(&row, x_first, i, &best, &best_i, cut);
-    }
-    i += 4 * PSR_WG_SIZE;
-    if (!(active && row.greedy) && start + 4 * PSR_WG_SIZE < end) {
-        /* Every work-item reaches this barrier: the condition is uniform
-         * (greedy is a property of the row, and rows span whole groups). */
-        row.floor = psr_group_max(lv, best, lid);
-    }
-    /* x holds the logits at i (NaN past the end); the loops load the next
-     * step's after their work, so no extra logits stay live across it. */
-    float4 x = psr_load4(src, i, end, aligned);
-    /* Greedy rows only stream memory, and so mostly do filtered rows (no
-     * noise for the tokens they remove): keep two loads in flight. (The
-     * sampling path gains nothing from this and loses registers.) */
-    bool streaming = active && (row.greedy || (PSR_FILTERS && cut > -INFINITY));
-    for (; streaming && i + 4 * PSR_WG_SIZE < end; i += 8 * PSR_WG_SIZE) {
-        uint j = i + 4 * PSR_WG_SIZE;
-        float4 y = psr_load4(src, j, end, aligned);
-        if (cache) {
-            psr_store_cache(cache, i, end, x);
-            psr_store_cache(cache, j, end, y);
-        }
-        psr_consider4_cut(&row, x, i, &best, &best_i, cut);
-        psr_consider4_cut(&row, y, j, &best, &best_i, cut);
-        x = psr_load4(src, j + 4 * PSR_WG_SIZE, end, aligned);
-    }
-    for (; active && i < end; i += 4 * PSR_WG_SIZE) {
-        if (cache)
-            psr_store_cache(cache, i, end, x);
-        psr_consider4_cut(&row, x, i, &best, &best_i, cut);
-        x = psr_load4(src, i + 4 * PSR_WG_SIZE, end, aligned);
-    }
-#endif
-
     lv[lid] = best;
     li[lid] = best_i;
     psr_reduce_best(lv, li, lid);
     psr_acc_t final_v = lv[0];
     uint final_i = li[0];
 #if PSR_METHOD == 1
-    if (active && !row.greedy) {
-        /* Back to a scale all groups share: m + log(score). */
-#if USE_FP64
-        final_v = final_v > 0.0 ? (isinf(final_v) ? final_v : (double)row.shift + psr_det_log_d(final_v))
-                                : -INFINITY;
-#else
-        final_v = final_v > 0.0f
-                      ? (isinf(final_v) ? final_v : row.shift + psr_det_log(fmax(final_v, FLT_MIN)))
-                      : -INFINITY;
-#endif
-    }
+    if (active && !row.greedy)
+        final_v = psr_race_unscale(final_v, row.shift);
 #endif
     bool finish = groups_per_row == 1;
 #if PSR_ROW_WORDS
-    if (!finish && best_keys) {
-        /* Rows that are padding or invalid never gather: group 0 reports
-         * them. (Both conditions are uniform over the group.) */
-        if (!active) {
-            finish = part == 0;
-        } else {
-            if (lid == 0)
-                atom_xchg(best_keys + get_group_id(0), psr_best_key(final_v, final_i));
-            finish = psr_last_group(best_count + row_id, groups_per_row, &llast);
-            if (finish) {
-                ulong key = psr_largest_key(best_keys + (ulong)row_id * groups_per_row, groups_per_row,
-                                            lid, lk);
-                final_i = psr_key_index(key);
-                uint ord = (uint)(key >> 20);
-                final_v = ord > psr_ordered((float)PSR_ACC_NEG_INF) ? (psr_acc_t)INFINITY : PSR_ACC_NEG_INF;
-            }
-        }
-    }
+    if (!finish && best_keys)
+        finish = psr_gather_row(active, part, row_id, groups_per_row, best_keys, best_count, &final_v, &final_i,
+                                lid, lk, &llast);
 #endif
-    if (lid != 0)
-        return;
-    if (finish) {
-        int token = -1;
-        if (req < 0) {
-            flags = 0;
-        } else if (!flags) {
-            token = (int)final_i;
-            if (!(final_v > PSR_ACC_NEG_INF))
-                flags |= PSR_ROW_NO_FINITE;
-        }
-        tokens[row_id] = token;
-        if (row_flags)
-            row_flags[row_id] = flags;
-    } else if (!best_keys) {
-        part_value[get_group_id(0)] = final_v;
-        part_index[get_group_id(0)] = final_i;
-    }
+    if (lid == 0)
+        psr_write_result(finish, req, flags, final_v, final_i, row_id, tokens, row_flags, part_value, part_index,
+                         best_keys != 0);
 }
 
 /* The best (value, index) of one row's per-group partials, in slot 0 of
