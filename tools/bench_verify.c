@@ -23,14 +23,17 @@ static const struct {
 };
 #define NMODES (sizeof modes / sizeof modes[0])
 
-/* The project's targets for prob at the default shapes on the H200: at
- * most floor_ratio x the floor, or at most target_us (0: none). */
+/* The default shapes on the H200: the project's target for prob (at most
+ * floor_ratio x the floor, or at most target_us; 0: none), and vLLM's
+ * rejection_sample replayed from a CUDA graph on the same machine
+ * (2026-12-02) per mode, in us (0: not measured). */
 static const struct {
     size_t requests, k, vocab;
     double floor_ratio, target_us;
+    double vllm_us[NMODES];
 } h200[] = {
-    {32, 8, 128256, 1.5, 0},
-    {16, 5, 32000, 0, 30.0},
+    {32, 8, 128256, 1.5, 0, {122.0, 80.7, 56.1}},
+    {16, 5, 32000, 0, 30.0, {31.5, 0, 0}},
 };
 
 static void usage(FILE *out)
@@ -51,7 +54,8 @@ static void usage(FILE *out)
             "host's enqueue, from the copy's end to the last kernel's end: the device's\n"
             "time alone, as in an engine whose queue is never idle. Small batches run in\n"
             "one launch where the device allows (one_launch in the JSON; stats_us is then\n"
-            "the whole call).\n",
+            "the whole call). On NVIDIA, vllm_us is vLLM's rejection_sample on an H200\n"
+            "at the same shape and mode, replayed from a CUDA graph, and xvllm us over it.\n",
             default_shapes);
 }
 
@@ -197,17 +201,18 @@ static void verify_args(psr_verify_args *a, const shape *sh, size_t mode)
 
 /* One mode's line. */
 typedef struct row {
-    double us, stats_us, piped_us, device_us, floor_us, accepted;
+    double us, stats_us, piped_us, device_us, floor_us, accepted, vllm_us;
     bool one_launch;
     char target[24];
 } row;
 
-/* The target of a shape and mode on the H200, if listed. */
+/* The target and vLLM's time of a shape and mode on the H200, if listed. */
 static void h200_figures(const shape *sh, size_t mode, row *r)
 {
     for (size_t t = 0; t < sizeof h200 / sizeof *h200; t++) {
         if (h200[t].requests != sh->R || h200[t].k != sh->K || h200[t].vocab != sh->V)
             continue;
+        r->vllm_us = h200[t].vllm_us[mode];
         if (mode == 0 && h200[t].floor_ratio > 0)
             snprintf(r->target, sizeof r->target, "<=%.2fx", h200[t].floor_ratio);
         else if (mode == 0)
@@ -262,13 +267,16 @@ static void print_row(bench_session *s, const shape *sh, size_t mode, const row 
         json_key_string(w, "mode", modes[mode].name);
         json_key_bool(w, "one_launch", r->one_launch);
         json_key_numbers(w, times, JSON_COUNT(times));
+        bench_json_reference(w, "vllm_us", "x_vllm", r->vllm_us, r->us);
         json_end_object(w);
         return;
     }
-    char name[40];
+    char name[40], vllm[16], xv[16];
     snprintf(name, sizeof name, "%zux%zux%zu", sh->R, sh->K, sh->V);
-    printf("%-18s %-7s %9.1f %9.1f %9.1f %9.1f %9.1f %7.2f %9.2f %8s\n", name, modes[mode].name, r->us,
-           r->stats_us, r->piped_us, r->device_us, r->floor_us, r->us / r->floor_us, r->accepted, r->target);
+    bench_format_reference(r->vllm_us, r->us, vllm, xv);
+    printf("%-18s %-7s %9.1f %9.1f %9.1f %9.1f %9.1f %7.2f %9.2f %8s %9s %7s\n", name, modes[mode].name, r->us,
+           r->stats_us, r->piped_us, r->device_us, r->floor_us, r->us / r->floor_us, r->accepted, r->target,
+           vllm, xv);
 }
 
 /* What the rows of one run share. */
@@ -293,8 +301,8 @@ static void print_header(bench_session *s, void *user)
            "an event); median of %d\n",
            s->info.name, s->info.platform_name, c->copy_bw / 1e9, c->empty_us, c->enqueue_us,
            c->enqueue_event_us, s->o.iters);
-    printf("%-18s %-7s %9s %9s %9s %9s %9s %7s %9s %8s\n", "shape RxKxV", "mode", "us", "stats_us",
-           "piped_us", "device_us", "floor_us", "xfloor", "accepted", "target");
+    printf("%-18s %-7s %9s %9s %9s %9s %9s %7s %9s %8s %9s %7s\n", "shape RxKxV", "mode", "us", "stats_us",
+           "piped_us", "device_us", "floor_us", "xfloor", "accepted", "target", "vllm_us", "xvllm");
 }
 
 /* Every mode on one shape. */
