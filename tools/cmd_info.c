@@ -16,10 +16,82 @@ static void info_usage(FILE *out)
             "\n"
             "Lists every OpenCL platform and device with the capabilities psr uses\n"
             "(type, compute units, work-group size, local memory, fp64, fp16,\n"
-            "subgroups, driver), the device `auto` and PSR_DEVICE pick, and the\n"
-            "kernel cache directory with its size.\n"
+            "subgroups, driver) and the tuning psr's table picks for it (the rule of\n"
+            "each kernel family and its values), the device `auto` and PSR_DEVICE\n"
+            "pick, and the kernel cache directory with its size.\n"
             "\n"
-            "  --json   one JSON object instead of text\n");
+            "  --json   one JSON object instead of text\n"
+            "\n"
+            "A context changes its device's tuning by these variables (docs/devices.md):\n");
+    for (size_t i = 0; psr_tuning_variable_at(i); i++) {
+        const psr_tuning_variable *v = psr_tuning_variable_at(i);
+        fprintf(out, "  %-23s %s: %s\n", v->name, v->field, v->range);
+    }
+}
+
+/* One kernel family's tuning as named values, for the text and the JSON. */
+typedef struct tuning_family {
+    const char *name, *rule;
+    size_t count;
+    struct {
+        const char *field;
+        unsigned long long value;
+    } values[6];
+} tuning_family;
+
+enum { TUNING_FAMILIES = 4 };
+
+static void tuning_families(const psr_tuning *t, tuning_family *f)
+{
+    const psr_tuning_sample *s = &t->sample;
+    const psr_tuning_verify *v = &t->verify;
+    const psr_tuning_logprobs *l = &t->logprobs;
+    f[0] = (tuning_family){"sample", s->rule, 6,
+                           {{"work_group_size", s->work_group_size}, {"resident_per_unit", s->resident_per_unit},
+                            {"vector_width", s->vector_width}, {"min_steps", s->min_steps},
+                            {"two_pass", (unsigned long long)s->two_pass}, {"mulhi", (unsigned long long)s->mulhi}}};
+    f[1] = (tuning_family){"verify", v->rule, 5,
+                           {{"resident_per_unit", v->resident_per_unit}, {"skip_groups", v->skip_groups},
+                            {"fused_groups", v->fused_groups}, {"fused_broken", (unsigned long long)v->fused_broken},
+                            {"warp_shuffle", (unsigned long long)v->warp_shuffle}}};
+    f[2] = (tuning_family){"logprobs", l->rule, 3,
+                           {{"segment_tau", (unsigned long long)l->segment_tau}, {"one_blocks", l->one_blocks},
+                            {"few_blocks", l->few_blocks}}};
+    f[3] = (tuning_family){"filter", t->filter.rule, 1, {{"direct_max", t->filter.direct_max}}};
+}
+
+/* "tuning": {"sample": {"rule": ..., ...}, ..., "driver_caches": ...}. */
+static void json_tuning(json_writer *w, const psr_tuning *t)
+{
+    tuning_family f[TUNING_FAMILIES];
+    tuning_families(t, f);
+    json_key(w, "tuning");
+    json_begin_object(w);
+    for (size_t i = 0; i < TUNING_FAMILIES; i++) {
+        json_key(w, f[i].name);
+        json_begin_object(w);
+        json_key_string(w, "rule", f[i].rule);
+        for (size_t k = 0; k < f[i].count; k++)
+            json_key_uint(w, f[i].values[k].field, f[i].values[k].value);
+        json_end_object(w);
+    }
+    json_key_bool(w, "driver_caches", t->driver_caches);
+    json_key_string(w, "extra_options", t->extra_options);
+    json_end_object(w);
+}
+
+/* One line per kernel family: its rule and values. */
+static void text_tuning(const psr_tuning *t)
+{
+    tuning_family f[TUNING_FAMILIES];
+    tuning_families(t, f);
+    for (size_t i = 0; i < TUNING_FAMILIES; i++) {
+        printf("        tuning %-8s (rule %s):", f[i].name, f[i].rule);
+        for (size_t k = 0; k < f[i].count; k++)
+            printf("%s %s %llu", k ? "," : "", f[i].values[k].field, f[i].values[k].value);
+        printf("\n");
+    }
+    printf("        driver caches its own builds: %s\n", t->driver_caches ? "yes" : "no");
 }
 
 static void json_device(json_writer *w, const psr_device_info *d)
@@ -53,6 +125,9 @@ static void json_device(json_writer *w, const psr_device_info *d)
     json_key_bool(w, "fp16", d->capabilities & PSR_CAP_FP16);
     json_key_bool(w, "subgroups", d->capabilities & PSR_CAP_SUBGROUPS);
     json_key_bool(w, "int64_atomics", d->capabilities & PSR_CAP_INT64_ATOMICS);
+    psr_tuning t;
+    if (psr_device_tuning(d, &t) == PSR_OK)
+        json_tuning(w, &t);
     json_end_object(w);
 }
 
@@ -75,6 +150,9 @@ static void text_device(const psr_device_info *d)
     printf("        fp64 %s, fp16 %s, subgroups %s, 64-bit atomics %s\n", yes_no(d->capabilities & PSR_CAP_FP64),
            yes_no(d->capabilities & PSR_CAP_FP16), yes_no(d->capabilities & PSR_CAP_SUBGROUPS),
            yes_no(d->capabilities & PSR_CAP_INT64_ATOMICS));
+    psr_tuning t;
+    if (psr_device_tuning(d, &t) == PSR_OK)
+        text_tuning(&t);
 }
 
 /* Resolves a selector to "P:D name", or the error it gives. */
@@ -138,6 +216,19 @@ static void gather_choices(info_report *r)
                        psr_device_tuning(&picked, &tuning) == PSR_OK && tuning.driver_caches;
 }
 
+/* "tune_env": the PSR_TUNE_* variables set here, by name. */
+static void json_tune_env(json_writer *w)
+{
+    json_key(w, "tune_env");
+    json_begin_object(w);
+    for (size_t i = 0; psr_tuning_variable_at(i); i++) {
+        const char *name = psr_tuning_variable_at(i)->name, *value = getenv(name);
+        if (value)
+            json_key_string(w, name, value);
+    }
+    json_end_object(w);
+}
+
 static void print_json(const info_report *r)
 {
     json_writer w;
@@ -150,6 +241,7 @@ static void print_json(const info_report *r)
     for (size_t i = 0; i < r->n; i++)
         json_device(&w, &r->devices[i]);
     json_end_array(&w);
+    json_tune_env(&w);
     json_key_string(&w, "auto", r->auto_ok ? r->auto_choice : "");
     json_key(&w, "psr_device");
     if (r->env) {
@@ -171,6 +263,19 @@ static void print_json(const info_report *r)
     json_finish(&w);
 }
 
+/* Which PSR_TUNE_* variables are set, on one line. */
+static void text_tune_env(void)
+{
+    printf("tuning: psr's table for each device;");
+    int set = 0;
+    for (size_t i = 0; psr_tuning_variable_at(i); i++) {
+        const char *name = psr_tuning_variable_at(i)->name, *value = getenv(name);
+        if (value)
+            printf("%s %s=%s", set++ ? "," : " a context applies", name, value);
+    }
+    printf("%s (psr info --help lists them)\n", set ? " over it" : " no PSR_TUNE_* variable is set");
+}
+
 static void print_text(const info_report *r)
 {
     printf("psr %s%s\n", psr_version(), psr_features() & PSR_FEATURE_CLBLAST ? " (with CLBlast)" : "");
@@ -186,6 +291,7 @@ static void print_text(const info_report *r)
         }
         text_device(d);
     }
+    text_tune_env();
     printf("auto picks: %s\n", r->auto_ok ? r->auto_choice : "nothing");
     if (r->env)
         printf("PSR_DEVICE=%s %s: %s\n", r->env, r->env_ok ? "picks" : "fails", r->env_choice);
