@@ -39,6 +39,56 @@ info = json.loads(r.stdout)
 check(isinstance(info["devices"], list) and "cache" in info, "info --json has devices and cache")
 have_device = len(info["devices"]) > 0
 
+
+
+def info_tuning_checks():
+    """psr info shows each device's tuning as psr's table picks it (a rule
+    and named values per kernel family), the same in text and JSON, and
+    psr info --help lists the PSR_TUNE_* variables that change it."""
+    families = ("sample", "verify", "logprobs", "filter")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PSR_TUNE_")}
+    out = json.loads(run("info", "--json", env=clean).stdout)
+    check(out.get("tune_env") == {}, "info --json: tune_env empty without PSR_TUNE_*")
+    for dev in out["devices"]:
+        t = dev.get("tuning", {})
+        check(all(isinstance(t.get(f, {}).get("rule"), str) and t[f]["rule"] for f in families)
+              and isinstance(t.get("driver_caches"), bool), f"info --json: device {dev['index']} has a tuning rule per family")
+        wg = t.get("sample", {}).get("work_group_size", 0)
+        check(isinstance(wg, int) and 0 < wg <= dev["max_work_group_size"] and wg & (wg - 1) == 0,
+              f"info --json: device {dev['index']}'s work-group size is a power of two it allows")
+    text = run("info", env=clean).stdout
+    lines = [l.split() for l in text.splitlines() if l.strip().startswith("tuning ") and "(rule" in l]
+    check(len(lines) == len(families) * len(out["devices"]) and "no PSR_TUNE_* variable is set" in text,
+          "info: a tuning line per family and device")
+    if out["devices"]:
+        # "tuning sample (rule cpu): work_group_size 64, resident_per_unit 1, ...": as in the JSON.
+        t = out["devices"][0]["tuning"]
+        for words in lines[:len(families)]:
+            values = dict(zip(words[4::2], (int(v.rstrip(",")) for v in words[5::2])))
+            fam = t.get(words[1], {})
+            check(words[3].rstrip("):") == fam.get("rule") and values == {k: v for k, v in fam.items() if k != "rule"},
+                  f"info: the {words[1]} tuning line equals the JSON")
+    r = run("info", "--help")
+    variables = [l.split(None, 1) for l in r.stdout.splitlines() if l.strip().startswith("PSR_TUNE_")]
+    check(len(variables) >= 10 and any(v[0] == "PSR_TUNE_WG" and v[1].startswith("sample.work_group_size: ")
+                                       for v in variables), "info --help lists the PSR_TUNE_* variables")
+
+    def shown(field, tuning):
+        family, _, name = field.rpartition(".")
+        return name in (tuning.get(family, {}) if family else tuning)
+
+    if out["devices"]:
+        fields = [f for _, rest in variables for f in rest.split(":")[0].split(" and ")]
+        check(all(shown(f, out["devices"][0]["tuning"]) for f in fields),
+              "info --json shows every field a PSR_TUNE_* variable sets")
+    tuned = dict(clean, PSR_TUNE_WG="32", PSR_TUNE_VECTOR="0")
+    out = json.loads(run("info", "--json", env=tuned).stdout)
+    check(out.get("tune_env") == {"PSR_TUNE_WG": "32", "PSR_TUNE_VECTOR": "0"}, "info --json: tune_env lists what is set")
+    check("PSR_TUNE_WG=32, PSR_TUNE_VECTOR=0" in run("info", env=tuned).stdout, "info: names the PSR_TUNE_* set")
+
+
+info_tuning_checks()
+
 r = run("cache", "warm", "--device", "1:2:3")
 check(r.returncode == 1 and "PSR_ERR_BAD_SELECTOR" in r.stderr, "bad selector reports its status")
 

@@ -1,4 +1,5 @@
-/* Timing helpers shared by the psr bench subcommands (bench_util.c). */
+/* Pieces shared by the psr bench subcommands (bench_util.c): timing,
+ * option parsing, the device's fixed costs and the benches' inputs. */
 #ifndef PSR_CLI_BENCH_H
 #define PSR_CLI_BENCH_H
 
@@ -7,6 +8,8 @@
 
 #include <stdio.h>
 
+/* ---- clocks and events ---- */
+
 /* qsort comparator of doubles, ascending. */
 int cmp_double(const void *a, const void *b);
 /* Microseconds from the start of `first` to the end of `last` (profiling queue). */
@@ -14,19 +17,41 @@ double event_span_us(cl_event first, cl_event last);
 /* Microseconds from the end of `earlier` (such as a marker enqueued just
  * before a call) to the end of `later`. */
 double ends_apart_us(cl_event earlier, cl_event later);
+/* A monotonic clock in microseconds. */
+double bench_now_us(void);
+
+/* ---- the device's fixed costs ---- */
+
 /* Device copy bandwidth in bytes/s, counting bytes read plus written. */
 double copy_bandwidth(psr_context *ctx, size_t bytes);
 /* Median span of a kernel that does nothing: the fixed cost per launch. */
 double empty_kernel_us(psr_context *ctx);
 /* The host's time to enqueue one kernel, with or without an event. */
 double enqueue_host_us(psr_context *ctx, bool with_event);
-/* A monotonic clock in microseconds. */
-double bench_now_us(void);
+
+/* What every launch pays on this device, measured once before the rows. */
+typedef struct bench_costs {
+    double copy_bw;          /* bytes/s read plus written; <= 0 when it could not be measured */
+    double empty_us;         /* an empty kernel's span */
+    double enqueue_us;       /* the host's enqueue of one kernel */
+    double enqueue_event_us; /* the same, asking for an event */
+} bench_costs;
+void bench_measure_costs(psr_context *ctx, const psr_device_info *info, bench_costs *c);
+/* The costs as JSON keys: the bandwidth in GB/s under `bandwidth_key`,
+ * then empty_kernel_us, enqueue_host_us and enqueue_event_host_us. */
+void bench_json_costs(json_writer *w, const bench_costs *c, const char *bandwidth_key);
+
+/* ---- timing a call ---- */
 
 /* One timed call: enqueues it and returns its first and last events. */
 typedef psr_status (*bench_launch_fn)(psr_context *ctx, const void *args, cl_event *first, cl_event *last);
 /* psr_sample as a bench_launch_fn (args: a psr_sample_args). */
 psr_status bench_launch_sample(psr_context *ctx, const void *args, cl_event *first, cl_event *last);
+/* Median span, first kernel's start to last kernel's end, of `iters`
+ * calls each waited for, after `warmup` calls; first_median (may be NULL)
+ * gets the median span of the first kernel alone. */
+psr_status bench_time_spans(psr_context *ctx, bench_launch_fn fn, const void *args, int warmup, int iters,
+                            double *median, double *first_median);
 /* Median of `iters` calls (after 3 warm-up calls), each waited for, from
  * the end of a marker enqueued just before to the end of the last kernel. */
 psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *args, int iters,
@@ -36,44 +61,112 @@ psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *a
  * call's last kernel to the end of the last call's, over iters. */
 psr_status bench_time_piped(psr_context *ctx, bench_launch_fn fn, const void *args, int iters,
                             double *per_call);
-
 /* Median device time of `iters` calls with the host ahead, as an engine
  * whose queue is never idle sees it: each call is enqueued behind a buffer
  * copy that outlasts the host's enqueue, and timed from the end of a
  * marker after the copy to the end of the call's last kernel. */
 psr_status bench_time_ahead(psr_context *ctx, bench_launch_fn fn, const void *args, int iters,
                             double *median);
+/* bench_time_launch (an idle queue, the host's enqueue included) and then
+ * bench_time_ahead (the device's time alone) of the same call. */
+psr_status bench_time_idle_and_device(psr_context *ctx, bench_launch_fn fn, const void *args, int iters,
+                                      double *idle_us, double *device_us);
+
+/* ---- options and the session every bench opens ---- */
+
+#define BENCH_MAX_SHAPES 32
 
 /* The options every bench takes. */
 typedef struct bench_options {
-    const char *shapes; /* --shapes (the caller sets the default) */
+    const char *shapes; /* --shapes (the caller sets the default, or NULL for none) */
     const char *device; /* --device, or NULL */
     bool json;          /* --json */
     int iters;          /* --iters, 1 .. 10000 (the caller sets the default) */
+    size_t shape[BENCH_MAX_SHAPES][3]; /* --shapes parsed: B, V or R, K, V each */
+    size_t nshapes;
 } bench_options;
+
 /* A bench's own options: called with an argument the common parser does
  * not know and the argument after it (NULL at the end). Returns how many
  * it used (1 or 2), 0 when `arg` is not its option, or -1 after a
  * cli_usage_error. */
 typedef int (*bench_option_fn)(const char *arg, const char *val, void *user);
-/* Parses argv[1 ..] for `command` ("bench filters"): --help, --json,
- * --shapes, --device, --iters, then `extra` (may be NULL). Returns -1 when
- * the bench should run, else the exit code: CLI_OK after printing `usage`
- * for --help, CLI_USAGE after a usage error. */
-int bench_parse_options(int argc, char **argv, const char *command, void (*usage)(FILE *),
-                        bench_option_fn extra, void *user, bench_options *o);
 
-/* Parses "BxV,BxV,..." (each 1 .. 2^20) into rows and vocab; false when malformed. */
-bool bench_parse_bxv(const char *s, size_t *rows, size_t *vocab, size_t cap, size_t *n);
-/* n values of N(0, sigma^2) from a small LCG (the benches' logits). */
+/* An open bench: its options, a profiling context, its device and the
+ * JSON writer of --json. */
+typedef struct bench_session {
+    bench_options o;
+    psr_context *ctx;
+    psr_device_info info;
+    json_writer w;
+    bool json_open; /* bench_json_begin opened the document */
+} bench_session;
+
+/* What tells one bench from another: its command line, and for
+ * bench_main its header and the work of one shape. */
+typedef struct bench_command {
+    const char *name;            /* "bench filters", in messages */
+    void (*usage)(FILE *out);
+    bench_option_fn extra;       /* the bench's own options, or NULL */
+    size_t dims;                 /* numbers per shape: 2 (BxV) or 3 (RxKxV) */
+    size_t max_shapes;           /* at most BENCH_MAX_SHAPES */
+    const char *shapes_expected; /* what a bad --shapes is not: "a list of BxV" */
+    /* The first lines, or the JSON document's first keys (bench_json_begin). */
+    void (*header)(bench_session *s, void *user);
+    /* Times and prints one shape: its dims numbers. */
+    psr_status (*shape)(bench_session *s, const size_t *shape, void *user);
+} bench_command;
+
+/* Parses argv[1 ..] into s->o (set its defaults first): --help, --json,
+ * --shapes, --device, --iters, then cmd->extra's; then the shapes, and
+ * opens a profiling context on the device. Returns -1 when the bench
+ * should run, else the exit code: CLI_OK after printing the usage for
+ * --help, CLI_USAGE after a usage error, CLI_FAILED when no context. */
+int bench_open(bench_session *s, const bench_command *cmd, int argc, char **argv, void *user);
+/* A whole bench: bench_open, cmd->header, cmd->shape for each shape until
+ * one fails (reported), bench_close. Returns the exit code. */
+int bench_main(const bench_command *cmd, bench_session *s, int argc, char **argv, void *user);
+/* {"device": name, ... : the caller adds its keys, then bench_json_results. */
+void bench_json_begin(bench_session *s);
+/* "results": [ ... for the rows. */
+void bench_json_results(bench_session *s);
+/* Closes the JSON document when it is open and rc is CLI_OK, frees the
+ * context and returns rc. */
+int bench_close(bench_session *s, int rc);
+
+/* Parses "AxB,..." (dims 2, each 1 .. 2^20) or "RxKxV,..." (dims 3: R 1 ..
+ * 2^20, K 0 .. 64, V 1 .. 2^24) into shape[]; false when malformed or
+ * longer than cap. */
+bool bench_parse_shapes(const char *s, size_t dims, size_t cap, size_t (*shape)[3], size_t *n);
+
+/* ---- inputs ---- */
+
+/* One N(0, 1) value from a small LCG (the benches' logits). */
+double bench_normal(uint64_t *state);
+/* n values of N(0, sigma^2) from it. */
 void bench_normal_fill(float *x, size_t n, double sigma, uint64_t *state);
-/* {"device": name, "results": [ ... opened for the rows. */
-void bench_json_begin(json_writer *w, const psr_device_info *info);
 
-/* psr bench verify (bench_verify.c) and psr bench logprobs (bench_logprobs.c). */
+/* The device buffers of `rows` requests of one row each, by index. */
+enum { BENCH_LOGITS, BENCH_TEMPS, BENCH_SEEDS, BENCH_POSITIONS, BENCH_TOKENS, BENCH_ROW_BUFFERS };
+/* Fills m[0 .. BENCH_ROW_BUFFERS): N(0, 3) logits from *state, T 0.8,
+ * seed = the row, position `pos` on every row, and room for the tokens. */
+psr_status bench_make_rows(psr_context *ctx, size_t rows, size_t vocab, int64_t pos, uint64_t *state,
+                           cl_mem *m);
+/* psr_sample_args over those buffers. */
+void bench_sample_args(psr_sample_args *a, size_t rows, size_t vocab, const cl_mem *m);
+
+/* A reference time under `key` and us over it under `ratio_key`, or two
+ * nulls where there is none (ref <= 0). */
+void bench_json_reference(json_writer *w, const char *key, const char *ratio_key, double ref, double us);
+
+/* The same as text for a table: "%.1f" and "%.2f" of us over it, or "-"
+ * and "-" (each buffer at least 16 bytes). */
+void bench_format_reference(double ref, double us, char *ref_text, char *ratio_text);
+
+/* psr bench verify (bench_verify.c), logprobs (bench_logprobs.c) and
+ * filters (bench_filters.c). */
 int bench_verify(int argc, char **argv);
 int bench_logprobs(int argc, char **argv);
-/* psr bench filters (bench_filters.c). */
 int bench_filters(int argc, char **argv);
 
 #endif

@@ -4,7 +4,6 @@
 #include "cli.h"
 #include "json.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,125 +35,95 @@ static void usage(FILE *out)
             default_shapes);
 }
 
+/* The buffers of one shape: the rows' (BENCH_*), then the filters'. */
+enum { TOP_K = BENCH_ROW_BUFFERS, TOP_P, MIN_P, SHAPE_BUFFERS };
+
+/* The filters of case c on every row, in their buffers. */
+static psr_status write_filters(psr_context *ctx, size_t c, size_t rows, const cl_mem *m)
+{
+    int32_t *ks = malloc(rows * 4);
+    float *ps = malloc(rows * 4), *mps = malloc(rows * 4);
+    psr_status st = ks && ps && mps ? PSR_OK : PSR_ERR_OUT_OF_HOST_MEMORY;
+    for (size_t r = 0; r < rows && st == PSR_OK; r++)
+        ks[r] = cases[c].top_k, ps[r] = cases[c].top_p, mps[r] = cases[c].min_p;
+    const void *host[3] = {ks, ps, mps};
+    for (int f = 0; f < 3 && st == PSR_OK; f++)
+        if (clEnqueueWriteBuffer(cli_queue(ctx), m[TOP_K + f], CL_TRUE, 0, rows * 4, host[f], 0, NULL, NULL) !=
+            CL_SUCCESS)
+            st = cli_fail(PSR_ERR_OPENCL, "writing the filters failed");
+    free(ks), free(ps), free(mps);
+    return st;
+}
+
+static void print_row(bench_session *s, size_t rows, size_t vocab, size_t c, const double *t, const double *plain)
+{
+    double us = t[0], dev_us = t[1];
+    if (!s->o.json) {
+        char name[32];
+        snprintf(name, sizeof name, "%zux%zu", rows, vocab);
+        printf("%-14s %-24s %10.1f %8.2f %10.1f %8.2f\n", name, cases[c].name, us, us / plain[0], dev_us,
+               dev_us / plain[1]);
+        return;
+    }
+    const json_number shape[] = {{"rows", (double)rows}, {"vocab", (double)vocab}};
+    const json_number times[] = {
+        {"us", us}, {"x_plain", us / plain[0]}, {"device_us", dev_us}, {"device_x_plain", dev_us / plain[1]}};
+    json_writer *w = &s->w;
+    json_begin_object(w);
+    json_key_numbers(w, shape, JSON_COUNT(shape));
+    json_key_string(w, "filters", cases[c].name);
+    json_key_numbers(w, times, JSON_COUNT(times));
+    json_end_object(w);
+}
+
+/* Every case on one shape; the first, plain, is what the others are over. */
+static psr_status filters_shape(bench_session *s, const size_t *shape, void *user)
+{
+    size_t rows = shape[0], vocab = shape[1];
+    cl_mem m[SHAPE_BUFFERS] = {NULL};
+    psr_status st = bench_make_rows(s->ctx, rows, vocab, 11, user, m);
+    const cli_buffer filters[3] = {{rows * 4, NULL}, {rows * 4, NULL}, {rows * 4, NULL}};
+    if (st == PSR_OK && cli_make_buffers(s->ctx, filters, 3, m + TOP_K) != CL_SUCCESS)
+        st = cli_fail(PSR_ERR_OPENCL, "allocating %zu x %zu buffers failed", rows, vocab);
+    double plain[2] = {0}; /* the idle queue's and the device's */
+    for (size_t c = 0; c < sizeof cases / sizeof *cases && st == PSR_OK; c++) {
+        st = write_filters(s->ctx, c, rows, m);
+        psr_sample_args a;
+        bench_sample_args(&a, rows, vocab, m);
+        /* Each case passes the filter buffers it uses, no others. */
+        a.top_k = cases[c].top_k ? m[TOP_K] : NULL;
+        a.top_p = cases[c].top_p < 1.0f ? m[TOP_P] : NULL;
+        a.min_p = cases[c].min_p > 0.0f ? m[MIN_P] : NULL;
+        double t[2] = {0};
+        if (st == PSR_OK)
+            st = bench_time_idle_and_device(s->ctx, bench_launch_sample, &a, s->o.iters, &t[0], &t[1]);
+        if (st == PSR_OK && c == 0)
+            plain[0] = t[0], plain[1] = t[1];
+        if (st == PSR_OK)
+            print_row(s, rows, vocab, c, t, plain);
+    }
+    cli_release_buffers(m, SHAPE_BUFFERS);
+    return st;
+}
+
+static void print_header(bench_session *s, void *user)
+{
+    (void)user;
+    if (s->o.json) {
+        bench_json_begin(s);
+        bench_json_results(s);
+        return;
+    }
+    printf("device: %s (%s); T 0.8; median of %d\n", s->info.name, s->info.platform_name, s->o.iters);
+    printf("%-14s %-24s %10s %8s %10s %8s\n", "shape", "filters", "us", "x plain", "device_us", "x plain");
+}
+
 int bench_filters(int argc, char **argv)
 {
-    bench_options o = {.shapes = default_shapes, .iters = 50};
-    int parsed = bench_parse_options(argc, argv, "bench filters", usage, NULL, NULL, &o);
-    if (parsed >= 0)
-        return parsed;
-    size_t B[16], V[16], n = 0;
-    if (!bench_parse_bxv(o.shapes, B, V, 16, &n))
-        return cli_usage_error("bench filters", "--shapes \"%s\" is not a list of BxV", o.shapes);
-    psr_context *ctx = cli_open_context(o.device, true);
-    if (!ctx)
-        return CLI_FAILED;
-    psr_device_info info;
-    psr_context_device_info(ctx, &info);
-    json_writer w;
-    json_init(&w, stdout);
-    if (o.json) {
-        bench_json_begin(&w, &info);
-    } else {
-        printf("device: %s (%s); T 0.8; median of %d\n", info.name, info.platform_name, o.iters);
-        printf("%-14s %-24s %10s %8s %10s %8s\n", "shape", "filters", "us", "x plain", "device_us",
-               "x plain");
-    }
-    int rc = CLI_OK;
-    uint64_t state = 7;
-    for (size_t s = 0; s < n && rc == CLI_OK; s++) {
-        size_t rows = B[s], vocab = V[s];
-        float *x = malloc(rows * vocab * 4), *temps = malloc(rows * 4), *ps = malloc(rows * 4),
-              *mps = malloc(rows * 4);
-        int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
-        int32_t *ks = malloc(rows * 4);
-        psr_status st = x && temps && ps && mps && seeds && pos && ks ? PSR_OK : PSR_ERR_OUT_OF_HOST_MEMORY;
-        cl_mem m[8] = {NULL};
-        if (st == PSR_OK) {
-            bench_normal_fill(x, rows * vocab, 3.0, &state);
-            for (size_t r = 0; r < rows; r++)
-                temps[r] = 0.8f, seeds[r] = (int64_t)r, pos[r] = 11;
-            cl_int err = CL_SUCCESS;
-            const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
-            const size_t bytes[8] = {rows * vocab * 4, rows * 4, rows * 8, rows * 8, rows * 4,
-                                     rows * 4, rows * 4, rows * 4};
-            const void *host[5] = {x, temps, seeds, pos, NULL};
-            for (int b = 0; b < 8 && err == CL_SUCCESS; b++)
-                m[b] = clCreateBuffer(cli_cl_context(ctx), b < 4 ? in : CL_MEM_READ_WRITE, bytes[b],
-                                      b < 4 ? (void *)host[b] : NULL, &err);
-            if (err != CL_SUCCESS)
-                st = cli_fail(PSR_ERR_OPENCL, "allocating %zu x %zu buffers failed", rows, vocab);
-        }
-        double plain = 0, dev_plain = 0;
-        for (size_t c = 0; c < sizeof cases / sizeof *cases && st == PSR_OK; c++) {
-            for (size_t r = 0; r < rows; r++)
-                ks[r] = cases[c].top_k, ps[r] = cases[c].top_p, mps[r] = cases[c].min_p;
-            cl_int err = clEnqueueWriteBuffer(cli_queue(ctx), m[5], CL_TRUE, 0, rows * 4, ks, 0, NULL, NULL);
-            if (err == CL_SUCCESS)
-                err = clEnqueueWriteBuffer(cli_queue(ctx), m[6], CL_TRUE, 0, rows * 4, ps, 0, NULL, NULL);
-            if (err == CL_SUCCESS)
-                err = clEnqueueWriteBuffer(cli_queue(ctx), m[7], CL_TRUE, 0, rows * 4, mps, 0, NULL, NULL);
-            if (err != CL_SUCCESS) {
-                st = cli_fail(PSR_ERR_OPENCL, "writing the filters failed");
-                break;
-            }
-            psr_sample_args a;
-            psr_sample_args_init(&a);
-            a.rows = rows;
-            a.vocab = vocab;
-            a.logits = m[0];
-            a.requests = rows;
-            a.temperatures = m[1];
-            a.seeds = m[2];
-            a.positions = m[3];
-            a.tokens = m[4];
-            /* Each case passes the filter buffers it uses, no others. */
-            a.top_k = cases[c].top_k ? m[5] : NULL;
-            a.top_p = cases[c].top_p < 1.0f ? m[6] : NULL;
-            a.min_p = cases[c].min_p > 0.0f ? m[7] : NULL;
-            double us = 0, dev_us = 0;
-            st = bench_time_launch(ctx, bench_launch_sample, &a, o.iters, &us);
-            if (st == PSR_OK)
-                st = bench_time_ahead(ctx, bench_launch_sample, &a, o.iters, &dev_us);
-            if (st != PSR_OK)
-                break;
-            if (c == 0)
-                plain = us, dev_plain = dev_us;
-            if (o.json) {
-                json_begin_object(&w);
-                json_key(&w, "rows");
-                json_uint(&w, rows);
-                json_key(&w, "vocab");
-                json_uint(&w, vocab);
-                json_key(&w, "filters");
-                json_string(&w, cases[c].name);
-                json_key(&w, "us");
-                json_double(&w, us);
-                json_key(&w, "x_plain");
-                json_double(&w, us / plain);
-                json_key(&w, "device_us");
-                json_double(&w, dev_us);
-                json_key(&w, "device_x_plain");
-                json_double(&w, dev_us / dev_plain);
-                json_end_object(&w);
-            } else {
-                char name[32];
-                snprintf(name, sizeof name, "%zux%zu", rows, vocab);
-                printf("%-14s %-24s %10.1f %8.2f %10.1f %8.2f\n", name, cases[c].name, us, us / plain,
-                       dev_us, dev_us / dev_plain);
-            }
-        }
-        if (st != PSR_OK)
-            rc = cli_report(st, ctx);
-        for (int b = 0; b < 8; b++)
-            if (m[b])
-                clReleaseMemObject(m[b]);
-        free(x), free(temps), free(ps), free(mps), free(seeds), free(pos), free(ks);
-    }
-    if (o.json && rc == CLI_OK) {
-        json_end_array(&w);
-        json_end_object(&w);
-        json_finish(&w);
-    }
-    psr_context_free(ctx);
-    return rc;
+    static const bench_command command = {.name = "bench filters", .usage = usage, .dims = 2, .max_shapes = 16,
+                                          .shapes_expected = "a list of BxV", .header = print_header,
+                                          .shape = filters_shape};
+    bench_session s = {.o = {.shapes = default_shapes, .iters = 50}};
+    uint64_t state = 7; /* the logits' generator, from shape to shape */
+    return bench_main(&command, &s, argc, argv, &state);
 }

@@ -5,7 +5,6 @@
 #include "cli.h"
 #include "json.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +37,12 @@ static psr_status launch_logprobs(psr_context *ctx, const void *args, cl_event *
     return st;
 }
 
+/* What the rows of one run share. */
+typedef struct logprobs_bench {
+    int top_n;
+    uint64_t state; /* the logits' generator, from shape to shape */
+} logprobs_bench;
+
 /* --top-n N, 0 .. PSR_LOGPROBS_MAX_TOP_N (a bench_option_fn). */
 static int top_n_option(const char *arg, const char *val, void *user)
 {
@@ -53,130 +58,105 @@ static int top_n_option(const char *arg, const char *val, void *user)
         cli_usage_error("bench logprobs", "--top-n \"%s\" is not 0..%d", val, PSR_LOGPROBS_MAX_TOP_N);
         return -1;
     }
-    *(int *)user = (int)v;
+    ((logprobs_bench *)user)->top_n = (int)v;
     return 2;
+}
+
+/* The buffers of one shape: the rows' (BENCH_*), then psr_logprobs' outputs. */
+enum { TOKEN_LOGPROBS = BENCH_ROW_BUFFERS, TOP_IDS, TOP_LOGPROBS, TOKEN_RANKS, SHAPE_BUFFERS };
+
+static psr_status make_shape(psr_context *ctx, size_t rows, size_t vocab, logprobs_bench *lb, cl_mem *m)
+{
+    psr_status st = bench_make_rows(ctx, rows, vocab, 7, &lb->state, m);
+    size_t tn = lb->top_n ? (size_t)lb->top_n : 1;
+    const cli_buffer out[] = {{rows * 4, NULL}, {rows * tn * 4, NULL}, {rows * tn * 4, NULL}, {rows * 4, NULL}};
+    if (st == PSR_OK && cli_make_buffers(ctx, out, 4, m + TOKEN_LOGPROBS) != CL_SUCCESS)
+        st = cli_fail(PSR_ERR_OPENCL, "allocating %zu x %zu buffers failed", rows, vocab);
+    return st;
+}
+
+/* psr_logprobs of what the sampling `a` drew: its rows, logits,
+ * temperatures and tokens. */
+static void logprobs_args(psr_logprobs_args *l, const psr_sample_args *a, int top_n, const cl_mem *m)
+{
+    psr_logprobs_args_init(l);
+    l->rows = a->rows, l->vocab = a->vocab, l->logits = a->logits;
+    l->requests = a->requests, l->temperatures = a->temperatures, l->tokens = a->tokens;
+    l->top_n = top_n;
+    l->token_logprobs = m[TOKEN_LOGPROBS];
+    l->token_ranks = m[TOKEN_RANKS];
+    l->top_ids = top_n ? m[TOP_IDS] : NULL;
+    l->top_logprobs = top_n ? m[TOP_LOGPROBS] : NULL;
+}
+
+static void print_row(bench_session *s, size_t rows, size_t vocab, int top_n, const double *t)
+{
+    double sample_us = t[0], dev_sample_us = t[1], logprobs_us = t[2], dev_logprobs_us = t[3];
+    if (!s->o.json) {
+        char name[32];
+        snprintf(name, sizeof name, "%zux%zu", rows, vocab);
+        printf("%-14s %10.1f %10.1f %8.2f %10.1f %10.1f %8.2f\n", name, sample_us, logprobs_us,
+               logprobs_us / sample_us, dev_sample_us, dev_logprobs_us, dev_logprobs_us / dev_sample_us);
+        return;
+    }
+    const json_number row[] = {
+        {"rows", (double)rows},
+        {"vocab", (double)vocab},
+        {"top_n", top_n},
+        {"sample_us", sample_us},
+        {"logprobs_us", logprobs_us},
+        {"ratio", logprobs_us / sample_us},
+        {"device_sample_us", dev_sample_us},
+        {"device_logprobs_us", dev_logprobs_us},
+        {"device_ratio", dev_logprobs_us / dev_sample_us},
+    };
+    json_begin_object(&s->w);
+    json_key_numbers(&s->w, row, JSON_COUNT(row));
+    json_end_object(&s->w);
+}
+
+/* psr_sample, then psr_logprobs of the tokens it drew, on one shape. */
+static psr_status logprobs_shape(bench_session *s, const size_t *shape, void *user)
+{
+    logprobs_bench *lb = user;
+    size_t rows = shape[0], vocab = shape[1];
+    cl_mem m[SHAPE_BUFFERS] = {NULL};
+    psr_status st = make_shape(s->ctx, rows, vocab, lb, m);
+    double t[4] = {0}; /* sample: idle queue, device; logprobs: idle queue, device */
+    psr_sample_args a;
+    bench_sample_args(&a, rows, vocab, m);
+    psr_logprobs_args l;
+    logprobs_args(&l, &a, lb->top_n, m);
+    if (st == PSR_OK)
+        st = bench_time_idle_and_device(s->ctx, bench_launch_sample, &a, s->o.iters, &t[0], &t[1]);
+    if (st == PSR_OK)
+        st = bench_time_idle_and_device(s->ctx, launch_logprobs, &l, s->o.iters, &t[2], &t[3]);
+    if (st == PSR_OK)
+        print_row(s, rows, vocab, lb->top_n, t);
+    cli_release_buffers(m, SHAPE_BUFFERS);
+    return st;
+}
+
+static void print_header(bench_session *s, void *user)
+{
+    const logprobs_bench *lb = user;
+    if (s->o.json) {
+        bench_json_begin(s);
+        bench_json_results(s);
+        return;
+    }
+    printf("device: %s (%s); top %d processed logprobs at T 0.8; median of %d\n", s->info.name,
+           s->info.platform_name, lb->top_n, s->o.iters);
+    printf("%-14s %10s %10s %8s %10s %10s %8s\n", "shape", "sample_us", "logprobs_us", "ratio", "dev_sample",
+           "dev_logp", "dev_ratio");
 }
 
 int bench_logprobs(int argc, char **argv)
 {
-    bench_options o = {.shapes = default_shapes, .iters = 50};
-    int top_n = 20;
-    int parsed = bench_parse_options(argc, argv, "bench logprobs", usage, top_n_option, &top_n, &o);
-    if (parsed >= 0)
-        return parsed;
-    size_t B[16], V[16], n = 0;
-    if (!bench_parse_bxv(o.shapes, B, V, 16, &n))
-        return cli_usage_error("bench logprobs", "--shapes \"%s\" is not a list of BxV", o.shapes);
-    psr_context *ctx = cli_open_context(o.device, true);
-    if (!ctx)
-        return CLI_FAILED;
-    psr_device_info info;
-    psr_context_device_info(ctx, &info);
-    json_writer w;
-    json_init(&w, stdout);
-    if (o.json) {
-        bench_json_begin(&w, &info);
-    } else {
-        printf("device: %s (%s); top %d processed logprobs at T 0.8; median of %d\n", info.name,
-               info.platform_name, top_n, o.iters);
-        printf("%-14s %10s %10s %8s %10s %10s %8s\n", "shape", "sample_us", "logprobs_us", "ratio",
-               "dev_sample", "dev_logp", "dev_ratio");
-    }
-    int rc = CLI_OK;
-    uint64_t state = 99;
-    for (size_t s = 0; s < n && rc == CLI_OK; s++) {
-        size_t rows = B[s], vocab = V[s];
-        float *x = malloc(rows * vocab * 4), *temps = malloc(rows * 4);
-        int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
-        psr_status st = x && temps && seeds && pos ? PSR_OK : PSR_ERR_OUT_OF_HOST_MEMORY;
-        cl_mem m[9] = {NULL};
-        if (st == PSR_OK) {
-            bench_normal_fill(x, rows * vocab, 3.0, &state);
-            for (size_t r = 0; r < rows; r++)
-                temps[r] = 0.8f, seeds[r] = (int64_t)r, pos[r] = 7;
-            cl_int err = CL_SUCCESS;
-            const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
-            size_t tn = top_n ? (size_t)top_n : 1;
-            const size_t bytes[9] = {rows * vocab * 4, rows * 4, rows * 8, rows * 8, rows * 4, rows * 4,
-                                     rows * tn * 4, rows * tn * 4, rows * 4};
-            const void *host[9] = {x, temps, seeds, pos, NULL, NULL, NULL, NULL, NULL};
-            for (int b = 0; b < 9 && err == CL_SUCCESS; b++)
-                m[b] = clCreateBuffer(cli_cl_context(ctx), host[b] ? in : CL_MEM_READ_WRITE, bytes[b], (void *)host[b], &err);
-            if (err != CL_SUCCESS)
-                st = cli_fail(PSR_ERR_OPENCL, "allocating %zu x %zu buffers failed", rows, vocab);
-        }
-        double sample_us = 0, logprobs_us = 0, dev_sample_us = 0, dev_logprobs_us = 0;
-        if (st == PSR_OK) {
-            psr_sample_args a;
-            psr_sample_args_init(&a);
-            a.rows = rows;
-            a.vocab = vocab;
-            a.logits = m[0];
-            a.requests = rows;
-            a.temperatures = m[1];
-            a.seeds = m[2];
-            a.positions = m[3];
-            a.tokens = m[4];
-            st = bench_time_launch(ctx, bench_launch_sample, &a, o.iters, &sample_us);
-            if (st == PSR_OK)
-                st = bench_time_ahead(ctx, bench_launch_sample, &a, o.iters, &dev_sample_us);
-            psr_logprobs_args l;
-            psr_logprobs_args_init(&l);
-            l.rows = rows;
-            l.vocab = vocab;
-            l.logits = m[0];
-            l.requests = rows;
-            l.temperatures = m[1];
-            l.tokens = m[4];
-            l.top_n = top_n;
-            l.token_logprobs = m[5];
-            l.token_ranks = m[8];
-            l.top_ids = top_n ? m[6] : NULL;
-            l.top_logprobs = top_n ? m[7] : NULL;
-            if (st == PSR_OK)
-                st = bench_time_launch(ctx, launch_logprobs, &l, o.iters, &logprobs_us);
-            if (st == PSR_OK)
-                st = bench_time_ahead(ctx, launch_logprobs, &l, o.iters, &dev_logprobs_us);
-        }
-        if (st != PSR_OK) {
-            rc = cli_report(st, ctx);
-        } else if (o.json) {
-            json_begin_object(&w);
-            json_key(&w, "rows");
-            json_uint(&w, rows);
-            json_key(&w, "vocab");
-            json_uint(&w, vocab);
-            json_key(&w, "top_n");
-            json_uint(&w, (uint64_t)top_n);
-            json_key(&w, "sample_us");
-            json_double(&w, sample_us);
-            json_key(&w, "logprobs_us");
-            json_double(&w, logprobs_us);
-            json_key(&w, "ratio");
-            json_double(&w, logprobs_us / sample_us);
-            json_key(&w, "device_sample_us");
-            json_double(&w, dev_sample_us);
-            json_key(&w, "device_logprobs_us");
-            json_double(&w, dev_logprobs_us);
-            json_key(&w, "device_ratio");
-            json_double(&w, dev_logprobs_us / dev_sample_us);
-            json_end_object(&w);
-        } else {
-            char name[32];
-            snprintf(name, sizeof name, "%zux%zu", rows, vocab);
-            printf("%-14s %10.1f %10.1f %8.2f %10.1f %10.1f %8.2f\n", name, sample_us, logprobs_us,
-                   logprobs_us / sample_us, dev_sample_us, dev_logprobs_us, dev_logprobs_us / dev_sample_us);
-        }
-        for (int b = 0; b < 9; b++)
-            if (m[b])
-                clReleaseMemObject(m[b]);
-        free(x), free(temps), free(seeds), free(pos);
-    }
-    if (o.json && rc == CLI_OK) {
-        json_end_array(&w);
-        json_end_object(&w);
-        json_finish(&w);
-    }
-    psr_context_free(ctx);
-    return rc;
+    static const bench_command command = {.name = "bench logprobs", .usage = usage, .extra = top_n_option,
+                                          .dims = 2, .max_shapes = 16, .shapes_expected = "a list of BxV",
+                                          .header = print_header, .shape = logprobs_shape};
+    bench_session s = {.o = {.shapes = default_shapes, .iters = 50}};
+    logprobs_bench lb = {.top_n = 20, .state = 99};
+    return bench_main(&command, &s, argc, argv, &lb);
 }

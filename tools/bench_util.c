@@ -147,14 +147,21 @@ double enqueue_host_us(psr_context *ctx, bool with_event)
     return us;
 }
 
+/* Releases the events that were returned. */
+static void release_events(cl_event *ev, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ev[i])
+            clReleaseEvent(ev[i]);
+}
+
 psr_status bench_launch_sample(psr_context *ctx, const void *args, cl_event *first, cl_event *last)
 {
     return psr_sample_enqueue(ctx, args, first, last);
 }
 
-/* Median device time of `iters` launches, each waited for, from the end
- * of a marker enqueued just before (psr_logprobs returns only its last
- * event) to the end of the last kernel; both calls are timed the same way. */
+/* From a marker rather than the first kernel's start: psr_logprobs
+ * returns only its last event, and every call is timed the same way. */
 psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *args, int iters, double *median)
 {
     double *times = calloc((size_t)iters + 3, sizeof *times);
@@ -163,18 +170,17 @@ psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *a
     psr_status st = PSR_OK;
     for (int i = 0; i < iters + 3 && st == PSR_OK; i++) {
         cl_event mark = NULL, first = NULL, last = NULL;
-        if (clEnqueueMarkerWithWaitList(cli_queue(ctx), 0, NULL, &mark) != CL_SUCCESS)
-            return cli_fail(PSR_ERR_OPENCL, "marker failed");
+        if (clEnqueueMarkerWithWaitList(cli_queue(ctx), 0, NULL, &mark) != CL_SUCCESS) {
+            st = cli_fail(PSR_ERR_OPENCL, "marker failed");
+            break;
+        }
         st = fn(ctx, args, &first, &last);
         if (st == PSR_OK) {
             clWaitForEvents(1, &last);
             times[i] = ends_apart_us(mark, last);
         }
-        if (first)
-            clReleaseEvent(first);
-        if (last)
-            clReleaseEvent(last);
-        clReleaseEvent(mark);
+        cl_event all[] = {mark, first, last};
+        release_events(all, 3);
     }
     if (st == PSR_OK) {
         qsort(times + 3, (size_t)iters, sizeof *times, cmp_double);
@@ -184,6 +190,33 @@ psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *a
     return st;
 }
 
+psr_status bench_time_spans(psr_context *ctx, bench_launch_fn fn, const void *args, int warmup, int iters,
+                            double *median, double *first_median)
+{
+    double *times = calloc(2 * (size_t)iters, sizeof *times);
+    if (!times)
+        return PSR_ERR_OUT_OF_HOST_MEMORY;
+    double *firsts = times + iters;
+    psr_status st = PSR_OK;
+    for (int i = -warmup; i < iters && st == PSR_OK; i++) {
+        cl_event ends[2] = {NULL, NULL};
+        st = fn(ctx, args, &ends[0], &ends[1]);
+        if (st == PSR_OK && clWaitForEvents(1, &ends[1]) == CL_SUCCESS && i >= 0) {
+            times[i] = event_span_us(ends[0], ends[1]);
+            firsts[i] = event_span_us(ends[0], ends[0]);
+        }
+        release_events(ends, 2);
+    }
+    if (st == PSR_OK) {
+        qsort(times, (size_t)iters, sizeof *times, cmp_double);
+        qsort(firsts, (size_t)iters, sizeof *firsts, cmp_double);
+        *median = times[iters / 2];
+        if (first_median)
+            *first_median = firsts[iters / 2];
+    }
+    free(times);
+    return st;
+}
 
 /* Device time per call with `iters` + 1 calls enqueued back to back: from
  * the end of the first call's last kernel to the end of the last call's,
@@ -233,9 +266,7 @@ static bool ahead_once(psr_context *ctx, bench_launch_fn fn, const void *args, c
         *copy_us = event_span_us(copy, copy);
     }
     cl_event all[] = {copy, mark, first, last};
-    for (int i = 0; i < 4; i++)
-        if (all[i])
-            clReleaseEvent(all[i]);
+    release_events(all, 4);
     if (!ok && *st == PSR_OK)
         *st = cli_fail(PSR_ERR_OPENCL, "timing a call behind a copy failed");
     return ok;
@@ -303,58 +334,154 @@ psr_status bench_time_ahead(psr_context *ctx, bench_launch_fn fn, const void *ar
     return st;
 }
 
-int bench_parse_options(int argc, char **argv, const char *command, void (*usage)(FILE *),
-                        bench_option_fn extra, void *user, bench_options *o)
+psr_status bench_time_idle_and_device(psr_context *ctx, bench_launch_fn fn, const void *args, int iters,
+                                      double *idle_us, double *device_us)
+{
+    psr_status st = bench_time_launch(ctx, fn, args, iters, idle_us);
+    return st == PSR_OK ? bench_time_ahead(ctx, fn, args, iters, device_us) : st;
+}
+
+void bench_measure_costs(psr_context *ctx, const psr_device_info *info, bench_costs *c)
+{
+    /* Large enough to reach the bandwidth, small enough for any device. */
+    size_t copy_bytes = info->type == PSR_DEVICE_GPU ? (size_t)1 << 30 : (size_t)256 << 20;
+    if (copy_bytes > info->max_alloc_bytes)
+        copy_bytes = (size_t)info->max_alloc_bytes;
+    c->copy_bw = copy_bandwidth(ctx, copy_bytes);
+    c->empty_us = empty_kernel_us(ctx);
+    c->enqueue_us = enqueue_host_us(ctx, false);
+    c->enqueue_event_us = enqueue_host_us(ctx, true);
+}
+
+void bench_json_costs(json_writer *w, const bench_costs *c, const char *bandwidth_key)
+{
+    json_key_double(w, bandwidth_key, c->copy_bw / 1e9);
+    json_key_double(w, "empty_kernel_us", c->empty_us);
+    json_key_double(w, "enqueue_host_us", c->enqueue_us);
+    json_key_double(w, "enqueue_event_host_us", c->enqueue_event_us);
+}
+
+/* --shapes, --device or --iters with its value; false after a usage error. */
+static bool common_value(bench_options *o, const char *command, const char *arg, const char *val)
+{
+    if (arg[2] == 's') {
+        o->shapes = val;
+    } else if (arg[2] == 'd') {
+        o->device = val;
+    } else {
+        char *end;
+        long n = strtol(val, &end, 10);
+        if (end == val || *end || n < 1 || n > 10000) {
+            cli_usage_error(command, "--iters \"%s\" is not 1..10000", val);
+            return false;
+        }
+        o->iters = (int)n;
+    }
+    return true;
+}
+
+/* How many arguments from argv[i] one option takes (1 or 2); 0 after
+ * --help (the usage printed), -1 after a usage error. */
+static int parse_one(bench_options *o, const bench_command *cmd, const char *arg, const char *val, void *user)
+{
+    if (cli_is_help(arg)) {
+        cmd->usage(stdout);
+        return 0;
+    }
+    if (strcmp(arg, "--json") == 0) {
+        o->json = true;
+        return 1;
+    }
+    if (strcmp(arg, "--shapes") == 0 || strcmp(arg, "--device") == 0 || strcmp(arg, "--iters") == 0) {
+        if (!val) {
+            cli_usage_error(cmd->name, "%s needs a value", arg);
+            return -1;
+        }
+        return common_value(o, cmd->name, arg, val) ? 2 : -1;
+    }
+    int used = cmd->extra ? cmd->extra(arg, val, user) : 0;
+    if (used == 0) {
+        cli_usage_error(cmd->name, "unknown argument \"%s\"", arg);
+        return -1;
+    }
+    return used;
+}
+
+int bench_open(bench_session *s, const bench_command *cmd, int argc, char **argv, void *user)
 {
     for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int used = 0;
-        if (cli_is_help(arg)) {
-            usage(stdout);
-            return CLI_OK;
-        } else if (strcmp(arg, "--json") == 0) {
-            o->json = true;
-            used = 1;
-        } else if (strcmp(arg, "--shapes") == 0 || strcmp(arg, "--device") == 0 ||
-                   strcmp(arg, "--iters") == 0) {
-            if (!val)
-                return cli_usage_error(command, "%s needs a value", arg);
-            if (arg[2] == 's') {
-                o->shapes = val;
-            } else if (arg[2] == 'd') {
-                o->device = val;
-            } else {
-                char *end;
-                long n = strtol(val, &end, 10);
-                if (end == val || *end || n < 1 || n > 10000)
-                    return cli_usage_error(command, "--iters \"%s\" is not 1..10000", val);
-                o->iters = (int)n;
-            }
-            used = 2;
-        } else if (extra) {
-            used = extra(arg, val, user);
-            if (used < 0)
-                return CLI_USAGE;
-        }
-        if (used == 0)
-            return cli_usage_error(command, "unknown argument \"%s\"", arg);
+        int used = parse_one(&s->o, cmd, argv[i], i + 1 < argc ? argv[i + 1] : NULL, user);
+        if (used <= 0)
+            return used == 0 ? CLI_OK : CLI_USAGE;
         i += used - 1;
     }
+    if (s->o.shapes && !bench_parse_shapes(s->o.shapes, cmd->dims, cmd->max_shapes, s->o.shape, &s->o.nshapes))
+        return cli_usage_error(cmd->name, "--shapes \"%s\" is not %s", s->o.shapes, cmd->shapes_expected);
+    s->ctx = cli_open_context(s->o.device, true);
+    if (!s->ctx)
+        return CLI_FAILED;
+    psr_context_device_info(s->ctx, &s->info);
+    json_init(&s->w, stdout);
     return -1;
 }
 
-bool bench_parse_bxv(const char *s, size_t *rows, size_t *vocab, size_t cap, size_t *n)
+int bench_main(const bench_command *cmd, bench_session *s, int argc, char **argv, void *user)
 {
+    int opened = bench_open(s, cmd, argc, argv, user);
+    if (opened >= 0)
+        return opened;
+    cmd->header(s, user);
+    int rc = CLI_OK;
+    for (size_t i = 0; i < s->o.nshapes && rc == CLI_OK; i++) {
+        psr_status st = cmd->shape(s, s->o.shape[i], user);
+        if (st != PSR_OK)
+            rc = cli_report(st, s->ctx);
+    }
+    return bench_close(s, rc);
+}
+
+void bench_json_begin(bench_session *s)
+{
+    json_begin_object(&s->w);
+    json_key_string(&s->w, "device", s->info.name);
+    s->json_open = true;
+}
+
+void bench_json_results(bench_session *s)
+{
+    json_key(&s->w, "results");
+    json_begin_array(&s->w);
+}
+
+int bench_close(bench_session *s, int rc)
+{
+    if (s->json_open && rc == CLI_OK) {
+        json_end_array(&s->w);
+        json_end_object(&s->w);
+        json_finish(&s->w);
+    }
+    psr_context_free(s->ctx);
+    return rc;
+}
+
+bool bench_parse_shapes(const char *s, size_t dims, size_t cap, size_t (*shape)[3], size_t *n)
+{
+    static const unsigned long long lo2[] = {1, 1}, hi2[] = {1u << 20, 1u << 20};
+    static const unsigned long long lo3[] = {1, 0, 1}, hi3[] = {1u << 20, 64, 1u << 24};
+    const unsigned long long *lo = dims == 3 ? lo3 : lo2, *hi = dims == 3 ? hi3 : hi2;
     *n = 0;
     while (*s) {
-        unsigned long long b, v;
-        int used = 0;
-        if (*n == cap || sscanf(s, "%llux%llu%n", &b, &v, &used) != 2 || !b || !v || b > (1u << 20) ||
-            v > (1u << 20))
+        if (*n == cap)
             return false;
-        rows[*n] = (size_t)b, vocab[*n] = (size_t)v;
+        for (size_t d = 0; d < dims; d++) {
+            char *end;
+            unsigned long long v = strtoull(s, &end, 10);
+            if (end == s || v < lo[d] || v > hi[d] || (d + 1 < dims && *end != 'x'))
+                return false;
+            shape[*n][d] = (size_t)v;
+            s = d + 1 < dims ? end + 1 : end;
+        }
         (*n)++;
-        s += used;
         if (*s == ',')
             s++;
         else if (*s)
@@ -363,22 +490,77 @@ bool bench_parse_bxv(const char *s, size_t *rows, size_t *vocab, size_t cap, siz
     return *n > 0;
 }
 
-void bench_normal_fill(float *x, size_t n, double sigma, uint64_t *state)
+double bench_normal(uint64_t *state)
 {
-    for (size_t i = 0; i < n; i++) {
-        *state = *state * 6364136223846793005ull + 1442695040888963407ull;
-        double u1 = ((double)(*state >> 11) + 1.0) * 0x1p-53;
-        *state = *state * 6364136223846793005ull + 1442695040888963407ull;
-        double u2 = (double)(*state >> 11) * 0x1p-53;
-        x[i] = (float)(sigma * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-    }
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    double u1 = ((double)(*state >> 11) + 1.0) * 0x1p-53;
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    double u2 = (double)(*state >> 11) * 0x1p-53;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-void bench_json_begin(json_writer *w, const psr_device_info *info)
+void bench_normal_fill(float *x, size_t n, double sigma, uint64_t *state)
 {
-    json_begin_object(w);
-    json_key(w, "device");
-    json_string(w, info->name);
-    json_key(w, "results");
-    json_begin_array(w);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(sigma * bench_normal(state));
+}
+
+psr_status bench_make_rows(psr_context *ctx, size_t rows, size_t vocab, int64_t pos, uint64_t *state,
+                           cl_mem *m)
+{
+    float *x = malloc(rows * vocab * 4), *temps = malloc(rows * 4);
+    int64_t *seeds = malloc(rows * 8), *positions = malloc(rows * 8);
+    psr_status st = x && temps && seeds && positions ? PSR_OK : PSR_ERR_OUT_OF_HOST_MEMORY;
+    if (st == PSR_OK) {
+        bench_normal_fill(x, rows * vocab, 3.0, state);
+        for (size_t r = 0; r < rows; r++)
+            temps[r] = 0.8f, seeds[r] = (int64_t)r, positions[r] = pos;
+        const cli_buffer spec[BENCH_ROW_BUFFERS] = {
+            [BENCH_LOGITS] = {rows * vocab * 4, x}, [BENCH_TEMPS] = {rows * 4, temps},
+            [BENCH_SEEDS] = {rows * 8, seeds},      [BENCH_POSITIONS] = {rows * 8, positions},
+            [BENCH_TOKENS] = {rows * 4, NULL},
+        };
+        if (cli_make_buffers(ctx, spec, BENCH_ROW_BUFFERS, m) != CL_SUCCESS)
+            st = cli_fail(PSR_ERR_OPENCL, "allocating %zu x %zu buffers failed", rows, vocab);
+    }
+    free(x), free(temps), free(seeds), free(positions);
+    return st;
+}
+
+void bench_sample_args(psr_sample_args *a, size_t rows, size_t vocab, const cl_mem *m)
+{
+    psr_sample_args_init(a);
+    a->rows = rows;
+    a->vocab = vocab;
+    a->logits = m[BENCH_LOGITS];
+    a->requests = rows;
+    a->temperatures = m[BENCH_TEMPS];
+    a->seeds = m[BENCH_SEEDS];
+    a->positions = m[BENCH_POSITIONS];
+    a->tokens = m[BENCH_TOKENS];
+}
+
+void bench_json_reference(json_writer *w, const char *key, const char *ratio_key, double ref, double us)
+{
+    json_key(w, key);
+    if (ref > 0)
+        json_double(w, ref);
+    else
+        json_null(w);
+    json_key(w, ratio_key);
+    if (ref > 0)
+        json_double(w, us / ref);
+    else
+        json_null(w);
+}
+
+void bench_format_reference(double ref, double us, char *ref_text, char *ratio_text)
+{
+    if (ref > 0) {
+        snprintf(ref_text, 16, "%.1f", ref);
+        snprintf(ratio_text, 16, "%.2f", us / ref);
+    } else {
+        snprintf(ref_text, 16, "-");
+        snprintf(ratio_text, 16, "-");
+    }
 }

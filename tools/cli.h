@@ -5,6 +5,7 @@
 #include <psr/psr.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* Exit codes: 0 success, 1 a failure psr reported, 2 bad usage. */
 enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2 };
@@ -19,11 +20,40 @@ psr_status cli_fail(psr_status st, const char *fmt, ...) __attribute__((format(p
 /* The OpenCL context and queue of a psr context. */
 cl_context cli_cl_context(const psr_context *ctx);
 cl_command_queue cli_queue(const psr_context *ctx);
+/* One device buffer to make: `bytes` long (0: none, its slot stays NULL),
+ * filled from `host` when that is not NULL (kernels only read those). */
+typedef struct cli_buffer {
+    size_t bytes;
+    const void *host;
+} cli_buffer;
+/* Makes n buffers into out[], stopping at the first failure, and returns
+ * its error (CL_SUCCESS when all were made). Release them all with
+ * cli_release_buffers either way. */
+cl_int cli_make_buffers(const psr_context *ctx, const cli_buffer *spec, size_t n, cl_mem *out);
+/* Releases the buffers that were made and sets every slot to NULL. */
+void cli_release_buffers(cl_mem *m, size_t n);
 /* Case-insensitive substring test. */
 bool cli_contains_nocase(const char *haystack, const char *needle);
 /* Prints "psr COMMAND: message" and a hint to stderr; returns CLI_USAGE. */
 int cli_usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 bool cli_is_help(const char *arg);
+
+/* A command's options, for cli_parse. */
+typedef struct cli_options {
+    const char *command;        /* "verify", in messages */
+    void (*usage)(FILE *out);   /* for --help */
+    /* Sets the option `arg` that takes no value; false when it is none.
+     * NULL: --json is the only one. */
+    bool (*flag)(void *opts, const char *arg);
+    /* Sets the option `arg` from `val`: CLI_OK, or CLI_USAGE after saying
+     * why (an unknown option included). */
+    int (*value)(void *opts, const char *arg, const char *val);
+} cli_options;
+/* Parses argv[first ..] into opts: --help prints the usage, --json sets
+ * *json, then p->flag's (may be NULL), then options with a value (one with
+ * none after it "needs a value"). Returns -1 when the command should
+ * run, else the exit code. */
+int cli_parse(const cli_options *p, int argc, char **argv, int first, void *opts, bool *json);
 /* "1.5 MiB" style sizes. */
 void cli_format_bytes(unsigned long long bytes, char *buf, size_t len);
 const char *cli_device_type_name(psr_device_type type);

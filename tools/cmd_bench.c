@@ -1,5 +1,6 @@
 /* psr bench sample: kernel time from OpenCL profiling events, against the
- * memory floor measured in the same run and, on NVIDIA, vLLM's figures. */
+ * memory floor measured in the same run and, on NVIDIA, vLLM's figures;
+ * psr bench gemm: the LM head's GEMM alone. */
 #include "bench.h"
 #include "cli.h"
 #include "check.h"
@@ -11,37 +12,44 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-/* vLLM's Triton Gumbel kernel on an H200 (DESIGN.md section 9), in us. */
+/* Which of vLLM's figures a variant is compared with. */
+enum { VLLM_FP32, VLLM_FP64, VLLM_GREEDY, VLLM_NONE };
+
+/* vLLM's Triton kernels on an H200, replayed from a CUDA graph on the
+ * same machine (2026-12-02), in us: Gumbel-max with fp32 noise, with fp64
+ * noise, and greedy argmax, by VLLM_*. */
 static const struct {
     size_t rows, vocab;
-    double fp32_us, fp64_us;
+    double us[3];
 } vllm_h200[] = {
-    {1, 128256, 14.9, 0},   {64, 128256, 65.8, 0},  {256, 151936, 250, 390},
-    {1024, 151936, 947, 0}, {4096, 32000, 816, 0},
+    {1, 128256, {7.1, 9.2, 6.0}},          {64, 128256, {57.2, 88.3, 15.8}},
+    {256, 151936, {241.7, 383.5, 56.3}},   {1024, 151936, {940, 1498.5, 200.8}},
+    {4096, 32000, {809, 1289, 174.0}},
 };
 
 static const char *default_shapes = "1x128256,64x128256,256x151936,1024x151936,4096x32000";
-/* On a CPU the GPU shapes take minutes; 8 x 128,256 is the CPU shape. */
+/* On a CPU the GPU shapes take minutes: one row and two small batches. */
 static const char *default_cpu_shapes = "1x128256,8x128256,64x128256";
 
 typedef struct variant_def {
     const char *name;
     unsigned flags;
     bool greedy;
+    int vllm; /* VLLM_*: the fp32-noise variants share vLLM's fp32 figure */
 } variant_def;
 
 static const variant_def variants[] = {
-    {"fp32", 0, false},
-    {"fp32-fast", PSR_SAMPLE_FAST_MATH, false},
-    {"fp64", PSR_SAMPLE_FP64_NOISE, false},
-    {"wide", PSR_SAMPLE_WIDE_NOISE, false},
-    {"race", PSR_SAMPLE_RACE, false},
-    {"race-wide", PSR_SAMPLE_RACE | PSR_SAMPLE_WIDE_NOISE, false},
-    {"race-fp64", PSR_SAMPLE_RACE | PSR_SAMPLE_FP64_NOISE, false},
-    {"greedy", 0, true},
+    {"fp32", 0, false, VLLM_FP32},
+    {"fp32-fast", PSR_SAMPLE_FAST_MATH, false, VLLM_FP32},
+    {"fp64", PSR_SAMPLE_FP64_NOISE, false, VLLM_FP64},
+    {"wide", PSR_SAMPLE_WIDE_NOISE, false, VLLM_FP32},
+    {"race", PSR_SAMPLE_RACE, false, VLLM_FP32},
+    {"race-wide", PSR_SAMPLE_RACE | PSR_SAMPLE_WIDE_NOISE, false, VLLM_FP32},
+    {"race-fp64", PSR_SAMPLE_RACE | PSR_SAMPLE_FP64_NOISE, false, VLLM_NONE},
+    {"greedy", 0, true, VLLM_GREEDY},
 };
+#define NVARIANTS (sizeof variants / sizeof variants[0])
 
 static void bench_usage(FILE *out)
 {
@@ -54,7 +62,11 @@ static void bench_usage(FILE *out)
             "end, each run waited for alone (us) and all runs enqueued back to back\n"
             "(piped_us). Each line gives the memory floor (logits read once at the\n"
             "copy bandwidth measured on the same device in the same run) and the ratio\n"
-            "of us to it, and on NVIDIA the ratio of us to vLLM's Triton kernel on an H200.\n"
+            "of us to it; on NVIDIA also vLLM's Triton kernels on an H200 at the same\n"
+            "shape, replayed from a CUDA graph (vllm_us), and us over them (xvllm):\n"
+            "fp32, fp64 and greedy lines against vLLM's fp32, fp64-noise and greedy\n"
+            "figures, fp32-fast, wide, race and race-wide against its fp32, race-fp64\n"
+            "against none.\n"
             "On a CPU device it also times psr's host oracle, a plain single-threaded C\n"
             "loop of the same math, on up to 4 rows scaled to all of them (cloop_us;\n"
             "fp32, fp32-fast and greedy lines), and gives us over it (xcloop).\n"
@@ -105,21 +117,34 @@ typedef struct result {
     double us, piped_us, floor_us, vllm_us, cloop_us;
 } result;
 
+/* psr bench sample's own options. */
+typedef struct sample_options {
+    const char *variants;
+    bool peaked;
+} sample_options;
+
+/* One run of psr bench sample. */
+typedef struct sample_bench {
+    bench_session s;
+    sample_options so;
+    bench_costs costs;
+    bool nvidia, cpu;
+    result *results;
+    size_t nresults;
+} sample_bench;
+
 /* Time of psr's host oracle (a plain single-threaded C loop of the same
  * math) over all `rows`, from the first few rows; 0 if not measured. */
 static double c_loop_us(const float *logits, size_t rows, size_t vocab, float temperature)
 {
     size_t n = rows < 4 ? rows : 4;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = bench_now_us();
     volatile int32_t sink = 0;
     for (size_t r = 0; r < n; r++)
         sink += psr_oracle_sample_row(logits + r * vocab, vocab, temperature, 1 + (int64_t)r, 7, false,
                                       PSR_NOISE_FP32, NULL);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     (void)sink;
-    double us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
-    return us / (double)n * (double)rows;
+    return (bench_now_us() - t0) / (double)n * (double)rows;
 }
 
 /* Median span of `iters` launches enqueued back to back, as an engine that
@@ -149,213 +174,182 @@ static double piped_median(psr_context *ctx, const psr_sample_args *a, int iters
     return median;
 }
 
-/* A reference time and us over it, or two nulls where none was measured (ref <= 0). */
-static void json_reference(json_writer *w, const char *key, const char *ratio_key, double ref, double us)
+/* vLLM's time for a variant at a shape on the H200; 0 where there is none. */
+static double vllm_us(const variant_def *vd, size_t rows, size_t vocab)
 {
-    json_key(w, key);
-    if (ref > 0)
-        json_double(w, ref);
-    else
-        json_null(w);
-    json_key(w, ratio_key);
-    if (ref > 0)
-        json_double(w, us / ref);
-    else
-        json_null(w);
+    for (size_t k = 0; vd->vllm != VLLM_NONE && k < sizeof vllm_h200 / sizeof vllm_h200[0]; k++)
+        if (vllm_h200[k].rows == rows && vllm_h200[k].vocab == vocab)
+            return vllm_h200[k].us[vd->vllm];
+    return 0;
 }
 
-static int run_bench(psr_context *ctx, const size_t *rows, const size_t *vocab, size_t nshapes,
-                     const char *variant_list, bool peaked, int iters, bool as_json)
+/* N(0, 3) logits, or N(0, 1) with one logit per row 25 above the rest. */
+static void fill_logits(float *host, size_t rows, size_t vocab, bool peaked)
 {
-    psr_device_info info;
-    psr_context_device_info(ctx, &info);
-    bool nvidia = cli_contains_nocase(info.platform_vendor, "nvidia");
-    bool cpu = info.type == PSR_DEVICE_CPU;
-    size_t max_bytes = 0;
-    for (size_t s = 0; s < nshapes; s++)
-        if (rows[s] * vocab[s] * 4 > max_bytes)
-            max_bytes = rows[s] * vocab[s] * 4;
-    size_t copy_bytes = info.type == PSR_DEVICE_GPU ? (size_t)1 << 30 : (size_t)256 << 20;
-    if (copy_bytes > info.max_alloc_bytes)
-        copy_bytes = (size_t)info.max_alloc_bytes;
-    double bw = copy_bandwidth(ctx, copy_bytes);
-    if (bw <= 0) {
-        fprintf(stderr, "psr bench: cannot measure copy bandwidth\n");
-        return CLI_FAILED;
-    }
+    for (size_t i = 0; i < rows * vocab; i++)
+        host[i] = peaked ? gaussian() : 3.0f * gaussian();
+    if (peaked)
+        for (size_t b = 0; b < rows; b++)
+            host[b * vocab + (size_t)(uniform01() * (double)vocab)] += 25.0f;
+}
 
-    double empty_us = empty_kernel_us(ctx);
-    double enq = enqueue_host_us(ctx, false), enq_ev = enqueue_host_us(ctx, true);
-    float *host = malloc(max_bytes);
-    if (!host)
-        return cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
-    result *results = calloc(nshapes * (sizeof variants / sizeof variants[0]), sizeof *results);
-    size_t nresults = 0;
+/* The buffers of one shape, by index. */
+enum { LOGITS, SEEDS, POSITIONS, TEMPS, ZEROS, TOKENS, SHAPE_BUFFERS };
+
+/* Uploads one shape: the logits, random seeds and positions, T 0.8 and T 0
+ * (greedy) on every row, and room for the tokens. */
+static cl_int make_shape(psr_context *ctx, const float *host, size_t rows, size_t vocab, cl_mem *m)
+{
+    cl_long *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
+    cl_float *temps = malloc(rows * 4), *zeros = calloc(rows, 4);
+    cl_int err = seeds && pos && temps && zeros ? CL_SUCCESS : CL_OUT_OF_HOST_MEMORY;
+    for (size_t b = 0; b < rows && err == CL_SUCCESS; b++) {
+        seeds[b] = (cl_long)(uniform01() * 1e15);
+        pos[b] = (cl_long)(uniform01() * 1e6);
+        temps[b] = 0.8f;
+    }
+    const cli_buffer spec[SHAPE_BUFFERS] = {
+        [LOGITS] = {rows * vocab * 4, host}, [SEEDS] = {rows * 8, seeds}, [POSITIONS] = {rows * 8, pos},
+        [TEMPS] = {rows * 4, temps},         [ZEROS] = {rows * 4, zeros}, [TOKENS] = {rows * 4, NULL},
+    };
+    if (err == CL_SUCCESS)
+        err = cli_make_buffers(ctx, spec, SHAPE_BUFFERS, m);
+    free(seeds), free(pos), free(temps), free(zeros);
+    return err;
+}
+
+static void print_row(const sample_bench *sb, const result *r)
+{
+    char shape[32], vllm[16], xv[16], cl[40] = "";
+    snprintf(shape, sizeof shape, "%zux%zu", r->rows, r->vocab);
+    bench_format_reference(r->vllm_us, r->us, vllm, xv);
+    if (sb->cpu && r->cloop_us > 0)
+        snprintf(cl, sizeof cl, " %10.1f %8.3f", r->cloop_us, r->us / r->cloop_us);
+    else if (sb->cpu)
+        snprintf(cl, sizeof cl, " %10s %8s", "-", "-");
+    printf("%-14s %-10s %10.1f %10.1f %10.1f %8.2f %10s %8s%s\n", shape, r->variant, r->us, r->piped_us,
+           r->floor_us, r->us / r->floor_us, vllm, xv, cl);
+    fflush(stdout);
+}
+
+/* Times one variant on one uploaded shape into the next result. */
+static int run_variant(sample_bench *sb, const variant_def *vd, const float *host, size_t rows, size_t vocab,
+                       const cl_mem *m)
+{
+    psr_context *ctx = sb->s.ctx;
+    psr_sample_args a;
+    psr_sample_args_init(&a);
+    a.rows = a.requests = rows;
+    a.vocab = vocab;
+    a.logits = m[LOGITS];
+    a.seeds = m[SEEDS];
+    a.temperatures = vd->greedy ? m[ZEROS] : m[TEMPS];
+    a.positions = m[POSITIONS];
+    a.tokens = m[TOKENS];
+    a.flags = vd->flags;
+    result *r = &sb->results[sb->nresults];
+    psr_status st = bench_time_spans(ctx, bench_launch_sample, &a, 5, sb->s.o.iters, &r->us, NULL);
+    if (st != PSR_OK)
+        return cli_report(st, ctx);
+    sb->nresults++;
+    r->rows = rows, r->vocab = vocab, r->variant = vd->name;
+    r->piped_us = piped_median(ctx, &a, sb->s.o.iters);
+    r->floor_us = (double)(rows * vocab * 4) / sb->costs.copy_bw * 1e6;
+    r->vllm_us = sb->nvidia ? vllm_us(vd, rows, vocab) : 0;
+    if (sb->cpu && (vd->flags & ~PSR_SAMPLE_FAST_MATH) == 0)
+        r->cloop_us = c_loop_us(host, rows, vocab, vd->greedy ? 0.0f : 0.8f);
+    if (!sb->s.o.json)
+        print_row(sb, r);
+    return CLI_OK;
+}
+
+static bool variant_wanted(const sample_bench *sb, const variant_def *vd)
+{
+    if (sb->so.variants && !in_list(sb->so.variants, vd->name))
+        return false;
+    return !(vd->flags & PSR_SAMPLE_FP64_NOISE) || (sb->s.info.capabilities & PSR_CAP_FP64);
+}
+
+/* Every wanted variant on one shape; `host` has room for its logits. */
+static int run_shape(sample_bench *sb, float *host, size_t rows, size_t vocab)
+{
+    fill_logits(host, rows, vocab, sb->so.peaked);
+    cl_mem m[SHAPE_BUFFERS];
+    cl_int err = make_shape(sb->s.ctx, host, rows, vocab, m);
     int rc = CLI_OK;
-    if (!as_json) {
-        printf("device: %s (%s), copy bandwidth %.0f GB/s, empty kernel %.1f us, host enqueue %.1f us "
-               "(%.1f with an event), logits %s\n",
-               info.name, info.platform_name, bw / 1e9, empty_us, enq, enq_ev, peaked ? "peaked" : "N(0,3)");
-        printf("%-14s %-10s %10s %10s %10s %8s %10s %8s%s\n", "shape", "variant", "us", "piped_us",
-               "floor_us", "xfloor", "vllm_us", "xvllm", cpu ? "  cloop_us   xcloop" : "");
+    if (err != CL_SUCCESS) {
+        fprintf(stderr, "psr bench: cannot allocate %zu x %zu logits: %s\n", rows, vocab, psr_cl_error_string(err));
+        rc = CLI_FAILED;
     }
-    for (size_t s = 0; s < nshapes && rc == CLI_OK; s++) {
-        size_t B = rows[s], V = vocab[s];
-        for (size_t i = 0; i < B * V; i++)
-            host[i] = peaked ? gaussian() : 3.0f * gaussian();
-        if (peaked)
-            for (size_t b = 0; b < B; b++)
-                host[b * V + (size_t)(uniform01() * (double)V)] += 25.0f;
-        cl_int err;
-        cl_mem logits = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                                       B * V * 4, host, &err);
-        cl_long *seeds = malloc(B * 8), *pos = malloc(B * 8);
-        cl_float *temps = malloc(B * 4), *zeros = calloc(B, 4);
-        for (size_t b = 0; b < B; b++) {
-            seeds[b] = (cl_long)(uniform01() * 1e15);
-            pos[b] = (cl_long)(uniform01() * 1e6);
-            temps[b] = 0.8f;
-        }
-        cl_mem dseeds = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, B * 8, seeds, &err);
-        cl_mem dpos = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, B * 8, pos, &err);
-        cl_mem dtemps = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, B * 4, temps, &err);
-        cl_mem dzeros = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, B * 4, zeros, &err);
-        cl_mem dtokens = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, B * 4, NULL, &err);
-        free(seeds), free(pos), free(temps), free(zeros);
-        if (err != CL_SUCCESS) {
-            fprintf(stderr, "psr bench: cannot allocate %zu x %zu logits: %s\n", B, V,
-                    psr_cl_error_string(err));
-            rc = CLI_FAILED;
-        }
-        double floor_us = (double)(B * V * 4) / bw * 1e6;
-        for (size_t vi = 0; vi < sizeof variants / sizeof variants[0] && rc == CLI_OK; vi++) {
-            const variant_def *vd = &variants[vi];
-            if (variant_list && !in_list(variant_list, vd->name))
-                continue;
-            if ((vd->flags & PSR_SAMPLE_FP64_NOISE) && !(info.capabilities & PSR_CAP_FP64))
-                continue;
-            psr_sample_args a;
-            psr_sample_args_init(&a);
-            a.rows = B;
-            a.vocab = V;
-            a.logits = logits;
-            a.requests = B;
-            a.seeds = dseeds;
-            a.temperatures = vd->greedy ? dzeros : dtemps;
-            a.positions = dpos;
-            a.tokens = dtokens;
-            a.flags = vd->flags;
-            double *times = malloc((size_t)iters * sizeof *times);
-            for (int it = -5; it < iters && rc == CLI_OK; it++) {
-                cl_event first, last;
-                psr_status st = psr_sample_enqueue(ctx, &a, &first, &last);
-                if (st != PSR_OK) {
-                    rc = cli_report(st, ctx);
-                    break;
-                }
-                clWaitForEvents(1, &last);
-                if (it >= 0)
-                    times[it] = event_span_us(first, last);
-                clReleaseEvent(first);
-                clReleaseEvent(last);
-            }
-            if (rc == CLI_OK) {
-                qsort(times, (size_t)iters, sizeof *times, cmp_double);
-                result *r = &results[nresults++];
-                r->rows = B;
-                r->vocab = V;
-                r->variant = vd->name;
-                r->us = times[iters / 2];
-                r->piped_us = piped_median(ctx, &a, iters);
-                r->floor_us = floor_us;
-                for (size_t k = 0; nvidia && k < sizeof vllm_h200 / sizeof vllm_h200[0]; k++)
-                    if (vllm_h200[k].rows == B && vllm_h200[k].vocab == V)
-                        r->vllm_us = (vd->flags & PSR_SAMPLE_FP64_NOISE) ? vllm_h200[k].fp64_us
-                                     : vd->greedy                       ? 0
-                                                                         : vllm_h200[k].fp32_us;
-                if (cpu && (vd->flags & ~PSR_SAMPLE_FAST_MATH) == 0)
-                    r->cloop_us = c_loop_us(host, B, V, vd->greedy ? 0.0f : 0.8f);
-                if (!as_json) {
-                    char shape[32], vllm[16] = "-", xv[16] = "-", cl[40] = "";
-                    snprintf(shape, sizeof shape, "%zux%zu", B, V);
-                    if (r->vllm_us > 0) {
-                        snprintf(vllm, sizeof vllm, "%.1f", r->vllm_us);
-                        snprintf(xv, sizeof xv, "%.2f", r->us / r->vllm_us);
-                    }
-                    if (cpu && r->cloop_us > 0)
-                        snprintf(cl, sizeof cl, " %10.1f %8.3f", r->cloop_us, r->us / r->cloop_us);
-                    else if (cpu)
-                        snprintf(cl, sizeof cl, " %10s %8s", "-", "-");
-                    printf("%-14s %-10s %10.1f %10.1f %10.1f %8.2f %10s %8s%s\n", shape, vd->name, r->us,
-                           r->piped_us, floor_us, r->us / floor_us, vllm, xv, cl);
-                    fflush(stdout);
-                }
-            }
-            free(times);
-        }
-        cl_mem all[] = {logits, dseeds, dpos, dtemps, dzeros, dtokens};
-        for (int i = 0; i < 6; i++)
-            if (all[i])
-                clReleaseMemObject(all[i]);
-    }
-    if (as_json && rc == CLI_OK) {
-        json_writer w;
-        json_init(&w, stdout);
-        json_begin_object(&w);
-        json_key(&w, "device");
-        json_string(&w, info.name);
-        json_key(&w, "platform");
-        json_string(&w, info.platform_name);
-        json_key(&w, "driver_version");
-        json_string(&w, info.driver_version);
-        json_key(&w, "copy_bandwidth_gbs");
-        json_double(&w, bw / 1e9);
-        json_key(&w, "empty_kernel_us");
-        json_double(&w, empty_us);
-        json_key(&w, "enqueue_host_us");
-        json_double(&w, enq);
-        json_key(&w, "enqueue_event_host_us");
-        json_double(&w, enq_ev);
-        json_key(&w, "logits");
-        json_string(&w, peaked ? "peaked" : "normal");
-        json_key(&w, "iterations");
-        json_int(&w, iters);
-        json_key(&w, "results");
-        json_begin_array(&w);
-        for (size_t i = 0; i < nresults; i++) {
-            json_begin_object(&w);
-            json_key(&w, "rows");
-            json_uint(&w, results[i].rows);
-            json_key(&w, "vocab");
-            json_uint(&w, results[i].vocab);
-            json_key(&w, "variant");
-            json_string(&w, results[i].variant);
-            json_key(&w, "us");
-            json_double(&w, results[i].us);
-            json_key(&w, "piped_us");
-            json_double(&w, results[i].piped_us);
-            json_key(&w, "floor_us");
-            json_double(&w, results[i].floor_us);
-            json_key(&w, "x_floor");
-            json_double(&w, results[i].us / results[i].floor_us);
-            json_reference(&w, "vllm_us", "x_vllm", results[i].vllm_us, results[i].us);
-            json_reference(&w, "c_loop_us", "x_c_loop", results[i].cloop_us, results[i].us);
-            json_end_object(&w);
-        }
-        json_end_array(&w);
-        json_end_object(&w);
-        json_finish(&w);
-    }
-    free(results);
-    free(host);
+    for (size_t vi = 0; vi < NVARIANTS && rc == CLI_OK; vi++)
+        if (variant_wanted(sb, &variants[vi]))
+            rc = run_variant(sb, &variants[vi], host, rows, vocab, m);
+    cli_release_buffers(m, SHAPE_BUFFERS);
     return rc;
 }
 
-/* psr bench sample's own options. */
-typedef struct sample_options {
-    const char *variants;
-    bool peaked;
-} sample_options;
+static void print_header(const sample_bench *sb)
+{
+    const bench_costs *c = &sb->costs;
+    printf("device: %s (%s), copy bandwidth %.0f GB/s, empty kernel %.1f us, host enqueue %.1f us "
+           "(%.1f with an event), logits %s\n",
+           sb->s.info.name, sb->s.info.platform_name, c->copy_bw / 1e9, c->empty_us, c->enqueue_us,
+           c->enqueue_event_us, sb->so.peaked ? "peaked" : "N(0,3)");
+    printf("%-14s %-10s %10s %10s %10s %8s %10s %8s%s\n", "shape", "variant", "us", "piped_us", "floor_us",
+           "xfloor", "vllm_us", "xvllm", sb->cpu ? "  cloop_us   xcloop" : "");
+}
+
+/* The whole run as one JSON document, once every line is timed. */
+static void print_json(sample_bench *sb)
+{
+    json_writer *w = &sb->s.w;
+    bench_json_begin(&sb->s);
+    json_key_string(w, "platform", sb->s.info.platform_name);
+    json_key_string(w, "driver_version", sb->s.info.driver_version);
+    bench_json_costs(w, &sb->costs, "copy_bandwidth_gbs");
+    json_key_string(w, "logits", sb->so.peaked ? "peaked" : "normal");
+    json_key_int(w, "iterations", sb->s.o.iters);
+    bench_json_results(&sb->s);
+    for (size_t i = 0; i < sb->nresults; i++) {
+        const result *r = &sb->results[i];
+        const json_number shape[] = {{"rows", (double)r->rows}, {"vocab", (double)r->vocab}};
+        const json_number times[] = {
+            {"us", r->us}, {"piped_us", r->piped_us}, {"floor_us", r->floor_us}, {"x_floor", r->us / r->floor_us}};
+        json_begin_object(w);
+        json_key_numbers(w, shape, JSON_COUNT(shape));
+        json_key_string(w, "variant", r->variant);
+        json_key_numbers(w, times, JSON_COUNT(times));
+        bench_json_reference(w, "vllm_us", "x_vllm", r->vllm_us, r->us);
+        bench_json_reference(w, "c_loop_us", "x_c_loop", r->cloop_us, r->us);
+        json_end_object(w);
+    }
+}
+
+static int run_sample_bench(sample_bench *sb)
+{
+    bench_measure_costs(sb->s.ctx, &sb->s.info, &sb->costs);
+    if (sb->costs.copy_bw <= 0) {
+        fprintf(stderr, "psr bench: cannot measure copy bandwidth\n");
+        return CLI_FAILED;
+    }
+    const bench_options *o = &sb->s.o;
+    size_t max_bytes = 0;
+    for (size_t s = 0; s < o->nshapes; s++)
+        if (o->shape[s][0] * o->shape[s][1] * 4 > max_bytes)
+            max_bytes = o->shape[s][0] * o->shape[s][1] * 4;
+    float *host = malloc(max_bytes);
+    sb->results = calloc(o->nshapes * NVARIANTS, sizeof *sb->results);
+    int rc = host && sb->results ? CLI_OK : cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
+    if (rc == CLI_OK && !o->json)
+        print_header(sb);
+    for (size_t s = 0; s < o->nshapes && rc == CLI_OK; s++)
+        rc = run_shape(sb, host, o->shape[s][0], o->shape[s][1]);
+    if (rc == CLI_OK && o->json)
+        print_json(sb);
+    free(sb->results);
+    free(host);
+    return rc;
+}
 
 /* --variants LIST and --logits normal|peaked (a bench_option_fn). */
 static int sample_option(const char *arg, const char *val, void *user)
@@ -377,6 +371,23 @@ static int sample_option(const char *arg, const char *val, void *user)
         return -1;
     }
     return 2;
+}
+
+static int bench_sample(int argc, char **argv)
+{
+    static const bench_command command = {.name = "bench sample", .usage = bench_usage, .extra = sample_option,
+                                          .dims = 2, .max_shapes = 32,
+                                          .shapes_expected = "a list like 1x128256,64x32000"};
+    sample_bench sb = {.s.o.iters = 50};
+    int opened = bench_open(&sb.s, &command, argc, argv, &sb.so);
+    if (opened >= 0)
+        return opened;
+    sb.nvidia = cli_contains_nocase(sb.s.info.platform_vendor, "nvidia");
+    sb.cpu = sb.s.info.type == PSR_DEVICE_CPU;
+    if (!sb.s.o.shapes)
+        bench_parse_shapes(sb.cpu ? default_cpu_shapes : default_shapes, 2, BENCH_MAX_SHAPES, sb.s.o.shape,
+                           &sb.s.o.nshapes);
+    return bench_close(&sb.s, run_sample_bench(&sb));
 }
 
 /* ---- psr bench gemm: the LM head's GEMM alone ---- */
@@ -401,12 +412,45 @@ static void gemm_usage(FILE *out)
             "  --iters   timed runs (default 10)\n");
 }
 
+typedef struct gemm_options {
+    size_t batch, hidden, vocab;
+    psr_dtype dtype;
+    const char *device;
+    bool json;
+    int iters;
+} gemm_options;
+
 static bool parse_size(const char *s, size_t *out)
 {
     char *end;
     unsigned long long v = strtoull(s, &end, 10);
     *out = (size_t)v;
     return end != s && *end == '\0' && v > 0 && s[0] != '-' && v <= INT32_MAX;
+}
+
+/* One option of psr bench gemm that takes a value: CLI_OK, or CLI_USAGE
+ * after printing why. */
+static int gemm_value(void *opts, const char *arg, const char *val)
+{
+    gemm_options *g = opts;
+    if (strcmp(arg, "--batch") == 0 || strcmp(arg, "--hidden") == 0 || strcmp(arg, "--vocab") == 0) {
+        size_t *dim = arg[2] == 'b' ? &g->batch : arg[2] == 'h' ? &g->hidden : &g->vocab;
+        if (!parse_size(val, dim))
+            return cli_usage_error("bench gemm", "%s \"%s\" is not a size in 1 .. 2^31 - 1", arg, val);
+    } else if (strcmp(arg, "--dtype") == 0) {
+        if (strcmp(val, "f32") != 0 && strcmp(val, "f16") != 0)
+            return cli_usage_error("bench gemm", "--dtype is f32 or f16, not \"%s\"", val);
+        g->dtype = strcmp(val, "f16") == 0 ? PSR_DTYPE_F16 : PSR_DTYPE_F32;
+    } else if (strcmp(arg, "--iters") == 0) {
+        g->iters = atoi(val);
+        if (g->iters < 1)
+            return cli_usage_error("bench gemm", "--iters must be at least 1");
+    } else if (strcmp(arg, "--device") == 0) {
+        g->device = val;
+    } else {
+        return cli_usage_error("bench gemm", "unknown argument \"%s\"", arg);
+    }
+    return CLI_OK;
 }
 
 /* One timed GEMM: from a marker (the queue reaching the call) to the end
@@ -428,29 +472,87 @@ static psr_status gemm_once(psr_context *ctx, const psr_lm_head_args *a, double 
     return st;
 }
 
-static int run_gemm_bench(psr_context *ctx, size_t B, size_t H, size_t V, psr_dtype dtype, int iters,
-                          bool as_json)
+/* The median of `iters` waited GEMMs after two warm-ups (the first builds
+ * CLBlast's kernels), and the host's time per GEMM with all enqueued
+ * back to back. */
+static psr_status time_gemm(psr_context *ctx, const psr_lm_head_args *a, int iters, double *us, double *piped_us)
 {
-    psr_device_info info;
-    psr_context_device_info(ctx, &info);
-    size_t es = psr_dtype_size(dtype);
+    double *times = calloc((size_t)iters, sizeof *times);
+    psr_status st = times ? PSR_OK : PSR_ERR_OUT_OF_HOST_MEMORY;
+    for (int it = -2; it < iters && st == PSR_OK; it++) {
+        double one = 0;
+        st = gemm_once(ctx, a, &one);
+        if (it >= 0)
+            times[it] = one;
+    }
+    double t0 = bench_now_us();
+    for (int it = 0; it < iters && st == PSR_OK; it++)
+        st = psr_logits_from_hidden(ctx, a, NULL);
+    if (st == PSR_OK) {
+        clFinish(cli_queue(ctx));
+        *piped_us = (bench_now_us() - t0) / iters;
+        qsort(times, (size_t)iters, sizeof *times, cmp_double);
+        *us = times[iters / 2];
+    }
+    free(times);
+    return st;
+}
+
+static void print_gemm(const gemm_options *g, const psr_device_info *info, double us, double piped_us,
+                       double bytes)
+{
+    size_t B = g->batch, H = g->hidden, V = g->vocab;
+    double tflops = 2.0 * (double)B * (double)H * (double)V / (us * 1e-6) / 1e12;
+    double gbs = bytes / (us * 1e-6) / 1e9;
+    const char *dname = g->dtype == PSR_DTYPE_F16 ? "f16" : "f32";
+    if (g->json) {
+        json_writer w;
+        json_init(&w, stdout);
+        const json_text names[] = {{"device", info->name}, {"platform", info->platform_name}};
+        const json_number shape[] = {{"batch", (double)B}, {"hidden", (double)H}, {"vocab", (double)V}};
+        const json_number times[] = {{"iterations", g->iters}, {"us", us},         {"piped_us", piped_us},
+                                     {"tflops", tflops},       {"gbs", gbs}};
+        json_begin_object(&w);
+        json_key_texts(&w, names, JSON_COUNT(names));
+        json_key_numbers(&w, shape, JSON_COUNT(shape));
+        json_key_string(&w, "dtype", dname);
+        json_key_numbers(&w, times, JSON_COUNT(times));
+        json_end_object(&w);
+        json_finish(&w);
+        return;
+    }
+    printf("device: %s (%s), CLBlast GEMM, %d runs\n", info->name, info->platform_name, g->iters);
+    printf("%-22s %-5s %12s %12s %9s %9s\n", "BxHxV", "dtype", "us", "piped_us", "TFLOP/s", "GB/s");
+    char shape[64];
+    snprintf(shape, sizeof shape, "%zux%zux%zu", B, H, V);
+    printf("%-22s %-5s %12.1f %12.1f %9.4f %9.1f\n", shape, dname, us, piped_us, tflops, gbs);
+}
+
+/* hidden, weights and logits, each filled with 2^-6 in the dtype: small
+ * enough that nothing overflows or goes subnormal. */
+static cl_int gemm_buffers(psr_context *ctx, const gemm_options *g, const size_t *bytes, cl_mem *bufs)
+{
+    static const cl_float f32 = 0x1p-6f;
+    static const cl_half f16 = 0x2400;
+    const void *fill = g->dtype == PSR_DTYPE_F16 ? (const void *)&f16 : (const void *)&f32;
+    const cli_buffer spec[3] = {{bytes[0], NULL}, {bytes[1], NULL}, {bytes[2], NULL}};
+    cl_int err = cli_make_buffers(ctx, spec, 3, bufs);
+    for (int i = 0; i < 3 && err == CL_SUCCESS; i++)
+        err = clEnqueueFillBuffer(cli_queue(ctx), bufs[i], fill, psr_dtype_size(g->dtype), 0, bytes[i], 0, NULL,
+                                  NULL);
+    return err;
+}
+
+static int gemm_on(psr_context *ctx, const gemm_options *g)
+{
+    size_t B = g->batch, H = g->hidden, V = g->vocab, es = psr_dtype_size(g->dtype);
     if (H > SIZE_MAX / es / (B > V ? B : V) || V > SIZE_MAX / es / B) {
         fprintf(stderr, "psr bench gemm: %zu x %zu x %zu overflows a size_t\n", B, H, V);
         return CLI_FAILED;
     }
     size_t bytes[3] = {B * H * es, V * H * es, B * V * es};
-    cl_mem bufs[3] = {NULL};
-    /* Small values so nothing overflows or goes subnormal: 2^-6 in either dtype. */
-    const cl_float f32 = 0x1p-6f;
-    const cl_half f16 = 0x2400;
-    cl_int err = CL_SUCCESS;
-    for (int i = 0; i < 3 && err == CL_SUCCESS; i++) {
-        bufs[i] = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, bytes[i], NULL, &err);
-        if (err == CL_SUCCESS)
-            err = clEnqueueFillBuffer(cli_queue(ctx), bufs[i], dtype == PSR_DTYPE_F16 ? (const void *)&f16
-                                                                                  : (const void *)&f32,
-                                      es, 0, bytes[i], 0, NULL, NULL);
-    }
+    cl_mem bufs[3];
+    cl_int err = gemm_buffers(ctx, g, bytes, bufs);
     int rc = CLI_OK;
     if (err != CL_SUCCESS) {
         fprintf(stderr, "psr bench gemm: cannot allocate the %zu x %zu x %zu buffers: %s\n", B, H, V,
@@ -459,127 +561,37 @@ static int run_gemm_bench(psr_context *ctx, size_t B, size_t H, size_t V, psr_dt
     }
     psr_lm_head_args a;
     psr_lm_head_args_init(&a);
-    a.batch = B, a.hidden_size = H, a.vocab = V, a.dtype = dtype;
+    a.batch = B, a.hidden_size = H, a.vocab = V, a.dtype = g->dtype;
     a.hidden = bufs[0], a.weights = bufs[1], a.logits = bufs[2];
+    double us = 0, piped_us = 0;
+    psr_status st = rc == CLI_OK ? time_gemm(ctx, &a, g->iters, &us, &piped_us) : PSR_OK;
+    if (st != PSR_OK) {
+        rc = cli_report(st, ctx);
+    } else if (rc == CLI_OK) {
+        psr_device_info info;
+        psr_context_device_info(ctx, &info);
+        print_gemm(g, &info, us, piped_us, (double)(bytes[0] + bytes[1] + bytes[2]));
+    }
+    cli_release_buffers(bufs, 3);
+    return rc;
+}
 
-    double *times = calloc((size_t)iters, sizeof *times);
-    double piped_us = 0;
-    if (!times && rc == CLI_OK)
-        rc = cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
-    for (int it = -2; it < iters && rc == CLI_OK; it++) {
-        double us = 0;
-        psr_status st = gemm_once(ctx, &a, &us);
-        if (st != PSR_OK)
-            rc = cli_report(st, ctx);
-        else if (it >= 0)
-            times[it] = us;
-    }
-    if (rc == CLI_OK) {
-        double t0 = bench_now_us();
-        for (int it = 0; it < iters && rc == CLI_OK; it++) {
-            psr_status st = psr_logits_from_hidden(ctx, &a, NULL);
-            if (st != PSR_OK)
-                rc = cli_report(st, ctx);
-        }
-        clFinish(cli_queue(ctx));
-        piped_us = (bench_now_us() - t0) / iters;
-    }
-    if (rc == CLI_OK) {
-        qsort(times, (size_t)iters, sizeof *times, cmp_double);
-        double us = times[iters / 2];
-        double tflops = 2.0 * (double)B * (double)H * (double)V / (us * 1e-6) / 1e12;
-        double gbs = (double)(bytes[0] + bytes[1] + bytes[2]) / (us * 1e-6) / 1e9;
-        const char *dname = dtype == PSR_DTYPE_F16 ? "f16" : "f32";
-        if (as_json) {
-            json_writer w;
-            json_init(&w, stdout);
-            json_begin_object(&w);
-            json_key(&w, "device");
-            json_string(&w, info.name);
-            json_key(&w, "platform");
-            json_string(&w, info.platform_name);
-            json_key(&w, "batch");
-            json_uint(&w, B);
-            json_key(&w, "hidden");
-            json_uint(&w, H);
-            json_key(&w, "vocab");
-            json_uint(&w, V);
-            json_key(&w, "dtype");
-            json_string(&w, dname);
-            json_key(&w, "iterations");
-            json_int(&w, iters);
-            json_key(&w, "us");
-            json_double(&w, us);
-            json_key(&w, "piped_us");
-            json_double(&w, piped_us);
-            json_key(&w, "tflops");
-            json_double(&w, tflops);
-            json_key(&w, "gbs");
-            json_double(&w, gbs);
-            json_end_object(&w);
-            json_finish(&w);
-        } else {
-            printf("device: %s (%s), CLBlast GEMM, %d runs\n", info.name, info.platform_name, iters);
-            printf("%-22s %-5s %12s %12s %9s %9s\n", "BxHxV", "dtype", "us", "piped_us", "TFLOP/s",
-                   "GB/s");
-            char shape[64];
-            snprintf(shape, sizeof shape, "%zux%zux%zu", B, H, V);
-            printf("%-22s %-5s %12.1f %12.1f %9.4f %9.1f\n", shape, dname, us, piped_us, tflops, gbs);
-        }
-    }
-    free(times);
-    for (int i = 0; i < 3; i++)
-        if (bufs[i])
-            clReleaseMemObject(bufs[i]);
+static int run_gemm_bench(const gemm_options *g)
+{
+    psr_context *ctx = cli_open_context(g->device, true);
+    if (!ctx)
+        return CLI_FAILED;
+    int rc = gemm_on(ctx, g);
+    psr_context_free(ctx);
     return rc;
 }
 
 static int bench_gemm(int argc, char **argv)
 {
-    size_t B = 64, H = 4096, V = 32000;
-    psr_dtype dtype = PSR_DTYPE_F32;
-    const char *device = NULL;
-    bool as_json = false;
-    int iters = 10;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (cli_is_help(arg)) {
-            gemm_usage(stdout);
-            return CLI_OK;
-        } else if (strcmp(arg, "--json") == 0) {
-            as_json = true;
-        } else if (!val) {
-            return cli_usage_error("bench gemm", "%s needs a value", arg);
-        } else if (strcmp(arg, "--batch") == 0 || strcmp(arg, "--hidden") == 0 ||
-                   strcmp(arg, "--vocab") == 0) {
-            size_t *dim = arg[2] == 'b' ? &B : arg[2] == 'h' ? &H : &V;
-            if (!parse_size(val, dim))
-                return cli_usage_error("bench gemm", "%s \"%s\" is not a size in 1 .. 2^31 - 1", arg, val);
-            i++;
-        } else if (strcmp(arg, "--dtype") == 0) {
-            if (strcmp(val, "f32") == 0)
-                dtype = PSR_DTYPE_F32;
-            else if (strcmp(val, "f16") == 0)
-                dtype = PSR_DTYPE_F16;
-            else
-                return cli_usage_error("bench gemm", "--dtype is f32 or f16, not \"%s\"", val);
-            i++;
-        } else if (strcmp(arg, "--iters") == 0) {
-            iters = atoi(val), i++;
-            if (iters < 1)
-                return cli_usage_error("bench gemm", "--iters must be at least 1");
-        } else if (strcmp(arg, "--device") == 0) {
-            device = val, i++;
-        } else {
-            return cli_usage_error("bench gemm", "unknown argument \"%s\"", arg);
-        }
-    }
-    psr_context *ctx = cli_open_context(device, true);
-    if (!ctx)
-        return CLI_FAILED;
-    int rc = run_gemm_bench(ctx, B, H, V, dtype, iters, as_json);
-    psr_context_free(ctx);
-    return rc;
+    gemm_options g = {.batch = 64, .hidden = 4096, .vocab = 32000, .dtype = PSR_DTYPE_F32, .iters = 10};
+    static const cli_options options = {"bench gemm", gemm_usage, NULL, gemm_value};
+    int parsed = cli_parse(&options, argc, argv, 1, &g, &g.json);
+    return parsed >= 0 ? parsed : run_gemm_bench(&g);
 }
 
 int cmd_bench(int argc, char **argv)
@@ -588,35 +600,13 @@ int cmd_bench(int argc, char **argv)
         bench_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
-    if (strcmp(argv[1], "gemm") == 0)
-        return bench_gemm(argc - 1, argv + 1);
-    if (strcmp(argv[1], "verify") == 0)
-        return bench_verify(argc - 1, argv + 1);
-    if (strcmp(argv[1], "logprobs") == 0)
-        return bench_logprobs(argc - 1, argv + 1);
-    if (strcmp(argv[1], "filters") == 0)
-        return bench_filters(argc - 1, argv + 1);
-    if (strcmp(argv[1], "sample") != 0)
-        return cli_usage_error("bench", "unknown benchmark \"%s\" (try: sample, verify, logprobs, filters, gemm)", argv[1]);
-    bench_options o = {.iters = 50};
-    sample_options so = {NULL, false};
-    int parsed = bench_parse_options(argc - 1, argv + 1, "bench sample", bench_usage, sample_option, &so, &o);
-    if (parsed >= 0)
-        return parsed;
-    size_t rows[32], vocab[32], n;
-    if (o.shapes && !bench_parse_bxv(o.shapes, rows, vocab, 32, &n))
-        return cli_usage_error("bench sample", "--shapes \"%s\" is not a list like 1x128256,64x32000",
-                               o.shapes);
-    psr_context *ctx = cli_open_context(o.device, true);
-    if (!ctx)
-        return CLI_FAILED;
-    if (!o.shapes) {
-        psr_device_info info;
-        psr_context_device_info(ctx, &info);
-        bench_parse_bxv(info.type == PSR_DEVICE_CPU ? default_cpu_shapes : default_shapes, rows, vocab, 32,
-                        &n);
-    }
-    int rc = run_bench(ctx, rows, vocab, n, so.variants, so.peaked, o.iters, o.json);
-    psr_context_free(ctx);
-    return rc;
+    static const struct {
+        const char *name;
+        int (*run)(int argc, char **argv);
+    } benches[] = {{"sample", bench_sample},     {"verify", bench_verify}, {"logprobs", bench_logprobs},
+                   {"filters", bench_filters},   {"gemm", bench_gemm}};
+    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
+        if (strcmp(argv[1], benches[i].name) == 0)
+            return benches[i].run(argc - 1, argv + 1);
+    return cli_usage_error("bench", "unknown benchmark \"%s\" (try: sample, verify, logprobs, filters, gemm)", argv[1]);
 }

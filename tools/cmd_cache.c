@@ -24,21 +24,36 @@ static void cache_usage(FILE *out)
             "  clear   remove psr's cached binaries\n");
 }
 
+/* psr's entries in a cache directory, read in two calls (how many, then
+ * which); NULL with *st on failure. */
+static psr_cache_entry *read_entries(const char *dir, size_t *n, psr_status *st)
+{
+    size_t cap = 0;
+    *n = 0;
+    *st = psr_cache_list(dir, NULL, 0, &cap);
+    psr_cache_entry *e = *st == PSR_OK ? calloc(cap ? cap : 1, sizeof *e) : NULL;
+    if (*st == PSR_OK && !e)
+        *st = PSR_ERR_OUT_OF_HOST_MEMORY;
+    if (e)
+        *st = psr_cache_list(dir, e, cap, n);
+    if (*st != PSR_OK) {
+        free(e);
+        return NULL;
+    }
+    if (*n > cap)
+        *n = cap; /* entries written while we listed: show what we read */
+    return e;
+}
+
 void cli_cache_summary(const char *dir, unsigned long long *files, unsigned long long *bytes)
 {
-    *files = *bytes = 0;
     size_t n = 0;
-    if (psr_cache_list(dir, NULL, 0, &n) != PSR_OK || n == 0)
-        return;
-    psr_cache_entry *e = calloc(n, sizeof *e);
-    if (!e)
-        return;
-    size_t cap = n;
-    if (psr_cache_list(dir, e, cap, &n) == PSR_OK)
-        for (size_t i = 0; i < n && i < cap; i++) {
-            (*files)++;
-            *bytes += e[i].bytes;
-        }
+    psr_status st;
+    psr_cache_entry *e = read_entries(dir, &n, &st);
+    *files = n;
+    *bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        *bytes += e[i].bytes;
     free(e);
 }
 
@@ -80,6 +95,35 @@ static int cache_warm(int argc, char **argv)
     return CLI_OK;
 }
 
+static void json_entry(json_writer *w, const psr_cache_entry *e, time_t now)
+{
+    json_begin_object(w);
+    json_key_string(w, "file", e->file);
+    json_key_bool(w, "valid", e->valid);
+    json_key_string(w, "kernels", e->kernels);
+    json_key_string(w, "platform", e->platform);
+    json_key_string(w, "device", e->device);
+    json_key_string(w, "driver_version", e->driver_version);
+    json_key_string(w, "options", e->options);
+    json_key_uint(w, "bytes", e->bytes);
+    json_key_int(w, "age_seconds", (int64_t)now - e->mtime);
+    json_end_object(w);
+}
+
+static void text_entries(const char *dir, const psr_cache_entry *e, size_t n, time_t now)
+{
+    printf("%s: %zu entries\n", dir, n);
+    for (size_t i = 0; i < n; i++) {
+        char size[32];
+        cli_format_bytes(e[i].bytes, size, sizeof size);
+        long long age = (long long)(now - e[i].mtime);
+        printf("%.16s  %-8s %-10s %s, driver %s, age %lldh%02lldm%s\n", e[i].file,
+               e[i].valid ? e[i].kernels : "?", size, e[i].valid ? e[i].device : "(damaged)",
+               e[i].valid ? e[i].driver_version : "?", age / 3600, (age / 60) % 60,
+               e[i].valid ? "" : "  [invalid: rebuilt on next use]");
+    }
+}
+
 static int cache_list(int argc, char **argv)
 {
     bool as_json = false;
@@ -90,63 +134,22 @@ static int cache_list(int argc, char **argv)
             return cli_usage_error("cache list", "unknown argument \"%s\"", argv[i]);
     }
     char dir[512];
-    psr_status st = psr_cache_directory(dir, sizeof dir);
     size_t n = 0;
-    if (st == PSR_OK)
-        st = psr_cache_list(dir, NULL, 0, &n);
-    if (st != PSR_OK)
-        return cli_report(st, NULL);
-    psr_cache_entry *e = calloc(n ? n : 1, sizeof *e);
+    psr_status st = psr_cache_directory(dir, sizeof dir);
+    psr_cache_entry *e = st == PSR_OK ? read_entries(dir, &n, &st) : NULL;
     if (!e)
-        return cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
-    size_t cap = n;
-    st = psr_cache_list(dir, e, cap, &n);
-    if (st != PSR_OK) {
-        free(e);
         return cli_report(st, NULL);
-    }
-    if (n > cap)
-        n = cap; /* entries written while we listed: show what we read */
     time_t now = time(NULL);
+    json_writer w;
+    json_init(&w, stdout);
     if (as_json) {
-        json_writer w;
-        json_init(&w, stdout);
         json_begin_array(&w);
-        for (size_t i = 0; i < n; i++) {
-            json_begin_object(&w);
-            json_key(&w, "file");
-            json_string(&w, e[i].file);
-            json_key(&w, "valid");
-            json_bool(&w, e[i].valid);
-            json_key(&w, "kernels");
-            json_string(&w, e[i].kernels);
-            json_key(&w, "platform");
-            json_string(&w, e[i].platform);
-            json_key(&w, "device");
-            json_string(&w, e[i].device);
-            json_key(&w, "driver_version");
-            json_string(&w, e[i].driver_version);
-            json_key(&w, "options");
-            json_string(&w, e[i].options);
-            json_key(&w, "bytes");
-            json_uint(&w, e[i].bytes);
-            json_key(&w, "age_seconds");
-            json_int(&w, (int64_t)now - e[i].mtime);
-            json_end_object(&w);
-        }
+        for (size_t i = 0; i < n; i++)
+            json_entry(&w, &e[i], now);
         json_end_array(&w);
         json_finish(&w);
     } else {
-        printf("%s: %zu entries\n", dir, n);
-        for (size_t i = 0; i < n; i++) {
-            char size[32];
-            cli_format_bytes(e[i].bytes, size, sizeof size);
-            long long age = (long long)(now - e[i].mtime);
-            printf("%.16s  %-8s %-10s %s, driver %s, age %lldh%02lldm%s\n", e[i].file,
-                   e[i].valid ? e[i].kernels : "?", size, e[i].valid ? e[i].device : "(damaged)",
-                   e[i].valid ? e[i].driver_version : "?", age / 3600, (age / 60) % 60,
-                   e[i].valid ? "" : "  [invalid: rebuilt on next use]");
-        }
+        text_entries(dir, e, n, now);
     }
     free(e);
     return CLI_OK;

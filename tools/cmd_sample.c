@@ -57,6 +57,171 @@ static void sample_usage(FILE *out)
             "                 ...], ...]; without --json each line is token, logprob, rank)\n");
 }
 
+/* psr sample's command line. */
+typedef struct sample_options {
+    const char *logits, *hidden, *weights; /* --logits, or --hidden with --weights */
+    const char *seeds_path, *positions_path, *device;
+    int64_t seed, pos, top_k;
+    float temperature, top_p, min_p;
+    bool filtered; /* --top-k, --top-p or --min-p given */
+    bool json, raw_logprobs;
+    int logprobs;  /* --logprobs N; -1: no logprobs */
+    unsigned flags;
+} sample_options;
+
+/* The inputs read from the files, and one value per row of everything
+ * else, the tokens drawn included. */
+typedef struct sample_rows {
+    npy_array logits, hidden, weights;
+    size_t rows, vocab;
+    int64_t *seeds, *positions;
+    float *temps;
+    int32_t *top_k;       /* with filters only, */
+    float *top_p, *min_p; /* else NULL */
+    int32_t *tokens;
+    uint32_t *row_flags;
+    size_t no_finite;     /* rows without a finite logit */
+} sample_rows;
+
+/* psr_logprobs' outputs (--logprobs N). */
+typedef struct sample_logprobs {
+    float *logprobs, *top_logprobs; /* top_*: rows x max(N, 1) */
+    int32_t *ranks, *top_ids;
+} sample_logprobs;
+
+static bool parse_int64(const char *s, int64_t *out)
+{
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    *out = v;
+    return end != s && *end == '\0';
+}
+
+static bool parse_float(const char *s, float *out)
+{
+    char *end;
+    *out = strtof(s, &end);
+    return end != s && *end == '\0';
+}
+
+/* The options that take no value; false when `arg` is none of them. */
+static bool sample_flag(void *opts, const char *arg)
+{
+    sample_options *o = opts;
+    if (strcmp(arg, "--drafting") == 0)
+        o->flags |= PSR_SAMPLE_DRAFTING;
+    else if (strcmp(arg, "--fp64") == 0)
+        o->flags |= PSR_SAMPLE_FP64_NOISE;
+    else if (strcmp(arg, "--fast") == 0)
+        o->flags |= PSR_SAMPLE_FAST_MATH;
+    else if (strcmp(arg, "--raw-logprobs") == 0)
+        o->raw_logprobs = true;
+    else
+        return false;
+    return true;
+}
+
+/* Where an option whose value is kept as given (a path, a selector) goes,
+ * or NULL when `arg` is none of them. */
+static const char **text_field(sample_options *o, const char *arg)
+{
+    static const char *const names[] = {"--logits", "--hidden", "--weights", "--seeds", "--positions", "--device"};
+    const char **fields[] = {&o->logits, &o->hidden, &o->weights, &o->seeds_path, &o->positions_path, &o->device};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(arg, names[i]) == 0)
+            return fields[i];
+    return NULL;
+}
+
+/* --method and --noise: CLI_OK, CLI_USAGE after the message, or -1 when
+ * `arg` is neither. */
+static int mode_option(sample_options *o, const char *arg, const char *val)
+{
+    if (strcmp(arg, "--method") == 0) {
+        if (strcmp(val, "race") != 0 && strcmp(val, "gumbel") != 0)
+            return cli_usage_error("sample", "--method is gumbel or race, not \"%s\"", val);
+        o->flags = strcmp(val, "race") == 0 ? o->flags | PSR_SAMPLE_RACE : o->flags & ~PSR_SAMPLE_RACE;
+        return CLI_OK;
+    }
+    if (strcmp(arg, "--noise") != 0)
+        return -1;
+    o->flags &= ~(PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_WIDE_NOISE);
+    if (strcmp(val, "fp64") == 0)
+        o->flags |= PSR_SAMPLE_FP64_NOISE;
+    else if (strcmp(val, "wide") == 0)
+        o->flags |= PSR_SAMPLE_WIDE_NOISE;
+    else if (strcmp(val, "fp32") != 0)
+        return cli_usage_error("sample", "--noise is fp32, fp64 or wide, not \"%s\"", val);
+    return CLI_OK;
+}
+
+/* The options with a number: CLI_OK, CLI_USAGE after the message, or -1
+ * when `arg` is none of them. */
+static int number_option(sample_options *o, const char *arg, const char *val)
+{
+    int64_t n;
+    if (strcmp(arg, "--seed") == 0 || strcmp(arg, "--pos") == 0) {
+        if (!parse_int64(val, arg[2] == 's' ? &o->seed : &o->pos))
+            return cli_usage_error("sample", "%s \"%s\" is not an integer", arg, val);
+    } else if (strcmp(arg, "--top-k") == 0) {
+        if (!parse_int64(val, &o->top_k) || o->top_k < INT32_MIN || o->top_k > INT32_MAX)
+            return cli_usage_error("sample", "--top-k \"%s\" is not a 32-bit integer", val);
+        o->filtered = true;
+    } else if (strcmp(arg, "--top-p") == 0 || strcmp(arg, "--min-p") == 0) {
+        if (!parse_float(val, arg[2] == 't' ? &o->top_p : &o->min_p))
+            return cli_usage_error("sample", "%s \"%s\" is not a number", arg, val);
+        o->filtered = true;
+    } else if (strcmp(arg, "--logprobs") == 0) {
+        if (!parse_int64(val, &n) || n < 0 || n > PSR_LOGPROBS_MAX_TOP_N)
+            return cli_usage_error("sample", "--logprobs \"%s\" is not 0..%d", val, PSR_LOGPROBS_MAX_TOP_N);
+        o->logprobs = (int)n;
+    } else if (strcmp(arg, "--temperature") == 0) {
+        if (!parse_float(val, &o->temperature))
+            return cli_usage_error("sample", "--temperature \"%s\" is not a number", val);
+    } else {
+        return -1;
+    }
+    return CLI_OK;
+}
+
+/* The options that go together, or not. */
+static int check_options(const sample_options *o)
+{
+    if (o->raw_logprobs && o->logprobs < 0)
+        return cli_usage_error("sample", "--raw-logprobs goes with --logprobs N");
+    if (o->logprobs >= 0 && !o->logits)
+        return cli_usage_error("sample", "--logprobs works with --logits");
+    if (o->logits && (o->hidden || o->weights))
+        return cli_usage_error("sample", "give --logits, or --hidden with --weights, not both");
+    if (!o->logits && !(o->hidden && o->weights))
+        return cli_usage_error("sample", o->hidden || o->weights
+                                             ? "--hidden and --weights go together"
+                                             : "--logits FILE.npy (or --hidden and --weights) is required");
+    return -1;
+}
+
+static int sample_value(void *opts, const char *arg, const char *val)
+{
+    sample_options *o = opts;
+    const char **text = text_field(o, arg);
+    if (text) {
+        *text = val;
+        return CLI_OK;
+    }
+    int rc = mode_option(o, arg, val);
+    if (rc < 0)
+        rc = number_option(o, arg, val);
+    return rc < 0 ? cli_usage_error("sample", "unknown argument \"%s\"", arg) : rc;
+}
+
+/* -1 when sampling should go ahead, else the exit code. */
+static int parse_sample(int argc, char **argv, sample_options *o)
+{
+    static const cli_options options = {"sample", sample_usage, sample_flag, sample_value};
+    int parsed = cli_parse(&options, argc, argv, 1, o, &o->json);
+    return parsed >= 0 ? parsed : check_options(o);
+}
+
 /* One int64 per row from a .npy (1 value for all rows, or rows values). */
 static int per_row_int64(const char *path, size_t rows, int64_t *out, char *err, size_t len)
 {
@@ -79,14 +244,6 @@ static int per_row_int64(const char *path, size_t rows, int64_t *out, char *err,
     return rc;
 }
 
-static bool parse_int64(const char *s, int64_t *out)
-{
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    *out = v;
-    return end != s && *end == '\0';
-}
-
 /* A 2-D float .npy (float32 or float16), or a message in err. */
 static int read_matrix(const char *path, const char *what, npy_array *a, char *err, size_t len)
 {
@@ -100,439 +257,364 @@ static int read_matrix(const char *path, const char *what, npy_array *a, char *e
     return 0;
 }
 
+static const char *dtype_name(const npy_array *a)
+{
+    return a->dtype == NPY_F2 ? "float16" : "float32";
+}
+
+static psr_dtype psr_dtype_of(const npy_array *a)
+{
+    return a->dtype == NPY_F2 ? PSR_DTYPE_F16 : PSR_DTYPE_F32;
+}
+
+/* The logits, or the hidden states and the LM head, with their shapes
+ * checked; CLI_FAILED after saying what is wrong. */
+static int read_matrices(const sample_options *o, sample_rows *in)
+{
+    char err[512];
+    int bad;
+    if (o->logits)
+        bad = read_matrix(o->logits, "[rows, vocab]", &in->logits, err, sizeof err);
+    else
+        bad = read_matrix(o->hidden, "[rows, hidden]", &in->hidden, err, sizeof err) ||
+              read_matrix(o->weights, "[vocab, hidden]", &in->weights, err, sizeof err);
+    if (bad) {
+        fprintf(stderr, "psr sample: %s\n", err);
+        return CLI_FAILED;
+    }
+    const npy_array *h = &in->hidden, *w = &in->weights;
+    if (o->hidden && (h->shape[1] != w->shape[1] || h->dtype != w->dtype)) {
+        fprintf(stderr, "psr sample: --hidden %s is [%zu, %zu] %s but --weights %s is [%zu, %zu] %s: "
+                "they need the same hidden size and dtype\n",
+                o->hidden, h->shape[0], h->shape[1], dtype_name(h), o->weights, w->shape[0], w->shape[1],
+                dtype_name(w));
+        return CLI_FAILED;
+    }
+    in->rows = o->logits ? in->logits.shape[0] : h->shape[0];
+    in->vocab = o->logits ? in->logits.shape[1] : w->shape[0];
+    return CLI_OK;
+}
+
+/* Every row's seed, position, temperature and filters, from the options
+ * and the --seeds and --positions files. */
+static int fill_rows(const sample_options *o, sample_rows *in)
+{
+    size_t rows = in->rows;
+    in->seeds = malloc(rows * 8), in->positions = malloc(rows * 8), in->temps = malloc(rows * 4);
+    in->tokens = malloc(rows * 4), in->row_flags = malloc(rows * 4);
+    if (o->filtered)
+        in->top_k = malloc(rows * 4), in->top_p = malloc(rows * 4), in->min_p = malloc(rows * 4);
+    if (!in->seeds || !in->positions || !in->temps || !in->tokens || !in->row_flags ||
+        (o->filtered && (!in->top_k || !in->top_p || !in->min_p)))
+        return cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
+    for (size_t r = 0; r < rows; r++) {
+        in->seeds[r] = o->seed, in->positions[r] = o->pos, in->temps[r] = o->temperature;
+        if (o->filtered)
+            in->top_k[r] = (int32_t)o->top_k, in->top_p[r] = o->top_p, in->min_p[r] = o->min_p;
+    }
+    char err[512];
+    if ((o->seeds_path && per_row_int64(o->seeds_path, rows, in->seeds, err, sizeof err)) ||
+        (o->positions_path && per_row_int64(o->positions_path, rows, in->positions, err, sizeof err))) {
+        fprintf(stderr, "psr sample: %s\n", err);
+        return CLI_FAILED;
+    }
+    return CLI_OK;
+}
+
+static void free_rows(sample_rows *in)
+{
+    npy_free(&in->logits), npy_free(&in->hidden), npy_free(&in->weights);
+    free(in->seeds), free(in->positions), free(in->temps), free(in->tokens), free(in->row_flags);
+    free(in->top_k), free(in->top_p), free(in->min_p);
+}
+
 static bool temperature_ok(float t)
 {
     return t == 0.0f || (isnormal(t) && t > 0.0f);
 }
 
-/* Logprobs of the sampled tokens for host logits (psr_logprobs). */
-static psr_status host_logprobs(psr_context *ctx, const npy_array *logits, size_t rows, size_t vocab,
-                                const float *temps, const int32_t *tokens, const int32_t *top_k,
-                                const float *top_p, const float *min_p, int top_n, bool raw, float *lps,
-                                int32_t *ranks, int32_t *top_ids, float *top_lps)
+/* What psr_sample_host checks of every row, for the LM head path, which
+ * reaches psr_sample with device buffers. */
+static psr_status check_rows(const sample_rows *in)
 {
-    psr_dtype dtype = logits->dtype == NPY_F2 ? PSR_DTYPE_F16 : PSR_DTYPE_F32;
-    size_t tn = top_n > 0 ? (size_t)top_n : 1;
-    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
-    cl_int err = CL_SUCCESS;
-    cl_mem b[10] = {NULL};
-    const size_t bytes[10] = {rows * vocab * psr_dtype_size(dtype), rows * 4, rows * 4, rows * 4, rows * 4,
-                              rows * tn * 4, rows * tn * 4, rows * 4, rows * 4, rows * 4};
-    const void *host[10] = {logits->data, temps, tokens, NULL, NULL, NULL, NULL, top_k, top_p, min_p};
-    for (int i = 0; i < 10 && err == CL_SUCCESS; i++)
-        if (i < 7 || (!raw && host[i])) /* the filters shape processed logprobs only */
-            b[i] = clCreateBuffer(cli_cl_context(ctx), host[i] ? in : CL_MEM_WRITE_ONLY, bytes[i], (void *)host[i],
-                                  &err);
-    psr_status st = PSR_OK;
-    if (err != CL_SUCCESS)
-        st = cli_fail(PSR_ERR_OPENCL, "allocating logprob buffers failed: %s (%d)",
-                      psr_cl_error_string(err), err);
-    if (st == PSR_OK) {
-        psr_logprobs_args a;
-        psr_logprobs_args_init(&a);
-        a.rows = rows;
-        a.vocab = vocab;
-        a.logits = b[0];
-        a.logits_dtype = dtype;
-        a.requests = rows;
-        a.temperatures = b[1];
-        a.tokens = b[2];
-        a.top_n = top_n;
-        a.flags = raw ? PSR_LOGPROBS_RAW : 0;
-        a.token_logprobs = b[3];
-        a.token_ranks = b[4];
-        a.top_ids = top_n ? b[5] : NULL;
-        a.top_logprobs = top_n ? b[6] : NULL;
-        a.top_k = b[7];
-        a.top_p = b[8];
-        a.min_p = b[9];
-        st = psr_logprobs(ctx, &a, NULL);
+    for (size_t r = 0; r < in->rows; r++) {
+        if (in->positions[r] < 0 || in->positions[r] >= PSR_MAX_POSITION)
+            return cli_fail(PSR_ERR_POSITION_RANGE, "positions[%zu] = %lld is outside [0, 2^30)", r,
+                            (long long)in->positions[r]);
+        if (!temperature_ok(in->temps[r]))
+            return cli_fail(PSR_ERR_TEMPERATURE, "temperatures[%zu] = %g is not 0 or a positive normal number",
+                            r, (double)in->temps[r]);
+        if (in->top_p && !(in->top_p[r] > 0.0f && in->top_p[r] <= 1.0f))
+            return cli_fail(PSR_ERR_FILTER_RANGE, "psr sample: top_p[%zu] = %g is outside (0, 1]", r,
+                            (double)in->top_p[r]);
+        if (in->min_p && !(in->min_p[r] >= 0.0f && in->min_p[r] <= 1.0f))
+            return cli_fail(PSR_ERR_FILTER_RANGE, "psr sample: min_p[%zu] = %g is outside [0, 1]", r,
+                            (double)in->min_p[r]);
     }
-    void *out[4] = {lps, ranks, top_ids, top_lps};
-    for (int i = 0; i < 4 && st == PSR_OK && err == CL_SUCCESS; i++)
-        err = clEnqueueReadBuffer(cli_queue(ctx), b[3 + i], CL_TRUE, 0, bytes[3 + i], out[i], 0, NULL, NULL);
-    if (st == PSR_OK && err != CL_SUCCESS)
-        st = cli_fail(PSR_ERR_OPENCL, "reading logprobs failed: %s (%d)", psr_cl_error_string(err), err);
-    clFinish(cli_queue(ctx));
-    for (int i = 0; i < 10; i++)
-        if (b[i])
-            clReleaseMemObject(b[i]);
+    return PSR_OK;
+}
+
+/* The LM head path's device buffers, by index. */
+enum { H_HIDDEN, H_WEIGHTS, H_LOGITS, H_SEEDS, H_POSITIONS, H_TEMPS, H_TOKENS, H_ROW_FLAGS, H_TOP_K, H_TOP_P,
+       H_MIN_P, H_BUFFERS };
+
+static psr_status hidden_buffers(psr_context *ctx, const sample_rows *in, cl_mem *m)
+{
+    size_t rows = in->rows, hsize = in->hidden.shape[1], vocab = in->vocab;
+    size_t es = psr_dtype_size(psr_dtype_of(&in->hidden));
+    if (vocab > SIZE_MAX / es / rows)
+        return cli_fail(PSR_ERR_INVALID_ARGUMENT, "%zu rows x %zu tokens of logits overflow a size_t", rows,
+                        vocab);
+    size_t filter_bytes = in->top_k ? rows * 4 : 0;
+    const cli_buffer spec[H_BUFFERS] = {
+        [H_HIDDEN] = {rows * hsize * es, in->hidden.data}, [H_WEIGHTS] = {vocab * hsize * es, in->weights.data},
+        [H_LOGITS] = {rows * vocab * es, NULL},            [H_SEEDS] = {rows * 8, in->seeds},
+        [H_POSITIONS] = {rows * 8, in->positions},         [H_TEMPS] = {rows * 4, in->temps},
+        [H_TOKENS] = {rows * 4, NULL},                     [H_ROW_FLAGS] = {rows * 4, NULL},
+        [H_TOP_K] = {filter_bytes, in->top_k},             [H_TOP_P] = {filter_bytes, in->top_p},
+        [H_MIN_P] = {filter_bytes, in->min_p},
+    };
+    cl_int err = cli_make_buffers(ctx, spec, H_BUFFERS, m);
+    if (err != CL_SUCCESS)
+        return cli_fail(PSR_ERR_OPENCL, "allocating device buffers failed: %s (%d)", psr_cl_error_string(err),
+                        err);
+    return PSR_OK;
+}
+
+/* logits = hidden x weights^T, then psr_sample of them once the GEMM is done. */
+static psr_status enqueue_hidden(psr_context *ctx, const sample_rows *in, unsigned flags, const cl_mem *m)
+{
+    psr_dtype dtype = psr_dtype_of(&in->hidden);
+    psr_lm_head_args la;
+    psr_lm_head_args_init(&la);
+    la.batch = in->rows, la.hidden_size = in->hidden.shape[1], la.vocab = in->vocab, la.dtype = dtype;
+    la.hidden = m[H_HIDDEN], la.weights = m[H_WEIGHTS], la.logits = m[H_LOGITS];
+    cl_event gemm = NULL;
+    psr_status st = psr_logits_from_hidden(ctx, &la, &gemm);
+    if (st != PSR_OK)
+        return st;
+    psr_sample_args a;
+    psr_sample_args_init(&a);
+    a.rows = a.requests = in->rows, a.vocab = in->vocab;
+    a.logits = m[H_LOGITS], a.logits_dtype = dtype;
+    a.seeds = m[H_SEEDS], a.positions = m[H_POSITIONS], a.temperatures = m[H_TEMPS];
+    a.tokens = m[H_TOKENS], a.row_flags = m[H_ROW_FLAGS];
+    a.top_k = m[H_TOP_K], a.top_p = m[H_TOP_P], a.min_p = m[H_MIN_P];
+    a.flags = flags;
+    a.num_events_in_wait_list = 1;
+    a.event_wait_list = &gemm;
+    st = psr_sample(ctx, &a, NULL);
+    clReleaseEvent(gemm);
     return st;
 }
 
 /* The LM head path: logits = hidden x weights^T on the device, sampled
  * there without a trip through the host. Fails like psr_sample_host on a
  * bad position or temperature. */
-static psr_status sample_hidden(psr_context *ctx, const npy_array *hidden, const npy_array *weights,
-                                const int64_t *seeds, const int64_t *positions, const float *temps,
-                                const int32_t *top_k, const float *top_p, const float *min_p,
-                                unsigned flags, int32_t *tokens, uint32_t *row_flags)
+static psr_status sample_hidden(psr_context *ctx, sample_rows *in, unsigned flags)
 {
-    size_t rows = hidden->shape[0], hsize = hidden->shape[1], vocab = weights->shape[0];
-    for (size_t r = 0; r < rows; r++) {
-        if (positions[r] < 0 || positions[r] >= PSR_MAX_POSITION)
-            return cli_fail(PSR_ERR_POSITION_RANGE, "positions[%zu] = %lld is outside [0, 2^30)",
-                            r, (long long)positions[r]);
-        if (!temperature_ok(temps[r]))
-            return cli_fail(PSR_ERR_TEMPERATURE,
-                            "temperatures[%zu] = %g is not 0 or a positive normal number", r,
-                            (double)temps[r]);
-        if (top_p && !(top_p[r] > 0.0f && top_p[r] <= 1.0f))
-            return cli_fail(PSR_ERR_FILTER_RANGE, "psr sample: top_p[%zu] = %g is outside (0, 1]", r,
-                            (double)top_p[r]);
-        if (min_p && !(min_p[r] >= 0.0f && min_p[r] <= 1.0f))
-            return cli_fail(PSR_ERR_FILTER_RANGE, "psr sample: min_p[%zu] = %g is outside [0, 1]", r,
-                            (double)min_p[r]);
-    }
-    psr_dtype dtype = hidden->dtype == NPY_F2 ? PSR_DTYPE_F16 : PSR_DTYPE_F32;
-    size_t es = psr_dtype_size(dtype);
-    if (vocab > SIZE_MAX / es / rows)
-        return cli_fail(PSR_ERR_INVALID_ARGUMENT, "%zu rows x %zu tokens of logits overflow a size_t",
-                        rows, vocab);
-    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+    psr_status st = check_rows(in);
+    cl_mem m[H_BUFFERS] = {NULL};
+    if (st == PSR_OK)
+        st = hidden_buffers(ctx, in, m);
+    if (st == PSR_OK)
+        st = enqueue_hidden(ctx, in, flags, m);
+    void *out[2] = {in->tokens, in->row_flags};
     cl_int err = CL_SUCCESS;
-    cl_mem bufs[11] = {NULL};
-    bufs[0] = clCreateBuffer(cli_cl_context(ctx), in, rows * hsize * es, hidden->data, &err);
-    if (err == CL_SUCCESS)
-        bufs[1] = clCreateBuffer(cli_cl_context(ctx), in, vocab * hsize * es, weights->data, &err);
-    if (err == CL_SUCCESS)
-        bufs[2] = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, rows * vocab * es, NULL, &err);
-    if (err == CL_SUCCESS)
-        bufs[3] = clCreateBuffer(cli_cl_context(ctx), in, rows * 8, (void *)seeds, &err);
-    if (err == CL_SUCCESS)
-        bufs[4] = clCreateBuffer(cli_cl_context(ctx), in, rows * 8, (void *)positions, &err);
-    if (err == CL_SUCCESS)
-        bufs[5] = clCreateBuffer(cli_cl_context(ctx), in, rows * 4, (void *)temps, &err);
-    if (err == CL_SUCCESS)
-        bufs[6] = clCreateBuffer(cli_cl_context(ctx), CL_MEM_WRITE_ONLY, rows * 4, NULL, &err);
-    if (err == CL_SUCCESS)
-        bufs[7] = clCreateBuffer(cli_cl_context(ctx), CL_MEM_WRITE_ONLY, rows * 4, NULL, &err);
-    const void *filters[3] = {top_k, top_p, min_p};
-    for (int f = 0; f < 3; f++)
-        if (err == CL_SUCCESS && filters[f])
-            bufs[8 + f] = clCreateBuffer(cli_cl_context(ctx), in, rows * 4, (void *)filters[f], &err);
+    for (int i = 0; i < 2 && st == PSR_OK && err == CL_SUCCESS; i++)
+        err = clEnqueueReadBuffer(cli_queue(ctx), m[H_TOKENS + i], CL_TRUE, 0, in->rows * 4, out[i], 0, NULL, NULL);
+    if (st == PSR_OK && err != CL_SUCCESS)
+        st = cli_fail(PSR_ERR_OPENCL, "reading the tokens failed: %s (%d)", psr_cl_error_string(err), err);
+    clFinish(cli_queue(ctx)); /* nothing may still use the buffers below */
+    cli_release_buffers(m, H_BUFFERS);
+    for (size_t r = 0; st == PSR_OK && r < in->rows; r++)
+        in->no_finite += (in->row_flags[r] & PSR_ROW_NO_FINITE) != 0;
+    return st;
+}
+
+/* psr_logprobs' device buffers, by index: inputs, outputs, filters. */
+enum { L_LOGITS, L_TEMPS, L_TOKENS, L_LOGPROBS, L_RANKS, L_TOP_IDS, L_TOP_LOGPROBS, L_TOP_K, L_TOP_P, L_MIN_P,
+       L_BUFFERS };
+
+static void logprobs_args(psr_logprobs_args *a, const sample_rows *in, int top_n, bool raw, const cl_mem *m)
+{
+    psr_logprobs_args_init(a);
+    a->rows = a->requests = in->rows, a->vocab = in->vocab;
+    a->logits = m[L_LOGITS], a->logits_dtype = psr_dtype_of(&in->logits);
+    a->temperatures = m[L_TEMPS], a->tokens = m[L_TOKENS];
+    a->top_n = top_n;
+    a->flags = raw ? PSR_LOGPROBS_RAW : 0;
+    a->token_logprobs = m[L_LOGPROBS], a->token_ranks = m[L_RANKS];
+    a->top_ids = top_n ? m[L_TOP_IDS] : NULL;
+    a->top_logprobs = top_n ? m[L_TOP_LOGPROBS] : NULL;
+    a->top_k = m[L_TOP_K], a->top_p = m[L_TOP_P], a->min_p = m[L_MIN_P];
+}
+
+/* Logprobs of the sampled tokens for host logits (psr_logprobs). */
+static psr_status host_logprobs(psr_context *ctx, const sample_rows *in, int top_n, bool raw,
+                                sample_logprobs *out)
+{
+    size_t rows = in->rows, tn = top_n > 0 ? (size_t)top_n : 1;
+    size_t filter_bytes = raw || !in->top_k ? 0 : rows * 4; /* the filters shape processed logprobs only */
+    const cli_buffer spec[L_BUFFERS] = {
+        [L_LOGITS] = {rows * in->vocab * psr_dtype_size(psr_dtype_of(&in->logits)), in->logits.data},
+        [L_TEMPS] = {rows * 4, in->temps},          [L_TOKENS] = {rows * 4, in->tokens},
+        [L_LOGPROBS] = {rows * 4, NULL},            [L_RANKS] = {rows * 4, NULL},
+        [L_TOP_IDS] = {rows * tn * 4, NULL},        [L_TOP_LOGPROBS] = {rows * tn * 4, NULL},
+        [L_TOP_K] = {filter_bytes, in->top_k},      [L_TOP_P] = {filter_bytes, in->top_p},
+        [L_MIN_P] = {filter_bytes, in->min_p},
+    };
+    cl_mem m[L_BUFFERS];
+    cl_int err = cli_make_buffers(ctx, spec, L_BUFFERS, m);
     psr_status st = PSR_OK;
     if (err != CL_SUCCESS)
-        st = cli_fail(PSR_ERR_OPENCL, "allocating device buffers failed: %s (%d)",
-                      psr_cl_error_string(err), err);
-
-    cl_event gemm = NULL;
-    if (st == PSR_OK) {
-        psr_lm_head_args la;
-        psr_lm_head_args_init(&la);
-        la.batch = rows;
-        la.hidden_size = hsize;
-        la.vocab = vocab;
-        la.dtype = dtype;
-        la.hidden = bufs[0];
-        la.weights = bufs[1];
-        la.logits = bufs[2];
-        st = psr_logits_from_hidden(ctx, &la, &gemm);
-    }
-    if (st == PSR_OK) {
-        psr_sample_args a;
-        psr_sample_args_init(&a);
-        a.rows = rows;
-        a.vocab = vocab;
-        a.logits = bufs[2];
-        a.logits_dtype = dtype;
-        a.requests = rows;
-        a.seeds = bufs[3];
-        a.positions = bufs[4];
-        a.temperatures = bufs[5];
-        a.tokens = bufs[6];
-        a.row_flags = bufs[7];
-        a.top_k = bufs[8];
-        a.top_p = bufs[9];
-        a.min_p = bufs[10];
-        a.flags = flags;
-        a.num_events_in_wait_list = 1;
-        a.event_wait_list = &gemm;
-        st = psr_sample(ctx, &a, NULL);
-    }
-    if (st == PSR_OK) {
-        err = clEnqueueReadBuffer(cli_queue(ctx), bufs[6], CL_TRUE, 0, rows * 4, tokens, 0, NULL, NULL);
-        if (err == CL_SUCCESS)
-            err = clEnqueueReadBuffer(cli_queue(ctx), bufs[7], CL_TRUE, 0, rows * 4, row_flags, 0, NULL,
-                                      NULL);
-        if (err != CL_SUCCESS)
-            st = cli_fail(PSR_ERR_OPENCL, "reading the tokens failed: %s (%d)",
-                          psr_cl_error_string(err), err);
-    }
-    if (gemm)
-        clReleaseEvent(gemm);
-    clFinish(cli_queue(ctx)); /* nothing may still use the buffers below */
-    for (int i = 0; i < 11; i++)
-        if (bufs[i])
-            clReleaseMemObject(bufs[i]);
+        st = cli_fail(PSR_ERR_OPENCL, "allocating logprob buffers failed: %s (%d)", psr_cl_error_string(err), err);
+    psr_logprobs_args a;
+    logprobs_args(&a, in, top_n, raw, m);
+    if (st == PSR_OK)
+        st = psr_logprobs(ctx, &a, NULL);
+    void *host[4] = {out->logprobs, out->ranks, out->top_ids, out->top_logprobs};
+    for (int i = 0; i < 4 && st == PSR_OK && err == CL_SUCCESS; i++)
+        err = clEnqueueReadBuffer(cli_queue(ctx), m[L_LOGPROBS + i], CL_TRUE, 0, spec[L_LOGPROBS + i].bytes,
+                                  host[i], 0, NULL, NULL);
+    if (st == PSR_OK && err != CL_SUCCESS)
+        st = cli_fail(PSR_ERR_OPENCL, "reading logprobs failed: %s (%d)", psr_cl_error_string(err), err);
+    clFinish(cli_queue(ctx));
+    cli_release_buffers(m, L_BUFFERS);
     return st;
+}
+
+/* The tokens, by the LM head path or from the host logits. */
+static psr_status draw_tokens(psr_context *ctx, const sample_options *o, sample_rows *in)
+{
+    if (o->hidden)
+        return sample_hidden(ctx, in, o->flags);
+    return psr_sample_host_filtered(ctx, in->logits.data, psr_dtype_of(&in->logits), in->rows, in->vocab, 0,
+                                    in->seeds, in->positions, in->temps, in->top_k, in->top_p, in->min_p,
+                                    o->flags, in->tokens, in->row_flags, &in->no_finite);
+}
+
+static psr_status logprobs_of_tokens(psr_context *ctx, const sample_options *o, const sample_rows *in,
+                                     sample_logprobs *lp)
+{
+    size_t rows = in->rows, tn = o->logprobs > 0 ? (size_t)o->logprobs : 1;
+    lp->logprobs = malloc(rows * 4), lp->ranks = malloc(rows * 4);
+    lp->top_logprobs = malloc(rows * tn * 4), lp->top_ids = malloc(rows * tn * 4);
+    if (!lp->logprobs || !lp->ranks || !lp->top_logprobs || !lp->top_ids)
+        return PSR_ERR_OUT_OF_HOST_MEMORY;
+    return host_logprobs(ctx, in, o->logprobs, o->raw_logprobs, lp);
+}
+
+/* "logprobs", "ranks" and "top": [[[id, logprob], ...], ...]. */
+static void json_logprobs(json_writer *w, const sample_options *o, const sample_rows *in, const sample_logprobs *lp)
+{
+    size_t tn = o->logprobs > 0 ? (size_t)o->logprobs : 1;
+    json_key_bool(w, "logprobs_raw", o->raw_logprobs);
+    json_key(w, "logprobs");
+    json_begin_array(w);
+    for (size_t r = 0; r < in->rows; r++)
+        json_double(w, lp->logprobs[r]);
+    json_end_array(w);
+    json_key(w, "ranks");
+    json_begin_array(w);
+    for (size_t r = 0; r < in->rows; r++)
+        json_int(w, lp->ranks[r]);
+    json_end_array(w);
+    json_key(w, "top");
+    json_begin_array(w);
+    for (size_t r = 0; r < in->rows; r++) {
+        json_begin_array(w);
+        for (size_t k = 0; k < (size_t)o->logprobs; k++) {
+            json_begin_array(w);
+            json_int(w, lp->top_ids[r * tn + k]);
+            json_double(w, lp->top_logprobs[r * tn + k]);
+            json_end_array(w);
+        }
+        json_end_array(w);
+    }
+    json_end_array(w);
+}
+
+static void print_json(psr_context *ctx, const sample_options *o, const sample_rows *in, const sample_logprobs *lp)
+{
+    psr_device_info info;
+    psr_context_device_info(ctx, &info);
+    unsigned used = o->flags; /* what ran: the context may fall back */
+    psr_context_last_sample_flags(ctx, &used);
+    json_writer w;
+    json_init(&w, stdout);
+    json_begin_object(&w);
+    json_key(&w, "tokens");
+    json_begin_array(&w);
+    for (size_t r = 0; r < in->rows; r++)
+        json_int(&w, in->tokens[r]);
+    json_end_array(&w);
+    json_key_string(&w, "device", info.name);
+    json_key_string(&w, "platform", info.platform_name);
+    json_key_uint(&w, "rows", in->rows);
+    json_key_uint(&w, "vocab", in->vocab);
+    if (o->hidden)
+        json_key_uint(&w, "hidden_size", in->hidden.shape[1]);
+    json_key_string(&w, "noise", used & PSR_SAMPLE_FP64_NOISE   ? "fp64"
+                                 : used & PSR_SAMPLE_WIDE_NOISE ? "wide"
+                                                                : "fp32");
+    json_key_string(&w, "method", used & PSR_SAMPLE_RACE ? "race" : "gumbel");
+    json_key_bool(&w, "deterministic", !(used & PSR_SAMPLE_FAST_MATH));
+    json_key_bool(&w, "drafting", o->flags & PSR_SAMPLE_DRAFTING);
+    json_key_uint(&w, "no_finite_rows", in->no_finite);
+    if (o->logprobs >= 0)
+        json_logprobs(&w, o, in, lp);
+    json_end_object(&w);
+    json_finish(&w);
+}
+
+static void print_text(const sample_options *o, const sample_rows *in, const sample_logprobs *lp)
+{
+    for (size_t r = 0; r < in->rows; r++)
+        if (o->logprobs >= 0)
+            printf("%d\t%.9g\t%d\n", in->tokens[r], (double)lp->logprobs[r], lp->ranks[r]);
+        else
+            printf("%d\n", in->tokens[r]);
+    if (in->no_finite)
+        fprintf(stderr, "psr sample: %zu rows had no finite logit (their token is still in range)\n",
+                in->no_finite);
+}
+
+/* Samples on the device and prints the tokens (and their logprobs). */
+static int sample_and_print(const sample_options *o, sample_rows *in)
+{
+    psr_context *ctx = cli_open_context(o->device, false);
+    if (!ctx)
+        return CLI_FAILED;
+    sample_logprobs lp = {0};
+    psr_status st = draw_tokens(ctx, o, in);
+    if (st == PSR_OK && o->logprobs >= 0)
+        st = logprobs_of_tokens(ctx, o, in, &lp);
+    int rc = CLI_OK;
+    if (st != PSR_OK)
+        rc = cli_report(st, ctx);
+    else if (o->json)
+        print_json(ctx, o, in, &lp);
+    else
+        print_text(o, in, &lp);
+    free(lp.logprobs), free(lp.ranks), free(lp.top_logprobs), free(lp.top_ids);
+    psr_context_free(ctx);
+    return rc;
 }
 
 int cmd_sample(int argc, char **argv)
 {
-    const char *logits_path = NULL, *seeds_path = NULL, *pos_path = NULL, *device = NULL;
-    const char *hidden_path = NULL, *weights_path = NULL;
-    int64_t seed = 0, pos = 0, top_k = 0;
-    float temp = 1.0f, top_p = 1.0f, min_p = 0.0f;
-    bool filtered = false;
-    unsigned flags = 0;
-    bool as_json = false;
-    int logprobs_n = -1; /* -1: no logprobs */
-    bool raw_logprobs = false;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (cli_is_help(arg)) {
-            sample_usage(stdout);
-            return CLI_OK;
-        } else if (strcmp(arg, "--json") == 0) {
-            as_json = true;
-        } else if (strcmp(arg, "--drafting") == 0) {
-            flags |= PSR_SAMPLE_DRAFTING;
-        } else if (strcmp(arg, "--fp64") == 0) {
-            flags |= PSR_SAMPLE_FP64_NOISE;
-        } else if (strcmp(arg, "--fast") == 0) {
-            flags |= PSR_SAMPLE_FAST_MATH;
-        } else if (strcmp(arg, "--raw-logprobs") == 0) {
-            raw_logprobs = true;
-        } else if (!val) {
-            return cli_usage_error("sample", "%s needs a value", arg);
-        } else if (strcmp(arg, "--method") == 0) {
-            if (strcmp(val, "race") == 0)
-                flags |= PSR_SAMPLE_RACE;
-            else if (strcmp(val, "gumbel") == 0)
-                flags &= ~PSR_SAMPLE_RACE;
-            else
-                return cli_usage_error("sample", "--method is gumbel or race, not \"%s\"", val);
-            i++;
-        } else if (strcmp(arg, "--noise") == 0) {
-            flags &= ~(PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_WIDE_NOISE);
-            if (strcmp(val, "fp64") == 0)
-                flags |= PSR_SAMPLE_FP64_NOISE;
-            else if (strcmp(val, "wide") == 0)
-                flags |= PSR_SAMPLE_WIDE_NOISE;
-            else if (strcmp(val, "fp32") != 0)
-                return cli_usage_error("sample", "--noise is fp32, fp64 or wide, not \"%s\"", val);
-            i++;
-        } else if (strcmp(arg, "--logits") == 0) {
-            logits_path = val, i++;
-        } else if (strcmp(arg, "--hidden") == 0) {
-            hidden_path = val, i++;
-        } else if (strcmp(arg, "--weights") == 0) {
-            weights_path = val, i++;
-        } else if (strcmp(arg, "--seeds") == 0) {
-            seeds_path = val, i++;
-        } else if (strcmp(arg, "--positions") == 0) {
-            pos_path = val, i++;
-        } else if (strcmp(arg, "--device") == 0) {
-            device = val, i++;
-        } else if (strcmp(arg, "--seed") == 0) {
-            if (!parse_int64(val, &seed))
-                return cli_usage_error("sample", "--seed \"%s\" is not an integer", val);
-            i++;
-        } else if (strcmp(arg, "--pos") == 0) {
-            if (!parse_int64(val, &pos))
-                return cli_usage_error("sample", "--pos \"%s\" is not an integer", val);
-            i++;
-        } else if (strcmp(arg, "--top-k") == 0) {
-            if (!parse_int64(val, &top_k) || top_k < INT32_MIN || top_k > INT32_MAX)
-                return cli_usage_error("sample", "--top-k \"%s\" is not a 32-bit integer", val);
-            filtered = true, i++;
-        } else if (strcmp(arg, "--top-p") == 0 || strcmp(arg, "--min-p") == 0) {
-            char *end;
-            float v = strtof(val, &end);
-            if (end == val || *end)
-                return cli_usage_error("sample", "%s \"%s\" is not a number", arg, val);
-            *(arg[2] == 't' ? &top_p : &min_p) = v;
-            filtered = true, i++;
-        } else if (strcmp(arg, "--logprobs") == 0) {
-            int64_t n;
-            if (!parse_int64(val, &n) || n < 0 || n > PSR_LOGPROBS_MAX_TOP_N)
-                return cli_usage_error("sample", "--logprobs \"%s\" is not 0..%d", val, PSR_LOGPROBS_MAX_TOP_N);
-            logprobs_n = (int)n, i++;
-        } else if (strcmp(arg, "--temperature") == 0) {
-            char *end;
-            temp = strtof(val, &end);
-            if (end == val || *end)
-                return cli_usage_error("sample", "--temperature \"%s\" is not a number", val);
-            i++;
-        } else {
-            return cli_usage_error("sample", "unknown argument \"%s\"", arg);
-        }
-    }
-    if (raw_logprobs && logprobs_n < 0)
-        return cli_usage_error("sample", "--raw-logprobs goes with --logprobs N");
-    if (logprobs_n >= 0 && !logits_path)
-        return cli_usage_error("sample", "--logprobs works with --logits");
-    if (logits_path && (hidden_path || weights_path))
-        return cli_usage_error("sample", "give --logits, or --hidden with --weights, not both");
-    if (!logits_path && !(hidden_path && weights_path))
-        return cli_usage_error("sample", hidden_path || weights_path
-                                             ? "--hidden and --weights go together"
-                                             : "--logits FILE.npy (or --hidden and --weights) is required");
-
-    char err[512];
-    npy_array logits = {0}, hidden = {0}, weights = {0};
-    int bad;
-    if (logits_path)
-        bad = read_matrix(logits_path, "[rows, vocab]", &logits, err, sizeof err);
-    else
-        bad = read_matrix(hidden_path, "[rows, hidden]", &hidden, err, sizeof err) ||
-              read_matrix(weights_path, "[vocab, hidden]", &weights, err, sizeof err);
-    if (bad) {
-        fprintf(stderr, "psr sample: %s\n", err);
-        npy_free(&hidden);
-        return CLI_FAILED;
-    }
-    if (hidden_path && (hidden.shape[1] != weights.shape[1] || hidden.dtype != weights.dtype)) {
-        fprintf(stderr, "psr sample: --hidden %s is [%zu, %zu] %s but --weights %s is [%zu, %zu] %s: "
-                "they need the same hidden size and dtype\n",
-                hidden_path, hidden.shape[0], hidden.shape[1], hidden.dtype == NPY_F2 ? "float16" : "float32",
-                weights_path, weights.shape[0], weights.shape[1],
-                weights.dtype == NPY_F2 ? "float16" : "float32");
-        npy_free(&hidden), npy_free(&weights);
-        return CLI_FAILED;
-    }
-    size_t rows = logits_path ? logits.shape[0] : hidden.shape[0];
-    size_t vocab = logits_path ? logits.shape[1] : weights.shape[0];
-    int64_t *seeds = malloc(rows * 8), *positions = malloc(rows * 8);
-    float *temps = malloc(rows * 4);
-    int32_t *tokens = malloc(rows * 4);
-    uint32_t *row_flags = malloc(rows * 4);
-    int32_t *ks = filtered ? malloc(rows * 4) : NULL;
-    float *ps = filtered ? malloc(rows * 4) : NULL, *mps = filtered ? malloc(rows * 4) : NULL;
-    int rc = CLI_OK;
-    if (!seeds || !positions || !temps || !tokens || !row_flags ||
-        (filtered && (!ks || !ps || !mps))) {
-        rc = cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
-        goto out;
-    }
-    for (size_t r = 0; r < rows; r++) {
-        seeds[r] = seed;
-        positions[r] = pos;
-        temps[r] = temp;
-        if (filtered)
-            ks[r] = (int32_t)top_k, ps[r] = top_p, mps[r] = min_p;
-    }
-    if ((seeds_path && per_row_int64(seeds_path, rows, seeds, err, sizeof err)) ||
-        (pos_path && per_row_int64(pos_path, rows, positions, err, sizeof err))) {
-        fprintf(stderr, "psr sample: %s\n", err);
-        rc = CLI_FAILED;
-        goto out;
-    }
-
-    psr_context *ctx = cli_open_context(device, false);
-    if (!ctx) {
-        rc = CLI_FAILED;
-        goto out;
-    }
-    size_t no_finite = 0;
-    psr_status st;
-    if (hidden_path) {
-        st = sample_hidden(ctx, &hidden, &weights, seeds, positions, temps, ks, ps, mps, flags,
-                           tokens, row_flags);
-        for (size_t r = 0; st == PSR_OK && r < rows; r++)
-            no_finite += (row_flags[r] & PSR_ROW_NO_FINITE) != 0;
-    } else {
-        st = psr_sample_host_filtered(ctx, logits.data,
-                                      logits.dtype == NPY_F2 ? PSR_DTYPE_F16 : PSR_DTYPE_F32, rows,
-                                      vocab, 0, seeds, positions, temps, ks, ps, mps, flags, tokens,
-                                      row_flags, &no_finite);
-    }
-    size_t tn = logprobs_n > 0 ? (size_t)logprobs_n : 1;
-    float *lps = NULL, *top_lps = NULL;
-    int32_t *ranks = NULL, *top_ids = NULL;
-    if (st == PSR_OK && logprobs_n >= 0) {
-        lps = malloc(rows * 4), ranks = malloc(rows * 4);
-        top_lps = malloc(rows * tn * 4), top_ids = malloc(rows * tn * 4);
-        st = lps && ranks && top_lps && top_ids
-                 ? host_logprobs(ctx, &logits, rows, vocab, temps, tokens, ks, ps, mps, logprobs_n,
-                                 raw_logprobs, lps, ranks, top_ids, top_lps)
-                 : PSR_ERR_OUT_OF_HOST_MEMORY;
-    }
-    if (st != PSR_OK) {
-        rc = cli_report(st, ctx);
-    } else if (as_json) {
-        psr_device_info info;
-        psr_context_device_info(ctx, &info);
-        json_writer w;
-        json_init(&w, stdout);
-        json_begin_object(&w);
-        json_key(&w, "tokens");
-        json_begin_array(&w);
-        for (size_t r = 0; r < rows; r++)
-            json_int(&w, tokens[r]);
-        json_end_array(&w);
-        json_key(&w, "device");
-        json_string(&w, info.name);
-        json_key(&w, "platform");
-        json_string(&w, info.platform_name);
-        json_key(&w, "rows");
-        json_uint(&w, rows);
-        json_key(&w, "vocab");
-        json_uint(&w, vocab);
-        if (hidden_path) {
-            json_key(&w, "hidden_size");
-            json_uint(&w, hidden.shape[1]);
-        }
-        json_key(&w, "noise");
-        unsigned used = flags;
-        psr_context_last_sample_flags(ctx, &used);
-        json_string(&w, used & PSR_SAMPLE_FP64_NOISE   ? "fp64"
-                        : used & PSR_SAMPLE_WIDE_NOISE ? "wide"
-                                                       : "fp32");
-        json_key(&w, "method");
-        json_string(&w, used & PSR_SAMPLE_RACE ? "race" : "gumbel");
-        json_key(&w, "deterministic");
-        json_bool(&w, !(used & PSR_SAMPLE_FAST_MATH));
-        json_key(&w, "drafting");
-        json_bool(&w, flags & PSR_SAMPLE_DRAFTING);
-        json_key(&w, "no_finite_rows");
-        json_uint(&w, no_finite);
-        if (logprobs_n >= 0) {
-            json_key(&w, "logprobs_raw");
-            json_bool(&w, raw_logprobs);
-            json_key(&w, "logprobs");
-            json_begin_array(&w);
-            for (size_t r = 0; r < rows; r++)
-                json_double(&w, lps[r]);
-            json_end_array(&w);
-            json_key(&w, "ranks");
-            json_begin_array(&w);
-            for (size_t r = 0; r < rows; r++)
-                json_int(&w, ranks[r]);
-            json_end_array(&w);
-            json_key(&w, "top");
-            json_begin_array(&w);
-            for (size_t r = 0; r < rows; r++) {
-                json_begin_array(&w);
-                for (int k = 0; k < logprobs_n; k++) {
-                    json_begin_array(&w);
-                    json_int(&w, top_ids[r * tn + (size_t)k]);
-                    json_double(&w, top_lps[r * tn + (size_t)k]);
-                    json_end_array(&w);
-                }
-                json_end_array(&w);
-            }
-            json_end_array(&w);
-        }
-        json_end_object(&w);
-        json_finish(&w);
-    } else {
-        for (size_t r = 0; r < rows; r++)
-            if (logprobs_n >= 0)
-                printf("%d\t%.9g\t%d\n", tokens[r], (double)lps[r], ranks[r]);
-            else
-                printf("%d\n", tokens[r]);
-        if (no_finite)
-            fprintf(stderr, "psr sample: %zu rows had no finite logit (their token is still in range)\n",
-                    no_finite);
-    }
-    free(lps), free(ranks), free(top_lps), free(top_ids);
-    psr_context_free(ctx);
-out:
-    npy_free(&logits), npy_free(&hidden), npy_free(&weights);
-    free(seeds), free(positions), free(temps), free(tokens), free(row_flags);
-    free(ks), free(ps), free(mps);
+    sample_options o = {.temperature = 1.0f, .top_p = 1.0f, .logprobs = -1};
+    int parsed = parse_sample(argc, argv, &o);
+    if (parsed >= 0)
+        return parsed;
+    sample_rows in = {0};
+    int rc = read_matrices(&o, &in);
+    if (rc == CLI_OK)
+        rc = fill_rows(&o, &in);
+    if (rc == CLI_OK)
+        rc = sample_and_print(&o, &in);
+    free_rows(&in);
     return rc;
 }
 

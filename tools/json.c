@@ -110,6 +110,32 @@ void json_null(json_writer *w)
     fputs("null", w->out);
 }
 
+/* json_key_TYPE: a key, then its value. */
+#define KEY_THEN(name, type, write_value)                   \
+    void name(json_writer *w, const char *key, type v)      \
+    {                                                       \
+        json_key(w, key);                                   \
+        write_value(w, v);                                  \
+    }
+KEY_THEN(json_key_string, const char *, json_string)
+KEY_THEN(json_key_int, int64_t, json_int)
+KEY_THEN(json_key_uint, uint64_t, json_uint)
+KEY_THEN(json_key_double, double, json_double)
+KEY_THEN(json_key_bool, bool, json_bool)
+#undef KEY_THEN
+
+void json_key_numbers(json_writer *w, const json_number *n, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        json_key_double(w, n[i].key, n[i].value);
+}
+
+void json_key_texts(json_writer *w, const json_text *t, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        json_key_string(w, t[i].key, t[i].value);
+}
+
 void json_finish(json_writer *w)
 {
     fputc('\n', w->out);

@@ -3,6 +3,7 @@
 #define PSR_CLI_JSON_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -25,6 +26,26 @@ void json_uint(json_writer *w, uint64_t v);
 void json_double(json_writer *w, double v);
 void json_bool(json_writer *w, bool v);
 void json_null(json_writer *w);
+/* A key and its value in one call. */
+void json_key_string(json_writer *w, const char *key, const char *s);
+void json_key_int(json_writer *w, const char *key, int64_t v);
+void json_key_uint(json_writer *w, const char *key, uint64_t v);
+void json_key_double(json_writer *w, const char *key, double v);
+void json_key_bool(json_writer *w, const char *key, bool v);
+/* Runs of keys with values of one kind, from a table (JSON_COUNT entries).
+ * Numbers are written as json_double writes them, which is how
+ * json_int and json_uint write whole numbers below 2^53. */
+typedef struct json_number {
+    const char *key;
+    double value;
+} json_number;
+typedef struct json_text {
+    const char *key;
+    const char *value;
+} json_text;
+#define JSON_COUNT(table) (sizeof(table) / sizeof((table)[0]))
+void json_key_numbers(json_writer *w, const json_number *n, size_t count);
+void json_key_texts(json_writer *w, const json_text *t, size_t count);
 /* Ends the document with a newline. */
 void json_finish(json_writer *w);
 

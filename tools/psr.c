@@ -74,6 +74,29 @@ cl_command_queue cli_queue(const psr_context *ctx)
     return q;
 }
 
+cl_int cli_make_buffers(const psr_context *ctx, const cli_buffer *spec, size_t n, cl_mem *out)
+{
+    cl_int err = CL_SUCCESS;
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+    for (size_t i = 0; i < n && err == CL_SUCCESS; i++) {
+        if (spec[i].bytes == 0)
+            continue;
+        cl_mem_flags flags = spec[i].host ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE;
+        out[i] = clCreateBuffer(cli_cl_context(ctx), flags, spec[i].bytes, (void *)spec[i].host, &err);
+    }
+    return err;
+}
+
+void cli_release_buffers(cl_mem *m, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (m[i])
+            clReleaseMemObject(m[i]);
+        m[i] = NULL;
+    }
+}
+
 bool cli_contains_nocase(const char *haystack, const char *needle)
 {
     size_t n = strlen(needle);
@@ -97,6 +120,29 @@ int cli_usage_error(const char *command, const char *fmt, ...)
 bool cli_is_help(const char *arg)
 {
     return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
+}
+
+int cli_parse(const cli_options *p, int argc, char **argv, int first, void *opts, bool *json)
+{
+    for (int i = first; i < argc; i++) {
+        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (cli_is_help(arg)) {
+            p->usage(stdout);
+            return CLI_OK;
+        }
+        if (strcmp(arg, "--json") == 0) {
+            *json = true;
+            continue;
+        }
+        if (p->flag && p->flag(opts, arg))
+            continue;
+        if (!val)
+            return cli_usage_error(p->command, "%s needs a value", arg);
+        if (p->value(opts, arg, val) != CLI_OK)
+            return CLI_USAGE;
+        i++;
+    }
+    return -1;
 }
 
 void cli_format_bytes(unsigned long long bytes, char *buf, size_t len)

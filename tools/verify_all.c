@@ -183,23 +183,18 @@ int verify_all(const char *device, bool as_json)
         json_writer w;
         json_init(&w, stdout);
         json_begin_object(&w);
-        json_key(&w, "device");
-        json_string(&w, info.name);
+        json_key_string(&w, "device", info.name);
         json_key(&w, "checks");
         json_begin_array(&w);
         for (size_t i = 0; i < n; i++) {
             json_begin_object(&w);
-            json_key(&w, "name");
-            json_string(&w, checks[i].name);
-            json_key(&w, "pass");
-            json_bool(&w, checks[i].pass);
-            json_key(&w, "detail");
-            json_string(&w, checks[i].detail);
+            json_key_string(&w, "name", checks[i].name);
+            json_key_bool(&w, "pass", checks[i].pass);
+            json_key_string(&w, "detail", checks[i].detail);
             json_end_object(&w);
         }
         json_end_array(&w);
-        json_key(&w, "pass");
-        json_bool(&w, all);
+        json_key_bool(&w, "pass", all);
         json_end_object(&w);
         json_finish(&w);
     } else {

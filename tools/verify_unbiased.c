@@ -52,18 +52,12 @@ static void print_positions(json_writer *w, bool as_json, const char *label, siz
         bool pass = chi[j].chi2 < chi[j].threshold;
         if (as_json) {
             json_begin_object(w);
-            json_key(w, "position");
-            json_uint(w, j);
-            json_key(w, "chi2");
-            json_double(w, chi[j].chi2);
-            json_key(w, "df");
-            json_uint(w, chi[j].df);
-            json_key(w, "threshold");
-            json_double(w, chi[j].threshold);
-            json_key(w, "samples");
-            json_uint(w, res->reached[j]);
-            json_key(w, "pass");
-            json_bool(w, pass);
+            json_key_uint(w, "position", j);
+            json_key_double(w, "chi2", chi[j].chi2);
+            json_key_uint(w, "df", chi[j].df);
+            json_key_double(w, "threshold", chi[j].threshold);
+            json_key_uint(w, "samples", res->reached[j]);
+            json_key_bool(w, "pass", pass);
             json_end_object(w);
         } else {
             printf("%-8s position %zu: chi2 %8.1f  threshold %5.1f (df %zu, %llu samples)  %s\n", label, j,
@@ -90,91 +84,113 @@ static void usage(FILE *out)
             PSR_UNBIASED_MAX_K);
 }
 
-int verify_unbiased(int argc, char **argv)
+/* psr verify unbiased's command line. */
+typedef struct unbiased_options {
+    unsigned long long k, trials;
+    bool control, json;
+    const char *device;
+} unbiased_options;
+
+static bool unbiased_flag(void *opts, const char *arg)
 {
-    unsigned long long k = 3, trials = 200000;
-    bool control = false, as_json = false;
-    const char *device = NULL;
-    for (int i = 2; i < argc; i++) {
-        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
-        if (cli_is_help(arg)) {
-            usage(stdout);
-            return CLI_OK;
-        } else if (strcmp(arg, "--json") == 0) {
-            as_json = true;
-        } else if (strcmp(arg, "--control") == 0) {
-            control = true;
-        } else if (!val) {
-            return cli_usage_error("verify", "%s needs a value", arg);
-        } else if (strcmp(arg, "--device") == 0) {
-            device = val, i++;
-        } else if (strcmp(arg, "--k") == 0) {
-            k = strtoull(val, &end, 10);
-            if (end == val || *end || k > PSR_UNBIASED_MAX_K)
-                return cli_usage_error("verify", "--k \"%s\" is not 0..%d", val, PSR_UNBIASED_MAX_K);
-            i++;
-        } else if (strcmp(arg, "--trials") == 0) {
-            double v = strtod(val, &end);
-            if (end == val || *end || !(v >= 1 && v <= 1e9))
-                return cli_usage_error("verify", "--trials \"%s\" is not 1..1e9", val);
-            trials = (unsigned long long)v;
-            i++;
-        } else {
-            return cli_usage_error("verify", "bad argument \"%s\"", arg);
-        }
+    unbiased_options *o = opts;
+    if (strcmp(arg, "--control") != 0)
+        return false;
+    o->control = true;
+    return true;
+}
+
+/* One option with its value: CLI_OK, or CLI_USAGE after the message. */
+static int unbiased_value(void *opts, const char *arg, const char *val)
+{
+    unbiased_options *o = opts;
+    char *end = NULL;
+    if (strcmp(arg, "--device") == 0) {
+        o->device = val;
+    } else if (strcmp(arg, "--k") == 0) {
+        o->k = strtoull(val, &end, 10);
+        if (end == val || *end || o->k > PSR_UNBIASED_MAX_K)
+            return cli_usage_error("verify", "--k \"%s\" is not 0..%d", val, PSR_UNBIASED_MAX_K);
+    } else if (strcmp(arg, "--trials") == 0) {
+        double v = strtod(val, &end);
+        if (end == val || *end || !(v >= 1 && v <= 1e9))
+            return cli_usage_error("verify", "--trials \"%s\" is not 1..1e9", val);
+        o->trials = (unsigned long long)v;
+    } else {
+        return cli_usage_error("verify", "bad argument \"%s\"", arg);
     }
-    psr_context *ctx = cli_open_context(device, false);
+    return CLI_OK;
+}
+
+/* The salted run and, with --control, the unsalted one. */
+typedef struct unbiased_runs {
+    psr_unbiased_result *res, *cres;
+    psr_chi2_result chi[PSR_UNBIASED_MAX_K + 1], cchi[PSR_UNBIASED_MAX_K + 1];
+    bool pass, cpass;
+} unbiased_runs;
+
+static void print_report(psr_context *ctx, const unbiased_options *o, const unbiased_runs *u)
+{
+    json_writer w;
+    json_init(&w, stdout);
+    if (o->json) {
+        json_begin_object(&w);
+        json_key_uint(&w, "k", o->k);
+        json_key_uint(&w, "trials", o->trials);
+        json_key_uint(&w, "vocab", PSR_UNBIASED_VOCAB);
+    } else {
+        psr_device_info info;
+        psr_context_device_info(ctx, &info);
+        printf("device: %s (%s)\nk %llu, %llu trials, vocabulary %d\n", info.name, info.platform_name, o->k,
+               o->trials, PSR_UNBIASED_VOCAB);
+    }
+    print_positions(&w, o->json, "salted", (size_t)o->k, u->res, u->chi);
+    if (o->control) {
+        if (o->json) {
+            json_key(&w, "control");
+            json_begin_object(&w);
+        }
+        print_positions(&w, o->json, "control", (size_t)o->k, u->cres, u->cchi);
+        if (o->json)
+            json_end_object(&w);
+    }
+    if (o->json) {
+        json_end_object(&w);
+        json_finish(&w);
+    } else {
+        printf("%s\n", u->pass && u->cpass ? "PASS" : "FAIL");
+    }
+}
+
+static int run_unbiased(const unbiased_options *o)
+{
+    psr_context *ctx = cli_open_context(o->device, false);
     if (!ctx)
         return CLI_FAILED;
-    psr_unbiased_result *res = malloc(sizeof *res), *cres = malloc(sizeof *cres);
-    psr_chi2_result chi[PSR_UNBIASED_MAX_K + 1], cchi[PSR_UNBIASED_MAX_K + 1];
-    bool pass = false, cpass = true;
-    int rc = res && cres ? CLI_OK : cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
+    unbiased_runs u = {.res = malloc(sizeof *u.res), .cres = malloc(sizeof *u.cres), .cpass = true};
+    int rc = u.res && u.cres ? CLI_OK : cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
     if (rc == CLI_OK)
-        rc = verify_unbiased_run(ctx, (size_t)k, (size_t)trials, false, &pass, res, chi);
-    if (rc == CLI_OK && control) {
-        psr_context *c = open_control(device);
-        rc = c ? verify_unbiased_run(c, (size_t)k, (size_t)trials, true, &cpass, cres, cchi) : CLI_FAILED;
+        rc = verify_unbiased_run(ctx, (size_t)o->k, (size_t)o->trials, false, &u.pass, u.res, u.chi);
+    if (rc == CLI_OK && o->control) {
+        psr_context *c = open_control(o->device);
+        rc = c ? verify_unbiased_run(c, (size_t)o->k, (size_t)o->trials, true, &u.cpass, u.cres, u.cchi)
+               : CLI_FAILED;
         psr_context_free(c);
     }
     if (rc == CLI_OK) {
-        json_writer w;
-        json_init(&w, stdout);
-        if (as_json) {
-            json_begin_object(&w);
-            json_key(&w, "k");
-            json_uint(&w, k);
-            json_key(&w, "trials");
-            json_uint(&w, trials);
-            json_key(&w, "vocab");
-            json_uint(&w, PSR_UNBIASED_VOCAB);
-        } else {
-            psr_device_info info;
-            psr_context_device_info(ctx, &info);
-            printf("device: %s (%s)\nk %llu, %llu trials, vocabulary %d\n", info.name, info.platform_name,
-                   k, trials, PSR_UNBIASED_VOCAB);
-        }
-        print_positions(&w, as_json, "salted", (size_t)k, res, chi);
-        if (control) {
-            if (as_json) {
-                json_key(&w, "control");
-                json_begin_object(&w);
-            }
-            print_positions(&w, as_json, "control", (size_t)k, cres, cchi);
-            if (as_json)
-                json_end_object(&w);
-        }
-        if (as_json) {
-            json_end_object(&w);
-            json_finish(&w);
-        } else {
-            printf("%s\n", pass && cpass ? "PASS" : "FAIL");
-        }
-        if (!pass || !cpass)
+        print_report(ctx, o, &u);
+        if (!u.pass || !u.cpass)
             rc = CLI_FAILED;
     }
-    free(res), free(cres);
+    free(u.res), free(u.cres);
     psr_context_free(ctx);
     return rc;
+}
+
+int verify_unbiased(int argc, char **argv)
+{
+    unbiased_options o = {.k = 3, .trials = 200000};
+    static const cli_options options = {"verify", usage, unbiased_flag, unbiased_value};
+    int parsed = cli_parse(&options, argc, argv, 2, &o, &o.json);
+    return parsed >= 0 ? parsed : run_unbiased(&o);
 }
