@@ -11,9 +11,8 @@ psr_status psr_tail_census(psr_context *ctx, unsigned flags, unsigned long long 
     psr_status st = psr_resolve_flags(ctx, flags, "noise flags", &resolved);
     if (st != PSR_OK)
         return st;
-    psr_variant v = {.set = PSR_KERNELS_NOISE,
-                     .fp64 = (resolved & PSR_SAMPLE_FP64_NOISE) != 0,
-                     .wide = (resolved & PSR_SAMPLE_WIDE_NOISE) != 0};
+    psr_variant v = psr_variant_of(PSR_KERNELS_NOISE, resolved & (PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_WIDE_NOISE),
+                                   PSR_DTYPE_F32);
     cl_kernel k;
     st = psr_kernel_get(ctx, &v, "psr_tail_count", &k);
     if (st != PSR_OK)

@@ -160,14 +160,8 @@ typedef struct sample_plan {
 static void plan_sample(psr_context *ctx, const psr_sample_args *a, unsigned flags, sample_plan *pl)
 {
     memset(pl, 0, sizeof *pl);
-    pl->v = (psr_variant){.set = PSR_KERNELS_GUMBEL,
-                          .drafting = (flags & PSR_SAMPLE_DRAFTING) != 0,
-                          .fp64 = (flags & PSR_SAMPLE_FP64_NOISE) != 0,
-                          .wide = (flags & PSR_SAMPLE_WIDE_NOISE) != 0,
-                          .dtype = a->logits_dtype,
-                          .fast_math = (flags & PSR_SAMPLE_FAST_MATH) != 0,
-                          .method = !(flags & PSR_SAMPLE_RACE) ? 0 : (flags & PSR_SAMPLE_PROBS) ? 2 : 1,
-                          .filtered = psr_filter_requested(a)};
+    pl->v = psr_variant_of(PSR_KERNELS_GUMBEL, flags, a->logits_dtype);
+    pl->v.filtered = psr_filter_requested(a);
     cl_uint chunk, groups;
     psr_split_rows(ctx, a->rows, a->vocab, &chunk, &groups);
     pl->parts = a->rows * groups;

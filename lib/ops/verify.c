@@ -278,10 +278,7 @@ typedef struct verify_plan {
 static void plan_launch(psr_context *ctx, const psr_verify_args *a, unsigned flags, verify_plan *pl)
 {
     memset(pl, 0, sizeof *pl);
-    pl->v = (psr_variant){.set = PSR_KERNELS_VERIFY,
-                          .fp64 = (flags & PSR_SAMPLE_FP64_NOISE) != 0,
-                          .wide = (flags & PSR_SAMPLE_WIDE_NOISE) != 0,
-                          .dtype = a->target_dtype};
+    pl->v = psr_variant_of(PSR_KERNELS_VERIFY, flags, a->target_dtype); /* noise flags only */
     psr_verify_params *p = &pl->params;
     p->vocab = (cl_uint)a->vocab;
     p->rows = (cl_uint)a->rows;

@@ -15,6 +15,18 @@ static const char *const set_names[PSR_KERNEL_SET_COUNT] = {
     [PSR_KERNELS_NOISE] = "noise",
 };
 
+psr_variant psr_variant_of(psr_kernel_set set, unsigned flags, psr_dtype dtype)
+{
+    psr_variant v = {.set = set,
+                     .drafting = (flags & PSR_SAMPLE_DRAFTING) != 0,
+                     .fp64 = (flags & PSR_SAMPLE_FP64_NOISE) != 0,
+                     .wide = (flags & PSR_SAMPLE_WIDE_NOISE) != 0,
+                     .dtype = dtype,
+                     .fast_math = (flags & PSR_SAMPLE_FAST_MATH) != 0,
+                     .method = !(flags & PSR_SAMPLE_RACE) ? 0 : (flags & PSR_SAMPLE_PROBS) ? 2 : 1};
+    return v;
+}
+
 bool psr_kernel_set_uses_logits(psr_kernel_set set)
 {
     return set != PSR_KERNELS_STREAM;

@@ -27,6 +27,8 @@ typedef struct psr_variant {
     bool filtered;     /* PSR_FILTERS=1: the sampler applies filter thresholds (built on demand) */
 } psr_variant;
 
+/* The variant of a set that resolved PSR_SAMPLE_* flags select. */
+psr_variant psr_variant_of(psr_kernel_set set, unsigned flags, psr_dtype dtype);
 /* Does the set read logits or compute noise (dtype, math mode, method)? */
 bool psr_kernel_set_uses_logits(psr_kernel_set set);
 /* A small integer naming a variant, for the kernel-object cache. */
