@@ -123,6 +123,7 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
     ctx->tuning = psr_tuning_for(&ctx->info);
     /* Tuning aids (docs/devices.md): override the table for experiments. */
     psr_tuning_apply_env(ctx, &ctx->info, &ctx->tuning);
+    psr_context_options_changed(ctx);
     setup_disk_cache(ctx, o);
     return PSR_OK;
 }
@@ -441,4 +442,9 @@ psr_status psr_context_warm(psr_context *ctx, size_t *variants)
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_warm: ctx is NULL");
     /* The production sets only: the stream and noise sets are for tests. */
     return psr_warm_sets(ctx, 1u << PSR_KERNELS_GUMBEL | 1u << PSR_KERNELS_VERIFY, variants);
+}
+
+void psr_context_options_changed(psr_context *ctx)
+{
+    ctx->check_arg_names = strstr(ctx->tuning.extra_options, "-cl-kernel-arg-info") != NULL;
 }

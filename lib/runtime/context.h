@@ -35,6 +35,10 @@ typedef struct psr_scratch {
     size_t bytes;
 } psr_scratch;
 
+/* After the build options change: whether the argument builder checks
+ * names (the kernels are built with -cl-kernel-arg-info). */
+void psr_context_options_changed(psr_context *ctx);
+
 /* Grows a scratch buffer to at least `bytes`; new memory is zero-filled
  * (enqueued, so it is ordered before the kernels that follow). */
 psr_status psr_scratch_reserve(psr_context *ctx, psr_scratch *s, size_t bytes);

@@ -41,6 +41,7 @@ psr_status psr_context_set_tuning(psr_context *ctx, const psr_tuning *t)
     REQUIRE(!ctx->program_count || psr_tuning_same_build(&ctx->tuning, t), PSR_ERR_INVALID_ARGUMENT,
             "tuning: values that change how kernels build may change only before the context's first build");
     ctx->tuning = *t;
+    psr_context_options_changed(ctx);
     return PSR_OK;
 }
 
@@ -58,6 +59,7 @@ psr_status psr_context_add_build_options(psr_context *ctx, const char *options)
         extra[used] = '\0';
         return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT, "build options \"%s\" do not fit", options);
     }
+    psr_context_options_changed(ctx);
     return PSR_OK;
 }
 

@@ -203,7 +203,6 @@ psr_status psr_program_get(psr_context *ctx, const psr_variant *v, cl_program *o
     const char *set_name = psr_kernel_set_name(v->set);
     char options[1024];
     psr_build_options(ctx, v, options, sizeof options);
-    ctx->check_arg_names = strstr(options, "-cl-kernel-arg-info") != NULL;
     char mem_key[1100];
     snprintf(mem_key, sizeof mem_key, "%s|%s", set_name, options);
     for (size_t i = 0; i < ctx->program_count; i++)
