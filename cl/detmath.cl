@@ -3,7 +3,7 @@
  * Every function here is built only from operations OpenCL requires to be
  * correctly rounded: + - * and fma in fp32, and also / in fp64. With
  * FP_CONTRACT OFF the compiler may not fuse or reorder them, so every
- * conformant device computes the same bits, and lib/oracle.c computes the
+ * conformant device computes the same bits, and lib/oracle/stream.c computes the
  * same bits on the host. Inputs on the noise path are positive and normal.
  */
 #pragma OPENCL FP_CONTRACT OFF
@@ -139,7 +139,7 @@ PSR_DEFINE_DET_RECIP(psr_det_recip, float, uint)
 
 /* 1/T for a temperature T > 0: above 2^126 the reciprocal would be
  * subnormal (zero where denormals flush), so it is 2^-126 there, and
- * infinite logits stay infinite when scaled (lib/oracle.c: the same). */
+ * infinite logits stay infinite when scaled (lib/oracle/stream.c: the same). */
 inline float psr_temp_recip(float t)
 {
     return psr_det_recip(fmin(t, 0x1p126f));

@@ -6,12 +6,12 @@
  * s >= threshold. No sort: top-k and top-p are searches over the 32-bit
  * order-preserving key of s. Top-p weighs each token by
  * q = floor(e^(s - max) * 2^32), summed in 64-bit integers, so its result
- * does not depend on the order of the sums and lib/oracle_filter.c gets
+ * does not depend on the order of the sums and lib/oracle/filter.c gets
  * the same bits.
  *
  * Up to three kernels with many work-groups per row, so that a few rows
  * still fill the device; the last group of a row to finish a pass does
- * the row's remaining work, which saves a launch per pass (lib/filter.c
+ * the row's remaining work, which saves a launch per pass (lib/ops/filter.c
  * enqueues them):
  *   psr_filter_scan     the row's largest key and, with top-k, a histogram
  *                       of the keys' top 12 bits (counts). The row's last

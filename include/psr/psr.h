@@ -219,8 +219,9 @@ PSR_API psr_status psr_context_cl(const psr_context *ctx, cl_context *cl_ctx,
 /* The log of the last kernel build that failed on this context ("" if none). */
 PSR_API const char *psr_context_build_log(const psr_context *ctx);
 
-/* Builds (or loads from the cache) every kernel variant this device can
- * run, so later calls start without compiling (the filtered variants are
+/* Builds (or loads from the cache) every variant of the sampling and
+ * verification programs this device can run, so later calls start
+ * without compiling (the filtered variants are
  * built by the first filtered call; PoCL compiles each kernel at its
  * first launch whatever was warmed). *variants (may be NULL) receives how
  * many variants are now ready. */

@@ -43,8 +43,9 @@ PSR_API psr_status psr_context_last_paths(const psr_context *ctx, psr_last_paths
 /* ------------------------------------------------------------------ */
 
 /* A device's tuning: one set of named values per kernel family, each
- * from the first row of that family's table that matches the device
- * (vendor, then device type, then device name, then a default row), then
+ * from the first row of that family's table that matches the device (a
+ * row may name a vendor, a device type and a device-name substring; rows
+ * run from vendor and type, through type alone, to a default row), then
  * changed by the PSR_TUNE_* variables when a context is created
  * (docs/devices.md lists them). `rule` names the row. */
 typedef struct psr_tuning_sample {

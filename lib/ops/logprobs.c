@@ -6,6 +6,7 @@
 
 /* ctx->logprobs[] scratch. */
 enum { LSE, BEAT, TOP_V, TOP_I, ROW_DONE, TOKEN_VALUE, LOGPROBS_SCRATCH };
+_Static_assert(sizeof(psr_logprobs_params) == 40, "psr_logprobs_params is laid out as in OpenCL C");
 _Static_assert(LOGPROBS_SCRATCH == sizeof ((psr_context *)0)->logprobs / sizeof(psr_scratch),
                "one scratch buffer of ctx->logprobs per entry");
 
@@ -219,7 +220,7 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     if (st == PSR_OK && !one)
         st = bind_finish(ctx, finish, a, &params, scratch);
     /* Every kernel's arguments are set first, so nothing that can fail
-     * comes between the launches (as in lib/verify.c). */
+     * comes between the launches (as in lib/ops/verify.c). */
     if (st == PSR_OK && filtered) {
         st = psr_filter_launch(ctx, &view, &filter, NULL);
         nwait = 0, wait = NULL;

@@ -1,6 +1,6 @@
 /* Host oracle of psr_logprobs (cl/logprobs.cl): the same values, the same
  * log-sum-exp (psr_oracle_row_lse) and the same orders, so the device must
- * match it bit for bit. Built with -ffp-contract=off like oracle.c. */
+ * match it bit for bit. Built with -ffp-contract=off like stream.c. */
 #include "oracle/oracle.h"
 
 #include <math.h>

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- the host oracle (oracle.c): the stream and noise of the kernels ---- */
+/* ---- the host oracle (stream.c): the stream and noise of the kernels ---- */
 
 void psr_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 void psr_oracle_draw(uint64_t seed, uint64_t offset, uint32_t out[4]);
@@ -42,7 +42,7 @@ float psr_oracle_exp_neg(float y);
 /* 2^z for z <= 0 as cl/detmath.cl psr_det_exp2_neg (the log-sum-exp term). */
 float psr_oracle_exp2_neg(float z);
 
-/* The filter threshold of cl/filter.cl for one fp32 row (lib/oracle_filter.c):
+/* The filter threshold of cl/filter.cl for one fp32 row (lib/oracle/filter.c):
  * keep token i iff its scaled logit psr_oracle_div(x, T) >= the result;
  * -inf when nothing is removed, NaN for a bad top_p or min_p. top_p = 1,
  * min_p = 0 and top_k <= 0 or >= vocab are off. */
@@ -54,12 +54,12 @@ float psr_oracle_scaled(float x, float temperature);
 /* The log-sum-exp of x / T over a row in psr's fixed order (cl/verify.cl);
  * r = psr_oracle_recip(t); t = 1 uses x itself. */
 float psr_oracle_row_lse(const float *x, size_t vocab, float t, float r);
-/* psr_logprobs on the host (lib/oracle_logprobs.c), one fp32 row: the
+/* psr_logprobs on the host (lib/oracle/logprobs.c), one fp32 row: the
  * token's logprob and rank, and the top_n ids and logprobs; cut is the
  * row's filter threshold (-inf: none). */
 void psr_oracle_logprobs_row(const float *x, size_t vocab, float t, bool raw, float cut, int32_t token,
                              int top_n, float *logprob, int32_t *rank, int32_t *top_ids, float *top_logprobs);
-/* psr_verify on the host (lib/oracle_verify.c), for fp32 target logits. */
+/* psr_verify on the host (lib/oracle/verify.c), for fp32 target logits. */
 typedef struct psr_oracle_verify_in {
     size_t requests, rows, vocab, max_drafts;
     const int32_t *cu;           /* [requests + 1] */

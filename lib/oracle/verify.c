@@ -1,6 +1,6 @@
 /* Host oracle of psr_verify (cl/verify.cl): the same operations in the
  * same order, so the device must match it token for token. Built with
- * -ffp-contract=off like oracle.c. */
+ * -ffp-contract=off like stream.c. */
 #include "oracle/oracle.h"
 
 #include <float.h>

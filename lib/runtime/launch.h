@@ -23,7 +23,7 @@ void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_
 /* The argument builder: binds a kernel's arguments in order, by name.
  * Calls chain without checks; the first failure is kept and reported by
  * psr_kernel_args_end, which also (on a context built with
- * -cl-kernel-arg-info, as the tests build) compares every name and the
+ * -cl-kernel-arg-info, as tests/test_kernel_args.c builds) compares every name and the
  * count with what the driver reports, so host and kernel cannot drift. */
 #define PSR_KERNEL_MAX_ARGS 16
 typedef struct psr_kernel_args {
