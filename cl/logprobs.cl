@@ -178,17 +178,36 @@ typedef struct psr_lp_row_locals {
     uint valid;
 } psr_lp_row_locals;
 
-/* One block's pass: super-block sb of a row (psr_logprobs_partial). */
-inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                         uint vocab, uint nsb, __global const int *row_request, uint requests,
-                         __global const float *temperatures, uint raw, __global const int *tokens,
-                         uint top_n, __global float2 *lse_out, __global uint *beat_out,
-                         __global float *top_v, __global uint *top_i, __global const float *cuts,
-                         __global float *token_value, uint row, uint sb, uint lid, bool segments_first,
-                         __local psr_lp_block_locals *l)
+/* A block's pass over its row (psr_lp_block): how values are made from
+ * the row's logits, and where the work-item's lanes are. The lanes' steps
+ * in the row are kept apart (steps[PSR_LPT]): indexed at run time on
+ * CPUs, inside the struct they would keep all of it in memory. */
+typedef struct psr_lp_lanes {
+    float t, r, cut;
+    bool divide, full, aligned;
+    uint base, vocab, lid;
+} psr_lp_lanes;
+
+/* The values of tokens i .. i + 3, step k of the work-item's lane j. */
+#if PSR_LPT == 1
+#define PSR_LP_VALUES(j, k, i) v[k]
+/* Every loop over a lane's steps has the constant bound PSR_SB_STEPS and
+ * stops at the lane's steps[j]; on GPUs it unrolls, so v[k] keeps a
+ * constant index (indexed at run time, v would live in memory, not
+ * registers). CPUs do not unroll: PoCL's build would take 5x as long. */
+#else
+/* CPUs: several lanes per work-item, read again for each pass. */
+#define PSR_LP_VALUES(j, k, i)                                                                    \
+    psr_lp_values(psr_load4(src, i, ln->vocab, ln->aligned), ln->divide, ln->t, ln->r, ln->cut)
+#endif
+
+/* The row's temperature and filter, and the block's lanes (sb of the row
+ * at src); returns the sampled token's value. */
+inline float psr_lp_block_setup(psr_lp_lanes *ln, uint *steps, __global const psr_logit_t *src, uint vocab,
+                                __global const int *row_request, uint requests,
+                                __global const float *temperatures, uint raw, __global const int *tokens,
+                                __global const float *cuts, uint row, uint sb, uint lid)
 {
-    __local float *ls = l->ls, *lm = l->lm, *lbv = l->lbv, *lcv = l->lcv;
-    __local uint *lbi = l->lbi, *lcount = l->lcount, *lci = l->lci;
     int req = row_request ? row_request[row] : (int)row;
     float t = !raw && req >= 0 && req < (int)requests ? temperatures[req] : 1.0f;
     bool divide = isnormal(t) && t > 0.0f && t != 1.0f;
@@ -196,19 +215,31 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
     float cut = psr_lp_cut(cuts, row, raw, t);
     uint base = sb * PSR_SB;
     bool full = base + PSR_SB <= vocab;
-    __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     int tok = tokens[row];
     float tv = tok >= 0 && (uint)tok < vocab ? psr_lp_value(psr_load_logit(src, (ulong)tok), divide, t, r, cut)
                                              : INFINITY; /* nothing beats it: rank 0 later */
-
-    uint steps[PSR_LPT];
+    ln->t = t;
+    ln->r = r;
+    ln->cut = cut;
+    ln->divide = divide;
+    ln->full = full;
+    ln->aligned = aligned;
+    ln->base = base;
+    ln->vocab = vocab;
+    ln->lid = lid;
     for (uint j = 0; j < PSR_LPT; j++)
         steps[j] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + j * PSR_VWG), vocab);
+    return tv;
+}
+
 #if PSR_LPT == 1
-    /* GPUs: the lane's values stay in registers for every pass below. */
-    float4 v[PSR_SB_STEPS];
-    if (full && aligned) {
+/* GPUs: the lane's values, into the registers v that every pass reads. */
+inline void psr_lp_load_lane(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
+                             float4 *v)
+{
+    uint base = ln->base, lid = ln->lid;
+    if (ln->full && ln->aligned) {
 #pragma unroll
         for (uint k = 0; k < PSR_SB_STEPS; k++)
             v[k] = psr_load4_aligned(src, base + 4 * lid + k * 4 * PSR_LANES);
@@ -216,27 +247,22 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
 #pragma unroll
         for (uint k = 0; k < PSR_SB_STEPS; k++)
             if (k < steps[0])
-                v[k] = psr_load4(src, base + 4 * lid + k * 4 * PSR_LANES, vocab, aligned);
+                v[k] = psr_load4(src, base + 4 * lid + k * 4 * PSR_LANES, ln->vocab, ln->aligned);
     }
 #pragma unroll
     for (uint k = 0; k < PSR_SB_STEPS; k++)
         if (k < steps[0])
-            v[k] = psr_lp_values(v[k], divide, t, r, cut);
-#define PSR_LP_VALUES(j, k, i) v[k]
-/* Every loop over a lane's steps has the constant bound PSR_SB_STEPS and
- * stops at the lane's steps[j]; on GPUs it unrolls, so v[k] keeps a
- * constant index (indexed at run time, v would live in memory, not
- * registers). CPUs do not unroll: PoCL's build would take 5x as long. */
-#else
-    /* CPUs: several lanes per work-item, read again for each pass. */
-#define PSR_LP_VALUES(j, k, i) psr_lp_values(psr_load4(src, i, vocab, aligned), divide, t, r, cut)
+            v[k] = psr_lp_values(v[k], ln->divide, ln->t, ln->r, ln->cut);
+}
 #endif
 
-    /* Pass 1: each lane's max and how many tokens beat the sampled one;
-     * pass 2: the lane's exp sums against its max (verify.cl's order). */
-    if (lid == 0)
-        lcount[0] = 0;
-    barrier(CLK_LOCAL_MEM_FENCE);
+/* Pass 1: each lane's max and how many tokens beat the sampled one (value
+ * tv); pass 2: the lane's exp sums against its max (verify.cl's order),
+ * into ls. Returns the work-item's count of beats. */
+inline uint psr_lp_lane_sums(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
+                             const float4 *v, float tv, __local float *ls)
+{
+    uint base = ln->base, lid = ln->lid;
     uint beat = 0;
     for (uint j = 0; j < PSR_LPT; j++) {
         float wm = -INFINITY;
@@ -265,12 +291,162 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
         ls[PSR_LANES + lid + j * PSR_VWG] = wm;
         ls[lid + j * PSR_VWG] = psr_lane_sum(lane);
     }
+    return beat;
+}
+
+/* The work-item's best token (value descending, index ascending) in *bi,
+ * PSR_LP_NONE where it has none; returns its value. */
+inline float psr_lp_lane_best(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
+                              const float4 *v, uint *best_i)
+{
+    uint base = ln->base, lid = ln->lid, vocab = ln->vocab;
+    float bv = -INFINITY;
+#if PSR_LPT == 1
+    /* One lane, visited in increasing token order: only a larger value
+     * is better. Past the row the values are -inf and never are. */
+    uint bi = base + 4 * lid < vocab ? base + 4 * lid : PSR_LP_NONE;
+#pragma unroll
+    for (uint k = 0; k < PSR_SB_STEPS; k++) {
+        if (k >= steps[0])
+            break;
+        uint i = base + 4 * lid + k * 4 * PSR_LANES;
+        float4 x = PSR_LP_VALUES(0, k, i);
+        float xs[4] = {x.s0, x.s1, x.s2, x.s3};
+        for (uint c = 0; c < 4; c++)
+            if (xs[c] > bv)
+                bv = xs[c], bi = i + c;
+    }
+#else
+    uint bi = PSR_LP_NONE;
+    for (uint j = 0; j < PSR_LPT; j++)
+        for (uint k = 0; k < steps[j]; k++) {
+            uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
+            float4 x = PSR_LP_VALUES(j, k, i);
+            float xs[4] = {x.s0, x.s1, x.s2, x.s3};
+            for (uint c = 0; c < 4; c++)
+                if (i + c < vocab && (bi == PSR_LP_NONE || psr_better(xs[c], i + c, bv, bi)))
+                    bv = xs[c], bi = i + c;
+        }
+#endif
+    *best_i = bi;
+    return bv;
+}
+
+/* The work-item's tokens at or before the bound (tau_v, tau_i), counted
+ * in lcount[0] and stored as candidates while they fit. */
+inline void psr_lp_gather_candidates(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
+                                     const float4 *v, float tau_v, uint tau_i, __local psr_lp_block_locals *l)
+{
+    uint base = ln->base, lid = ln->lid;
+    for (uint j = 0; j < PSR_LPT; j++)
+#if PSR_LPT == 1
+#pragma unroll
+#endif
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
+            if (k >= steps[j])
+                break;
+            uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
+            float4 x = PSR_LP_VALUES(j, k, i);
+            float xs[4] = {x.s0, x.s1, x.s2, x.s3};
+            for (uint c = 0; c < 4; c++)
+                if (!psr_after(xs[c], i + c, tau_v, tau_i)) {
+                    uint slot = atomic_inc(&l->lcount[0]);
+                    if (slot < PSR_LP_CANDIDATES) {
+                        l->lcv[slot] = xs[c];
+                        l->lci[slot] = i + c;
+                    }
+                }
+        }
+}
+
+/* The block's candidates, from each work-item's best (bv, bi): under the
+ * cheap bound first where the kernel takes it, then, if they overflow,
+ * under the exact one. Every work-item of the group calls it (barriers);
+ * their count is in lcount[0]. */
+inline void psr_lp_bound_candidates(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
+                                    const float4 *v, float bv, uint bi, uint top_n, bool segments_first,
+                                    __local psr_lp_block_locals *l)
+{
+    uint lid = ln->lid;
+    if (lid == 0)
+        l->lcount[0] = 0; /* the candidates */
+    /* a constant of each kernel, so the other bound's code is dropped */
+    for (uint kind = segments_first && PSR_LP_SEGMENTS_FIT ? 0 : 1; kind < 2; kind++) { /* uniform */
+        float tau_v;
+        uint tau_i;
+        if (kind == 0)
+            psr_lp_tau_segments(bv, bi, top_n, lid, l->lbv, l->lbi, l->lm, l->lcount, &tau_v, &tau_i);
+        else
+            psr_lp_tau_sorted(bv, bi, top_n, lid, l->lbv, l->lbi, &tau_v, &tau_i);
+        /* No bound (every token qualifies): the row's last token bounds
+         * it, so tokens past the row (-inf) never qualify. */
+        if (tau_i == PSR_LP_NONE)
+            tau_i = ln->vocab - 1;
+        psr_lp_gather_candidates(ln, steps, src, v, tau_v, tau_i, l);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        bool fits = l->lcount[0] <= PSR_LP_CANDIDATES; /* the same for every work-item */
+        barrier(CLK_LOCAL_MEM_FENCE); /* all have read it before it is reset */
+        if (fits)
+            break;
+        if (kind == 0 && lid == 0)
+            l->lcount[0] = 0; /* the exact bound counts afresh (it always fits) */
+    }
+}
+
+/* Each candidate placed by how many candidates beat it: the block's top_n
+ * list at `at`, absent tokens last. */
+inline void psr_lp_place_candidates(__local const psr_lp_block_locals *l, uint top_n, ulong at,
+                                    __global float *top_v, __global uint *top_i, uint lid)
+{
+    __local const float *lcv = l->lcv;
+    __local const uint *lci = l->lci;
+    uint cands = min(l->lcount[0], (uint)PSR_LP_CANDIDATES); /* the bound keeps it far below */
+    for (uint c = lid; c < cands; c += PSR_VWG) {
+        uint at_place = 0;
+        for (uint d = 0; d < cands; d++)
+            at_place += psr_better(lcv[d], lci[d], lcv[c], lci[c]);
+        if (at_place < top_n) {
+            top_v[at * top_n + at_place] = lcv[c];
+            top_i[at * top_n + at_place] = lci[c];
+        }
+    }
+    for (uint n = cands + lid; n < top_n; n += PSR_VWG) /* fewer tokens than top_n */
+        top_i[at * top_n + n] = 0xffffffffu;
+}
+
+/* One block's pass: super-block sb of a row (psr_logprobs_partial). */
+inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                         uint vocab, uint nsb, __global const int *row_request, uint requests,
+                         __global const float *temperatures, uint raw, __global const int *tokens,
+                         uint top_n, __global float2 *lse_out, __global uint *beat_out,
+                         __global float *top_v, __global uint *top_i, __global const float *cuts,
+                         __global float *token_value, uint row, uint sb, uint lid, bool segments_first,
+                         __local psr_lp_block_locals *l)
+{
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
+    psr_lp_lanes ln;
+    uint steps[PSR_LPT];
+    float tv = psr_lp_block_setup(&ln, steps, src, vocab, row_request, requests, temperatures, raw, tokens, cuts, row,
+                                  sb, lid);
+#if PSR_LPT == 1
+    /* GPUs: the lane's values stay in registers for every pass below. */
+    float4 v[PSR_SB_STEPS];
+    psr_lp_load_lane(&ln, steps, src, v);
+#else
+    const float4 *v = 0; /* CPUs: each pass reads its lanes again */
+#endif
+
+    /* Passes 1 and 2: the lanes' counts of beats and their log-sum-exps. */
+    if (lid == 0)
+        l->lcount[0] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint beat = psr_lp_lane_sums(&ln, steps, src, v, tv, l->ls);
     if (beat)
-        atomic_add(&lcount[0], beat);
-    float2 part = psr_lse_tree(lid, ls + PSR_LANES, ls, false); /* its barriers publish lcount */
+        atomic_add(&l->lcount[0], beat);
+    float2 part = psr_lse_tree(lid, l->ls + PSR_LANES, l->ls, false); /* its barriers publish lcount */
     ulong at = (ulong)row * nsb + sb;
     if (lid == 0) {
-        beat_out[at] = lcount[0];
+        beat_out[at] = l->lcount[0];
         lse_out[at] = part;
         if (sb == 0)
             token_value[row] = tv;
@@ -282,90 +458,13 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
      * under the exact one, under which they always fit. Each candidate is
      * then placed by how many candidates beat it. */
     if (top_n > 0) { /* uniform */
-        float bv = -INFINITY;
-#if PSR_LPT == 1
-        /* One lane, visited in increasing token order: only a larger value
-         * is better. Past the row the values are -inf and never are. */
-        uint bi = base + 4 * lid < vocab ? base + 4 * lid : PSR_LP_NONE;
-#pragma unroll
-        for (uint k = 0; k < PSR_SB_STEPS; k++) {
-            if (k >= steps[0])
-                break;
-            uint i = base + 4 * lid + k * 4 * PSR_LANES;
-            float4 x = PSR_LP_VALUES(0, k, i);
-            float xs[4] = {x.s0, x.s1, x.s2, x.s3};
-            for (uint c = 0; c < 4; c++)
-                if (xs[c] > bv)
-                    bv = xs[c], bi = i + c;
-        }
-#else
-        uint bi = PSR_LP_NONE;
-        for (uint j = 0; j < PSR_LPT; j++)
-            for (uint k = 0; k < steps[j]; k++) {
-                uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
-                float4 x = PSR_LP_VALUES(j, k, i);
-                float xs[4] = {x.s0, x.s1, x.s2, x.s3};
-                for (uint c = 0; c < 4; c++)
-                    if (i + c < vocab && (bi == PSR_LP_NONE || psr_better(xs[c], i + c, bv, bi)))
-                        bv = xs[c], bi = i + c;
-            }
-#endif
-        if (lid == 0)
-            lcount[0] = 0; /* the candidates */
-        /* a constant of each kernel, so the other bound's code is dropped */
-        for (uint kind = segments_first && PSR_LP_SEGMENTS_FIT ? 0 : 1; kind < 2; kind++) { /* uniform */
-            float tau_v;
-            uint tau_i;
-            if (kind == 0)
-                psr_lp_tau_segments(bv, bi, top_n, lid, lbv, lbi, lm, lcount, &tau_v, &tau_i);
-            else
-                psr_lp_tau_sorted(bv, bi, top_n, lid, lbv, lbi, &tau_v, &tau_i);
-            /* No bound (every token qualifies): the row's last token bounds
-             * it, so tokens past the row (-inf) never qualify. */
-            if (tau_i == PSR_LP_NONE)
-                tau_i = vocab - 1;
-            for (uint j = 0; j < PSR_LPT; j++)
-#if PSR_LPT == 1
-#pragma unroll
-#endif
-                for (uint k = 0; k < PSR_SB_STEPS; k++) {
-                    if (k >= steps[j])
-                        break;
-                    uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
-                    float4 x = PSR_LP_VALUES(j, k, i);
-                    float xs[4] = {x.s0, x.s1, x.s2, x.s3};
-                    for (uint c = 0; c < 4; c++)
-                        if (!psr_after(xs[c], i + c, tau_v, tau_i)) {
-                            uint slot = atomic_inc(&lcount[0]);
-                            if (slot < PSR_LP_CANDIDATES) {
-                                lcv[slot] = xs[c];
-                                lci[slot] = i + c;
-                            }
-                        }
-                }
-            barrier(CLK_LOCAL_MEM_FENCE);
-            bool fits = lcount[0] <= PSR_LP_CANDIDATES; /* the same for every work-item */
-            barrier(CLK_LOCAL_MEM_FENCE); /* all have read it before it is reset */
-            if (fits)
-                break;
-            if (kind == 0 && lid == 0)
-                lcount[0] = 0; /* the exact bound counts afresh (it always fits) */
-        }
-        uint cands = min(lcount[0], (uint)PSR_LP_CANDIDATES); /* the bound keeps it far below */
-        for (uint c = lid; c < cands; c += PSR_VWG) {
-            uint at_place = 0;
-            for (uint d = 0; d < cands; d++)
-                at_place += psr_better(lcv[d], lci[d], lcv[c], lci[c]);
-            if (at_place < top_n) {
-                top_v[at * top_n + at_place] = lcv[c];
-                top_i[at * top_n + at_place] = lci[c];
-            }
-        }
-        for (uint n = cands + lid; n < top_n; n += PSR_VWG) /* fewer tokens than top_n */
-            top_i[at * top_n + n] = 0xffffffffu;
+        uint bi;
+        float bv = psr_lp_lane_best(&ln, steps, src, v, &bi);
+        psr_lp_bound_candidates(&ln, steps, src, v, bv, bi, top_n, segments_first, l);
+        psr_lp_place_candidates(l, top_n, at, top_v, top_i, lid);
     }
-#undef PSR_LP_VALUES
 }
+#undef PSR_LP_VALUES
 
 /* The partial kernel, with the tuning's bound (psr_logprobs_partial) and
  * with the segment bound first wherever the tuning chose the exact one

@@ -461,20 +461,34 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
         psr_record_rejection(rejected, req, epoch, slot);
 }
 
-/* One statistics group's work (g counts from 0 after the check's group);
- * `fused` when the sampling groups of the same launch read its results
- * (psr_verify_fused). The locals are the kernel's. */
-inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                            uint vocab, uint nsb, __global const int4 *order,
-                            __global const float *temperatures, __global const long *seeds,
-                            uint greedy_all, __global const float *draft_cache, uint cache_k,
-                            __global const int *draft_tokens, __global const long *positions,
-                            __global float2 *t_lse, __global float *t_best, __global uint *t_best_i,
-                            __global float2 *q_lse, __global uint *done, __global uint *rejected,
-                            uint epoch, uint decide, __global float2 *row_lse, uint draft_rows, uint g,
-                            bool fused, __global uint *req_done, uint lid, __local float *lm,
-                            __local float *ls, __local float *lbv, __local uint *lbi,
-                            __local uint *lskip)
+/* A statistics group's job: its row (with its request and draft slot)
+ * and super-block, which logits it reads, and how. */
+typedef struct psr_stats_job {
+    uint row, req, slot, sb;
+    bool is_draft;  /* the draft logits (else the target's) */
+    bool draft_row; /* a row with a draft (else a bonus row) */
+    bool scale;     /* log-sum-exp partials of logits / T (else the argmax) */
+    bool divide;    /* x / 1 is x: skip the division */
+    float t, r;     /* temperature and its reciprocal */
+    /* The super-block's first token; whether it lies whole in the row;
+     * whether the logits read are aligned for vector loads. */
+    uint base, vocab, lid;
+    bool full, aligned;
+} psr_stats_job;
+
+/* How a statistics group goes on after its entry (psr_stats_entry). */
+#define PSR_STATS_READ 0  /* it reads its tokens */
+#define PSR_STATS_COUNT 1 /* nothing to read: counted in its row at once */
+#define PSR_STATS_EXIT 2  /* nothing to read or count */
+
+/* A statistics group's entry: its job (g counts from 0 after the check's
+ * group) and whether it reads its tokens. Every work-item calls it (a
+ * barrier where a recorded rejection may skip the group); the answer is
+ * the same for all. */
+inline int psr_stats_entry(psr_stats_job *job, uint vocab, uint nsb, __global const int4 *order,
+                           __global const float *temperatures, uint greedy_all,
+                           __global const float *draft_cache, __global const uint *rejected, uint epoch,
+                           uint decide, uint draft_rows, uint g, uint lid, __local uint *lskip)
 {
     /* The draft rows' groups (target and draft logits), then the bonus
      * rows' (target logits only). */
@@ -492,51 +506,44 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
     bool divide = scale && t != 1.0f; /* x / 1 is x: skip the division */
     float r = scale ? psr_temp_recip(t) : 1.0f;
     bool draft_row = slot + 1 < (uint)o.w;
-    /* In one launch every exit counts the group into its request's
-     * req_done (after its own stores), for the sampling groups to wait on. */
-    if (!draft_row && scale) {
-        if (lid == 0 && fused)
-            psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
-        return; /* a bonus row is sampled without its log-sum-exp */
-    }
+    job->row = row;
+    job->req = req;
+    job->slot = slot;
+    job->sb = sb;
+    job->is_draft = is_draft;
+    job->draft_row = draft_row;
+    job->scale = scale;
+    job->divide = divide;
+    job->t = t;
+    job->r = r;
+    job->vocab = vocab;
+    job->lid = lid;
+    if (!draft_row && scale)
+        return PSR_STATS_EXIT; /* a bonus row is sampled without its log-sum-exp */
     if (is_draft && !(draft_cache && draft_row && scale)) {
         /* Nothing to read (a greedy request's draft row): counted at once. */
-        if (lid == 0 && decide && draft_row)
-            psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
-                          greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
-                          t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows, g, fused);
-        if (lid == 0 && fused)
-            psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
-        return; /* uniform across the group */
+        return decide && draft_row ? PSR_STATS_COUNT : PSR_STATS_EXIT;
     }
     if (decide && slot > 0) { /* nothing is recorded before a request's first draft */
         if (lid == 0)
             *lskip = psr_known_rejection(rejected, req, epoch) < slot;
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (*lskip) {
-            if (lid == 0 && fused)
-                psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
-            return; /* past a recorded rejection: never read (uncounted, so never decided) */
-        }
+        if (*lskip)
+            return PSR_STATS_EXIT; /* past a recorded rejection: never read (uncounted, so never decided) */
     }
-    uint base = sb * PSR_SB;
-    bool full = base + PSR_SB <= vocab;
-    ulong at = (ulong)row * nsb + sb;
+    return PSR_STATS_READ;
+}
 
-    __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
-    __global const float *q = is_draft ? psr_cache_row(draft_cache, req, cache_k, slot, vocab) : 0;
-    bool aligned = is_draft ? ((size_t)q & 15) == 0
-                            : ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    uint steps[PSR_LPT];
-    for (uint l = 0; l < PSR_LPT; l++)
-        steps[l] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
 #if PSR_LPT == 1
-    /* GPUs: one lane per work-item, its 16 steps held in registers. Every
-     * load is issued first, none waiting on another, so the memory system
-     * sees all of a work-item's requests at once. */
-    float4 v[PSR_SB_STEPS];
-    uint first = base + 4 * lid;
-    if (full && aligned) {
+/* GPUs: one lane per work-item, its 16 steps held in registers. Every
+ * load is issued first, none waiting on another, so the memory system
+ * sees all of a work-item's requests at once. */
+inline void psr_stats_load_lane(const psr_stats_job *job, const uint *steps, __global const psr_logit_t *src,
+                                __global const float *q, float4 *v)
+{
+    bool is_draft = job->is_draft, aligned = job->aligned;
+    uint first = job->base + 4 * job->lid;
+    if (job->full && aligned) {
 #pragma unroll
         for (uint k = 0; k < PSR_SB_STEPS; k++) {
             uint i = first + k * 4 * PSR_LANES;
@@ -546,91 +553,174 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
 #pragma unroll /* constant indices keep v in registers */
         for (uint k = 0; k < PSR_SB_STEPS; k++)
             if (k < steps[0])
-                v[k] = psr_stats_load(is_draft, src, q, first + k * 4 * PSR_LANES, vocab, aligned);
+                v[k] = psr_stats_load(is_draft, src, q, first + k * 4 * PSR_LANES, job->vocab, aligned);
     }
+}
 #endif
 
-    if (!scale) {
-        /* Greedy: only the argmax, ties to the lowest index (NaN never
-         * wins); a work-item's tokens are in increasing order only when
-         * it has one lane, so ties compare indices. */
-        float bv = -INFINITY;
-        uint bi = base + 4 * lid < vocab ? base + 4 * lid : 0xffffffffu;
+/* Greedy: the work-item's best token in *best_i, its value returned. Only
+ * the argmax, ties to the lowest index (NaN never wins); a work-item's
+ * tokens are in increasing order only when it has one lane, so ties
+ * compare indices. */
+inline float psr_stats_lane_argmax(const psr_stats_job *job, const uint *steps, __global const psr_logit_t *src,
+                                   __global const float *q, const float4 *v, uint *best_i)
+{
+    uint base = job->base, lid = job->lid, vocab = job->vocab;
+    float bv = -INFINITY;
+    uint bi = base + 4 * lid < vocab ? base + 4 * lid : 0xffffffffu;
 #if PSR_LPT == 1
+    uint first = base + 4 * lid;
 #pragma unroll
-        for (uint k = 0; k < PSR_SB_STEPS; k++) {
-            if (k >= steps[0])
-                break; /* the rest of the lane is past the row */
-            uint i = first + k * 4 * PSR_LANES;
-            float4 x = v[k];
+    for (uint k = 0; k < PSR_SB_STEPS; k++) {
+        if (k >= steps[0])
+            break; /* the rest of the lane is past the row */
+        uint i = first + k * 4 * PSR_LANES;
+        float4 x = v[k];
 #else
-        for (uint l = 0; l < PSR_LPT; l++)
+    for (uint l = 0; l < PSR_LPT; l++)
+    for (uint k = 0; k < steps[l]; k++) {
+        uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
+        float4 x = psr_stats_load(job->is_draft, src, q, i, vocab, job->aligned);
+#endif
+        if (psr_better(x.s0, i, bv, bi))
+            bv = x.s0, bi = i;
+        if (psr_better(x.s1, i + 1, bv, bi))
+            bv = x.s1, bi = i + 1;
+        if (psr_better(x.s2, i + 2, bv, bi))
+            bv = x.s2, bi = i + 2;
+        if (psr_better(x.s3, i + 3, bv, bi))
+            bv = x.s3, bi = i + 3;
+    }
+    *best_i = bi;
+    return bv;
+}
+
+/* The group's argmax from each work-item's (bv, bi), published at `at`.
+ * Every work-item of the group calls it (barriers). */
+inline void psr_stats_group_argmax(float bv, uint bi, uint lid, __local float *lbv, __local uint *lbi,
+                                   __global float *t_best, __global uint *t_best_i, ulong at)
+{
+    lbv[lid] = bv;
+    lbi[lid] = bi;
+    for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < s && psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid])) {
+            lbv[lid] = lbv[lid + s];
+            lbi[lid] = lbi[lid + s];
+        }
+    }
+    if (lid == 0) {
+        psr_publish((__global uint *)(t_best + at), as_uint(lbv[0]));
+        psr_publish(t_best_i + at, lbi[0]);
+    }
+}
+
+/* Each lane's max of logits / T, then its exp sums against it, into lm
+ * and ls (on GPUs v becomes the scaled logits). */
+inline void psr_stats_lane_sums(const psr_stats_job *job, const uint *steps, __global const psr_logit_t *src,
+                                __global const float *q, float4 *v, __local float *lm, __local float *ls)
+{
+    uint lid = job->lid;
+    bool divide = job->divide;
+    float t = job->t, r = job->r;
+#if PSR_LPT == 1
+    float wm = -INFINITY;
+#pragma unroll
+    for (uint k = 0; k < PSR_SB_STEPS; k++) {
+        if (k >= steps[0])
+            break; /* the rest of the lane is past the row */
+        if (divide)
+            v[k] = psr_scaled4(v[k], t, r);
+        wm = fmax(wm, psr_max4(v[k]));
+    }
+    float4 lane = (float4)(0.0f);
+#pragma unroll
+    for (uint k = 0; k < PSR_SB_STEPS; k++)
+        if (k < steps[0])
+            lane += psr_exp_terms(v[k], wm);
+    lm[lid] = wm;
+    ls[lid] = psr_lane_sum(lane);
+#else
+    uint base = job->base, vocab = job->vocab;
+    bool is_draft = job->is_draft, aligned = job->aligned;
+    for (uint l = 0; l < PSR_LPT; l++) {
+        float wm = -INFINITY;
         for (uint k = 0; k < steps[l]; k++) {
             uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
             float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-#endif
-            if (psr_better(x.s0, i, bv, bi))
-                bv = x.s0, bi = i;
-            if (psr_better(x.s1, i + 1, bv, bi))
-                bv = x.s1, bi = i + 1;
-            if (psr_better(x.s2, i + 2, bv, bi))
-                bv = x.s2, bi = i + 2;
-            if (psr_better(x.s3, i + 3, bv, bi))
-                bv = x.s3, bi = i + 3;
-        }
-        lbv[lid] = bv;
-        lbi[lid] = bi;
-        for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if (lid < s && psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid])) {
-                lbv[lid] = lbv[lid + s];
-                lbi[lid] = lbi[lid + s];
-            }
-        }
-        if (lid == 0) {
-            psr_publish((__global uint *)(t_best + at), as_uint(lbv[0]));
-            psr_publish(t_best_i + at, lbi[0]);
-        }
-    } else {
-        /* Each lane's max of logits / T, then its exp sums against it. */
-#if PSR_LPT == 1
-        float wm = -INFINITY;
-#pragma unroll
-        for (uint k = 0; k < PSR_SB_STEPS; k++) {
-            if (k >= steps[0])
-                break; /* the rest of the lane is past the row */
-            if (divide)
-                v[k] = psr_scaled4(v[k], t, r);
-            wm = fmax(wm, psr_max4(v[k]));
+            wm = fmax(wm, psr_max4(divide ? psr_scaled4(x, t, r) : x));
         }
         float4 lane = (float4)(0.0f);
-#pragma unroll
-        for (uint k = 0; k < PSR_SB_STEPS; k++)
-            if (k < steps[0])
-                lane += psr_exp_terms(v[k], wm);
-        lm[lid] = wm;
-        ls[lid] = psr_lane_sum(lane);
-#else
-        for (uint l = 0; l < PSR_LPT; l++) {
-            float wm = -INFINITY;
-            for (uint k = 0; k < steps[l]; k++) {
-                uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
-                float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-                wm = fmax(wm, psr_max4(divide ? psr_scaled4(x, t, r) : x));
-            }
-            float4 lane = (float4)(0.0f);
-            for (uint k = 0; k < steps[l]; k++) {
-                uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
-                float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-                lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, wm);
-            }
-            lm[lid + l * PSR_VWG] = wm;
-            ls[lid + l * PSR_VWG] = psr_lane_sum(lane);
+        for (uint k = 0; k < steps[l]; k++) {
+            uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
+            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+            lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, wm);
         }
+        lm[lid + l * PSR_VWG] = wm;
+        ls[lid + l * PSR_VWG] = psr_lane_sum(lane);
+    }
 #endif
+}
+
+/* One statistics group's work (g counts from 0 after the check's group);
+ * `fused` when the sampling groups of the same launch read its results
+ * (psr_verify_fused). The locals are the kernel's. */
+inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                            uint vocab, uint nsb, __global const int4 *order,
+                            __global const float *temperatures, __global const long *seeds,
+                            uint greedy_all, __global const float *draft_cache, uint cache_k,
+                            __global const int *draft_tokens, __global const long *positions,
+                            __global float2 *t_lse, __global float *t_best, __global uint *t_best_i,
+                            __global float2 *q_lse, __global uint *done, __global uint *rejected,
+                            uint epoch, uint decide, __global float2 *row_lse, uint draft_rows, uint g,
+                            bool fused, __global uint *req_done, uint lid, __local float *lm,
+                            __local float *ls, __local float *lbv, __local uint *lbi,
+                            __local uint *lskip)
+{
+    psr_stats_job job;
+    int entry = psr_stats_entry(&job, vocab, nsb, order, temperatures, greedy_all, draft_cache, rejected, epoch,
+                                decide, draft_rows, g, lid, lskip);
+    /* In one launch every exit counts the group into its request's
+     * req_done (after its own stores), for the sampling groups to wait on. */
+    if (entry != PSR_STATS_READ) {
+        if (lid == 0 && entry == PSR_STATS_COUNT)
+            psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
+                          greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
+                          t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows, g, fused);
+        if (lid == 0 && fused)
+            psr_count_arrival(req_done + job.req, epoch, PSR_REJECT_BITS);
+        return; /* uniform across the group */
+    }
+    uint base = job.sb * PSR_SB;
+    bool full = base + PSR_SB <= vocab;
+    ulong at = (ulong)job.row * nsb + job.sb;
+
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)job.row * row_stride;
+    __global const float *q = job.is_draft ? psr_cache_row(draft_cache, job.req, cache_k, job.slot, vocab) : 0;
+    bool aligned = job.is_draft ? ((size_t)q & 15) == 0
+                                : ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
+    uint steps[PSR_LPT];
+    for (uint l = 0; l < PSR_LPT; l++)
+        steps[l] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
+    job.base = base;
+    job.full = full;
+    job.aligned = aligned;
+#if PSR_LPT == 1
+    float4 v[PSR_SB_STEPS]; /* GPUs: the lane's tokens, in registers */
+    psr_stats_load_lane(&job, steps, src, q, v);
+#else
+    float4 *v = 0; /* CPUs: each pass reads the lanes again */
+#endif
+
+    if (!job.scale) {
+        uint bi;
+        float bv = psr_stats_lane_argmax(&job, steps, src, q, v, &bi);
+        psr_stats_group_argmax(bv, bi, lid, lbv, lbi, t_best, t_best_i, at);
+    } else {
+        psr_stats_lane_sums(&job, steps, src, q, v, lm, ls);
         float2 part = psr_lse_tree(lid, lm, ls, true);
         if (lid == 0) {
-            __global uint *w = (__global uint *)((is_draft ? q_lse : t_lse) + at);
+            __global uint *w = (__global uint *)((job.is_draft ? q_lse : t_lse) + at);
             psr_publish(w, as_uint(part.x));
             psr_publish(w + 1, as_uint(part.y));
         }
@@ -641,7 +731,7 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
                       greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
                       t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows, g, fused);
     if (lid == 0 && fused)
-        psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
+        psr_count_arrival(req_done + job.req, epoch, PSR_REJECT_BITS);
 }
 
 /* Group 0 checks the inputs only the device holds (status). Then one
@@ -820,6 +910,219 @@ inline void psr_verify_step(int mode, const psr_row *row, psr_residual *res, flo
     psr_consider_residual(res, x.s3, y.s3, i + 3, best, best_i);
 }
 
+/* A sampling group's request: where its rows are, how it samples, and
+ * how its walk goes. */
+typedef struct psr_sample_req {
+    uint req, part;    /* the request, and the group's chunk of its row */
+    uint first_row, n; /* the request's rows */
+    float t, r;        /* temperature and its reciprocal */
+    bool greedy;
+    long seed;
+    bool recorded;     /* the walk takes the statistics' recorded rejection */
+    uint ahead;        /* rows the walk reads ahead */
+} psr_sample_req;
+
+/* The request of sampling group gid, and how its walk goes. */
+inline void psr_sample_request(psr_sample_req *rq, __global const int *cu, __global const float *temperatures,
+                               __global const long *seeds, uint greedy_all, uint groups_per_row, uint decide,
+                               uint gid, bool fused)
+{
+    uint req = gid / groups_per_row;
+    uint part = gid % groups_per_row;
+    uint first_row = (uint)cu[req];
+    uint n = (uint)cu[req + 1] - first_row;
+    float t = temperatures[req];
+    bool greedy = greedy_all || !(isnormal(t) && t > 0.0f);
+    float r = greedy ? 1.0f : psr_temp_recip(t);
+    long seed = seeds[req];
+    rq->req = req;
+    rq->part = part;
+    rq->first_row = first_row;
+    rq->n = n;
+    rq->t = t;
+    rq->r = r;
+    rq->greedy = greedy;
+    rq->seed = seed;
+
+    /* The walk. Where the statistics decided every draft up to the first
+     * rejection (decide, and every slot recordable), that rejection is
+     * recorded, or none is when all were accepted; else every draft in
+     * parallel, then the first rejection. */
+    bool recorded = fused || (decide && n <= (1u << PSR_REJECT_BITS)); /* fused: the host ensures both */
+    rq->recorded = recorded;
+    rq->ahead = recorded ? min(n, PSR_WALK_AHEAD) : 0; /* rows read ahead */
+}
+
+/* Where recorded, all the walk reads comes in one round trip, each
+ * load from a work-item of its own (one work-item's volatile loads go
+ * one after another): work-item 0 the rejection, the last the status,
+ * and work-item 1 + j row j's position, draft token and log-sum-exps,
+ * for whichever row the rejection picks. */
+inline void psr_walk_read_ahead(const psr_sample_req *rq, uint lid, bool fused, __global const uint *status,
+                                __global const uint *rejected, uint epoch, __global const long *positions,
+                                __global const int *draft_tokens, __global const float2 *row_lse,
+                                __local int *first_reject, __local psr_walk_rows *lrows)
+{
+    uint first_row = rq->first_row, n = rq->n;
+    if (lid == PSR_WG_SIZE - 1)
+        lrows->status = fused ? *(volatile __global const uint *)status : *status;
+    if (lid == 0)
+        *first_reject = rq->recorded ? (int)min(psr_known_rejection(rejected, rq->req, epoch), n - 1) : (int)n - 1;
+    if (lid >= 1 && lid - 1 < rq->ahead) {
+        uint j = lid - 1;
+        lrows->pos[j] = positions[first_row + j];
+        lrows->draft[j] = draft_tokens[first_row + j];
+        /* Computed by the statistics' decision of a rejected draft (a
+         * bonus row has none). */
+        float2 kept = j + 1 < n ? psr_lse_partial(row_lse, first_row + j, fused) : (float2)(NAN);
+        lrows->lse[2 * j] = kept.x;
+        lrows->lse[2 * j + 1] = kept.y;
+    }
+}
+
+/* The walk where nothing was recorded: every draft tested in parallel,
+ * the first rejection into first_reject. */
+inline void psr_walk_unrecorded(const psr_sample_req *rq, bool bad, uint lid,
+                                __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                                uint vocab, uint nsb, __global const long *positions,
+                                __global const int *draft_tokens, __global const float *draft_cache,
+                                uint cache_k, __global const float2 *t_lse, __global const float *t_best,
+                                __global const uint *t_best_i, __global const float2 *q_lse,
+                                __local int *first_reject, __local psr_walk_rows *lrows)
+{
+    for (uint j = lid; !rq->recorded && j + 1 < rq->n && !bad; j += PSR_WG_SIZE) {
+        float lse_p = NAN, lse_q = NAN;
+        if (!psr_accept(logits, logits_offset, row_stride, vocab, nsb, rq->req, j, rq->first_row + j, rq->greedy,
+                        rq->t, rq->r, rq->seed, positions, draft_tokens, draft_cache, cache_k, t_lse, t_best,
+                        t_best_i, q_lse, &lse_p, &lse_q))
+            atomic_min(first_reject, (int)j);
+        if (j < PSR_WG_SIZE) { /* kept for the residual (recomputed past the group) */
+            lrows->lse[2 * j] = lse_p;
+            lrows->lse[2 * j + 1] = lse_q;
+        }
+    }
+}
+
+/* Work-item 0, once the walk's reads are in: what the walk decided, for
+ * the group (lwalk), and the sampled row's log-sum-exps (lres). */
+inline void psr_walk_decide(const psr_sample_req *rq, bool bad, uint nsb, __global const long *positions,
+                            __global const int *draft_tokens, __global const float *draft_cache,
+                            __global const float2 *t_lse, __global const float *t_best,
+                            __global const uint *t_best_i, __global const float2 *q_lse,
+                            __global const float2 *row_lse, __global int4 *walks, bool fused,
+                            __local const int *first_reject, __local const psr_walk_rows *lrows,
+                            __local psr_walk *lwalk, __local float *lres)
+{
+    uint first_row = rq->first_row, n = rq->n;
+    bool greedy = rq->greedy, recorded = rq->recorded;
+    uint j = (uint)*first_reject;
+    bool held = j < rq->ahead;
+    lwalk->accepted = (int)j;
+    lwalk->row = first_row + j;
+    lwalk->mode = greedy || bad ? 0 : j + 1 < n ? 1 : 2;
+    /* A bonus row's draft entry is not used. */
+    lwalk->pos = held ? lrows->pos[j] : positions[lwalk->row];
+    lwalk->draft = lwalk->mode != 1 ? -1 : held ? lrows->draft[j] : draft_tokens[lwalk->row];
+    /* Only greedy requests have argmax partials (and bad input writes nothing). */
+    lwalk->token = greedy && !bad ? (int)psr_row_argmax(t_best, t_best_i, lwalk->row, nsb, fused) : -1;
+    /* A rejected draft's log-sum-exps, computed by the statistics'
+     * decision, or by the walk when its accept test got that far (a
+     * -1 draft or a bad id did not): NaN where not. */
+    float2 kept = (float2)(NAN);
+    if (lwalk->mode == 1 && (held || (!recorded && j < PSR_WG_SIZE)))
+        kept = (float2)(lrows->lse[2 * j], lrows->lse[2 * j + 1]);
+    else if (recorded && lwalk->mode == 1)
+        kept = psr_lse_partial(row_lse, lwalk->row, fused);
+    lres[0] = lwalk->mode != 1 ? 0.0f : !isnan(kept.x) ? kept.x : psr_row_lse_of(t_lse, lwalk->row, nsb, fused);
+    lres[1] = lwalk->mode != 1 || !draft_cache ? 0.0f
+              : !isnan(kept.y)                 ? kept.y
+                                               : psr_row_lse_of(q_lse, lwalk->row, nsb, fused);
+    if (rq->part == 0 && walks)
+        walks[rq->req] = (int4)(lwalk->accepted, lwalk->token, 0, 0);
+}
+
+/* The sampled row's state for the scan: the bonus row's (row: exactly
+ * psr_gumbel_sample's scan) and the residual's (res); returns the draft
+ * row the residual reads (q_aligned: aligned for vector loads). */
+inline __global const float *psr_sample_setup(psr_row *row, psr_residual *res, bool *q_aligned,
+                                              const psr_sample_req *rq, const psr_walk *walk,
+                                              __global const float *draft_cache, uint cache_k, uint vocab,
+                                              __local const float *lres)
+{
+    uint key = psr_row_key((ulong)rq->seed, (ulong)walk->pos);
+    row->t = rq->t;
+    row->r = rq->r;
+    row->key = key;
+    row->greedy = false;
+    row->floor = PSR_ACC_NEG_INF;
+    row->shift = 0.0f;
+    res->t = rq->t;
+    res->r = rq->r;
+    res->lse_p = lres[0];
+    res->lse_q = lres[1];
+    res->key = key;
+    res->cache = draft_cache != 0;
+    res->masked = 0xffffffffu;
+    res->floor = PSR_ACC_NEG_INF;
+    __global const float *q = draft_cache;
+    *q_aligned = false;
+    if (walk->mode == 1) {
+        uint j = walk->row - rq->first_row;
+        int d = walk->draft;
+        /* A -1 draft has no draft distribution: the residual is p itself. */
+        res->cache = draft_cache && d >= 0;
+        if (res->cache) {
+            q = psr_cache_row(draft_cache, rq->req, cache_k, j, vocab);
+            *q_aligned = ((size_t)q & 15) == 0;
+        } else {
+            res->masked = d >= 0 ? (uint)d : 0xffffffffu;
+        }
+    }
+    return q;
+}
+
+/* The work-item's tokens of [start, end) of the row sampled (mode 2: the
+ * bonus row, 1: the residual; 0: none), into (*best, *best_i). Every
+ * work-item calls it (its barriers' condition is uniform). */
+inline void psr_sample_scan(int mode, psr_row *row, psr_residual *res, __global const psr_logit_t *src,
+                            bool aligned, __global const float *q, bool q_aligned, uint start, uint end,
+                            uint lid, __local psr_acc_t *lv, psr_acc_t *best, uint *best_i)
+{
+    bool active = mode != 0;
+    /* Each step's logits are loaded a step ahead, so the loads are in
+     * flight while the previous step's noise is drawn. */
+    bool with_q = active && mode == 1 && res->cache;
+    uint i = start + 4 * lid;
+    float4 x = active ? psr_load4(src, i, end, aligned) : (float4)(NAN);
+    float4 y = with_q ? psr_load4_f32(q, i, end, q_aligned) : (float4)(NAN);
+    uint next = i + 4 * PSR_WG_SIZE;
+    float4 x_next = active ? psr_load4(src, next, end, aligned) : (float4)(NAN);
+    float4 y_next = with_q ? psr_load4_f32(q, next, end, q_aligned) : (float4)(NAN);
+    if (active)
+        psr_verify_step(mode, row, res, x, y, i, best, best_i);
+    if (active && start + 4 * PSR_WG_SIZE < end) {
+        /* After one step the group's best so far prunes the rest (a
+         * uniform condition: every work-item reaches the barriers). */
+        lv[lid] = *best;
+        for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (lid < s)
+                lv[lid] = fmax(lv[lid], lv[lid + s]); /* max() is undefined for -inf */
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        row->floor = res->floor = lv[0];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (i = next; active && i < end; i += 4 * PSR_WG_SIZE) {
+        x = x_next;
+        y = y_next;
+        next = i + 4 * PSR_WG_SIZE;
+        x_next = psr_load4(src, next, end, aligned);
+        y_next = with_q ? psr_load4_f32(q, next, end, q_aligned) : (float4)(NAN);
+        psr_verify_step(mode, row, res, x, y, i, best, best_i);
+    }
+}
+
 /* One sampling group's work: group `gid` of the sampling groups; `fused`
  * when the statistics ran in the same launch (psr_verify_fused), so their
  * results are read as published. The locals are the kernel's. */
@@ -839,159 +1142,41 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
                              __local psr_walk *lwalk, __local float *lres, __local int *lfinish,
                              __local psr_walk_rows *lrows, __local ulong *lk)
 {
-    uint req = gid / groups_per_row;
-    uint part = gid % groups_per_row;
-    uint first_row = (uint)cu[req];
-    uint n = (uint)cu[req + 1] - first_row;
-    float t = temperatures[req];
-    bool greedy = greedy_all || !(isnormal(t) && t > 0.0f);
-    float r = greedy ? 1.0f : psr_temp_recip(t);
-    long seed = seeds[req];
-
-    /* The walk. Where the statistics decided every draft up to the first
-     * rejection (decide, and every slot recordable), that rejection is
-     * recorded, or none is when all were accepted; else every draft in
-     * parallel, then the first rejection. */
-    bool recorded = fused || (decide && n <= (1u << PSR_REJECT_BITS)); /* fused: the host ensures both */
-    /* Where recorded, all the walk reads comes in one round trip, each
-     * load from a work-item of its own (one work-item's volatile loads go
-     * one after another): work-item 0 the rejection, the last the status,
-     * and work-item 1 + j row j's position, draft token and log-sum-exps,
-     * for whichever row the rejection picks. */
-    uint ahead = recorded ? min(n, PSR_WALK_AHEAD) : 0; /* rows read ahead */
-    if (lid == PSR_WG_SIZE - 1)
-        lrows->status = fused ? *(volatile __global const uint *)status : *status;
-    if (lid == 0)
-        *first_reject = recorded ? (int)min(psr_known_rejection(rejected, req, epoch), n - 1) : (int)n - 1;
-    if (lid >= 1 && lid - 1 < ahead) {
-        uint j = lid - 1;
-        lrows->pos[j] = positions[first_row + j];
-        lrows->draft[j] = draft_tokens[first_row + j];
-        /* Computed by the statistics' decision of a rejected draft (a
-         * bonus row has none). */
-        float2 kept = j + 1 < n ? psr_lse_partial(row_lse, first_row + j, fused) : (float2)(NAN);
-        lrows->lse[2 * j] = kept.x;
-        lrows->lse[2 * j + 1] = kept.y;
-    }
+    psr_sample_req rq;
+    psr_sample_request(&rq, cu, temperatures, seeds, greedy_all, groups_per_row, decide, gid, fused);
+    psr_walk_read_ahead(&rq, lid, fused, status, rejected, epoch, positions, draft_tokens, row_lse, first_reject,
+                        lrows);
     barrier(CLK_LOCAL_MEM_FENCE);
     uint checked = lrows->status;
     bool bad = checked != 0;
     if (gid == 0 && lid == 0 && user_status)
         *user_status = checked;
-    for (uint j = lid; !recorded && j + 1 < n && !bad; j += PSR_WG_SIZE) {
-        float lse_p = NAN, lse_q = NAN;
-        if (!psr_accept(logits, logits_offset, row_stride, vocab, nsb, req, j, first_row + j, greedy, t,
-                        r, seed, positions, draft_tokens, draft_cache, cache_k, t_lse, t_best,
-                        t_best_i, q_lse, &lse_p, &lse_q))
-            atomic_min(first_reject, (int)j);
-        if (j < PSR_WG_SIZE) { /* kept for the residual (recomputed past the group) */
-            lrows->lse[2 * j] = lse_p;
-            lrows->lse[2 * j + 1] = lse_q;
-        }
-    }
+    psr_walk_unrecorded(&rq, bad, lid, logits, logits_offset, row_stride, vocab, nsb, positions, draft_tokens,
+                        draft_cache, cache_k, t_lse, t_best, t_best_i, q_lse, first_reject, lrows);
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid == 0) {
-        uint j = (uint)*first_reject;
-        bool held = j < ahead;
-        lwalk->accepted = (int)j;
-        lwalk->row = first_row + j;
-        lwalk->mode = greedy || bad ? 0 : j + 1 < n ? 1 : 2;
-        /* A bonus row's draft entry is not used. */
-        lwalk->pos = held ? lrows->pos[j] : positions[lwalk->row];
-        lwalk->draft = lwalk->mode != 1 ? -1 : held ? lrows->draft[j] : draft_tokens[lwalk->row];
-        /* Only greedy requests have argmax partials (and bad input writes nothing). */
-        lwalk->token = greedy && !bad ? (int)psr_row_argmax(t_best, t_best_i, lwalk->row, nsb, fused) : -1;
-        /* A rejected draft's log-sum-exps, computed by the statistics'
-         * decision, or by the walk when its accept test got that far (a
-         * -1 draft or a bad id did not): NaN where not. */
-        float2 kept = (float2)(NAN);
-        if (lwalk->mode == 1 && (held || (!recorded && j < PSR_WG_SIZE)))
-            kept = (float2)(lrows->lse[2 * j], lrows->lse[2 * j + 1]);
-        else if (recorded && lwalk->mode == 1)
-            kept = psr_lse_partial(row_lse, lwalk->row, fused);
-        lres[0] = lwalk->mode != 1 ? 0.0f : !isnan(kept.x) ? kept.x : psr_row_lse_of(t_lse, lwalk->row, nsb, fused);
-        lres[1] = lwalk->mode != 1 || !draft_cache ? 0.0f
-                  : !isnan(kept.y)                 ? kept.y
-                                                   : psr_row_lse_of(q_lse, lwalk->row, nsb, fused);
-        if (part == 0 && walks)
-            walks[req] = (int4)(lwalk->accepted, lwalk->token, 0, 0);
-    }
+    if (lid == 0)
+        psr_walk_decide(&rq, bad, nsb, positions, draft_tokens, draft_cache, t_lse, t_best, t_best_i, q_lse,
+                        row_lse, walks, fused, first_reject, lrows, lwalk, lres);
     barrier(CLK_LOCAL_MEM_FENCE);
     psr_walk walk = *lwalk;
     bool active = walk.mode != 0;
 
+    /* The residual or bonus row's scan over the group's chunk. */
+    uint part = rq.part, req = rq.req;
     uint start = part * chunk;
     uint end = min(start + chunk, vocab);
     psr_acc_t best = PSR_ACC_NEG_INF;
     uint best_i = start + 4 * lid < end ? start + 4 * lid : 0xffffffffu;
     __global const psr_logit_t *src = logits + logits_offset + (ulong)walk.row * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    uint key = psr_row_key((ulong)seed, (ulong)walk.pos);
-
-    psr_row row; /* the bonus row: exactly psr_gumbel_sample's scan */
-    row.t = t;
-    row.r = r;
-    row.key = key;
-    row.greedy = false;
-    row.floor = PSR_ACC_NEG_INF;
-    row.shift = 0.0f;
+    psr_row row;
     psr_residual res;
-    res.t = t;
-    res.r = r;
-    res.lse_p = lres[0];
-    res.lse_q = lres[1];
-    res.key = key;
-    res.cache = draft_cache != 0;
-    res.masked = 0xffffffffu;
-    res.floor = PSR_ACC_NEG_INF;
-    __global const float *q = draft_cache;
-    bool q_aligned = false;
-    if (walk.mode == 1) {
-        uint j = walk.row - first_row;
-        int d = walk.draft;
-        /* A -1 draft has no draft distribution: the residual is p itself. */
-        res.cache = draft_cache && d >= 0;
-        if (res.cache) {
-            q = psr_cache_row(draft_cache, req, cache_k, j, vocab);
-            q_aligned = ((size_t)q & 15) == 0;
-        } else {
-            res.masked = d >= 0 ? (uint)d : 0xffffffffu;
-        }
-    }
+    bool q_aligned;
+    __global const float *q = psr_sample_setup(&row, &res, &q_aligned, &rq, &walk, draft_cache, cache_k, vocab,
+                                               lres);
+    psr_sample_scan(walk.mode, &row, &res, src, aligned, q, q_aligned, start, end, lid, lv, &best, &best_i);
 
-    /* Each step's logits are loaded a step ahead, so the loads are in
-     * flight while the previous step's noise is drawn. */
-    bool with_q = active && walk.mode == 1 && res.cache;
-    uint i = start + 4 * lid;
-    float4 x = active ? psr_load4(src, i, end, aligned) : (float4)(NAN);
-    float4 y = with_q ? psr_load4_f32(q, i, end, q_aligned) : (float4)(NAN);
-    uint next = i + 4 * PSR_WG_SIZE;
-    float4 x_next = active ? psr_load4(src, next, end, aligned) : (float4)(NAN);
-    float4 y_next = with_q ? psr_load4_f32(q, next, end, q_aligned) : (float4)(NAN);
-    if (active)
-        psr_verify_step(walk.mode, &row, &res, x, y, i, &best, &best_i);
-    if (active && start + 4 * PSR_WG_SIZE < end) {
-        /* After one step the group's best so far prunes the rest (a
-         * uniform condition: every work-item reaches the barriers). */
-        lv[lid] = best;
-        for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if (lid < s)
-                lv[lid] = fmax(lv[lid], lv[lid + s]); /* max() is undefined for -inf */
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        row.floor = res.floor = lv[0];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    for (i = next; active && i < end; i += 4 * PSR_WG_SIZE) {
-        x = x_next;
-        y = y_next;
-        next = i + 4 * PSR_WG_SIZE;
-        x_next = psr_load4(src, next, end, aligned);
-        y_next = with_q ? psr_load4_f32(q, next, end, q_aligned) : (float4)(NAN);
-        psr_verify_step(walk.mode, &row, &res, x, y, i, &best, &best_i);
-    }
-
+    /* The gather and the output. */
     lv[lid] = best;
     li[lid] = best_i;
     psr_reduce_best(lv, li, lid);
@@ -1008,7 +1193,7 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
     if (finish) {
         if (!bad)
             psr_write_output(req, &walk, walk.mode == 0 ? walk.token : (int)final_i, lid, cols,
-                             first_row, draft_tokens, lrows->draft, ahead, tokens, tokens64, num_sampled);
+                             rq.first_row, draft_tokens, lrows->draft, rq.ahead, tokens, tokens64, num_sampled);
     } else if (!best_keys && lid == 0) {
         part_value[gid] = final_v;
         part_index[gid] = final_i;
