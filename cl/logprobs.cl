@@ -1,7 +1,7 @@
 /* Logprobs of sampled tokens (docs/api.md, "Logprobs"), with verify.cl's
  * super-blocks and log-sum-exp
  * order, so a logprob is the same bits on every device and in
- * lib/oracle_logprobs.c.
+ * lib/oracle/logprobs.c.
  *
  * psr_logprobs_partial: per (row, super-block): the (max, sum) of the
  *   log-sum-exp, how many tokens beat the sampled one, and the block's
@@ -9,7 +9,7 @@
  *   first block) the sampled token's value, so the finish need not load
  *   it through the token, request and temperature one after another.
  * psr_logprobs_partial_few: the same, with the segment bound first whatever
- *   the tuning chose, for calls of few blocks (lib/logprobs.c).
+ *   the tuning chose, for calls of few blocks (lib/ops/logprobs.c).
  * psr_logprobs_finish: per row: the log-sum-exp, the sampled token's
  *   logprob and rank, and the row's top-N merged from its blocks.
  * Values are logits / T ("processed"; T = 0 counts as 1) or the logits
@@ -168,7 +168,7 @@ typedef struct psr_lp_block_locals {
 } psr_lp_block_locals;
 
 /* The locals of a row's merge (psr_lp_row), for up to 64 blocks (vocab
- * <= 2^20, lib/logprobs.c). */
+ * <= 2^20, lib/ops/logprobs.c). */
 typedef struct psr_lp_row_locals {
     float cv[64 * PSR_MAX_TOP_N]; /* the blocks' top-N lists */
     uint ci[64 * PSR_MAX_TOP_N];
@@ -470,7 +470,7 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
  * with the segment bound first wherever the tuning chose the exact one
  * alone (psr_logprobs_partial_few): on the H200 1.0-1.6 us faster at 1 to
  * 16 rows of 128,256 (one block per SM or fewer), and a third slower at
- * 64 (docs/benchmarks.md), so lib/logprobs.c takes it for few blocks. One
+ * 64 (docs/benchmarks.md), so lib/ops/logprobs.c takes it for few blocks. One
  * body for both: the choice is a constant of each kernel. */
 #define PSR_LP_PARTIAL_KERNEL(name, segments_first)                                                       \
     __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1))) void name(                              \
@@ -531,7 +531,7 @@ inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, __globa
 {
     __local float *cv = l->cv;
     __local uint *ci = l->ci;
-    uint blocks = min(nsb, 64u); /* vocab <= 2^20 (lib/logprobs.c) */
+    uint blocks = min(nsb, 64u); /* vocab <= 2^20 (lib/ops/logprobs.c) */
     uint cands = blocks * top_n;
     ulong first = (ulong)row * nsb * top_n;
     /* The sampled token and its value, with everything else. */

@@ -20,7 +20,7 @@
  * launch (its comment says how).
  *
  * Log-sum-exp has a fixed reduction order that depends on neither the
- * work-group size nor the split, so every device (and lib/oracle_verify.c)
+ * work-group size nor the split, so every device (and lib/oracle/verify.c)
  * gets the same bits: a row is cut into super-blocks of PSR_SB = 16384
  * tokens, and a super-block into 256 lanes. Lane w holds the 64 tokens
  * base + 4w + c + 1024k (c = 0..3, k = 0..15); M_w is their largest
