@@ -189,13 +189,8 @@ static size_t token_uniform_mismatches(psr_context *ctx, cl_program p, int draft
     }
     assert_true(n > 0);
     cl_int err;
-    cl_mem ds = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 8, seeds, &err);
-    cl_mem dp = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 8, pos, &err);
-    cl_mem dt = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 4, tokens, &err);
-    cl_mem dk = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * 4, NULL, &err);
-    cl_mem du = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * 4, NULL, &err);
-    cl_mem dd = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * 8, NULL, &err);
-    assert_int_equal(err, CL_SUCCESS);
+    cl_mem ds = upload(ctx, seeds, n * 8), dp = upload(ctx, pos, n * 8), dt = upload(ctx, tokens, n * 4);
+    cl_mem dk = device_buffer(ctx, n * 4), du = device_buffer(ctx, n * 4), dd = device_buffer(ctx, n * 8);
     cl_kernel k = clCreateKernel(p, "psr_token_uniforms", &err);
     assert_int_equal(err, CL_SUCCESS);
     cl_uint count = (cl_uint)n;
@@ -206,13 +201,12 @@ static size_t token_uniform_mismatches(psr_context *ctx, cl_program p, int draft
     clSetKernelArg(k, 4, sizeof dk, &dk);
     clSetKernelArg(k, 5, sizeof du, &du);
     assert_int_equal(clSetKernelArg(k, 6, sizeof dd, &dd), CL_SUCCESS);
-    assert_int_equal(clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &n, NULL, 0, NULL, NULL), CL_SUCCESS);
+    assert_int_equal(clEnqueueNDRangeKernel(queue_of(ctx), k, 1, NULL, &n, NULL, 0, NULL, NULL), CL_SUCCESS);
     cl_uint *keys = calloc(n, 4), *u32 = calloc(n, 4);
     cl_ulong *u64 = calloc(n, 8);
-    clEnqueueReadBuffer(ctx->queue, dk, CL_TRUE, 0, n * 4, keys, 0, NULL, NULL);
-    clEnqueueReadBuffer(ctx->queue, du, CL_TRUE, 0, n * 4, u32, 0, NULL, NULL);
-    assert_int_equal(clEnqueueReadBuffer(ctx->queue, dd, CL_TRUE, 0, n * 8, u64, 0, NULL, NULL),
-                     CL_SUCCESS);
+    download(ctx, dk, keys, n * 4);
+    download(ctx, du, u32, n * 4);
+    download(ctx, dd, u64, n * 8);
     size_t mismatches = 0;
     for (size_t i = 0; i < n; i++) {
         size_t r = rows[i];
@@ -225,9 +219,7 @@ static size_t token_uniform_mismatches(psr_context *ctx, cl_program p, int draft
     }
     *checked = n;
     clReleaseKernel(k);
-    cl_mem all[] = {ds, dp, dt, dk, du, dd};
-    for (int i = 0; i < 6; i++)
-        clReleaseMemObject(all[i]);
+    release_buffers((cl_mem[]){ds, dp, dt, dk, du, dd}, 6);
     free(seeds), free(pos), free(tokens), free(rows), free(keys), free(u32), free(u64);
     tsv_free(t);
     return mismatches;
@@ -244,11 +236,8 @@ static void check_stream_vectors(psr_context *ctx, cl_program p)
         pos[r] = tsv_int(t, r, "pos");
     }
     cl_int err;
-    cl_mem ds = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 8, seeds, &err);
-    cl_mem dp = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 8, pos, &err);
-    cl_mem dw = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * 16, NULL, &err);
-    cl_mem du = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * 4, NULL, &err);
-    assert_int_equal(err, CL_SUCCESS);
+    cl_mem ds = upload(ctx, seeds, n * 8), dp = upload(ctx, pos, n * 8);
+    cl_mem dw = device_buffer(ctx, n * 16), du = device_buffer(ctx, n * 4);
     cl_kernel k = clCreateKernel(p, "psr_stream_words", &err);
     assert_int_equal(err, CL_SUCCESS);
     cl_uint count = (cl_uint)n;
@@ -257,10 +246,10 @@ static void check_stream_vectors(psr_context *ctx, cl_program p)
     clSetKernelArg(k, 2, sizeof count, &count);
     clSetKernelArg(k, 3, sizeof dw, &dw);
     assert_int_equal(clSetKernelArg(k, 4, sizeof du, &du), CL_SUCCESS);
-    assert_int_equal(clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &n, NULL, 0, NULL, NULL), CL_SUCCESS);
+    assert_int_equal(clEnqueueNDRangeKernel(queue_of(ctx), k, 1, NULL, &n, NULL, 0, NULL, NULL), CL_SUCCESS);
     cl_uint *words = calloc(n, 16), *u32 = calloc(n, 4);
-    clEnqueueReadBuffer(ctx->queue, dw, CL_TRUE, 0, n * 16, words, 0, NULL, NULL);
-    assert_int_equal(clEnqueueReadBuffer(ctx->queue, du, CL_TRUE, 0, n * 4, u32, 0, NULL, NULL), CL_SUCCESS);
+    download(ctx, dw, words, n * 16);
+    download(ctx, du, u32, n * 4);
     static const char *cols[] = {"w0", "w1", "w2", "w3"};
     for (size_t r = 0; r < n; r++) {
         for (int c = 0; c < 4; c++)
@@ -268,10 +257,7 @@ static void check_stream_vectors(psr_context *ctx, cl_program p)
         assert_int_equal(u32[r], (cl_uint)tsv_hex(t, r, "u32_bits"));
     }
     clReleaseKernel(k);
-    clReleaseMemObject(ds);
-    clReleaseMemObject(dp);
-    clReleaseMemObject(dw);
-    clReleaseMemObject(du);
+    release_buffers((cl_mem[]){ds, dp, dw, du}, 4);
     free(seeds), free(pos), free(words), free(u32);
     tsv_free(t);
 }
@@ -317,8 +303,9 @@ static void test_shuffle_only_on_nvidia(void **state)
     setenv("PSR_TUNE_SHUFFLE", "1", 1);
     psr_context *ctx = open_context(NULL);
     unsetenv("PSR_TUNE_SHUFFLE");
-    bool nvidia = strcmp(ctx->tuning.sample.rule, "nvidia-gpu") == 0;
-    assert_int_equal(ctx->tuning.verify.warp_shuffle, nvidia);
+    psr_tuning t = tuning_of(ctx);
+    bool nvidia = strcmp(t.sample.rule, "nvidia-gpu") == 0;
+    assert_int_equal(t.verify.warp_shuffle, nvidia);
     psr_variant v = {.set = PSR_KERNELS_VERIFY};
     char options[512];
     psr_build_options(ctx, &v, options, sizeof options);
