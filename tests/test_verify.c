@@ -2,10 +2,9 @@
  * oracle's on every request (greedy and probabilistic, with and without a
  * draft cache, every noise option), the narrow unbiasedness test and its
  * control, the acceptance rate, streams, edge cases and bad input. The
- * default suite verifies f32 logits with fp32 noise and runs the controls
- * that need no build of their own (the unbiasedness control shares the
- * CLI's); the long suite adds wide and fp64 noise, bf16, the other two
- * controls and the full-size statistics. */
+ * default suite verifies f32 logits with fp32 noise (and runs every
+ * control); the long suite adds wide and fp64 noise, bf16 and the
+ * full-size statistics. */
 #include "common.h"
 #include "stats.h"
 
@@ -363,6 +362,7 @@ static void test_residual_pruning(void **state)
 {
     (void)state;
     const vrun prob = {PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_F32, NULL};
+    psr_context *control = open_control("-DPSR_TEST_FLOOR_SLACK=1.0f");
     vcase c = make_case(1024, 4000, 2, false);
     for (size_t row = 0; row < c.rows; row++)
         for (size_t i = 0; i < c.vocab; i++)
@@ -372,11 +372,6 @@ static void test_residual_pruning(void **state)
     for (size_t row = 0; row < c.rows; row++)
         c.drafts[row] = (int32_t)(2048 + rnd() % 1000);
     check_against_oracle(&c, &prob);
-    if (!test_long()) { /* the control is a build of its own */
-        free_case(&c);
-        return;
-    }
-    psr_context *control = open_control("-DPSR_TEST_FLOOR_SLACK=1.0f");
     psr_context *saved = ctx;
     ctx = control;
     size_t control_bad = oracle_mismatches(&c, &prob);
@@ -429,11 +424,6 @@ static void test_skip_records_per_launch(void **state)
     check_against_oracle(&a, &prob);
     check_against_oracle(&b, &prob);
     set_verify_tuning(ctx, 0, 0);
-    if (!test_long()) { /* the control is a build of its own */
-        free_case(&a);
-        free_case(&b);
-        return;
-    }
 
     psr_context *control = open_control("-DPSR_TEST_ANY_EPOCH");
     set_verify_tuning(control, 0, tuning_of(control).verify.fused_groups);
