@@ -393,6 +393,172 @@ static void test_no_headers_needed(void **state)
     free(src);
 }
 
+/* ---- the tuning of a context (psr_experimental.h) ---- */
+
+/* psr_context_set_tuning refuses values no kernel can run with and, once
+ * the context has built, values that change how kernels build; it takes
+ * launch values at any time. A refused call changes nothing. */
+static bool same_tuning(const psr_tuning *a, const psr_tuning *b)
+{
+    return a->sample.work_group_size == b->sample.work_group_size &&
+           a->sample.resident_per_unit == b->sample.resident_per_unit &&
+           a->sample.vector_width == b->sample.vector_width && a->sample.min_steps == b->sample.min_steps &&
+           a->sample.two_pass == b->sample.two_pass && a->sample.mulhi == b->sample.mulhi &&
+           a->verify.resident_per_unit == b->verify.resident_per_unit &&
+           a->verify.skip_groups == b->verify.skip_groups && a->verify.fused_groups == b->verify.fused_groups &&
+           a->verify.warp_shuffle == b->verify.warp_shuffle &&
+           a->logprobs.segment_tau == b->logprobs.segment_tau && a->logprobs.one_blocks == b->logprobs.one_blocks &&
+           a->logprobs.few_blocks == b->logprobs.few_blocks && a->filter.direct_max == b->filter.direct_max &&
+           strcmp(a->extra_options, b->extra_options) == 0;
+}
+
+static void test_set_tuning(void **state)
+{
+    (void)state;
+    psr_context *ctx = open_context(NULL);
+    psr_device_info info;
+    assert_int_equal(psr_context_device_info(ctx, &info), PSR_OK);
+    const psr_tuning before = tuning_of(ctx);
+    psr_tuning bad[6];
+    for (size_t i = 0; i < 6; i++)
+        bad[i] = before;
+    bad[0].sample.work_group_size = 0;
+    bad[1].sample.work_group_size = 48; /* not a power of two */
+    bad[2].sample.work_group_size = info.max_work_group_size * 2; /* past the device */
+    bad[3].sample.resident_per_unit = 0;
+    bad[4].verify.resident_per_unit = 0;
+    bad[5].sample.min_steps = 0;
+    for (size_t i = 0; i < 6; i++)
+        if (psr_context_set_tuning(ctx, &bad[i]) != PSR_ERR_INVALID_ARGUMENT)
+            fail_msg("bad tuning %zu was taken", i);
+    assert_int_equal(psr_context_set_tuning(NULL, &before), PSR_ERR_NULL_ARGUMENT);
+    assert_int_equal(psr_context_set_tuning(ctx, NULL), PSR_ERR_NULL_ARGUMENT);
+    psr_tuning now = tuning_of(ctx);
+    assert_true(same_tuning(&now, &before));
+    psr_tuning t;
+
+    /* Before the first build, build values may change (and change back). */
+    t = before;
+    t.sample.work_group_size = before.sample.work_group_size / 2;
+    t.sample.mulhi = !before.sample.mulhi;
+    assert_int_equal(psr_context_set_tuning(ctx, &t), PSR_OK);
+    assert_int_equal(tuning_of(ctx).sample.work_group_size, before.sample.work_group_size / 2);
+    assert_int_equal(psr_context_set_tuning(ctx, &before), PSR_OK);
+
+    /* After it, each build value is refused on its own... */
+    psr_variant v = {.set = PSR_KERNELS_STREAM};
+    cl_program p;
+    assert_int_equal(psr_program_get(ctx, &v, &p), PSR_OK);
+    for (int field = 0; field < 6; field++) {
+        t = before;
+        switch (field) {
+        case 0: t.sample.work_group_size = before.sample.work_group_size / 2; break;
+        case 1: t.sample.vector_width = before.sample.vector_width ? 0 : 16; break;
+        case 2: t.sample.mulhi = !before.sample.mulhi; break;
+        case 3: t.logprobs.segment_tau = !before.logprobs.segment_tau; break;
+        case 4: t.verify.warp_shuffle = !before.verify.warp_shuffle; break;
+        default: psr_strlcpy(t.extra_options, "-DPSR_TEST_NOTHING=1", sizeof t.extra_options); break;
+        }
+        if (psr_context_set_tuning(ctx, &t) != PSR_ERR_INVALID_ARGUMENT)
+            fail_msg("build value %d changed after the first build", field);
+        assert_non_null(strstr(psr_last_error(ctx), "first build"));
+    }
+    now = tuning_of(ctx);
+    assert_true(same_tuning(&now, &before));
+    /* ... and launch values are taken. */
+    t = before;
+    t.verify.skip_groups = before.verify.skip_groups + 7;
+    t.sample.two_pass = !before.sample.two_pass;
+    t.sample.resident_per_unit = 3;
+    t.filter.direct_max = 0;
+    assert_int_equal(psr_context_set_tuning(ctx, &t), PSR_OK);
+    now = tuning_of(ctx);
+    assert_int_equal(now.verify.skip_groups, before.verify.skip_groups + 7);
+    assert_int_equal(now.sample.two_pass, !before.sample.two_pass);
+    assert_int_equal(now.sample.resident_per_unit, 3);
+    assert_int_equal(now.filter.direct_max, 0);
+    /* The build values are still the ones it built with: no rebuild. */
+    psr_cache_stats s;
+    assert_int_equal(psr_context_cache_stats(ctx, &s), PSR_OK);
+    assert_int_equal(psr_program_get(ctx, &v, &p), PSR_OK);
+    psr_cache_stats s2;
+    assert_int_equal(psr_context_cache_stats(ctx, &s2), PSR_OK);
+    assert_int_equal(s2.builds, s.builds);
+    psr_context_free(ctx);
+}
+
+/* A context created with `name` set to `value` in the environment; the
+ * log it wrote while opening is in captured_log. */
+static psr_context *open_with_env(const char *name, const char *value)
+{
+    setenv(name, value, 1);
+    captured_log[0] = '\0';
+    psr_context *ctx = open_context(NULL);
+    unsetenv(name);
+    return ctx;
+}
+
+/* PSR_TUNE_* values out of their range are ignored with a warning through
+ * the log callback; good ones apply and say so. */
+static void test_tune_environment(void **state)
+{
+    (void)state;
+    psr_device_info info;
+    assert_int_equal(psr_device_select("auto", &info), PSR_OK);
+    psr_tuning table;
+    assert_int_equal(psr_device_tuning(&info, &table), PSR_OK);
+    const char *bad_wg[] = {"abc", "100", "0", "-64", "64x", ""};
+    for (size_t i = 0; i < sizeof bad_wg / sizeof bad_wg[0]; i++) {
+        psr_context *ctx = open_with_env("PSR_TUNE_WG", bad_wg[i]);
+        assert_int_equal(tuning_of(ctx).sample.work_group_size, table.sample.work_group_size);
+        char said[64];
+        snprintf(said, sizeof said, "PSR_TUNE_WG=%s ", bad_wg[i]);
+        if (*bad_wg[i] && (!strstr(captured_log, said) || !strstr(captured_log, "ignored")))
+            fail_msg("PSR_TUNE_WG=%s: the log does not say it was ignored: %s", bad_wg[i], captured_log);
+        if (!*bad_wg[i]) /* empty: unset, nothing said */
+            assert_null(strstr(captured_log, "PSR_TUNE_WG"));
+        psr_context_free(ctx);
+    }
+    if (info.max_work_group_size >= 128) {
+        psr_context *ctx = open_with_env("PSR_TUNE_WG", "128");
+        assert_int_equal(tuning_of(ctx).sample.work_group_size, 128);
+        assert_non_null(strstr(captured_log, "PSR_TUNE_WG=128 sets sample.work_group_size"));
+        psr_context_free(ctx);
+    }
+    /* Past the device's largest work-group: ignored. */
+    char big[32];
+    snprintf(big, sizeof big, "%zu", info.max_work_group_size * 2);
+    psr_context *ctx = open_with_env("PSR_TUNE_WG", big);
+    assert_int_equal(tuning_of(ctx).sample.work_group_size, table.sample.work_group_size);
+    assert_non_null(strstr(captured_log, "ignored"));
+    psr_context_free(ctx);
+
+    /* Warp shuffles are inline PTX: outside NVIDIA GPUs the variable is ignored. */
+    bool nvidia = strcmp(table.sample.rule, "nvidia-gpu") == 0;
+    ctx = open_with_env("PSR_TUNE_SHUFFLE", "1");
+    assert_int_equal(tuning_of(ctx).verify.warp_shuffle, nvidia);
+    if (!nvidia)
+        assert_non_null(strstr(captured_log, "PSR_TUNE_SHUFFLE=1 needs an NVIDIA GPU"));
+    psr_context_free(ctx);
+
+    /* A launch value and a two-field one. */
+    ctx = open_with_env("PSR_TUNE_VERIFY_SKIP", "12345");
+    assert_int_equal(tuning_of(ctx).verify.skip_groups, 12345);
+    psr_context_free(ctx);
+    ctx = open_with_env("PSR_TUNE_RESIDENT", "5");
+    assert_int_equal(tuning_of(ctx).sample.resident_per_unit, 5);
+    assert_int_equal(tuning_of(ctx).verify.resident_per_unit, 5);
+    psr_context_free(ctx);
+    ctx = open_with_env("PSR_TUNE_RESIDENT", "1025"); /* past 1024 */
+    assert_int_equal(tuning_of(ctx).sample.resident_per_unit, table.sample.resident_per_unit);
+    assert_non_null(strstr(captured_log, "PSR_TUNE_RESIDENT=1025 is out of range"));
+    psr_context_free(ctx);
+    ctx = open_with_env("PSR_TUNE_VECTOR", "8"); /* 0 or 16 only */
+    assert_int_equal(tuning_of(ctx).sample.vector_width, table.sample.vector_width);
+    assert_non_null(strstr(captured_log, "PSR_TUNE_VECTOR=8"));
+    psr_context_free(ctx);
+}
+
 int main(void)
 {
     if (!have_device()) {
@@ -409,6 +575,8 @@ int main(void)
         cmocka_unit_test(test_fp64_unsupported),
         cmocka_unit_test(test_build_failure_keeps_log),
         cmocka_unit_test(test_no_headers_needed),
+        cmocka_unit_test(test_set_tuning),
+        cmocka_unit_test(test_tune_environment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
