@@ -48,7 +48,7 @@ bool have_device(void);
 /* True in the long suite (PSR_TEST_LONG=1, which `meson test --setup long`
  * sets): the full flag x dtype x method matrix and full-size statistics.
  * The default suite keeps one variant per axis, so that each kernel
- * variant it needs is compiled once per run (docs: tests/meson.build). */
+ * variant it needs is compiled once per run (tests/meson.build). */
 bool test_long(void);
 /* Skips the calling case outside the long suite. */
 #define LONG_ONLY()                                                                                \
