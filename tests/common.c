@@ -313,6 +313,13 @@ void check_philox_vectors(psr_context *ctx, cl_program program)
     tsv_free(t);
 }
 
+psr_noise_kind noise_of(unsigned flags)
+{
+    return flags & PSR_SAMPLE_FP64_NOISE   ? PSR_NOISE_FP64
+           : flags & PSR_SAMPLE_WIDE_NOISE ? PSR_NOISE_WIDE
+                                           : PSR_NOISE_FP32;
+}
+
 void vector_logits(uint32_t vcase, uint32_t row, size_t vocab, float *out)
 {
     for (uint32_t i = 0; i < vocab; i++) {

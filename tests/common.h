@@ -152,6 +152,9 @@ uint32_t rnd(void);
 double uniform(void);
 float normal(void);
 
+/* The oracle's noise for a call's PSR_SAMPLE_* flags. */
+psr_noise_kind noise_of(unsigned flags);
+
 /* The logits of gumbel_tokens.tsv, from the formula in its header. */
 void vector_logits(uint32_t vcase, uint32_t row, size_t vocab, float *out);
 

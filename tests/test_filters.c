@@ -78,9 +78,7 @@ static float bf16_round(float x)
 static void check_rows(size_t rows, size_t vocab, unsigned flags, psr_dtype dtype, bool use_k,
                        bool use_p, bool use_mp)
 {
-    psr_noise_kind noise = flags & PSR_SAMPLE_FP64_NOISE   ? PSR_NOISE_FP64
-                           : flags & PSR_SAMPLE_WIDE_NOISE ? PSR_NOISE_WIDE
-                                                           : PSR_NOISE_FP32;
+    psr_noise_kind noise = noise_of(flags);
     float *x = malloc(rows * vocab * sizeof *x), *masked = malloc(vocab * sizeof *x);
     uint16_t *half = malloc(rows * vocab * 2);
     int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);

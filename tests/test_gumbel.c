@@ -13,13 +13,6 @@
 static psr_context *ctx;
 static bool has_fp64;
 
-static psr_noise_kind noise_of(unsigned flags)
-{
-    return flags & PSR_SAMPLE_FP64_NOISE   ? PSR_NOISE_FP64
-           : flags & PSR_SAMPLE_WIDE_NOISE ? PSR_NOISE_WIDE
-                                           : PSR_NOISE_FP32;
-}
-
 /* ---- noise, bit for bit ---- */
 
 static size_t noise_mismatches(bool drafting, psr_noise_kind kind, size_t n)

@@ -267,11 +267,7 @@ static void test_fp16_hidden(void **state)
     o.hide_capabilities = PSR_CAP_FP16;
     psr_context *c2;
     assert_int_equal(psr_context_create(&o, &c2), PSR_OK);
-    cl_int err;
-    cl_mem dh = clCreateBuffer(c2->cl_ctx, CL_MEM_READ_WRITE, 64, NULL, &err);
-    cl_mem dw = clCreateBuffer(c2->cl_ctx, CL_MEM_READ_WRITE, 64, NULL, &err);
-    cl_mem dl = clCreateBuffer(c2->cl_ctx, CL_MEM_READ_WRITE, 64, NULL, &err);
-    assert_int_equal(err, CL_SUCCESS);
+    cl_mem dh = device_buffer(c2, 64), dw = device_buffer(c2, 64), dl = device_buffer(c2, 64);
     psr_lm_head_args a;
     psr_lm_head_args_init(&a);
     a.batch = 2, a.hidden_size = 4, a.vocab = 8, a.dtype = PSR_DTYPE_F16;

@@ -25,9 +25,7 @@ static void fill_rows(size_t rows, int64_t *seeds, int64_t *pos, float *temps, f
 
 static void check_probs_against_oracle(size_t rows, size_t vocab, unsigned flags, float temp)
 {
-    psr_noise_kind noise = flags & PSR_SAMPLE_FP64_NOISE   ? PSR_NOISE_FP64
-                           : flags & PSR_SAMPLE_WIDE_NOISE ? PSR_NOISE_WIDE
-                                                           : PSR_NOISE_FP32;
+    psr_noise_kind noise = noise_of(flags);
     float *p = malloc(rows * vocab * sizeof *p);
     int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
     float *temps = malloc(rows * 4);

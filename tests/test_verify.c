@@ -212,13 +212,6 @@ static psr_status run_verify(vcase *c, const vrun *run, int32_t *tokens, int32_t
     return st;
 }
 
-static psr_noise_kind noise_of(unsigned flags)
-{
-    return flags & PSR_SAMPLE_FP64_NOISE ? PSR_NOISE_FP64
-           : flags & PSR_SAMPLE_WIDE_NOISE ? PSR_NOISE_WIDE
-                                           : PSR_NOISE_FP32;
-}
-
 /* A case's outputs from psr_verify and from the oracle. */
 typedef struct vouts {
     int32_t *tokens, *num;     /* the device's, [requests, cols] and [requests] */
