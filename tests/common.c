@@ -161,6 +161,53 @@ bool have_device(void)
     return psr_device_list(NULL, 0, &n) == PSR_OK && n > 0;
 }
 
+bool test_long(void)
+{
+    const char *v = getenv("PSR_TEST_LONG");
+    return v && strcmp(v, "1") == 0;
+}
+
+/* ---- the fixture ---- */
+
+static const device_fixture *fixture;
+
+static int fixture_setup(void **state)
+{
+    (void)state;
+    test_seed(fixture->seed);
+    psr_context *ctx = open_suite_context();
+    *fixture->ctx = ctx;
+    if (fixture->has_fp64) {
+        psr_device_info info;
+        assert_int_equal(psr_context_device_info(ctx, &info), PSR_OK);
+        *fixture->has_fp64 = info.capabilities & PSR_CAP_FP64;
+    }
+    if (fixture->prepare)
+        fixture->prepare(ctx);
+    return 0;
+}
+
+static int fixture_teardown(void **state)
+{
+    (void)state;
+    psr_context_free(*fixture->ctx);
+    *fixture->ctx = NULL;
+    return 0;
+}
+
+int run_device_group(const char *name, const struct CMUnitTest *tests, size_t count,
+                     const device_fixture *f)
+{
+    if (!have_device()) {
+        fprintf(stderr, "no OpenCL device: skipping\n");
+        return TEST_SKIP;
+    }
+    if (test_long())
+        print_message("the long suite: every variant, full-size statistics\n");
+    fixture = f;
+    return _cmocka_run_group_tests(name, tests, count, fixture_setup, fixture_teardown);
+}
+
 void capture_log(psr_log_level level, const char *message, void *user_data)
 {
     (void)level;
@@ -198,12 +245,35 @@ psr_context *open_suite_context(void)
 psr_context *open_shuffles_flipped(void)
 {
     psr_context *ctx = open_suite_context();
-    if (strcmp(ctx->tuning.sample.rule, "nvidia-gpu") != 0) {
+    psr_tuning t = tuning_of(ctx);
+    if (strcmp(t.sample.rule, "nvidia-gpu") != 0) {
         psr_context_free(ctx);
         return NULL;
     }
-    ctx->tuning.verify.warp_shuffle = !ctx->tuning.verify.warp_shuffle;
+    t.verify.warp_shuffle = !t.verify.warp_shuffle; /* a build option: before the first build */
+    set_tuning(ctx, &t);
     return ctx;
+}
+
+psr_tuning tuning_of(const psr_context *ctx)
+{
+    psr_tuning t;
+    assert_int_equal(psr_context_tuning(ctx, &t), PSR_OK);
+    return t;
+}
+
+void set_tuning(psr_context *ctx, const psr_tuning *t)
+{
+    psr_status st = psr_context_set_tuning(ctx, t);
+    if (st != PSR_OK)
+        fail_msg("psr_context_set_tuning: %s: %s", psr_status_string(st), psr_last_error(ctx));
+}
+
+psr_last_paths last_paths(const psr_context *ctx)
+{
+    psr_last_paths p;
+    assert_int_equal(psr_context_last_paths(ctx, &p), PSR_OK);
+    return p;
 }
 
 void check_philox_vectors(psr_context *ctx, cl_program program)
@@ -219,22 +289,16 @@ void check_philox_vectors(psr_context *ctx, cl_program program)
             in[6 * r + c] = (cl_uint)tsv_hex(t, r, in_cols[c]);
 
     cl_int err;
-    cl_mem din = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                                6 * n * sizeof *in, in, &err);
-    assert_int_equal(err, CL_SUCCESS);
-    cl_mem dout = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, 4 * n * sizeof *out, NULL, &err);
-    assert_int_equal(err, CL_SUCCESS);
+    cl_mem din = upload(ctx, in, 6 * n * sizeof *in), dout = device_buffer(ctx, 4 * n * sizeof *out);
     cl_kernel k = clCreateKernel(program, "psr_philox_kat", &err);
     assert_int_equal(err, CL_SUCCESS);
     assert_int_equal(clSetKernelArg(k, 0, sizeof din, &din), CL_SUCCESS);
     assert_int_equal(clSetKernelArg(k, 1, sizeof dout, &dout), CL_SUCCESS);
     assert_int_equal(clSetKernelArg(k, 2, sizeof n, &n), CL_SUCCESS);
     size_t global = n;
-    assert_int_equal(clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, NULL, 0, NULL, NULL),
+    assert_int_equal(clEnqueueNDRangeKernel(queue_of(ctx), k, 1, NULL, &global, NULL, 0, NULL, NULL),
                      CL_SUCCESS);
-    assert_int_equal(clEnqueueReadBuffer(ctx->queue, dout, CL_TRUE, 0, 4 * n * sizeof *out, out, 0,
-                                         NULL, NULL),
-                     CL_SUCCESS);
+    download(ctx, dout, out, 4 * n * sizeof *out);
     static const char *out_cols[] = {"out0", "out1", "out2", "out3"};
     for (cl_uint r = 0; r < n; r++)
         for (int c = 0; c < 4; c++)
@@ -247,6 +311,13 @@ void check_philox_vectors(psr_context *ctx, cl_program program)
     free(in);
     free(out);
     tsv_free(t);
+}
+
+psr_noise_kind noise_of(unsigned flags)
+{
+    return flags & PSR_SAMPLE_FP64_NOISE   ? PSR_NOISE_FP64
+           : flags & PSR_SAMPLE_WIDE_NOISE ? PSR_NOISE_WIDE
+                                           : PSR_NOISE_FP32;
 }
 
 void vector_logits(uint32_t vcase, uint32_t row, size_t vocab, float *out)
@@ -284,17 +355,95 @@ float normal(void)
     return (float)(sqrt(-2.0 * log(uniform())) * cos(6.283185307179586 * uniform()));
 }
 
-cl_mem test_buffer(psr_context *ctx, size_t bytes, const void *host)
+psr_status sample_rows_f32(psr_context *ctx, const float *logits, size_t rows, size_t vocab,
+                           const int64_t *seeds, const int64_t *positions, const float *temperatures,
+                           unsigned flags, int32_t *tokens)
+{
+    for (size_t at = 0; at < rows; at += SAMPLE_CHUNK) {
+        size_t n = rows - at < SAMPLE_CHUNK ? rows - at : SAMPLE_CHUNK;
+        psr_status st = psr_sample_host(ctx, logits + at * vocab, PSR_DTYPE_F32, n, vocab, 0, seeds + at,
+                                        positions + at, temperatures + at, flags, tokens + at, NULL, NULL);
+        if (st != PSR_OK)
+            return st;
+    }
+    return PSR_OK;
+}
+
+cl_context cl_context_of(const psr_context *ctx)
+{
+    cl_context c;
+    assert_int_equal(psr_context_cl(ctx, &c, NULL, NULL), PSR_OK);
+    return c;
+}
+
+cl_command_queue queue_of(const psr_context *ctx)
+{
+    cl_command_queue q;
+    assert_int_equal(psr_context_cl(ctx, NULL, NULL, &q), PSR_OK);
+    return q;
+}
+
+cl_mem upload(const psr_context *ctx, const void *host, size_t bytes)
 {
     cl_int err;
-    cl_mem m = clCreateBuffer(ctx->cl_ctx, host ? CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE,
-                              bytes, (void *)host, &err);
+    cl_mem m = clCreateBuffer(cl_context_of(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes,
+                              (void *)host, &err);
     assert_int_equal(err, CL_SUCCESS);
     return m;
 }
 
-void test_read(psr_context *ctx, cl_mem m, size_t bytes, void *host)
+cl_mem device_buffer(const psr_context *ctx, size_t bytes)
 {
-    assert_int_equal(clEnqueueReadBuffer(ctx->queue, m, CL_TRUE, 0, bytes, host, 0, NULL, NULL),
+    cl_int err;
+    cl_mem m = clCreateBuffer(cl_context_of(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    return m;
+}
+
+void download(const psr_context *ctx, cl_mem m, void *host, size_t bytes)
+{
+    assert_int_equal(clEnqueueReadBuffer(queue_of(ctx), m, CL_TRUE, 0, bytes, host, 0, NULL, NULL),
                      CL_SUCCESS);
+}
+
+void release_buffers(cl_mem *mems, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (mems[i])
+            clReleaseMemObject(mems[i]);
+}
+
+/* ---- internal state that has no call ----
+ *
+ * A few tests must reach state the library keeps to itself: the filter
+ * pass's scratch (to fill it with garbage, or read the thresholds it
+ * computed), the mark a filter launch cut short leaves (to simulate that
+ * abort), and psr_verify's launch number (to reach its wrap without a
+ * million launches). No call exposes these, nor should one; so the tests
+ * touch psr_context's fields here and nowhere else. Everything the
+ * experimental interface covers (tuning, last paths) goes through it. */
+
+cl_mem filter_scratch(psr_context *ctx, filter_scratch_kind which, size_t *bytes)
+{
+    const psr_scratch *s = which == FILTER_CUT ? &ctx->filter_cut
+                           : which == FILTER_STATE ? &ctx->filter_state
+                                                   : &ctx->filter_hist;
+    if (bytes)
+        *bytes = s->bytes;
+    return s->buffer;
+}
+
+void set_filter_dirty(psr_context *ctx, bool dirty)
+{
+    ctx->filter_dirty = dirty;
+}
+
+uint32_t verify_epoch(const psr_context *ctx)
+{
+    return ctx->verify_epoch;
+}
+
+void set_verify_epoch(psr_context *ctx, uint32_t epoch)
+{
+    ctx->verify_epoch = epoch;
 }

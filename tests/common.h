@@ -13,6 +13,8 @@
 #include "ops/ops.h"
 #include "oracle/oracle.h"
 
+#include <psr/psr_experimental.h>
+
 /* Warming only the small stream kernels keeps cache tests quick. */
 #define STREAM_ONLY (1u << PSR_KERNELS_STREAM)
 
@@ -43,6 +45,39 @@ size_t count_files(const char *dir, const char *prefix);
 
 /* True when the machine has an OpenCL device. */
 bool have_device(void);
+/* True in the long suite (PSR_TEST_LONG=1, which `meson test --setup long`
+ * sets): the full flag x dtype x method matrix and full-size statistics.
+ * The default suite keeps one variant per axis, so that each kernel
+ * variant it needs is compiled once per run (tests/meson.build). */
+bool test_long(void);
+/* Skips the calling case outside the long suite. */
+#define LONG_ONLY()                                                                                \
+    do {                                                                                           \
+        if (!test_long())                                                                          \
+            skip();                                                                                \
+    } while (0)
+
+/* ---- the fixture of the device tests ---- */
+
+/* What a device test executable shares among its cases. */
+typedef struct device_fixture {
+    psr_context **ctx;              /* receives the one context of the executable */
+    bool *has_fp64;                 /* receives whether the device has fp64, or NULL */
+    uint64_t seed;                  /* the test data generator starts here (test_seed) */
+    void (*prepare)(psr_context *); /* runs once after the context opens, or NULL */
+} device_fixture;
+
+/* Runs the cases of a device test executable around one context, opened
+ * on the suite's cache (open_suite_context) in cmocka's group setup and
+ * freed in its teardown, so that every kernel variant the cases use is
+ * built once per executable, never once per case. Cases may replace
+ * *f->ctx for a while (a control context) but must put it back. Returns
+ * cmocka's result, or TEST_SKIP on a machine without a device. */
+int run_device_group(const char *name, const struct CMUnitTest *tests, size_t count,
+                     const device_fixture *f);
+#define run_device_tests(tests, ...)                                                               \
+    run_device_group(#tests, tests, sizeof tests / sizeof tests[0], &(device_fixture){__VA_ARGS__})
+
 /* A context on the default device with the given cache directory
  * (NULL: disk tier off); log messages are collected in captured_log. */
 psr_context *open_context(const char *cache_dir);
@@ -57,10 +92,57 @@ psr_context *open_shuffles_flipped(void);
 extern char captured_log[8192];
 void capture_log(psr_log_level level, const char *message, void *user_data);
 
-/* A read-write buffer on ctx, filled from host when it is not NULL. */
-cl_mem test_buffer(psr_context *ctx, size_t bytes, const void *host);
-/* Blocking read of bytes from m into host. */
-void test_read(psr_context *ctx, cl_mem m, size_t bytes, void *host);
+/* ---- tuning and paths, through psr_experimental.h ---- */
+
+/* The context's tuning (psr_context_tuning). */
+psr_tuning tuning_of(const psr_context *ctx);
+/* psr_context_set_tuning, which must accept t: change only launch-time
+ * values once the context has built (two_pass, resident counts, skip and
+ * one-launch thresholds, direct_max, min_steps). */
+void set_tuning(psr_context *ctx, const psr_tuning *t);
+/* The paths the context's last calls took (psr_context_last_paths). */
+psr_last_paths last_paths(const psr_context *ctx);
+
+/* ---- launches the default suite can afford ---- */
+
+/* PoCL compiles a kernel again, at a few seconds each, for a launch of
+ * 65,535 or more work-items in a dimension; the sampler launches at least
+ * a group (64 work-items on PoCL) a row. Tests that sample thousands of
+ * short rows go through sample_rows_f32, which launches at most
+ * SAMPLE_CHUNK rows at a time: the tokens are the same (each row's depend
+ * only on its logits, seed and position), and the default suite's
+ * launches reuse the kernels every other test compiles. */
+enum { SAMPLE_CHUNK = 1000 };
+/* psr_sample_host of f32 rows in launches of at most SAMPLE_CHUNK rows. */
+psr_status sample_rows_f32(psr_context *ctx, const float *logits, size_t rows, size_t vocab,
+                           const int64_t *seeds, const int64_t *positions, const float *temperatures,
+                           unsigned flags, int32_t *tokens);
+
+/* ---- buffers ---- */
+
+/* The context's OpenCL context and queue (psr_context_cl). */
+cl_context cl_context_of(const psr_context *ctx);
+cl_command_queue queue_of(const psr_context *ctx);
+/* A new read-write buffer of `bytes` on ctx holding a copy of host. */
+cl_mem upload(const psr_context *ctx, const void *host, size_t bytes);
+/* A new read-write buffer of `bytes` on ctx, contents unset. */
+cl_mem device_buffer(const psr_context *ctx, size_t bytes);
+/* Blocking read of the first `bytes` of m into host. */
+void download(const psr_context *ctx, cl_mem m, void *host, size_t bytes);
+/* Releases n buffers; NULL entries are skipped. */
+void release_buffers(cl_mem *mems, size_t n);
+
+/* ---- internal state that has no call (see common.c) ---- */
+
+/* The filter pass's per-row scratch: its thresholds (two floats a row,
+ * cl/filter.cl), its state and its histograms. *bytes gets the size. */
+typedef enum filter_scratch_kind { FILTER_CUT, FILTER_STATE, FILTER_HIST } filter_scratch_kind;
+cl_mem filter_scratch(psr_context *ctx, filter_scratch_kind which, size_t *bytes);
+/* Marks the filters' state dirty (as a launch cut short leaves it) or clean. */
+void set_filter_dirty(psr_context *ctx, bool dirty);
+/* psr_verify's launch number: read, and set (to reach its wrap). */
+uint32_t verify_epoch(const psr_context *ctx);
+void set_verify_epoch(psr_context *ctx, uint32_t epoch);
 
 /* A small deterministic generator for test data (not the sampler's stream):
  * test_seed() restarts it, rnd() gives 32 random bits, uniform() a double in
@@ -69,6 +151,9 @@ void test_seed(uint64_t seed);
 uint32_t rnd(void);
 double uniform(void);
 float normal(void);
+
+/* The oracle's noise for a call's PSR_SAMPLE_* flags. */
+psr_noise_kind noise_of(unsigned flags);
 
 /* The logits of gumbel_tokens.tsv, from the formula in its header. */
 void vector_logits(uint32_t vcase, uint32_t row, size_t vocab, float *out);

@@ -192,7 +192,7 @@ static void test_auto_follows_driver(void **state)
         captured_log[0] = '\0';
         psr_context *ctx;
         assert_int_equal(psr_context_create(&o, &ctx), PSR_OK);
-        bool driver_caches = ctx->tuning.driver_caches;
+        bool driver_caches = tuning_of(ctx).driver_caches;
         psr_device_info info;
         psr_context_device_info(ctx, &info);
         assert_int_equal(driver_caches, strstr(info.version, "PoCL") != NULL ||

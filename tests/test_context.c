@@ -189,13 +189,8 @@ static size_t token_uniform_mismatches(psr_context *ctx, cl_program p, int draft
     }
     assert_true(n > 0);
     cl_int err;
-    cl_mem ds = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 8, seeds, &err);
-    cl_mem dp = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 8, pos, &err);
-    cl_mem dt = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 4, tokens, &err);
-    cl_mem dk = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * 4, NULL, &err);
-    cl_mem du = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * 4, NULL, &err);
-    cl_mem dd = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * 8, NULL, &err);
-    assert_int_equal(err, CL_SUCCESS);
+    cl_mem ds = upload(ctx, seeds, n * 8), dp = upload(ctx, pos, n * 8), dt = upload(ctx, tokens, n * 4);
+    cl_mem dk = device_buffer(ctx, n * 4), du = device_buffer(ctx, n * 4), dd = device_buffer(ctx, n * 8);
     cl_kernel k = clCreateKernel(p, "psr_token_uniforms", &err);
     assert_int_equal(err, CL_SUCCESS);
     cl_uint count = (cl_uint)n;
@@ -206,13 +201,12 @@ static size_t token_uniform_mismatches(psr_context *ctx, cl_program p, int draft
     clSetKernelArg(k, 4, sizeof dk, &dk);
     clSetKernelArg(k, 5, sizeof du, &du);
     assert_int_equal(clSetKernelArg(k, 6, sizeof dd, &dd), CL_SUCCESS);
-    assert_int_equal(clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &n, NULL, 0, NULL, NULL), CL_SUCCESS);
+    assert_int_equal(clEnqueueNDRangeKernel(queue_of(ctx), k, 1, NULL, &n, NULL, 0, NULL, NULL), CL_SUCCESS);
     cl_uint *keys = calloc(n, 4), *u32 = calloc(n, 4);
     cl_ulong *u64 = calloc(n, 8);
-    clEnqueueReadBuffer(ctx->queue, dk, CL_TRUE, 0, n * 4, keys, 0, NULL, NULL);
-    clEnqueueReadBuffer(ctx->queue, du, CL_TRUE, 0, n * 4, u32, 0, NULL, NULL);
-    assert_int_equal(clEnqueueReadBuffer(ctx->queue, dd, CL_TRUE, 0, n * 8, u64, 0, NULL, NULL),
-                     CL_SUCCESS);
+    download(ctx, dk, keys, n * 4);
+    download(ctx, du, u32, n * 4);
+    download(ctx, dd, u64, n * 8);
     size_t mismatches = 0;
     for (size_t i = 0; i < n; i++) {
         size_t r = rows[i];
@@ -225,9 +219,7 @@ static size_t token_uniform_mismatches(psr_context *ctx, cl_program p, int draft
     }
     *checked = n;
     clReleaseKernel(k);
-    cl_mem all[] = {ds, dp, dt, dk, du, dd};
-    for (int i = 0; i < 6; i++)
-        clReleaseMemObject(all[i]);
+    release_buffers((cl_mem[]){ds, dp, dt, dk, du, dd}, 6);
     free(seeds), free(pos), free(tokens), free(rows), free(keys), free(u32), free(u64);
     tsv_free(t);
     return mismatches;
@@ -244,11 +236,8 @@ static void check_stream_vectors(psr_context *ctx, cl_program p)
         pos[r] = tsv_int(t, r, "pos");
     }
     cl_int err;
-    cl_mem ds = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 8, seeds, &err);
-    cl_mem dp = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 8, pos, &err);
-    cl_mem dw = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * 16, NULL, &err);
-    cl_mem du = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * 4, NULL, &err);
-    assert_int_equal(err, CL_SUCCESS);
+    cl_mem ds = upload(ctx, seeds, n * 8), dp = upload(ctx, pos, n * 8);
+    cl_mem dw = device_buffer(ctx, n * 16), du = device_buffer(ctx, n * 4);
     cl_kernel k = clCreateKernel(p, "psr_stream_words", &err);
     assert_int_equal(err, CL_SUCCESS);
     cl_uint count = (cl_uint)n;
@@ -257,10 +246,10 @@ static void check_stream_vectors(psr_context *ctx, cl_program p)
     clSetKernelArg(k, 2, sizeof count, &count);
     clSetKernelArg(k, 3, sizeof dw, &dw);
     assert_int_equal(clSetKernelArg(k, 4, sizeof du, &du), CL_SUCCESS);
-    assert_int_equal(clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &n, NULL, 0, NULL, NULL), CL_SUCCESS);
+    assert_int_equal(clEnqueueNDRangeKernel(queue_of(ctx), k, 1, NULL, &n, NULL, 0, NULL, NULL), CL_SUCCESS);
     cl_uint *words = calloc(n, 16), *u32 = calloc(n, 4);
-    clEnqueueReadBuffer(ctx->queue, dw, CL_TRUE, 0, n * 16, words, 0, NULL, NULL);
-    assert_int_equal(clEnqueueReadBuffer(ctx->queue, du, CL_TRUE, 0, n * 4, u32, 0, NULL, NULL), CL_SUCCESS);
+    download(ctx, dw, words, n * 16);
+    download(ctx, du, u32, n * 4);
     static const char *cols[] = {"w0", "w1", "w2", "w3"};
     for (size_t r = 0; r < n; r++) {
         for (int c = 0; c < 4; c++)
@@ -268,10 +257,7 @@ static void check_stream_vectors(psr_context *ctx, cl_program p)
         assert_int_equal(u32[r], (cl_uint)tsv_hex(t, r, "u32_bits"));
     }
     clReleaseKernel(k);
-    clReleaseMemObject(ds);
-    clReleaseMemObject(dp);
-    clReleaseMemObject(dw);
-    clReleaseMemObject(du);
+    release_buffers((cl_mem[]){ds, dp, dw, du}, 4);
     free(seeds), free(pos), free(words), free(u32);
     tsv_free(t);
 }
@@ -317,8 +303,9 @@ static void test_shuffle_only_on_nvidia(void **state)
     setenv("PSR_TUNE_SHUFFLE", "1", 1);
     psr_context *ctx = open_context(NULL);
     unsetenv("PSR_TUNE_SHUFFLE");
-    bool nvidia = strcmp(ctx->tuning.sample.rule, "nvidia-gpu") == 0;
-    assert_int_equal(ctx->tuning.verify.warp_shuffle, nvidia);
+    psr_tuning t = tuning_of(ctx);
+    bool nvidia = strcmp(t.sample.rule, "nvidia-gpu") == 0;
+    assert_int_equal(t.verify.warp_shuffle, nvidia);
     psr_variant v = {.set = PSR_KERNELS_VERIFY};
     char options[512];
     psr_build_options(ctx, &v, options, sizeof options);
@@ -406,6 +393,172 @@ static void test_no_headers_needed(void **state)
     free(src);
 }
 
+/* ---- the tuning of a context (psr_experimental.h) ---- */
+
+/* psr_context_set_tuning refuses values no kernel can run with and, once
+ * the context has built, values that change how kernels build; it takes
+ * launch values at any time. A refused call changes nothing. */
+static bool same_tuning(const psr_tuning *a, const psr_tuning *b)
+{
+    return a->sample.work_group_size == b->sample.work_group_size &&
+           a->sample.resident_per_unit == b->sample.resident_per_unit &&
+           a->sample.vector_width == b->sample.vector_width && a->sample.min_steps == b->sample.min_steps &&
+           a->sample.two_pass == b->sample.two_pass && a->sample.mulhi == b->sample.mulhi &&
+           a->verify.resident_per_unit == b->verify.resident_per_unit &&
+           a->verify.skip_groups == b->verify.skip_groups && a->verify.fused_groups == b->verify.fused_groups &&
+           a->verify.warp_shuffle == b->verify.warp_shuffle &&
+           a->logprobs.segment_tau == b->logprobs.segment_tau && a->logprobs.one_blocks == b->logprobs.one_blocks &&
+           a->logprobs.few_blocks == b->logprobs.few_blocks && a->filter.direct_max == b->filter.direct_max &&
+           strcmp(a->extra_options, b->extra_options) == 0;
+}
+
+static void test_set_tuning(void **state)
+{
+    (void)state;
+    psr_context *ctx = open_context(NULL);
+    psr_device_info info;
+    assert_int_equal(psr_context_device_info(ctx, &info), PSR_OK);
+    const psr_tuning before = tuning_of(ctx);
+    psr_tuning bad[6];
+    for (size_t i = 0; i < 6; i++)
+        bad[i] = before;
+    bad[0].sample.work_group_size = 0;
+    bad[1].sample.work_group_size = 48; /* not a power of two */
+    bad[2].sample.work_group_size = info.max_work_group_size * 2; /* past the device */
+    bad[3].sample.resident_per_unit = 0;
+    bad[4].verify.resident_per_unit = 0;
+    bad[5].sample.min_steps = 0;
+    for (size_t i = 0; i < 6; i++)
+        if (psr_context_set_tuning(ctx, &bad[i]) != PSR_ERR_INVALID_ARGUMENT)
+            fail_msg("bad tuning %zu was taken", i);
+    assert_int_equal(psr_context_set_tuning(NULL, &before), PSR_ERR_NULL_ARGUMENT);
+    assert_int_equal(psr_context_set_tuning(ctx, NULL), PSR_ERR_NULL_ARGUMENT);
+    psr_tuning now = tuning_of(ctx);
+    assert_true(same_tuning(&now, &before));
+    psr_tuning t;
+
+    /* Before the first build, build values may change (and change back). */
+    t = before;
+    t.sample.work_group_size = before.sample.work_group_size / 2;
+    t.sample.mulhi = !before.sample.mulhi;
+    assert_int_equal(psr_context_set_tuning(ctx, &t), PSR_OK);
+    assert_int_equal(tuning_of(ctx).sample.work_group_size, before.sample.work_group_size / 2);
+    assert_int_equal(psr_context_set_tuning(ctx, &before), PSR_OK);
+
+    /* After it, each build value is refused on its own... */
+    psr_variant v = {.set = PSR_KERNELS_STREAM};
+    cl_program p;
+    assert_int_equal(psr_program_get(ctx, &v, &p), PSR_OK);
+    for (int field = 0; field < 6; field++) {
+        t = before;
+        switch (field) {
+        case 0: t.sample.work_group_size = before.sample.work_group_size / 2; break;
+        case 1: t.sample.vector_width = before.sample.vector_width ? 0 : 16; break;
+        case 2: t.sample.mulhi = !before.sample.mulhi; break;
+        case 3: t.logprobs.segment_tau = !before.logprobs.segment_tau; break;
+        case 4: t.verify.warp_shuffle = !before.verify.warp_shuffle; break;
+        default: psr_strlcpy(t.extra_options, "-DPSR_TEST_NOTHING=1", sizeof t.extra_options); break;
+        }
+        if (psr_context_set_tuning(ctx, &t) != PSR_ERR_INVALID_ARGUMENT)
+            fail_msg("build value %d changed after the first build", field);
+        assert_non_null(strstr(psr_last_error(ctx), "first build"));
+    }
+    now = tuning_of(ctx);
+    assert_true(same_tuning(&now, &before));
+    /* ... and launch values are taken. */
+    t = before;
+    t.verify.skip_groups = before.verify.skip_groups + 7;
+    t.sample.two_pass = !before.sample.two_pass;
+    t.sample.resident_per_unit = 3;
+    t.filter.direct_max = 0;
+    assert_int_equal(psr_context_set_tuning(ctx, &t), PSR_OK);
+    now = tuning_of(ctx);
+    assert_int_equal(now.verify.skip_groups, before.verify.skip_groups + 7);
+    assert_int_equal(now.sample.two_pass, !before.sample.two_pass);
+    assert_int_equal(now.sample.resident_per_unit, 3);
+    assert_int_equal(now.filter.direct_max, 0);
+    /* The build values are still the ones it built with: no rebuild. */
+    psr_cache_stats s;
+    assert_int_equal(psr_context_cache_stats(ctx, &s), PSR_OK);
+    assert_int_equal(psr_program_get(ctx, &v, &p), PSR_OK);
+    psr_cache_stats s2;
+    assert_int_equal(psr_context_cache_stats(ctx, &s2), PSR_OK);
+    assert_int_equal(s2.builds, s.builds);
+    psr_context_free(ctx);
+}
+
+/* A context created with `name` set to `value` in the environment; the
+ * log it wrote while opening is in captured_log. */
+static psr_context *open_with_env(const char *name, const char *value)
+{
+    setenv(name, value, 1);
+    captured_log[0] = '\0';
+    psr_context *ctx = open_context(NULL);
+    unsetenv(name);
+    return ctx;
+}
+
+/* PSR_TUNE_* values out of their range are ignored with a warning through
+ * the log callback; good ones apply and say so. */
+static void test_tune_environment(void **state)
+{
+    (void)state;
+    psr_device_info info;
+    assert_int_equal(psr_device_select("auto", &info), PSR_OK);
+    psr_tuning table;
+    assert_int_equal(psr_device_tuning(&info, &table), PSR_OK);
+    const char *bad_wg[] = {"abc", "100", "0", "-64", "64x", ""};
+    for (size_t i = 0; i < sizeof bad_wg / sizeof bad_wg[0]; i++) {
+        psr_context *ctx = open_with_env("PSR_TUNE_WG", bad_wg[i]);
+        assert_int_equal(tuning_of(ctx).sample.work_group_size, table.sample.work_group_size);
+        char said[64];
+        snprintf(said, sizeof said, "PSR_TUNE_WG=%s ", bad_wg[i]);
+        if (*bad_wg[i] && (!strstr(captured_log, said) || !strstr(captured_log, "ignored")))
+            fail_msg("PSR_TUNE_WG=%s: the log does not say it was ignored: %s", bad_wg[i], captured_log);
+        if (!*bad_wg[i]) /* empty: unset, nothing said */
+            assert_null(strstr(captured_log, "PSR_TUNE_WG"));
+        psr_context_free(ctx);
+    }
+    if (info.max_work_group_size >= 128) {
+        psr_context *ctx = open_with_env("PSR_TUNE_WG", "128");
+        assert_int_equal(tuning_of(ctx).sample.work_group_size, 128);
+        assert_non_null(strstr(captured_log, "PSR_TUNE_WG=128 sets sample.work_group_size"));
+        psr_context_free(ctx);
+    }
+    /* Past the device's largest work-group: ignored. */
+    char big[32];
+    snprintf(big, sizeof big, "%zu", info.max_work_group_size * 2);
+    psr_context *ctx = open_with_env("PSR_TUNE_WG", big);
+    assert_int_equal(tuning_of(ctx).sample.work_group_size, table.sample.work_group_size);
+    assert_non_null(strstr(captured_log, "ignored"));
+    psr_context_free(ctx);
+
+    /* Warp shuffles are inline PTX: outside NVIDIA GPUs the variable is ignored. */
+    bool nvidia = strcmp(table.sample.rule, "nvidia-gpu") == 0;
+    ctx = open_with_env("PSR_TUNE_SHUFFLE", "1");
+    assert_int_equal(tuning_of(ctx).verify.warp_shuffle, nvidia);
+    if (!nvidia)
+        assert_non_null(strstr(captured_log, "PSR_TUNE_SHUFFLE=1 needs an NVIDIA GPU"));
+    psr_context_free(ctx);
+
+    /* A launch value and a two-field one. */
+    ctx = open_with_env("PSR_TUNE_VERIFY_SKIP", "12345");
+    assert_int_equal(tuning_of(ctx).verify.skip_groups, 12345);
+    psr_context_free(ctx);
+    ctx = open_with_env("PSR_TUNE_RESIDENT", "5");
+    assert_int_equal(tuning_of(ctx).sample.resident_per_unit, 5);
+    assert_int_equal(tuning_of(ctx).verify.resident_per_unit, 5);
+    psr_context_free(ctx);
+    ctx = open_with_env("PSR_TUNE_RESIDENT", "1025"); /* past 1024 */
+    assert_int_equal(tuning_of(ctx).sample.resident_per_unit, table.sample.resident_per_unit);
+    assert_non_null(strstr(captured_log, "PSR_TUNE_RESIDENT=1025 is out of range"));
+    psr_context_free(ctx);
+    ctx = open_with_env("PSR_TUNE_VECTOR", "8"); /* 0 or 16 only */
+    assert_int_equal(tuning_of(ctx).sample.vector_width, table.sample.vector_width);
+    assert_non_null(strstr(captured_log, "PSR_TUNE_VECTOR=8"));
+    psr_context_free(ctx);
+}
+
 int main(void)
 {
     if (!have_device()) {
@@ -422,6 +575,8 @@ int main(void)
         cmocka_unit_test(test_fp64_unsupported),
         cmocka_unit_test(test_build_failure_keeps_log),
         cmocka_unit_test(test_no_headers_needed),
+        cmocka_unit_test(test_set_tuning),
+        cmocka_unit_test(test_tune_environment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

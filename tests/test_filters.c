@@ -2,7 +2,10 @@
  * the token equal the host oracle's on random rows with ties and +-inf,
  * each request's filters stay its own within a batch, the distribution
  * after filtering passes chi-square (with a control that must fail), and
- * bad values are refused. */
+ * bad values are refused. Each filtered variant compiles four kernels of
+ * seconds each on PoCL: the default suite filters f32 logits with fp32
+ * noise, the long suite adds bf16 with wide noise and the draft stream,
+ * the race, and fp64 noise. */
 #include "common.h"
 #include "stats.h"
 
@@ -14,46 +17,13 @@
 static psr_context *ctx;
 static bool has_fp64;
 
-static int setup(void **state)
-{
-    (void)state;
-    test_seed(9091);
-    ctx = open_suite_context();
-    psr_device_info info;
-    psr_context_device_info(ctx, &info);
-    has_fp64 = info.capabilities & PSR_CAP_FP64;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    psr_context_free(ctx);
-    return 0;
-}
-
-static cl_mem upload(const void *data, size_t bytes)
-{
-    cl_int err;
-    cl_mem m = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes,
-                              (void *)data, &err);
-    assert_int_equal(err, CL_SUCCESS);
-    return m;
-}
-
-static void download(cl_mem m, void *data, size_t bytes)
-{
-    assert_int_equal(clEnqueueReadBuffer(ctx->queue, m, CL_TRUE, 0, bytes, data, 0, NULL, NULL),
-                     CL_SUCCESS);
-}
-
 /* The filter pass's output for `rows` rows: each row's threshold, and
  * how many rows it drew itself from their candidate lists (two floats
  * per row, cl/filter.cl). */
 static size_t download_cuts(float *cut, size_t rows)
 {
     float *both = malloc(rows * 2 * sizeof *both);
-    download(ctx->filter_cut.buffer, both, rows * 2 * sizeof *both);
+    download(ctx, filter_scratch(ctx, FILTER_CUT, NULL), both, rows * 2 * sizeof *both);
     size_t drawn = 0;
     for (size_t r = 0; r < rows; r++) {
         cut[r] = both[2 * r];
@@ -108,9 +78,7 @@ static float bf16_round(float x)
 static void check_rows(size_t rows, size_t vocab, unsigned flags, psr_dtype dtype, bool use_k,
                        bool use_p, bool use_mp)
 {
-    psr_noise_kind noise = flags & PSR_SAMPLE_FP64_NOISE   ? PSR_NOISE_FP64
-                           : flags & PSR_SAMPLE_WIDE_NOISE ? PSR_NOISE_WIDE
-                                                           : PSR_NOISE_FP32;
+    psr_noise_kind noise = noise_of(flags);
     float *x = malloc(rows * vocab * sizeof *x), *masked = malloc(vocab * sizeof *x);
     uint16_t *half = malloc(rows * vocab * 2);
     int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
@@ -137,24 +105,24 @@ static void check_rows(size_t rows, size_t vocab, unsigned flags, psr_dtype dtyp
     psr_sample_args_init(&a);
     a.rows = rows;
     a.vocab = vocab;
-    a.logits = upload(dtype == PSR_DTYPE_BF16 ? (void *)half : (void *)x,
+    a.logits = upload(ctx, dtype == PSR_DTYPE_BF16 ? (void *)half : (void *)x,
                       rows * vocab * psr_dtype_size(dtype));
     a.logits_dtype = dtype;
     a.requests = rows;
-    a.seeds = upload(seeds, rows * 8);
-    a.positions = upload(pos, rows * 8);
-    a.temperatures = upload(temps, rows * 4);
-    a.tokens = upload(tokens, rows * 4);
-    a.row_flags = upload(rf, rows * 4);
-    a.top_k = use_k ? upload(k, rows * 4) : NULL;
-    a.top_p = use_p ? upload(p, rows * 4) : NULL;
-    a.min_p = use_mp ? upload(mp, rows * 4) : NULL;
+    a.seeds = upload(ctx, seeds, rows * 8);
+    a.positions = upload(ctx, pos, rows * 8);
+    a.temperatures = upload(ctx, temps, rows * 4);
+    a.tokens = upload(ctx, tokens, rows * 4);
+    a.row_flags = upload(ctx, rf, rows * 4);
+    a.top_k = use_k ? upload(ctx, k, rows * 4) : NULL;
+    a.top_p = use_p ? upload(ctx, p, rows * 4) : NULL;
+    a.min_p = use_mp ? upload(ctx, mp, rows * 4) : NULL;
     a.flags = flags;
     psr_status st = psr_sample(ctx, &a, NULL);
     if (st != PSR_OK)
         fail_msg("%s: %s", psr_status_string(st), psr_last_error(ctx));
-    download(a.tokens, tokens, rows * 4);
-    download(a.row_flags, rf, rows * 4);
+    download(ctx, a.tokens, tokens, rows * 4);
+    download(ctx, a.row_flags, rf, rows * 4);
     rows_drawn += download_cuts(cut, rows);
 
     size_t filtered_rows = 0;
@@ -190,11 +158,9 @@ static void check_rows(size_t rows, size_t vocab, unsigned flags, psr_dtype dtyp
                      oracle);
     }
     assert_true(filtered_rows > 0); /* the filters did something */
-    cl_mem mems[] = {a.logits, a.seeds, a.positions, a.temperatures, a.tokens, a.row_flags,
-                     a.top_k, a.top_p, a.min_p};
-    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
-        if (mems[i])
-            clReleaseMemObject(mems[i]);
+    release_buffers((cl_mem[]){a.logits, a.seeds, a.positions, a.temperatures, a.tokens, a.row_flags,
+                               a.top_k, a.top_p, a.min_p},
+                    9);
     free(x), free(masked), free(half), free(seeds), free(pos), free(temps), free(p), free(mp);
     free(cut), free(k), free(tokens), free(rf);
 }
@@ -226,37 +192,43 @@ static void test_kept_set_equals_oracle(void **state)
     assert_true(rows_drawn > 0 && rows_drawn < 3 * 64);
     check_rows(64, 1000, 0, PSR_DTYPE_F32, false, true, false);
     check_rows(64, 1000, 0, PSR_DTYPE_F32, false, false, true);
-    rows_drawn = 0;
-    check_rows(32, 3001, PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_DRAFTING, PSR_DTYPE_BF16, true, true,
-               true);
-    assert_true(rows_drawn > 0); /* the salted stream, drawn from the list */
-    rows_drawn = 0;
-    check_rows(32, 3001, PSR_SAMPLE_RACE, PSR_DTYPE_F32, true, true, true);
-    assert_int_equal(rows_drawn, 0); /* the race is not drawn from lists */
+    const bool all = test_long(); /* the other filtered builds */
+    if (all) {
+        rows_drawn = 0;
+        check_rows(32, 3001, PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_DRAFTING, PSR_DTYPE_BF16, true, true,
+                   true);
+        assert_true(rows_drawn > 0); /* the salted stream, drawn from the list */
+        rows_drawn = 0;
+        check_rows(32, 3001, PSR_SAMPLE_RACE, PSR_DTYPE_F32, true, true, true);
+        assert_int_equal(rows_drawn, 0); /* the race is not drawn from lists */
+    }
     rows_drawn = 0;
     check_rows(4, 70001, 0, PSR_DTYPE_F32, true, true, true); /* rows split over work-groups */
     assert_true(rows_drawn > 0); /* lists gathered by several groups */
-    if (has_fp64) {
+    if (has_fp64 && all) {
         rows_drawn = 0;
         check_rows(16, 3001, PSR_SAMPLE_FP64_NOISE, PSR_DTYPE_F32, true, true, true);
         assert_true(rows_drawn > 0);
     }
     /* The same rows (same seed) with drawing from lists off: they meet
      * the oracle through the sampler alone, and none is drawn. */
-    size_t keep = ctx->tuning.filter.direct_max;
+    const psr_tuning suite = tuning_of(ctx);
     for (int off = 0; off < 2; off++) {
-        ctx->tuning.filter.direct_max = off ? 0 : keep;
+        psr_tuning t = suite;
+        t.filter.direct_max = off ? 0 : suite.filter.direct_max;
+        set_tuning(ctx, &t);
         rows_drawn = 0;
         test_seed(4242);
         check_rows(64, 1000, 0, PSR_DTYPE_F32, true, true, true);
-        check_rows(32, 3001, PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_DRAFTING, PSR_DTYPE_BF16, true,
-                   true, true);
+        if (all)
+            check_rows(32, 3001, PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_DRAFTING, PSR_DTYPE_BF16, true,
+                       true, true);
         if (off)
             assert_int_equal(rows_drawn, 0);
         else
             assert_true(rows_drawn > 0);
     }
-    ctx->tuning.filter.direct_max = keep;
+    set_tuning(ctx, &suite);
 }
 
 /* The oracle against the definitions, on a small row worked by hand. */
@@ -361,7 +333,7 @@ static void test_search_paths(void **state)
                          PSR_OK);
         float cut[R], both[2 * R];
         download_cuts(cut, R);
-        download(ctx->filter_cut.buffer, both, sizeof both);
+        download(ctx, filter_scratch(ctx, FILTER_CUT, NULL), both, sizeof both);
         for (size_t r = 0; r < R; r++) {
             if ((both[2 * r + 1] != 0.0f) != drawn_want[r])
                 fail_msg("round %d row %zu: drawn %g, expected %d", round, r,
@@ -449,17 +421,21 @@ static void test_dirty_state_cleared(void **state)
                                                   k, p, mp, 0, tokens, NULL, NULL),
                          PSR_OK);
         cl_uint junk = 0x7f7f7f7fu;
-        psr_scratch *dirty[] = {&ctx->filter_state, &ctx->filter_hist};
-        for (int b = 0; b < 2; b++)
-            assert_int_equal(clEnqueueFillBuffer(ctx->queue, dirty[b]->buffer, &junk, sizeof junk, 0,
-                                                 dirty[b]->bytes, 0, NULL, NULL),
+        const filter_scratch_kind dirty[] = {FILTER_STATE, FILTER_HIST};
+        for (int b = 0; b < 2; b++) {
+            size_t bytes;
+            cl_mem m = filter_scratch(ctx, dirty[b], &bytes);
+            assert_int_equal(clEnqueueFillBuffer(queue_of(ctx), m, &junk, sizeof junk, 0, bytes, 0, NULL,
+                                                 NULL),
                              CL_SUCCESS);
+        }
         float sentinel = 12345.0f; /* so that a threshold left unwritten shows */
-        assert_int_equal(clEnqueueFillBuffer(ctx->queue, ctx->filter_cut.buffer, &sentinel,
-                                             sizeof sentinel, 0, ctx->filter_cut.bytes, 0, NULL,
-                                             NULL),
+        size_t cut_bytes;
+        cl_mem cut_buffer = filter_scratch(ctx, FILTER_CUT, &cut_bytes);
+        assert_int_equal(clEnqueueFillBuffer(queue_of(ctx), cut_buffer, &sentinel, sizeof sentinel, 0,
+                                             cut_bytes, 0, NULL, NULL),
                          CL_SUCCESS);
-        ctx->filter_dirty = !control;
+        set_filter_dirty(ctx, !control);
         assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
                                                   k, p, mp, 0, tokens, NULL, NULL),
                          PSR_OK);
@@ -472,7 +448,7 @@ static void test_dirty_state_cleared(void **state)
             assert_true(wrong > 0);
         else
             assert_int_equal(wrong, 0);
-        ctx->filter_dirty = true; /* leave clean state for the next test */
+        set_filter_dirty(ctx, true); /* leave clean state for the next test */
         assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
                                                   k, p, mp, 0, tokens, NULL, NULL),
                          PSR_OK);
@@ -485,7 +461,7 @@ static void filtered_fit(const float *logits, size_t vocab, float temp, int32_t 
                          float mp, uint64_t trials, int64_t seed, chi2_result *fit,
                          chi2_result *control)
 {
-    enum { B = 2000 };
+    enum { B = SAMPLE_CHUNK }; /* launches PoCL needs no other build for (common.h) */
     float *batch = malloc((size_t)B * vocab * sizeof *batch);
     int64_t *seeds = malloc(B * 8), *pos = malloc(B * 8);
     float *temps = malloc(B * 4), *ps = malloc(B * 4), *mps = malloc(B * 4);
@@ -588,19 +564,19 @@ static void test_bad_values(void **state)
     psr_sample_args_init(&a);
     a.rows = R;
     a.vocab = V;
-    a.logits = upload(x, sizeof x);
+    a.logits = upload(ctx, x, sizeof x);
     a.requests = R;
-    a.seeds = upload(seeds, sizeof seeds);
-    a.positions = upload(pos, sizeof pos);
-    a.temperatures = upload(t2, sizeof t2);
-    a.tokens = upload(tokens, sizeof tokens);
-    a.row_flags = upload(tokens, sizeof tokens);
-    a.top_k = upload(k, sizeof k);
-    a.top_p = upload(p, sizeof p);
-    a.min_p = upload(mp, sizeof mp);
+    a.seeds = upload(ctx, seeds, sizeof seeds);
+    a.positions = upload(ctx, pos, sizeof pos);
+    a.temperatures = upload(ctx, t2, sizeof t2);
+    a.tokens = upload(ctx, tokens, sizeof tokens);
+    a.row_flags = upload(ctx, tokens, sizeof tokens);
+    a.top_k = upload(ctx, k, sizeof k);
+    a.top_p = upload(ctx, p, sizeof p);
+    a.min_p = upload(ctx, mp, sizeof mp);
     assert_int_equal(psr_sample(ctx, &a, NULL), PSR_OK);
-    download(a.tokens, tokens, sizeof tokens);
-    download(a.row_flags, rf, sizeof rf);
+    download(ctx, a.tokens, tokens, sizeof tokens);
+    download(ctx, a.row_flags, rf, sizeof rf);
     assert_int_equal(tokens[0], -1);
     assert_int_equal(rf[0], PSR_ROW_BAD_FILTER);
     assert_int_equal(tokens[1], -1);
@@ -609,7 +585,7 @@ static void test_bad_values(void **state)
     assert_int_equal(rf[2], 0);
 
     /* Host checks: a short filter buffer, and PROBS. */
-    cl_mem small = upload(k, 4);
+    cl_mem small = upload(ctx, k, 4);
     cl_mem keep = a.top_k;
     a.top_k = small;
     assert_int_equal(psr_sample(ctx, &a, NULL), PSR_ERR_BUFFER_TOO_SMALL);
@@ -618,10 +594,9 @@ static void test_bad_values(void **state)
     a.flags = PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS;
     assert_int_equal(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT);
     clReleaseMemObject(small);
-    cl_mem mems[] = {a.logits, a.seeds, a.positions, a.temperatures, a.tokens, a.row_flags,
-                     a.top_k, a.top_p, a.min_p};
-    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
-        clReleaseMemObject(mems[i]);
+    release_buffers((cl_mem[]){a.logits, a.seeds, a.positions, a.temperatures, a.tokens, a.row_flags,
+                               a.top_k, a.top_p, a.min_p},
+                    9);
     assert_string_equal(psr_status_string(PSR_ERR_FILTER_RANGE),
                         "PSR_ERR_FILTER_RANGE: a top-p is outside (0, 1] or a min-p outside [0, 1]");
 }
@@ -663,10 +638,6 @@ static void test_off_and_greedy(void **state)
 
 int main(void)
 {
-    if (!have_device()) {
-        fprintf(stderr, "no OpenCL device: skipping\n");
-        return TEST_SKIP;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_oracle_definitions),
         cmocka_unit_test(test_kept_set_equals_oracle),
@@ -678,5 +649,5 @@ int main(void)
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_distribution),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return run_device_tests(tests, .ctx = &ctx, .has_fp64 = &has_fp64, .seed = 9091);
 }

@@ -1,6 +1,8 @@
 /* Gumbel-max sampling on a real device: noise bit for bit against the host
  * oracle, the known-answer tokens, tokens equal to the oracle's on random
- * logits, and the edge cases of DESIGN section 6. */
+ * logits, and the edge cases of DESIGN section 6. The default suite takes
+ * each noise, the draft stream and fp16 once; the long suite adds their
+ * combinations, bf16 and the builds without mul_hi or the vector loop. */
 #include "common.h"
 
 #include <math.h>
@@ -10,31 +12,6 @@
 
 static psr_context *ctx;
 static bool has_fp64;
-
-static int setup(void **state)
-{
-    (void)state;
-    test_seed(12345);
-    ctx = open_suite_context();
-    psr_device_info info;
-    psr_context_device_info(ctx, &info);
-    has_fp64 = info.capabilities & PSR_CAP_FP64;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    psr_context_free(ctx);
-    return 0;
-}
-
-static psr_noise_kind noise_of(unsigned flags)
-{
-    return flags & PSR_SAMPLE_FP64_NOISE   ? PSR_NOISE_FP64
-           : flags & PSR_SAMPLE_WIDE_NOISE ? PSR_NOISE_WIDE
-                                           : PSR_NOISE_FP32;
-}
 
 /* ---- noise, bit for bit ---- */
 
@@ -56,21 +33,16 @@ static size_t noise_mismatches(bool drafting, psr_noise_kind kind, size_t n)
     }
     size_t acc = fp64 ? 8 : 4;
     void *noise = malloc(n * acc);
-    cl_int err;
-    cl_mem ds = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 8, seeds, &err);
-    cl_mem dp = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 8, pos, &err);
-    cl_mem dt = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * 4, tokens, &err);
-    cl_mem dn = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, n * acc, NULL, &err);
-    assert_int_equal(err, CL_SUCCESS);
+    cl_mem ds = upload(ctx, seeds, n * 8), dp = upload(ctx, pos, n * 8), dt = upload(ctx, tokens, n * 4);
+    cl_mem dn = device_buffer(ctx, n * acc);
     cl_uint count = (cl_uint)n;
     clSetKernelArg(k, 0, sizeof ds, &ds);
     clSetKernelArg(k, 1, sizeof dp, &dp);
     clSetKernelArg(k, 2, sizeof dt, &dt);
     clSetKernelArg(k, 3, sizeof count, &count);
     assert_int_equal(clSetKernelArg(k, 4, sizeof dn, &dn), CL_SUCCESS);
-    assert_int_equal(clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &n, NULL, 0, NULL, NULL), CL_SUCCESS);
-    assert_int_equal(clEnqueueReadBuffer(ctx->queue, dn, CL_TRUE, 0, n * acc, noise, 0, NULL, NULL),
-                     CL_SUCCESS);
+    assert_int_equal(clEnqueueNDRangeKernel(queue_of(ctx), k, 1, NULL, &n, NULL, 0, NULL, NULL), CL_SUCCESS);
+    download(ctx, dn, noise, n * acc);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t key = psr_oracle_row_key((uint64_t)seeds[i], (uint64_t)pos[i], drafting);
@@ -87,10 +59,7 @@ static size_t noise_mismatches(bool drafting, psr_noise_kind kind, size_t n)
             print_message("noise differs: seed %lld pos %lld token %u\n", (long long)seeds[i],
                           (long long)pos[i], tokens[i]);
     }
-    clReleaseMemObject(ds);
-    clReleaseMemObject(dp);
-    clReleaseMemObject(dt);
-    clReleaseMemObject(dn);
+    release_buffers((cl_mem[]){ds, dp, dt, dn}, 4);
     free(seeds), free(pos), free(tokens), free(noise);
     return bad;
 }
@@ -118,10 +87,7 @@ static size_t vector_noise_mismatches(psr_context *vc, psr_noise_kind kind, cl_u
     assert_int_equal(psr_kernel_get(vc, &v, "psr_gumbel_vnoise_kat", &k), PSR_OK);
     size_t acc = fp64 ? 8 : 4, count = 16 * (size_t)n;
     unsigned char *noise = malloc(count * acc), *bound = malloc(count * acc);
-    cl_int err;
-    cl_mem dn = clCreateBuffer(vc->cl_ctx, CL_MEM_WRITE_ONLY, count * acc, NULL, &err);
-    cl_mem db = clCreateBuffer(vc->cl_ctx, CL_MEM_WRITE_ONLY, count * acc, NULL, &err);
-    assert_int_equal(err, CL_SUCCESS);
+    cl_mem dn = device_buffer(vc, count * acc), db = device_buffer(vc, count * acc);
     size_t bad = 0;
     *loose = 0;
     for (int round = 0; round < 4; round++) {
@@ -132,11 +98,10 @@ static size_t vector_noise_mismatches(psr_context *vc, psr_noise_kind kind, cl_u
         clSetKernelArg(k, 3, sizeof dn, &dn);
         assert_int_equal(clSetKernelArg(k, 4, sizeof db, &db), CL_SUCCESS);
         size_t global = n;
-        assert_int_equal(clEnqueueNDRangeKernel(vc->queue, k, 1, NULL, &global, NULL, 0, NULL, NULL),
+        assert_int_equal(clEnqueueNDRangeKernel(queue_of(vc), k, 1, NULL, &global, NULL, 0, NULL, NULL),
                          CL_SUCCESS);
-        clEnqueueReadBuffer(vc->queue, dn, CL_TRUE, 0, count * acc, noise, 0, NULL, NULL);
-        assert_int_equal(clEnqueueReadBuffer(vc->queue, db, CL_TRUE, 0, count * acc, bound, 0, NULL, NULL),
-                         CL_SUCCESS);
+        download(vc, dn, noise, count * acc);
+        download(vc, db, bound, count * acc);
         for (size_t i = 0; i < count; i++) {
             cl_uint token = first + (cl_uint)i;
             double got, lim, want;
@@ -161,8 +126,7 @@ static size_t vector_noise_mismatches(psr_context *vc, psr_noise_kind kind, cl_u
             *loose += !(lim >= want && want <= noise_max && (lim <= noise_max || isinf(lim)));
         }
     }
-    clReleaseMemObject(dn);
-    clReleaseMemObject(db);
+    release_buffers((cl_mem[]){dn, db}, 2);
     free(noise), free(bound);
     return bad;
 }
@@ -175,12 +139,13 @@ static void test_vector_noise_bit_exact(void **state)
 {
     (void)state;
     psr_context *vc = ctx;
-    if (!ctx->tuning.sample.vector_width) {
-        setenv("PSR_TUNE_VECTOR", "16", 1);
+    if (!tuning_of(ctx).sample.vector_width) {
         vc = open_context(NULL);
-        unsetenv("PSR_TUNE_VECTOR");
+        psr_tuning t = tuning_of(vc);
+        t.sample.vector_width = 16; /* a build option: before the first build */
+        set_tuning(vc, &t);
     }
-    assert_int_equal(vc->tuning.sample.vector_width, 16);
+    assert_int_equal(tuning_of(vc).sample.vector_width, 16);
     size_t loose = 0;
     assert_int_equal(vector_noise_mismatches(vc, PSR_NOISE_FP32, 16384, 23.0, &loose), 0);
     assert_int_equal(loose, 0);
@@ -204,14 +169,16 @@ static void test_token_vectors(void **state)
     float *logits = malloc(262144 * sizeof *logits);
     size_t checked = 0;
     for (size_t r = 0; r < t->rows; r++) {
-        bool fp64 = tsv_int(t, r, "fp64") != 0;
+        bool fp64 = tsv_int(t, r, "fp64") != 0, drafting = tsv_int(t, r, "drafting") != 0;
         if (fp64 && !has_fp64)
+            continue;
+        if (fp64 && drafting && !test_long()) /* one more build, for the long suite */
             continue;
         size_t vocab = (size_t)tsv_int(t, r, "vocab");
         vector_logits((uint32_t)tsv_int(t, r, "case"), (uint32_t)tsv_int(t, r, "row"), vocab, logits);
         int64_t seed = tsv_int(t, r, "seed"), pos = tsv_int(t, r, "pos");
         float temp = strtof(t->cells[r][tsv_col(t, "temp")], NULL);
-        unsigned flags = (tsv_int(t, r, "drafting") ? PSR_SAMPLE_DRAFTING : 0) |
+        unsigned flags = (drafting ? PSR_SAMPLE_DRAFTING : 0) |
                          (fp64 ? PSR_SAMPLE_FP64_NOISE : 0);
         int32_t token = -7;
         psr_status st = psr_sample_host(ctx, logits, PSR_DTYPE_F32, 1, vocab, 0, &seed, &pos, &temp,
@@ -281,47 +248,78 @@ static void check_ramp(size_t rows, size_t vocab)
 
 /* The two ways a split row finishes (one kernel with 64-bit atomics, or a
  * second kernel), the two Random123 multiplies, and the scalar and vector
- * token loops give the same tokens. */
-static void test_finish_paths_agree(void **state)
+ * token loops give the same tokens. The default suite finishes in two
+ * kernels on the suite's build (two_pass and the group counts are launch
+ * values); the long suite adds a build without mul_hi or the vector loop. */
+static void check_two_kernel_finish(void)
 {
-    (void)state;
-    psr_context *saved = ctx;
-    setenv("PSR_TUNE_TWO_PASS", "1", 1);
-    setenv("PSR_TUNE_MULHI", "0", 1);
-    setenv("PSR_TUNE_RESIDENT", "64", 1);
-    setenv("PSR_TUNE_VECTOR", "0", 1);
-    setenv("PSR_TUNE_MIN_STEPS", "1", 1);
-    ctx = open_context(NULL);
-    unsetenv("PSR_TUNE_TWO_PASS");
-    unsetenv("PSR_TUNE_MULHI");
-    assert_true(ctx->tuning.sample.two_pass);
-    assert_false(ctx->tuning.sample.mulhi);
-    assert_int_equal(ctx->tuning.sample.vector_width, 0);
-    assert_int_equal(ctx->tuning.sample.min_steps, 1);
-    /* One step per group allows twice the groups a row of two steps had. */
-    cl_uint chunk1, groups1;
-    psr_split_rows(ctx, 1, 8 * 4 * ctx->tuning.sample.work_group_size, &chunk1, &groups1);
-    assert_int_equal(groups1, 8);
     check_against_oracle(8, 40000, 3.0f, 1.0f, 0);
     check_against_oracle(4, 9000, 3.0f, 0.0f, 0);
     check_against_oracle(16, 32000, 0.5f, 0.7f, 0);
     check_ramp(4, 70000);
-    psr_context_free(ctx);
+}
+
+static void test_finish_paths_agree(void **state)
+{
+    (void)state;
+    const psr_tuning suite = tuning_of(ctx);
+    psr_tuning t = suite;
+    t.sample.two_pass = 1;
+    t.sample.resident_per_unit = 64;
+    t.sample.min_steps = 1;
+    set_tuning(ctx, &t);
+    check_two_kernel_finish();
+    set_tuning(ctx, &suite);
+    if (test_long()) {
+        psr_context *saved = ctx;
+        setenv("PSR_TUNE_TWO_PASS", "1", 1);
+        setenv("PSR_TUNE_MULHI", "0", 1);
+        setenv("PSR_TUNE_RESIDENT", "64", 1);
+        setenv("PSR_TUNE_VECTOR", "0", 1);
+        setenv("PSR_TUNE_MIN_STEPS", "1", 1);
+        ctx = open_context(NULL);
+        unsetenv("PSR_TUNE_TWO_PASS");
+        unsetenv("PSR_TUNE_MULHI");
+        unsetenv("PSR_TUNE_RESIDENT");
+        unsetenv("PSR_TUNE_VECTOR");
+        unsetenv("PSR_TUNE_MIN_STEPS");
+        t = tuning_of(ctx);
+        assert_true(t.sample.two_pass);
+        assert_false(t.sample.mulhi);
+        assert_int_equal(t.sample.vector_width, 0);
+        assert_int_equal(t.sample.min_steps, 1);
+        /* One step per group allows twice the groups a row of two steps had. */
+        cl_uint chunk1, groups1;
+        psr_split_rows(ctx, 1, 8 * 4 * t.sample.work_group_size, &chunk1, &groups1);
+        assert_int_equal(groups1, 8);
+        check_two_kernel_finish();
+        psr_context_free(ctx);
+        ctx = saved;
+    }
     /* One pass, many resident groups (many groups fold each row), the vector
      * loop; one step per group, so that a GPU's wide steps (16 lanes of 256
      * work-items) still split these rows into more than 8 groups. */
-    setenv("PSR_TUNE_VECTOR", "16", 1);
-    ctx = open_context(NULL);
-    unsetenv("PSR_TUNE_RESIDENT");
-    unsetenv("PSR_TUNE_VECTOR");
-    unsetenv("PSR_TUNE_MIN_STEPS");
-    assert_int_equal(ctx->tuning.sample.vector_width, 16);
+    psr_context *saved = ctx;
+    if (!suite.sample.vector_width) { /* a GPU: the vector loop is another build */
+        setenv("PSR_TUNE_VECTOR", "16", 1);
+        ctx = open_context(NULL);
+        unsetenv("PSR_TUNE_VECTOR");
+    }
+    t = tuning_of(ctx);
+    assert_int_equal(t.sample.vector_width, 16);
+    t.sample.two_pass = 0;
+    t.sample.resident_per_unit = 64;
+    t.sample.min_steps = 1;
+    set_tuning(ctx, &t);
     cl_uint chunk, groups;
     psr_split_rows(ctx, 8, 40000, &chunk, &groups);
     assert_true(groups >= 9); /* several buckets in the two-level fold */
     check_against_oracle(8, 40000, 3.0f, 1.0f, PSR_SAMPLE_DRAFTING);
     check_ramp(2, 40000);
-    psr_context_free(ctx);
+    if (ctx != saved)
+        psr_context_free(ctx);
+    else
+        set_tuning(ctx, &suite);
     ctx = saved;
 }
 
@@ -345,7 +343,8 @@ static void test_tokens_equal_oracle(void **state)
     check_against_oracle(2, 262144, 3.0f, 0.7f, PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_DRAFTING);
     if (has_fp64) {
         check_against_oracle(32, 4097, 3.0f, 1.0f, PSR_SAMPLE_FP64_NOISE);
-        check_against_oracle(2, 262144, 3.0f, 1.0f, PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_DRAFTING);
+        if (test_long())
+            check_against_oracle(2, 262144, 3.0f, 1.0f, PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_DRAFTING);
     }
 }
 
@@ -451,14 +450,18 @@ static void test_half_and_bf16_with_stride(void **state)
     assert_int_equal(psr_sample_host(ctx, h, PSR_DTYPE_F16, rows, vocab, stride, seeds, pos, temps, 0,
                                      th, NULL, NULL),
                      PSR_OK);
-    assert_int_equal(psr_sample_host(ctx, b, PSR_DTYPE_BF16, rows, vocab, stride, seeds, pos, temps, 0,
-                                     tb, NULL, NULL),
-                     PSR_OK);
+    /* bf16 is the verification tests' other dtype; sampling it is one more build. */
+    bool bf16 = test_long();
+    if (bf16)
+        assert_int_equal(psr_sample_host(ctx, b, PSR_DTYPE_BF16, rows, vocab, stride, seeds, pos, temps,
+                                         0, tb, NULL, NULL),
+                         PSR_OK);
     for (size_t r = 0; r < rows; r++) {
         assert_int_equal(th[r], psr_oracle_sample_row(as_f + r * vocab, vocab, temps[r], seeds[r],
                                                       pos[r], false, PSR_NOISE_FP32, NULL));
-        assert_int_equal(tb[r], psr_oracle_sample_row(as_b + r * vocab, vocab, temps[r], seeds[r],
-                                                      pos[r], false, PSR_NOISE_FP32, NULL));
+        if (bf16)
+            assert_int_equal(tb[r], psr_oracle_sample_row(as_b + r * vocab, vocab, temps[r], seeds[r],
+                                                          pos[r], false, PSR_NOISE_FP32, NULL));
     }
     free(h), free(b), free(as_f), free(as_b);
 }
@@ -477,18 +480,11 @@ static void test_device_api(void **state)
     cl_float temps[2] = {1.0f, 0.6f};
     cl_long pos[ROWS] = {10, 11, 12, PSR_MAX_POSITION, 14};
     cl_int cache_rows[ROWS] = {2, -1, 0, -1, 1};
-    cl_int err;
-    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
-    cl_mem dl = clCreateBuffer(ctx->cl_ctx, in, (OFF + ROWS * V) * 4, logits, &err);
-    cl_mem dr = clCreateBuffer(ctx->cl_ctx, in, sizeof row_request, row_request, &err);
-    cl_mem ds = clCreateBuffer(ctx->cl_ctx, in, sizeof seeds, seeds, &err);
-    cl_mem dt = clCreateBuffer(ctx->cl_ctx, in, sizeof temps, temps, &err);
-    cl_mem dp = clCreateBuffer(ctx->cl_ctx, in, sizeof pos, pos, &err);
-    cl_mem dc = clCreateBuffer(ctx->cl_ctx, in, sizeof cache_rows, cache_rows, &err);
-    cl_mem dtok = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, ROWS * 4, NULL, &err);
-    cl_mem dflags = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, ROWS * 4, NULL, &err);
-    cl_mem dcache = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, 3 * V * 4, NULL, &err);
-    assert_int_equal(err, CL_SUCCESS);
+    cl_mem dl = upload(ctx, logits, (OFF + ROWS * V) * 4), dr = upload(ctx, row_request, sizeof row_request);
+    cl_mem ds = upload(ctx, seeds, sizeof seeds), dt = upload(ctx, temps, sizeof temps);
+    cl_mem dp = upload(ctx, pos, sizeof pos), dc = upload(ctx, cache_rows, sizeof cache_rows);
+    cl_mem dtok = device_buffer(ctx, ROWS * 4), dflags = device_buffer(ctx, ROWS * 4);
+    cl_mem dcache = device_buffer(ctx, 3 * V * 4);
 
     psr_sample_args a;
     psr_sample_args_init(&a);
@@ -515,9 +511,9 @@ static void test_device_api(void **state)
     cl_int tokens[ROWS];
     cl_uint flags[ROWS];
     float *cache = malloc(3 * V * 4);
-    clEnqueueReadBuffer(ctx->queue, dtok, CL_TRUE, 0, sizeof tokens, tokens, 0, NULL, NULL);
-    clEnqueueReadBuffer(ctx->queue, dflags, CL_TRUE, 0, sizeof flags, flags, 0, NULL, NULL);
-    clEnqueueReadBuffer(ctx->queue, dcache, CL_TRUE, 0, 3 * V * 4, cache, 0, NULL, NULL);
+    download(ctx, dtok, tokens, sizeof tokens);
+    download(ctx, dflags, flags, sizeof flags);
+    download(ctx, dcache, cache, 3 * V * 4);
     for (int r = 0; r < ROWS; r++) {
         const float *row = logits + OFF + r * V;
         if (row_request[r] < 0) {
@@ -539,13 +535,16 @@ static void test_device_api(void **state)
     /* Indices past the arrays they index are flagged, never followed. */
     cl_int bad_request[ROWS] = {1, -1, 2, 0, 0};
     cl_int bad_cache_rows[ROWS] = {2, -1, 0, 3, 1};
-    clEnqueueWriteBuffer(ctx->queue, dr, CL_TRUE, 0, sizeof bad_request, bad_request, 0, NULL, NULL);
-    clEnqueueWriteBuffer(ctx->queue, dc, CL_TRUE, 0, sizeof bad_cache_rows, bad_cache_rows, 0, NULL, NULL);
+    clEnqueueWriteBuffer(queue_of(ctx), dr, CL_TRUE, 0, sizeof bad_request, bad_request, 0, NULL, NULL);
+    clEnqueueWriteBuffer(queue_of(ctx), dc, CL_TRUE, 0, sizeof bad_cache_rows, bad_cache_rows, 0, NULL, NULL);
+    const psr_tuning suite = tuning_of(ctx);
     for (int two_pass = 0; two_pass <= 1; two_pass++) {
-        ctx->tuning.sample.two_pass = two_pass;
+        psr_tuning t = suite;
+        t.sample.two_pass = two_pass;
+        set_tuning(ctx, &t);
         assert_int_equal(psr_sample(ctx, &a, NULL), PSR_OK);
-        clEnqueueReadBuffer(ctx->queue, dtok, CL_TRUE, 0, sizeof tokens, tokens, 0, NULL, NULL);
-        clEnqueueReadBuffer(ctx->queue, dflags, CL_TRUE, 0, sizeof flags, flags, 0, NULL, NULL);
+        download(ctx, dtok, tokens, sizeof tokens);
+        download(ctx, dflags, flags, sizeof flags);
         assert_int_equal(tokens[2], -1);
         assert_int_equal(flags[2], PSR_ROW_BAD_INDEX);  /* request 2 of 2 */
         assert_int_equal(tokens[3], -1);
@@ -554,7 +553,7 @@ static void test_device_api(void **state)
         assert_int_equal(tokens[1], -1);
         assert_int_equal(flags[1], 0);
     }
-    ctx->tuning.sample.two_pass = false;
+    set_tuning(ctx, &suite);
 
     /* Argument checks: nothing is enqueued, the context stays usable. */
     a.vocab = V + 1;
@@ -582,15 +581,13 @@ static void test_device_api(void **state)
     assert_int_equal(psr_sample(ctx, NULL, NULL), PSR_ERR_NULL_ARGUMENT);
     a.struct_size = sizeof a;
     assert_int_equal(psr_sample(ctx, &a, NULL), PSR_OK);
-    clFinish(ctx->queue);
+    clFinish(queue_of(ctx));
 
     size_t scratch = 0;
     assert_int_equal(psr_context_scratch_bytes(ctx, &scratch), PSR_OK);
     print_message("scratch held: %zu bytes\n", scratch);
 
-    cl_mem all[] = {dl, dr, ds, dt, dp, dc, dtok, dflags, dcache};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        clReleaseMemObject(all[i]);
+    release_buffers((cl_mem[]){dl, dr, ds, dt, dp, dc, dtok, dflags, dcache}, 9);
     free(logits);
     free(cache);
 }
@@ -610,12 +607,11 @@ static void test_unaligned_host_buffer(void **state)
     cl_long seeds[ROWS] = {1, 2, 3, 4}, pos[ROWS] = {5, 6, 7, 8};
     cl_float temps[ROWS] = {1.0f, 0.0f, 0.5f, 1.0f};
     cl_int err;
-    cl_mem dl = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, ROWS * V * 4, logits, &err);
+    cl_mem dl = clCreateBuffer(cl_context_of(ctx), CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, ROWS * V * 4,
+                               logits, &err);
     assert_int_equal(err, CL_SUCCESS);
-    cl_mem ds = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof seeds, seeds, &err);
-    cl_mem dt = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof temps, temps, &err);
-    cl_mem dp = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof pos, pos, &err);
-    cl_mem dk = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, ROWS * 4, NULL, &err);
+    cl_mem ds = upload(ctx, seeds, sizeof seeds), dt = upload(ctx, temps, sizeof temps);
+    cl_mem dp = upload(ctx, pos, sizeof pos), dk = device_buffer(ctx, ROWS * 4);
     psr_sample_args a;
     psr_sample_args_init(&a);
     a.rows = ROWS;
@@ -628,42 +624,43 @@ static void test_unaligned_host_buffer(void **state)
     a.tokens = dk;
     assert_int_equal(psr_sample(ctx, &a, NULL), PSR_OK);
     cl_int tokens[ROWS];
-    assert_int_equal(clEnqueueReadBuffer(ctx->queue, dk, CL_TRUE, 0, sizeof tokens, tokens, 0, NULL, NULL),
-                     CL_SUCCESS);
+    download(ctx, dk, tokens, sizeof tokens);
     for (int r = 0; r < ROWS; r++)
         assert_int_equal(tokens[r], psr_oracle_sample_row(logits + (size_t)r * V, V, temps[r], seeds[r],
                                                           pos[r], false, PSR_NOISE_FP32, NULL));
     /* An offset of 3 floats makes every row aligned in this misaligned
      * buffer, and row 1 is padding: the padding row must not read the
      * buffer's start as vectors (the scalar token loop once did, and
-     * crashed on PoCL). Both token loops. */
+     * crashed on PoCL). Both token loops: the other one (the scalar loop
+     * on a CPU, the vector loop on a GPU) is another build, for the long
+     * suite. */
     cl_int req[ROWS - 1] = {0, -1, 2};
-    cl_mem dr = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof req, req, &err);
-    assert_int_equal(err, CL_SUCCESS);
+    cl_mem dr = upload(ctx, req, sizeof req);
     a.rows = ROWS - 1;
     a.logits_offset = 3;
     a.row_request = dr;
     psr_context *saved = ctx;
-    for (int loop = 0; loop < 2; loop++) {
+    for (int loop = 0; loop < (test_long() ? 2 : 1); loop++) {
         if (loop == 1) { /* the same OpenCL objects, so the buffers stay valid */
+            cl_context c;
+            cl_device_id d;
+            cl_command_queue q;
+            assert_int_equal(psr_context_cl(saved, &c, &d, &q), PSR_OK);
             setenv("PSR_TUNE_VECTOR", "0", 1);
-            assert_int_equal(psr_context_create_from_cl(saved->cl_ctx, saved->device, saved->queue,
-                                                        NULL, &ctx),
-                             PSR_OK);
+            assert_int_equal(psr_context_create_from_cl(c, d, q, NULL, &ctx), PSR_OK);
             unsetenv("PSR_TUNE_VECTOR");
-            assert_int_equal(ctx->tuning.sample.vector_width, 0);
+            assert_int_equal(tuning_of(ctx).sample.vector_width, 0);
         }
         assert_int_equal(psr_sample(ctx, &a, NULL), PSR_OK);
-        assert_int_equal(clEnqueueReadBuffer(ctx->queue, dk, CL_TRUE, 0, (ROWS - 1) * 4, tokens, 0,
-                                             NULL, NULL),
-                         CL_SUCCESS);
+        download(ctx, dk, tokens, (ROWS - 1) * 4);
         for (int r = 0; r < ROWS - 1; r++)
             assert_int_equal(tokens[r], req[r] < 0 ? -1
                                         : psr_oracle_sample_row(logits + 3 + (size_t)r * V, V, temps[r],
                                                                 seeds[r], pos[r], false, PSR_NOISE_FP32,
                                                                 NULL));
     }
-    psr_context_free(ctx);
+    if (ctx != saved)
+        psr_context_free(ctx);
     ctx = saved;
     a.rows = ROWS;
     a.logits_offset = 0;
@@ -673,11 +670,7 @@ static void test_unaligned_host_buffer(void **state)
     a.row_stride = (size_t)1 << 61;
     assert_int_equal(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(psr_last_error(ctx), "overflows"));
-    clReleaseMemObject(dl);
-    clReleaseMemObject(ds);
-    clReleaseMemObject(dt);
-    clReleaseMemObject(dp);
-    clReleaseMemObject(dk);
+    release_buffers((cl_mem[]){dl, ds, dt, dp, dk}, 5);
     free(mem);
 }
 
@@ -685,16 +678,17 @@ static void test_unaligned_host_buffer(void **state)
 static void test_signed_zeros_tie(void **state)
 {
     (void)state;
-    psr_context *saved = ctx;
-    setenv("PSR_TUNE_RESIDENT", "64", 1);
+    const psr_tuning suite = tuning_of(ctx);
     float l[4096];
     for (size_t i = 0; i < 4096; i++)
         l[i] = -INFINITY;
     l[0] = -0.0f;
     l[3000] = 0.0f;
     for (int two_pass = 0; two_pass <= 1; two_pass++) {
-        ctx = open_context(NULL);
-        ctx->tuning.sample.two_pass = two_pass;
+        psr_tuning split = suite;
+        split.sample.resident_per_unit = split.verify.resident_per_unit = 64;
+        split.sample.two_pass = two_pass;
+        set_tuning(ctx, &split);
         int64_t seed = 1, pos = 1;
         float t = 0.0f;
         int32_t token = -7;
@@ -702,10 +696,8 @@ static void test_signed_zeros_tie(void **state)
                                          NULL, NULL),
                          PSR_OK);
         assert_int_equal(token, 0);
-        psr_context_free(ctx);
     }
-    unsetenv("PSR_TUNE_RESIDENT");
-    ctx = saved;
+    set_tuning(ctx, &suite);
 }
 
 static void test_host_api_rejects_bad_values(void **state)
@@ -767,11 +759,9 @@ static void test_wide_agrees_with_fp64(void **state)
         pos[r] = (int64_t)r;
         temps[r] = 1.0f;
     }
-    assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
-                                     PSR_SAMPLE_WIDE_NOISE, wide, NULL, NULL),
+    assert_int_equal(sample_rows_f32(ctx, logits, rows, vocab, seeds, pos, temps, PSR_SAMPLE_WIDE_NOISE, wide),
                      PSR_OK);
-    assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
-                                     PSR_SAMPLE_FP64_NOISE, fp64, NULL, NULL),
+    assert_int_equal(sample_rows_f32(ctx, logits, rows, vocab, seeds, pos, temps, PSR_SAMPLE_FP64_NOISE, fp64),
                      PSR_OK);
     size_t differ = 0;
     for (size_t r = 0; r < rows; r++)
@@ -780,9 +770,7 @@ static void test_wide_agrees_with_fp64(void **state)
     assert_true(differ * 1000 <= rows); /* at least 99.9% agree */
     /* Control: classic fp32 noise is another stream of uniforms, so it agrees
      * only by chance. */
-    assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps, 0,
-                                     wide, NULL, NULL),
-                     PSR_OK);
+    assert_int_equal(sample_rows_f32(ctx, logits, rows, vocab, seeds, pos, temps, 0, wide), PSR_OK);
     differ = 0;
     for (size_t r = 0; r < rows; r++)
         differ += wide[r] != fp64[r];
@@ -852,10 +840,6 @@ static void test_fp64_refused_without_fp64(void **state)
 
 int main(void)
 {
-    if (!have_device()) {
-        fprintf(stderr, "no OpenCL device: skipping\n");
-        return TEST_SKIP;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_noise_bit_exact),
         cmocka_unit_test(test_vector_noise_bit_exact),
@@ -873,5 +857,5 @@ int main(void)
         cmocka_unit_test(test_wide_agrees_with_fp64),
         cmocka_unit_test(test_fp64_policy_wide),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return run_device_tests(tests, .ctx = &ctx, .has_fp64 = &has_fp64, .seed = 12345);
 }

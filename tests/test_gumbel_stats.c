@@ -12,21 +12,6 @@
 static psr_context *ctx;
 enum { BATCH = 2000 };
 
-static int setup(void **state)
-{
-    (void)state;
-    test_seed(777);
-    ctx = open_suite_context();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    psr_context_free(ctx);
-    return 0;
-}
-
 /* Samples one row of logits `trials` times (one seed, positions
  * first_pos + k) and counts the tokens. */
 static void sample_counts(const float *logits, size_t vocab, float temp, unsigned flags,
@@ -234,10 +219,6 @@ static void test_lower_tail(void **state)
 
 int main(void)
 {
-    if (!have_device()) {
-        fprintf(stderr, "no OpenCL device: skipping\n");
-        return TEST_SKIP;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_goodness_of_fit),
         cmocka_unit_test(test_head_tail),
@@ -245,5 +226,5 @@ int main(void)
         cmocka_unit_test(test_impossible_and_certain_tokens),
         cmocka_unit_test(test_lower_tail),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return run_device_tests(tests, .ctx = &ctx, .seed = 777);
 }

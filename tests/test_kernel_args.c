@@ -10,22 +10,9 @@
 
 static psr_context *ctx;
 
-static int setup(void **state)
+static void prepare(psr_context *c)
 {
-    (void)state;
-    if (!have_device())
-        return 0;
-    ctx = open_context(NULL);
-    assert_non_null(ctx);
-    assert_int_equal(psr_context_add_build_options(ctx, "-cl-kernel-arg-info"), PSR_OK);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    psr_context_free(ctx);
-    return 0;
+    assert_int_equal(psr_context_add_build_options(c, "-cl-kernel-arg-info"), PSR_OK);
 }
 
 enum { ROWS = 4, VOCAB = 40000 };
@@ -34,8 +21,6 @@ enum { ROWS = 4, VOCAB = 40000 };
 static void test_sample_paths(void **state)
 {
     (void)state;
-    if (!ctx)
-        skip();
     float *x = malloc((size_t)ROWS * VOCAB * 4);
     for (size_t i = 0; i < (size_t)ROWS * VOCAB; i++)
         x[i] = normal();
@@ -63,8 +48,6 @@ static void test_sample_paths(void **state)
 static void test_logprobs_paths(void **state)
 {
     (void)state;
-    if (!ctx)
-        skip();
     float *x = malloc((size_t)ROWS * VOCAB * 4);
     for (size_t i = 0; i < (size_t)ROWS * VOCAB; i++)
         x[i] = normal();
@@ -75,14 +58,14 @@ static void test_logprobs_paths(void **state)
     a.rows = ROWS;
     a.vocab = VOCAB;
     a.requests = ROWS;
-    a.logits = test_buffer(ctx, sizeof(float) * ROWS * VOCAB, x);
-    a.temperatures = test_buffer(ctx, sizeof temps, temps);
-    a.tokens = test_buffer(ctx, sizeof tokens, tokens);
+    a.logits = upload(ctx, x, sizeof(float) * ROWS * VOCAB);
+    a.temperatures = upload(ctx, temps, sizeof temps);
+    a.tokens = upload(ctx, tokens, sizeof tokens);
     a.top_n = 5;
-    a.token_logprobs = test_buffer(ctx, ROWS * 4, NULL);
-    a.token_ranks = test_buffer(ctx, ROWS * 4, NULL);
-    a.top_ids = test_buffer(ctx, ROWS * 5 * 4, NULL);
-    a.top_logprobs = test_buffer(ctx, ROWS * 5 * 4, NULL);
+    a.token_logprobs = device_buffer(ctx, ROWS * 4);
+    a.token_ranks = device_buffer(ctx, ROWS * 4);
+    a.top_ids = device_buffer(ctx, ROWS * 5 * 4);
+    a.top_logprobs = device_buffer(ctx, ROWS * 5 * 4);
     psr_tuning t;
     const size_t one_blocks[] = {0, SIZE_MAX};
     for (int one = 0; one < 2; one++) {
@@ -91,7 +74,7 @@ static void test_logprobs_paths(void **state)
         assert_int_equal(psr_context_set_tuning(ctx, &t), PSR_OK);
         assert_int_equal(psr_logprobs(ctx, &a, NULL), PSR_OK);
     }
-    clFinish(ctx->queue);
+    clFinish(queue_of(ctx));
     cl_mem bufs[] = {a.logits, a.temperatures, a.tokens, a.token_logprobs, a.token_ranks, a.top_ids,
                      a.top_logprobs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -104,8 +87,6 @@ static void test_logprobs_paths(void **state)
 static void test_verify_paths(void **state)
 {
     (void)state;
-    if (!ctx)
-        skip();
     enum { R = 2, K = 2, ROWS_V = R * (K + 1) };
     float *x = malloc((size_t)ROWS_V * VOCAB * 4), *cache = malloc((size_t)R * K * VOCAB * 4);
     for (size_t i = 0; i < (size_t)ROWS_V * VOCAB; i++)
@@ -122,15 +103,15 @@ static void test_verify_paths(void **state)
     a.rows = ROWS_V;
     a.max_drafts = K;
     a.vocab = VOCAB;
-    a.target_logits = test_buffer(ctx, (size_t)ROWS_V * VOCAB * 4, x);
-    a.draft_cache = test_buffer(ctx, (size_t)R * K * VOCAB * 4, cache);
+    a.target_logits = upload(ctx, x, (size_t)ROWS_V * VOCAB * 4);
+    a.draft_cache = upload(ctx, cache, (size_t)R * K * VOCAB * 4);
     a.draft_cache_k = K;
-    a.draft_tokens = test_buffer(ctx, sizeof drafts, drafts);
-    a.seeds = test_buffer(ctx, sizeof seeds, seeds);
-    a.temperatures = test_buffer(ctx, sizeof temps, temps);
-    a.positions = test_buffer(ctx, sizeof pos, pos);
-    a.tokens = test_buffer(ctx, R * (K + 1) * 4, NULL);
-    a.num_sampled = test_buffer(ctx, R * 4, NULL);
+    a.draft_tokens = upload(ctx, drafts, sizeof drafts);
+    a.seeds = upload(ctx, seeds, sizeof seeds);
+    a.temperatures = upload(ctx, temps, sizeof temps);
+    a.positions = upload(ctx, pos, sizeof pos);
+    a.tokens = device_buffer(ctx, R * (K + 1) * 4);
+    a.num_sampled = device_buffer(ctx, R * 4);
     psr_tuning t;
     for (int two_pass = 0; two_pass <= 1; two_pass++) {
         assert_int_equal(psr_context_tuning(ctx, &t), PSR_OK);
@@ -139,7 +120,7 @@ static void test_verify_paths(void **state)
         assert_int_equal(psr_context_set_tuning(ctx, &t), PSR_OK);
         assert_int_equal(psr_verify(ctx, &a, NULL), PSR_OK);
     }
-    clFinish(ctx->queue);
+    clFinish(queue_of(ctx));
     cl_mem bufs[] = {a.target_logits, a.draft_cache, a.draft_tokens, a.seeds, a.temperatures, a.positions,
                      a.tokens, a.num_sampled};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -152,8 +133,6 @@ static void test_verify_paths(void **state)
 static void test_wrong_name_fails(void **state)
 {
     (void)state;
-    if (!ctx)
-        skip();
     cl_program p;
     const char *src = "__kernel void k(uint first, __global uint *second) { second[0] = first; }";
     assert_int_equal(psr_program_build_source(ctx, "control", src, "-cl-kernel-arg-info", &p), PSR_OK);
@@ -187,5 +166,5 @@ int main(void)
         cmocka_unit_test(test_verify_paths),
         cmocka_unit_test(test_wrong_name_fails),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return run_device_tests(tests, .ctx = &ctx, .seed = 12345, .prepare = prepare);
 }

@@ -12,27 +12,16 @@
 #include <time.h>
 
 static psr_context *ctx;
+static psr_device_info info;
 static bool have_clblast, has_fp16;
 
-static int setup(void **state)
+static void prepare(psr_context *c)
 {
-    (void)state;
-    test_seed(6006);
-    ctx = open_suite_context();
-    psr_device_info info;
-    psr_context_device_info(ctx, &info);
+    psr_context_device_info(c, &info);
     has_fp16 = info.capabilities & PSR_CAP_FP16;
     have_clblast = psr_features() & PSR_FEATURE_CLBLAST;
     print_message("device \"%s\": fp16 %s; psr %s CLBlast\n", info.name, has_fp16 ? "yes" : "no",
                   have_clblast ? "with" : "without");
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    psr_context_free(ctx);
-    return 0;
 }
 
 /* ---- fp16 on the host (round to nearest even; no NaN or overflow needed) ---- */
@@ -70,29 +59,14 @@ static float from_half(uint16_t h)
 
 /* ---- buffers ---- */
 
-static cl_mem make_buffer(size_t bytes, const void *data)
-{
-    cl_int err;
-    cl_mem m = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE | (data ? CL_MEM_COPY_HOST_PTR : 0),
-                              bytes, (void *)data, &err);
-    assert_int_equal(err, CL_SUCCESS);
-    return m;
-}
-
-static void read_buffer(cl_mem m, size_t bytes, void *out)
-{
-    assert_int_equal(clEnqueueReadBuffer(ctx->queue, m, CL_TRUE, 0, bytes, out, 0, NULL, NULL),
-                     CL_SUCCESS);
-}
-
 static const uint32_t SENTINEL = 0x7fc0dead; /* a NaN no GEMM writes */
 
 static cl_mem sentinel_buffer(size_t bytes)
 {
-    cl_mem m = make_buffer(bytes, NULL);
-    assert_int_equal(clEnqueueFillBuffer(ctx->queue, m, &SENTINEL, 4, 0, bytes, 0, NULL, NULL),
+    cl_mem m = device_buffer(ctx, bytes);
+    assert_int_equal(clEnqueueFillBuffer(queue_of(ctx), m, &SENTINEL, 4, 0, bytes, 0, NULL, NULL),
                      CL_SUCCESS);
-    assert_int_equal(clFinish(ctx->queue), CL_SUCCESS);
+    assert_int_equal(clFinish(queue_of(ctx)), CL_SUCCESS);
     return m;
 }
 
@@ -100,7 +74,7 @@ static void assert_untouched(cl_mem m, size_t bytes, const char *what)
 {
     uint32_t *back = malloc(bytes);
     assert_non_null(back);
-    read_buffer(m, bytes, back);
+    download(ctx, m, back, bytes);
     for (size_t i = 0; i < bytes / 4; i++)
         if (back[i] != SENTINEL)
             fail_msg("%s: output word %zu is 0x%08x, not the sentinel", what, i, back[i]);
@@ -184,12 +158,12 @@ static float *read_logits(cl_mem dl, const problem *p)
     if (p->dtype == PSR_DTYPE_F16) {
         uint16_t *raw = malloc(n * 2);
         assert_non_null(raw);
-        read_buffer(dl, n * 2, raw);
+        download(ctx, dl, raw, n * 2);
         for (size_t i = 0; i < n; i++)
             out[i] = from_half(raw[i]);
         free(raw);
     } else {
-        read_buffer(dl, n * 4, out);
+        download(ctx, dl, out, n * 4);
     }
     return out;
 }
@@ -220,7 +194,7 @@ static void check_shape(size_t b, size_t h, size_t v, psr_dtype dtype, double re
     problem p;
     make_problem(&p, b, h, v, dtype);
     size_t es = psr_dtype_size(dtype);
-    cl_mem dh = make_buffer(b * h * es, p.hidden), dw = make_buffer(v * h * es, p.weights);
+    cl_mem dh = upload(ctx, p.hidden, b * h * es), dw = upload(ctx, p.weights, v * h * es);
     cl_mem dl = sentinel_buffer(b * v * es + 4);
     psr_lm_head_args a;
     fill_args(&a, &p, dh, dw, dl);
@@ -235,7 +209,7 @@ static void check_shape(size_t b, size_t h, size_t v, psr_dtype dtype, double re
     check_logits(got, &p, rel);
     /* Nothing written past [B, V]. */
     uint32_t tail;
-    assert_int_equal(clEnqueueReadBuffer(ctx->queue, dl, CL_TRUE, b * v * es, 4, &tail, 0, NULL, NULL),
+    assert_int_equal(clEnqueueReadBuffer(queue_of(ctx), dl, CL_TRUE, b * v * es, 4, &tail, 0, NULL, NULL),
                      CL_SUCCESS);
     assert_int_equal(tail, SENTINEL);
     free(got);
@@ -263,13 +237,13 @@ static void test_fp16(void **state)
     psr_lm_head_args a;
     if (!has_fp16) {
         /* Refused up front, naming the device, with nothing written. */
-        cl_mem dh = make_buffer(64, NULL), dw = make_buffer(64, NULL), dl = sentinel_buffer(64);
+        cl_mem dh = device_buffer(ctx, 64), dw = device_buffer(ctx, 64), dl = sentinel_buffer(64);
         psr_lm_head_args_init(&a);
         a.batch = 2, a.hidden_size = 4, a.vocab = 8, a.dtype = PSR_DTYPE_F16;
         a.hidden = dh, a.weights = dw, a.logits = dl;
         assert_int_equal(psr_logits_from_hidden(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT);
         assert_non_null(strstr(psr_last_error(ctx), "cl_khr_fp16"));
-        assert_non_null(strstr(psr_last_error(ctx), ctx->info.name));
+        assert_non_null(strstr(psr_last_error(ctx), info.name));
         assert_untouched(dl, 64, "fp16 without cl_khr_fp16");
         clReleaseMemObject(dh), clReleaseMemObject(dw), clReleaseMemObject(dl);
         return;
@@ -293,11 +267,7 @@ static void test_fp16_hidden(void **state)
     o.hide_capabilities = PSR_CAP_FP16;
     psr_context *c2;
     assert_int_equal(psr_context_create(&o, &c2), PSR_OK);
-    cl_int err;
-    cl_mem dh = clCreateBuffer(c2->cl_ctx, CL_MEM_READ_WRITE, 64, NULL, &err);
-    cl_mem dw = clCreateBuffer(c2->cl_ctx, CL_MEM_READ_WRITE, 64, NULL, &err);
-    cl_mem dl = clCreateBuffer(c2->cl_ctx, CL_MEM_READ_WRITE, 64, NULL, &err);
-    assert_int_equal(err, CL_SUCCESS);
+    cl_mem dh = device_buffer(c2, 64), dw = device_buffer(c2, 64), dl = device_buffer(c2, 64);
     psr_lm_head_args a;
     psr_lm_head_args_init(&a);
     a.batch = 2, a.hidden_size = 4, a.vocab = 8, a.dtype = PSR_DTYPE_F16;
@@ -324,31 +294,31 @@ static void test_wait_list_and_event(void **state)
         skip();
     problem p;
     make_problem(&p, 2, 40, 300, PSR_DTYPE_F32);
-    cl_mem dh = make_buffer(2 * 40 * 4, p.hidden), dw = make_buffer(300 * 40 * 4, p.weights);
+    cl_mem dh = upload(ctx, p.hidden, 2 * 40 * 4), dw = upload(ctx, p.weights, 300 * 40 * 4);
     cl_mem dl = sentinel_buffer(2 * 300 * 4);
     psr_lm_head_args a;
     fill_args(&a, &p, dh, dw, dl);
 
     /* No event asked for: the queue still orders the result. */
     assert_int_equal(psr_logits_from_hidden(ctx, &a, NULL), PSR_OK);
-    assert_int_equal(clFinish(ctx->queue), CL_SUCCESS);
+    assert_int_equal(clFinish(queue_of(ctx)), CL_SUCCESS);
     float *got = read_logits(dl, &p);
     check_logits(got, &p, 1e-4);
     free(got);
 
     /* Held back by a user event until it completes. */
-    assert_int_equal(clEnqueueFillBuffer(ctx->queue, dl, &SENTINEL, 4, 0, 2 * 300 * 4, 0, NULL, NULL),
+    assert_int_equal(clEnqueueFillBuffer(queue_of(ctx), dl, &SENTINEL, 4, 0, 2 * 300 * 4, 0, NULL, NULL),
                      CL_SUCCESS);
-    assert_int_equal(clFinish(ctx->queue), CL_SUCCESS);
+    assert_int_equal(clFinish(queue_of(ctx)), CL_SUCCESS);
     cl_int err;
-    cl_event gate = clCreateUserEvent(ctx->cl_ctx, &err);
+    cl_event gate = clCreateUserEvent(cl_context_of(ctx), &err);
     assert_int_equal(err, CL_SUCCESS);
     a.num_events_in_wait_list = 1;
     a.event_wait_list = &gate;
     cl_event ev = NULL;
     assert_int_equal(psr_logits_from_hidden(ctx, &a, &ev), PSR_OK);
     assert_non_null(ev);
-    clFlush(ctx->queue);
+    clFlush(queue_of(ctx));
     struct timespec pause = {0, 200 * 1000 * 1000};
     nanosleep(&pause, NULL);
     assert_false(event_complete(ev));
@@ -374,8 +344,8 @@ static void test_feeds_sample(void **state)
     enum { B = 3, H = 17, V = 1000 };
     problem p;
     make_problem(&p, B, H, V, PSR_DTYPE_F32);
-    cl_mem dh = make_buffer(B * H * 4, p.hidden), dw = make_buffer(V * H * 4, p.weights);
-    cl_mem dl = make_buffer(B * V * 4, NULL);
+    cl_mem dh = upload(ctx, p.hidden, B * H * 4), dw = upload(ctx, p.weights, V * H * 4);
+    cl_mem dl = device_buffer(ctx, B * V * 4);
     psr_lm_head_args a;
     fill_args(&a, &p, dh, dw, dl);
     cl_event gemm;
@@ -383,8 +353,8 @@ static void test_feeds_sample(void **state)
 
     int64_t seeds[B] = {11, -5, 1ll << 40}, pos[B] = {0, 7, 12345};
     float temps[B] = {1.0f, 0.0f, 0.7f};
-    cl_mem ds = make_buffer(sizeof seeds, seeds), dp = make_buffer(sizeof pos, pos);
-    cl_mem dt = make_buffer(sizeof temps, temps), dtok = make_buffer(B * 4, NULL);
+    cl_mem ds = upload(ctx, seeds, sizeof seeds), dp = upload(ctx, pos, sizeof pos);
+    cl_mem dt = upload(ctx, temps, sizeof temps), dtok = device_buffer(ctx, B * 4);
     psr_sample_args s;
     psr_sample_args_init(&s);
     s.rows = B, s.vocab = V, s.logits = dl, s.requests = B;
@@ -393,7 +363,7 @@ static void test_feeds_sample(void **state)
     s.event_wait_list = &gemm;
     assert_int_equal(psr_sample(ctx, &s, NULL), PSR_OK);
     int32_t tokens[B];
-    read_buffer(dtok, sizeof tokens, tokens);
+    download(ctx, dtok, tokens, sizeof tokens);
     float *logits = read_logits(dl, &p);
     for (size_t r = 0; r < B; r++)
         assert_int_equal(tokens[r], psr_oracle_sample_row(logits + r * V, V, temps[r], seeds[r], pos[r],
@@ -422,8 +392,8 @@ static void test_bad_input(void **state)
 {
     (void)state;
     enum { B = 3, H = 17, V = 100 };
-    cl_mem dh = make_buffer(B * H * 4, NULL), dw = make_buffer(V * H * 4, NULL);
-    cl_mem small = make_buffer(B * V * 4 - 4, NULL);
+    cl_mem dh = device_buffer(ctx, B * H * 4), dw = device_buffer(ctx, V * H * 4);
+    cl_mem small = device_buffer(ctx, B * V * 4 - 4);
     const size_t out_bytes = B * V * 4;
     cl_mem dl = sentinel_buffer(out_bytes);
     psr_lm_head_args good;
@@ -490,14 +460,14 @@ static void test_bad_input(void **state)
         ev = (cl_event)0x1;
         expect(psr_logits_from_hidden(ctx, &cases[i].a, &ev), cases[i].want, cases[i].word, cases[i].what);
         assert_null(ev);
-        assert_int_equal(clFinish(ctx->queue), CL_SUCCESS);
+        assert_int_equal(clFinish(queue_of(ctx)), CL_SUCCESS);
         assert_untouched(dl, out_bytes, cases[i].what);
     }
 
     /* The context is still usable. */
     psr_status st = psr_logits_from_hidden(ctx, &good, NULL);
     assert_int_equal(st, have_clblast ? PSR_OK : PSR_ERR_NOT_SUPPORTED);
-    assert_int_equal(clFinish(ctx->queue), CL_SUCCESS);
+    assert_int_equal(clFinish(queue_of(ctx)), CL_SUCCESS);
     clReleaseMemObject(dh), clReleaseMemObject(dw), clReleaseMemObject(dl), clReleaseMemObject(small);
 }
 
@@ -507,7 +477,7 @@ static void test_not_supported(void **state)
     (void)state;
     if (have_clblast)
         skip();
-    cl_mem dh = make_buffer(2 * 8 * 4, NULL), dw = make_buffer(5 * 8 * 4, NULL);
+    cl_mem dh = device_buffer(ctx, 2 * 8 * 4), dw = device_buffer(ctx, 5 * 8 * 4);
     cl_mem dl = sentinel_buffer(2 * 5 * 4);
     psr_lm_head_args a;
     psr_lm_head_args_init(&a);
@@ -517,7 +487,7 @@ static void test_not_supported(void **state)
     expect(psr_logits_from_hidden(ctx, &a, &ev), PSR_ERR_NOT_SUPPORTED, "without CLBlast",
            "no CLBlast");
     assert_null(ev);
-    assert_int_equal(clFinish(ctx->queue), CL_SUCCESS);
+    assert_int_equal(clFinish(queue_of(ctx)), CL_SUCCESS);
     assert_untouched(dl, 2 * 5 * 4, "no CLBlast");
     clReleaseMemObject(dh), clReleaseMemObject(dw), clReleaseMemObject(dl);
 }
@@ -538,10 +508,6 @@ static void test_half_conversion(void **state)
 
 int main(void)
 {
-    if (!have_device()) {
-        fprintf(stderr, "no OpenCL device: skipping\n");
-        return TEST_SKIP;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_half_conversion),
         cmocka_unit_test(test_bad_input),
@@ -552,5 +518,5 @@ int main(void)
         cmocka_unit_test(test_wait_list_and_event),
         cmocka_unit_test(test_feeds_sample),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return run_device_tests(tests, .ctx = &ctx, .seed = 6006, .prepare = prepare);
 }

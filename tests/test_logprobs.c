@@ -2,7 +2,9 @@
  * processed, ties, NaN and infinities, several super-blocks, bf16, request
  * mapping), in two launches and in one, within fp32 tolerance of a
  * double-precision reference with exact ranks, and every bad argument
- * refused with nothing written. */
+ * refused with nothing written. The default suite takes one and few
+ * blocks on f32 logits and the tuning's bound; the long suite adds them on
+ * bf16 and the other bound, builds of their own. */
 #include "common.h"
 #include "stats.h"
 
@@ -13,21 +15,20 @@
 
 static psr_context *ctx;
 
-static int setup(void **state)
+/* The logprobs' launch values: one launch up to one_blocks blocks, the
+ * few-blocks partial up to few_blocks (launch-time, so any time). */
+static void set_logprobs_paths(psr_context *c, size_t one_blocks, size_t few_blocks)
 {
-    (void)state;
-    test_seed(1618);
-    ctx = open_suite_context();
-    ctx->tuning.logprobs.one_blocks = 0; /* two launches, but in test_one_launch */
-    ctx->tuning.logprobs.few_blocks = 0; /* psr_logprobs_partial, but in test_few_blocks */
-    return 0;
+    psr_tuning t = tuning_of(c);
+    t.logprobs.one_blocks = one_blocks;
+    t.logprobs.few_blocks = few_blocks;
+    set_tuning(c, &t);
 }
 
-static int teardown(void **state)
+static void prepare(psr_context *c)
 {
-    (void)state;
-    psr_context_free(ctx);
-    return 0;
+    /* two launches and psr_logprobs_partial, but in test_one_launch and test_few_blocks */
+    set_logprobs_paths(c, 0, 0);
 }
 
 static bool same_float(float a, float b)
@@ -96,14 +97,14 @@ static psr_status run_logprobs(const lcase *c, psr_dtype dtype, unsigned flags, 
     float *fill = malloc(c->rows * n * 4);
     for (size_t i = 0; i < c->rows * n; i++)
         fill[i] = 12345.0f;
-    cl_mem bl = test_buffer(ctx, c->rows * c->vocab * esize, logits), bt = test_buffer(ctx, c->rows * 4, c->tokens);
-    cl_mem btemp = test_buffer(ctx, c->requests * 4, c->temps);
-    cl_mem brr = c->row_req ? test_buffer(ctx, c->rows * 4, c->row_req) : NULL;
-    cl_mem blp = test_buffer(ctx, c->rows * 4, fill), brank = test_buffer(ctx, c->rows * 4, fill);
-    cl_mem bids = test_buffer(ctx, c->rows * n * 4, fill), btlp = test_buffer(ctx, c->rows * n * 4, fill);
-    cl_mem bk = c->top_k ? test_buffer(ctx, c->requests * 4, c->top_k) : NULL;
-    cl_mem bp = c->top_p ? test_buffer(ctx, c->requests * 4, c->top_p) : NULL;
-    cl_mem bm = c->min_p ? test_buffer(ctx, c->requests * 4, c->min_p) : NULL;
+    cl_mem bl = upload(ctx, logits, c->rows * c->vocab * esize), bt = upload(ctx, c->tokens, c->rows * 4);
+    cl_mem btemp = upload(ctx, c->temps, c->requests * 4);
+    cl_mem brr = c->row_req ? upload(ctx, c->row_req, c->rows * 4) : NULL;
+    cl_mem blp = upload(ctx, fill, c->rows * 4), brank = upload(ctx, fill, c->rows * 4);
+    cl_mem bids = upload(ctx, fill, c->rows * n * 4), btlp = upload(ctx, fill, c->rows * n * 4);
+    cl_mem bk = c->top_k ? upload(ctx, c->top_k, c->requests * 4) : NULL;
+    cl_mem bp = c->top_p ? upload(ctx, c->top_p, c->requests * 4) : NULL;
+    cl_mem bm = c->min_p ? upload(ctx, c->min_p, c->requests * 4) : NULL;
     psr_logprobs_args a;
     psr_logprobs_args_init(&a);
     a.rows = c->rows;
@@ -128,21 +129,20 @@ static psr_status run_logprobs(const lcase *c, psr_dtype dtype, unsigned flags, 
     cl_event ev = NULL;
     psr_status st = psr_logprobs(ctx, &a, &ev);
     if (st == PSR_OK) {
-        assert_int_equal(ctx->logprobs_one_last, ctx->tuning.logprobs.one_blocks == SIZE_MAX);
-        assert_int_equal(ctx->logprobs_few_last, ctx->tuning.logprobs.few_blocks == SIZE_MAX);
+        psr_tuning t = tuning_of(ctx);
+        psr_last_paths paths = last_paths(ctx);
+        assert_int_equal(paths.logprobs_one_launch, t.logprobs.one_blocks == SIZE_MAX);
+        assert_int_equal(paths.logprobs_few_blocks, t.logprobs.few_blocks == SIZE_MAX);
     }
     if (ev) {
         clWaitForEvents(1, &ev);
         clReleaseEvent(ev);
     }
-    test_read(ctx, blp, c->rows * 4, lp);
-    test_read(ctx, brank, c->rows * 4, rank);
-    test_read(ctx, bids, c->rows * n * 4, ids);
-    test_read(ctx, btlp, c->rows * n * 4, tlp);
-    cl_mem all[] = {bl, bt, btemp, brr, blp, brank, bids, btlp, bk, bp, bm};
-    for (size_t i = 0; i < 11; i++)
-        if (all[i])
-            clReleaseMemObject(all[i]);
+    download(ctx, blp, lp, c->rows * 4);
+    download(ctx, brank, rank, c->rows * 4);
+    download(ctx, bids, ids, c->rows * n * 4);
+    download(ctx, btlp, tlp, c->rows * n * 4);
+    release_buffers((cl_mem[]){bl, bt, btemp, brr, blp, brank, bids, btlp, bk, bp, bm}, 11);
     free(logits), free(fill);
     return st;
 }
@@ -186,9 +186,10 @@ static void check_case(lcase *c, psr_dtype dtype, unsigned flags, int top_n)
     free(lp), free(tlp), free(rank), free(ids);
 }
 
-static void test_matches_oracle(void **state)
+/* The oracle cases; with_bf16 false leaves out the one on bf16 logits
+ * (the same rows on f32 still run, and the same random numbers are drawn). */
+static void matches_oracle(bool with_bf16)
 {
-    (void)state;
     lcase c = make_case(40, 1000, false);
     check_case(&c, PSR_DTYPE_F32, 0, 20);
     check_case(&c, PSR_DTYPE_F32, PSR_LOGPROBS_RAW, 5);
@@ -196,7 +197,8 @@ static void test_matches_oracle(void **state)
     free_case(&c);
     c = make_case(6, 40000, true); /* three super-blocks, mapped requests */
     check_case(&c, PSR_DTYPE_F32, 0, 20);
-    check_case(&c, PSR_DTYPE_BF16, 0, 7);
+    if (with_bf16)
+        check_case(&c, PSR_DTYPE_BF16, 0, 7);
     free_case(&c);
     c = make_case(30, 5000, true); /* filtered: processed logprobs see only the kept tokens */
     c.top_k = malloc(3 * 4), c.top_p = malloc(3 * 4), c.min_p = malloc(3 * 4);
@@ -219,7 +221,7 @@ static void test_matches_oracle(void **state)
      * (cl/logprobs.cl): the cheap bound leaves too many candidates, so the
      * exact bound must take over. Token i of a block belongs to work-item
      * ((i / 4) mod 256) mod VWG. */
-    size_t vwg = ctx->tuning.sample.work_group_size < 256 ? ctx->tuning.sample.work_group_size : 256;
+    size_t wg = tuning_of(ctx).sample.work_group_size, vwg = wg < 256 ? wg : 256;
     c = make_case(2, 16384, false);
     for (size_t r = 0; r < 2; r++)
         for (size_t i = 0; i < 16384; i++) {
@@ -240,15 +242,26 @@ static void test_matches_oracle(void **state)
     free_case(&c);
 }
 
+static void test_matches_oracle(void **state)
+{
+    (void)state;
+    matches_oracle(true);
+}
+
 /* The same cases with the other bound than the device's tuning chose
- * (docs/devices.md): both must give the oracle's results. */
+ * (docs/devices.md): both must give the oracle's results. The other bound
+ * is a build option: its programs are the long suite's. */
 static void test_other_bound_matches_oracle(void **state)
 {
+    (void)state;
+    LONG_ONLY();
     psr_context *saved = ctx;
     ctx = open_suite_context();
-    ctx->tuning.logprobs.segment_tau = !ctx->tuning.logprobs.segment_tau; /* before its first build */
-    ctx->tuning.logprobs.one_blocks = ctx->tuning.logprobs.few_blocks = 0;
-    test_matches_oracle(state);
+    psr_tuning t = tuning_of(ctx);
+    t.logprobs.segment_tau = !t.logprobs.segment_tau; /* before its first build */
+    t.logprobs.one_blocks = t.logprobs.few_blocks = 0;
+    set_tuning(ctx, &t);
+    matches_oracle(true);
     psr_context_free(ctx);
     ctx = saved;
 }
@@ -257,18 +270,20 @@ static void test_other_bound_matches_oracle(void **state)
  * last block: the oracle's results again. */
 static void test_one_launch(void **state)
 {
-    ctx->tuning.logprobs.one_blocks = SIZE_MAX;
-    test_matches_oracle(state);
-    ctx->tuning.logprobs.one_blocks = 0;
+    (void)state;
+    set_logprobs_paths(ctx, SIZE_MAX, 0);
+    matches_oracle(test_long());
+    set_logprobs_paths(ctx, 0, 0);
 }
 
 /* The same cases through psr_logprobs_partial_few, which takes the segment
  * bound first whatever the tuning: the oracle's results again. */
 static void test_few_blocks(void **state)
 {
-    ctx->tuning.logprobs.few_blocks = SIZE_MAX;
-    test_matches_oracle(state);
-    ctx->tuning.logprobs.few_blocks = 0;
+    (void)state;
+    set_logprobs_paths(ctx, 0, SIZE_MAX);
+    matches_oracle(test_long());
+    set_logprobs_paths(ctx, 0, 0);
 }
 
 /* Against double precision: logprobs within fp32 tolerance, ranks exact. */
@@ -356,10 +371,6 @@ static void test_bad_input(void **state)
 
 int main(void)
 {
-    if (!have_device()) {
-        fprintf(stderr, "no OpenCL device: skipped\n");
-        return TEST_SKIP;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_oracle),
         cmocka_unit_test(test_other_bound_matches_oracle),
@@ -368,5 +379,5 @@ int main(void)
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_bad_input),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return run_device_tests(tests, .ctx = &ctx, .seed = 1618, .prepare = prepare);
 }

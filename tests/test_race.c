@@ -1,6 +1,8 @@
 /* The exponential race on a real device: over probabilities, tokens equal
  * the host oracle's on every row (fp32, wide and fp64 noise); over logits,
- * the Gumbel token up to rounding; the distribution; bad input. */
+ * the Gumbel token up to rounding; the distribution; bad input. The
+ * default suite races over probabilities with fp32 noise only; the long
+ * suite adds the other noises, the draft stream and the scalar loop. */
 #include "common.h"
 #include "stats.h"
 
@@ -11,24 +13,6 @@
 
 static psr_context *ctx;
 static bool has_fp64;
-
-static int setup(void **state)
-{
-    (void)state;
-    test_seed(4711);
-    ctx = open_suite_context();
-    psr_device_info info;
-    psr_context_device_info(ctx, &info);
-    has_fp64 = info.capabilities & PSR_CAP_FP64;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    psr_context_free(ctx);
-    return 0;
-}
 
 static void fill_rows(size_t rows, int64_t *seeds, int64_t *pos, float *temps, float temp)
 {
@@ -41,9 +25,7 @@ static void fill_rows(size_t rows, int64_t *seeds, int64_t *pos, float *temps, f
 
 static void check_probs_against_oracle(size_t rows, size_t vocab, unsigned flags, float temp)
 {
-    psr_noise_kind noise = flags & PSR_SAMPLE_FP64_NOISE   ? PSR_NOISE_FP64
-                           : flags & PSR_SAMPLE_WIDE_NOISE ? PSR_NOISE_WIDE
-                                                           : PSR_NOISE_FP32;
+    psr_noise_kind noise = noise_of(flags);
     float *p = malloc(rows * vocab * sizeof *p);
     int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
     float *temps = malloc(rows * 4);
@@ -72,9 +54,11 @@ static void test_probs_equal_oracle(void **state)
 {
     (void)state;
     check_probs_against_oracle(64, 3000, 0, 1.0f);
+    check_probs_against_oracle(3, 150000, 0, 1.0f); /* split rows */
+    if (!test_long())
+        return;
     check_probs_against_oracle(64, 3000, PSR_SAMPLE_WIDE_NOISE, 1.0f);
     check_probs_against_oracle(16, 3000, PSR_SAMPLE_DRAFTING, 0.0f); /* T = 0: argmax p */
-    check_probs_against_oracle(3, 150000, 0, 1.0f);                  /* split rows */
     if (has_fp64) {
         check_probs_against_oracle(64, 3000, PSR_SAMPLE_FP64_NOISE, 1.0f);
         check_probs_against_oracle(3, 150000, PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_DRAFTING, 1.0f);
@@ -94,12 +78,9 @@ static void test_race_matches_gumbel(void **state)
     for (size_t i = 0; i < rows * vocab; i++)
         logits[i] = 2.0f * normal();
     fill_rows(rows, seeds, pos, temps, 0.9f);
-    assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
-                                     PSR_SAMPLE_RACE, race, NULL, NULL),
+    assert_int_equal(sample_rows_f32(ctx, logits, rows, vocab, seeds, pos, temps, PSR_SAMPLE_RACE, race),
                      PSR_OK);
-    assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps, 0,
-                                     gumbel, NULL, NULL),
-                     PSR_OK);
+    assert_int_equal(sample_rows_f32(ctx, logits, rows, vocab, seeds, pos, temps, 0, gumbel), PSR_OK);
     size_t differ = 0;
     double worst = 0;
     for (size_t r = 0; r < rows; r++) {
@@ -125,20 +106,31 @@ static void test_race_matches_gumbel(void **state)
 /* Rows split over many work-groups compare m + log(score) across groups,
  * in one kernel or two: still the Gumbel token. The two-kernel round also
  * takes the scalar token loop (GPUs') where the device has the vector one,
- * and checks the race over probabilities there too. */
+ * and checks the race over probabilities there too: builds of their own,
+ * for the long suite. The one-kernel round runs on the suite's context
+ * (the resident count is a launch value). */
 static void test_split_rows_match_gumbel(void **state)
 {
     (void)state;
     psr_context *saved = ctx;
-    setenv("PSR_TUNE_RESIDENT", "64", 1);
-    for (int two_pass = 0; two_pass <= 1; two_pass++) {
-        if (two_pass)
-            setenv("PSR_TUNE_VECTOR", "0", 1);
-        ctx = open_context(NULL);
-        unsetenv("PSR_TUNE_VECTOR");
-        ctx->tuning.sample.two_pass = two_pass;
+    const psr_tuning suite = tuning_of(ctx);
+    for (int two_pass = 0; two_pass <= (test_long() ? 1 : 0); two_pass++) {
+        psr_tuning t;
         if (two_pass) {
-            assert_int_equal(ctx->tuning.sample.vector_width, 0);
+            setenv("PSR_TUNE_RESIDENT", "64", 1);
+            setenv("PSR_TUNE_VECTOR", "0", 1);
+            ctx = open_context(NULL);
+            unsetenv("PSR_TUNE_RESIDENT");
+            unsetenv("PSR_TUNE_VECTOR");
+            t = tuning_of(ctx);
+        } else {
+            t = suite;
+            t.sample.resident_per_unit = t.verify.resident_per_unit = 64;
+        }
+        t.sample.two_pass = two_pass;
+        set_tuning(ctx, &t);
+        if (two_pass) {
+            assert_int_equal(tuning_of(ctx).sample.vector_width, 0);
             check_probs_against_oracle(16, 3000, 0, 1.0f);
             check_probs_against_oracle(16, 3000, PSR_SAMPLE_DRAFTING, 0.0f);
         }
@@ -164,10 +156,11 @@ static void test_split_rows_match_gumbel(void **state)
             assert_memory_equal(race, gumbel, rows * 4);
         }
         free(logits), free(seeds), free(pos), free(temps), free(race), free(gumbel);
-        psr_context_free(ctx);
+        if (ctx != saved)
+            psr_context_free(ctx);
+        ctx = saved;
     }
-    unsetenv("PSR_TUNE_RESIDENT");
-    ctx = saved;
+    set_tuning(ctx, &suite);
 }
 
 static void test_race_distribution(void **state)
@@ -195,8 +188,8 @@ static void test_race_distribution(void **state)
         pos[r] = (int64_t)r;
         temps[r] = 1.0f;
     }
-    assert_int_equal(psr_sample_host(ctx, batch, PSR_DTYPE_F32, n, vocab, 0, seeds, pos, temps,
-                                     PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, tokens, NULL, NULL),
+    assert_int_equal(sample_rows_f32(ctx, batch, n, vocab, seeds, pos, temps, PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS,
+                                     tokens),
                      PSR_OK);
     uint64_t *counts = calloc(vocab, sizeof *counts);
     for (size_t r = 0; r < n; r++)
@@ -269,10 +262,6 @@ static void test_bad_probabilities(void **state)
 
 int main(void)
 {
-    if (!have_device()) {
-        fprintf(stderr, "no OpenCL device: skipping\n");
-        return TEST_SKIP;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_probs_equal_oracle),
         cmocka_unit_test(test_race_matches_gumbel),
@@ -280,5 +269,5 @@ int main(void)
         cmocka_unit_test(test_race_distribution),
         cmocka_unit_test(test_bad_probabilities),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return run_device_tests(tests, .ctx = &ctx, .has_fp64 = &has_fp64, .seed = 4711);
 }

@@ -148,6 +148,87 @@ static void test_tuning_fallbacks(void **state)
     assert_int_equal(psr_tuning_for(&unknown).sample.work_group_size, 64);
 }
 
+/* The experimental psr_device_tuning gives the table's rows, before any
+ * PSR_TUNE_* variable, with the counts that scale with the device filled
+ * in; the PoCL row's driver facts come from the platform. */
+static void test_device_tuning(void **state)
+{
+    (void)state;
+    const char *rules[] = {"cpu", "nvidia-gpu", "amd-gpu", "cpu", "intel-gpu"};
+    setenv("PSR_TUNE_WG", "32", 1); /* not read by psr_device_tuning */
+    for (size_t i = 0; i < machine_size; i++) {
+        psr_device_info info = machine[i].info;
+        info.compute_units = 10;
+        info.max_work_group_size = 1024;
+        psr_tuning t;
+        assert_int_equal(psr_device_tuning(&info, &t), PSR_OK);
+        assert_string_equal(t.sample.rule, rules[i]);
+        assert_non_null(t.verify.rule);
+        assert_non_null(t.logprobs.rule);
+        assert_non_null(t.filter.rule);
+        assert_true(t.sample.work_group_size >= 16 && t.sample.work_group_size <= 1024);
+        assert_int_equal(t.sample.work_group_size & (t.sample.work_group_size - 1), 0);
+        assert_true(t.sample.resident_per_unit > 0 && t.verify.resident_per_unit > 0);
+        assert_true(t.sample.min_steps > 0);
+        assert_int_equal(t.verify.skip_groups, 4 * 10); /* 4 per compute unit */
+        assert_string_equal(t.extra_options, "");
+        bool pocl = i == 0;
+        assert_int_equal(t.driver_caches, pocl);
+        assert_int_equal(t.verify.fused_broken, pocl);
+        /* The internal table and the experimental call agree. */
+        psr_tuning internal = psr_tuning_for(&info);
+        assert_int_equal(internal.sample.work_group_size, t.sample.work_group_size);
+        assert_string_equal(internal.sample.rule, t.sample.rule);
+    }
+    unsetenv("PSR_TUNE_WG");
+    psr_tuning t;
+    assert_int_equal(psr_device_tuning(&machine[1].info, &t), PSR_OK);
+    assert_int_equal(t.sample.work_group_size, 256);
+    assert_true(t.verify.warp_shuffle);     /* NVIDIA's row */
+    assert_int_equal(t.sample.vector_width, 0);
+    assert_int_equal(psr_device_tuning(&machine[0].info, &t), PSR_OK);
+    assert_int_equal(t.sample.vector_width, 16); /* PoCL's explicit vectors */
+    assert_false(t.verify.warp_shuffle);
+    assert_true(t.logprobs.segment_tau);
+    assert_int_equal(psr_device_tuning(NULL, &t), PSR_ERR_NULL_ARGUMENT);
+    assert_int_equal(psr_device_tuning(&machine[0].info, NULL), PSR_ERR_NULL_ARGUMENT);
+}
+
+/* psr_tuning_variable_at lists every PSR_TUNE_* variable once, each with
+ * the field it sets and its range, and NULL past the last. */
+static void test_tuning_variables(void **state)
+{
+    (void)state;
+    const char *expected[] = {"PSR_TUNE_WG", "PSR_TUNE_RESIDENT", "PSR_TUNE_VECTOR", "PSR_TUNE_MIN_STEPS",
+                              "PSR_TUNE_TWO_PASS", "PSR_TUNE_MULHI", "PSR_TUNE_VERIFY_SKIP",
+                              "PSR_TUNE_VERIFY_FUSED", "PSR_TUNE_SHUFFLE", "PSR_TUNE_LOGPROBS_ONE",
+                              "PSR_TUNE_LOGPROBS_FEW", "PSR_TUNE_FILTER_DIRECT", "PSR_TUNE_BUILD_OPTIONS"};
+    const size_t n_expected = sizeof expected / sizeof expected[0];
+    bool seen[sizeof expected / sizeof expected[0]] = {false};
+    size_t n = 0;
+    for (const psr_tuning_variable *v; (v = psr_tuning_variable_at(n)); n++) {
+        assert_non_null(v->name);
+        assert_non_null(v->field);
+        assert_non_null(v->range);
+        assert_int_equal(strncmp(v->name, "PSR_TUNE_", 9), 0);
+        assert_true(strlen(v->field) > 0 && strlen(v->range) > 0);
+        for (size_t j = 0; j < n; j++)
+            assert_string_not_equal(psr_tuning_variable_at(j)->name, v->name);
+        for (size_t j = 0; j < n_expected; j++)
+            if (strcmp(expected[j], v->name) == 0)
+                seen[j] = true;
+        assert_true(n < 100);
+    }
+    for (size_t j = 0; j < n_expected; j++)
+        if (!seen[j])
+            fail_msg("%s is not listed", expected[j]);
+    assert_null(psr_tuning_variable_at(n));
+    assert_null(psr_tuning_variable_at(n + 1));
+    assert_null(psr_tuning_variable_at((size_t)-1));
+    assert_string_equal(psr_tuning_variable_at(0)->name, "PSR_TUNE_WG");
+    assert_string_equal(psr_tuning_variable_at(0)->field, "sample.work_group_size");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -155,6 +236,7 @@ int main(void)
         cmocka_unit_test(test_vendors),           cmocka_unit_test(test_indices),
         cmocka_unit_test(test_names),             cmocka_unit_test(test_bad_selectors),
         cmocka_unit_test(test_public_select_errors), cmocka_unit_test(test_tuning_fallbacks),
+        cmocka_unit_test(test_device_tuning),     cmocka_unit_test(test_tuning_variables),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

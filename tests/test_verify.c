@@ -1,7 +1,10 @@
 /* Speculative-draft verification on a real device: tokens equal the host
  * oracle's on every request (greedy and probabilistic, with and without a
  * draft cache, every noise option), the narrow unbiasedness test and its
- * control, the acceptance rate, streams, edge cases and bad input. */
+ * control, the acceptance rate, streams, edge cases and bad input. The
+ * default suite verifies f32 logits with fp32 noise (and runs every
+ * control); the long suite adds wide and fp64 noise, bf16 and the
+ * full-size statistics. */
 #include "common.h"
 #include "stats.h"
 
@@ -12,33 +15,24 @@
 
 static psr_context *ctx;
 static bool has_fp64;
-/* The long suite (PSR_TEST_LONG=1) runs the statistical tests at full size. */
-static bool long_run;
 
-static int setup(void **state)
+/* Sets the verification's launch values (launch-time, so any time). */
+static void set_verify_tuning(psr_context *c, size_t skip_groups, size_t fused_groups)
 {
-    (void)state;
-    test_seed(2718);
-    long_run = getenv("PSR_TEST_LONG") && strcmp(getenv("PSR_TEST_LONG"), "1") == 0;
-    ctx = open_suite_context();
-    /* Every launch decides drafts in the statistics and skips rows past a
-     * rejection, however small (by default only launches of more than
-     * about a wave do); test_skip_records_per_launch also runs without. */
-    ctx->tuning.verify.skip_groups = 0;
-    /* The two-kernel path everywhere; test_one_launch runs the one-launch
-     * kernel (the default for small batches on some devices). */
-    ctx->tuning.verify.fused_groups = 0;
-    psr_device_info info;
-    psr_context_device_info(ctx, &info);
-    has_fp64 = info.capabilities & PSR_CAP_FP64;
-    return 0;
+    psr_tuning t = tuning_of(c);
+    t.verify.skip_groups = skip_groups;
+    t.verify.fused_groups = fused_groups;
+    set_tuning(c, &t);
 }
 
-static int teardown(void **state)
+static void prepare(psr_context *c)
 {
-    (void)state;
-    psr_context_free(ctx);
-    return 0;
+    /* Every launch decides drafts in the statistics and skips rows past a
+     * rejection, however small (by default only launches of more than
+     * about a wave do); test_skip_records_per_launch also runs without.
+     * The two-kernel path everywhere; test_one_launch runs the one-launch
+     * kernel (the default for small batches on some devices). */
+    set_verify_tuning(c, 0, 0);
 }
 
 /* One verification batch in host memory. */
@@ -162,12 +156,12 @@ static psr_status run_verify(vcase *c, const vrun *run, int32_t *tokens, int32_t
         nfill[r] = SENTINEL;
     uint32_t sfill = SENTINEL;
 
-    cl_mem bt = test_buffer(ctx, c->rows * stride * esize, logits);
-    cl_mem bc = c->cache ? test_buffer(ctx, c->requests * c->cache_k * c->vocab * 4, c->cache) : NULL;
-    cl_mem bd = test_buffer(ctx, c->rows * 4, c->drafts), bs = test_buffer(ctx, c->requests * 8, c->seeds);
-    cl_mem btemp = test_buffer(ctx, c->requests * 4, c->temps), bp = test_buffer(ctx, c->rows * 8, c->positions);
-    cl_mem bo = test_buffer(ctx, c->requests * cols * tsize, out), bn = test_buffer(ctx, c->requests * 4, nfill);
-    cl_mem bst = test_buffer(ctx, 4, &sfill);
+    cl_mem bt = upload(ctx, logits, c->rows * stride * esize);
+    cl_mem bc = c->cache ? upload(ctx, c->cache, c->requests * c->cache_k * c->vocab * 4) : NULL;
+    cl_mem bd = upload(ctx, c->drafts, c->rows * 4), bs = upload(ctx, c->seeds, c->requests * 8);
+    cl_mem btemp = upload(ctx, c->temps, c->requests * 4), bp = upload(ctx, c->positions, c->rows * 8);
+    cl_mem bo = upload(ctx, out, c->requests * cols * tsize), bn = upload(ctx, nfill, c->requests * 4);
+    cl_mem bst = upload(ctx, &sfill, 4);
 
     psr_verify_args a;
     psr_verify_args_init(&a);
@@ -199,9 +193,9 @@ static psr_status run_verify(vcase *c, const vrun *run, int32_t *tokens, int32_t
         assert_int_equal(clWaitForEvents(1, &ev), CL_SUCCESS);
         clReleaseEvent(ev);
     }
-    test_read(ctx, bo, c->requests * cols * tsize, out);
-    test_read(ctx, bn, c->requests * 4, num);
-    test_read(ctx, bst, 4, status);
+    download(ctx, bo, out, c->requests * cols * tsize);
+    download(ctx, bn, num, c->requests * 4);
+    download(ctx, bst, status, 4);
     for (size_t i = 0; i < c->requests * cols; i++) {
         if (tsize == 8) {
             int64_t v;
@@ -213,19 +207,9 @@ static psr_status run_verify(vcase *c, const vrun *run, int32_t *tokens, int32_t
             memcpy(&tokens[i], out + i * 4, 4);
         }
     }
-    cl_mem all[] = {bt, bc, bd, bs, btemp, bp, bo, bn, bst};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        if (all[i])
-            clReleaseMemObject(all[i]);
+    release_buffers((cl_mem[]){bt, bc, bd, bs, btemp, bp, bo, bn, bst}, 9);
     free(logits), free(out), free(nfill);
     return st;
-}
-
-static psr_noise_kind noise_of(unsigned flags)
-{
-    return flags & PSR_SAMPLE_FP64_NOISE ? PSR_NOISE_FP64
-           : flags & PSR_SAMPLE_WIDE_NOISE ? PSR_NOISE_WIDE
-                                           : PSR_NOISE_FP32;
 }
 
 /* A case's outputs from psr_verify and from the oracle. */
@@ -301,29 +285,33 @@ static void test_matches_oracle(void **state)
     /* Rows split over as many groups as a GPU gives them (9 per request,
      * then 3), whose best the last of them gathers; the second split's
      * words lie where the first's were. */
-    size_t resident = ctx->tuning.verify.resident_per_unit;
-    ctx->tuning.verify.resident_per_unit = 64;
+    const psr_tuning before = tuning_of(ctx);
+    psr_tuning t = before;
+    t.verify.resident_per_unit = 64;
+    set_tuning(ctx, &t);
     vcase split = make_case(12, 20000, 3, true);
     check_against_oracle(&split, &prob);
     free_case(&split);
     split = make_case(8, 5000, 2, false);
     check_against_oracle(&split, &prob);
     free_case(&split);
-    ctx->tuning.verify.resident_per_unit = resident;
+    set_tuning(ctx, &before);
 
     vcase c = make_case(64, 777, 5, true);
     const vrun greedy = {PSR_VERIFY_GREEDY, 0, PSR_TOKENS_I64, PSR_DTYPE_F32, NULL};
     assert_true(check_against_oracle(&c, &greedy) > 10);
-    const vrun wide = {PSR_VERIFY_PROBABILISTIC, PSR_SAMPLE_WIDE_NOISE, PSR_TOKENS_I64, PSR_DTYPE_F32,
-                       NULL};
-    check_against_oracle(&c, &wide);
-    if (has_fp64) {
-        const vrun fp64 = {PSR_VERIFY_PROBABILISTIC, PSR_SAMPLE_FP64_NOISE, PSR_TOKENS_I32,
+    if (test_long()) { /* a build each */
+        const vrun wide = {PSR_VERIFY_PROBABILISTIC, PSR_SAMPLE_WIDE_NOISE, PSR_TOKENS_I64,
                            PSR_DTYPE_F32, NULL};
-        check_against_oracle(&c, &fp64);
+        check_against_oracle(&c, &wide);
+        if (has_fp64) {
+            const vrun fp64 = {PSR_VERIFY_PROBABILISTIC, PSR_SAMPLE_FP64_NOISE, PSR_TOKENS_I32,
+                               PSR_DTYPE_F32, NULL};
+            check_against_oracle(&c, &fp64);
+        }
+        const vrun bf16 = {PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_BF16, NULL};
+        check_against_oracle(&c, &bf16);
     }
-    const vrun bf16 = {PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_BF16, NULL};
-    check_against_oracle(&c, &bf16);
     c.stride = c.vocab + 13;
     check_against_oracle(&c, &prob);
     free_case(&c);
@@ -418,20 +406,20 @@ static void test_skip_records_per_launch(void **state)
                 memcpy(b.cache + (r * b.cache_k + (size_t)(row - b.cu[r])) * b.vocab, x, b.vocab * 4);
         }
     }
-    ctx->verify_epoch = PSR_VERIFY_EPOCHS - 2; /* A runs at the last number, B at the first */
+    set_verify_epoch(ctx, PSR_VERIFY_EPOCHS - 2); /* A runs at the last number, B at the first */
     check_against_oracle(&a, &prob);
     assert_int_equal(check_against_oracle(&b, &prob), b.rows - b.requests);
-    assert_int_equal(ctx->verify_epoch, 1);
+    assert_int_equal(verify_epoch(ctx), 1);
     /* Words left from before the wrap would outrank this launch's, so its
      * rejections would go unrecorded and A's drafts read as accepted. */
     check_against_oracle(&a, &prob);
-    ctx->tuning.verify.skip_groups = SIZE_MAX; /* nothing decided, skipped or counted */
+    set_verify_tuning(ctx, SIZE_MAX, 0); /* nothing decided, skipped or counted */
     check_against_oracle(&a, &prob);
     check_against_oracle(&b, &prob);
-    ctx->tuning.verify.skip_groups = 0;
+    set_verify_tuning(ctx, 0, 0);
 
     psr_context *control = open_control("-DPSR_TEST_ANY_EPOCH");
-    control->tuning.verify.skip_groups = 0;
+    set_verify_tuning(control, 0, tuning_of(control).verify.fused_groups);
     psr_context *saved = ctx;
     ctx = control;
     check_against_oracle(&a, &prob);
@@ -561,7 +549,7 @@ static void test_unbiased_and_control(void **state)
     psr_unbiased_result *res = malloc(sizeof *res);
     chi2_result chi[PSR_UNBIASED_MAX_K + 1];
     const size_t ks[] = {1, 3};
-    const size_t trials = long_run ? 200000 : 50000;
+    const size_t trials = test_long() ? 200000 : 50000;
     for (size_t i = 0; i < 2; i++) {
         assert_int_equal(psr_unbiased_run(ctx, ks[i], trials, 11, res), PSR_OK);
         print_positions("salted", res, chi);
@@ -585,7 +573,7 @@ static void test_acceptance_rate(void **state)
 {
     (void)state;
     psr_unbiased_result *res = malloc(sizeof *res);
-    const size_t trials = long_run ? 1000000 : 250000;
+    const size_t trials = test_long() ? 1000000 : 250000;
     assert_int_equal(psr_unbiased_run(ctx, 1, trials, 23, res), PSR_OK);
     double want = 0;
     for (int i = 0; i < PSR_UNBIASED_VOCAB; i++)
@@ -644,8 +632,8 @@ static void test_draft_cache_layout(void **state)
         cache[i] = -1234.0f;
     for (size_t r = 0; r < R; r++)
         seeds[r] = (int64_t)r, pos[r] = 7, temps[r] = 0.5f;
-    cl_mem bx = test_buffer(ctx, R * V * 4, x), bc = test_buffer(ctx, R * K * V * 4, cache), bs = test_buffer(ctx, R * 8, seeds);
-    cl_mem bp = test_buffer(ctx, R * 8, pos), bt = test_buffer(ctx, R * 4, temps), bo = test_buffer(ctx, R * 4, NULL);
+    cl_mem bx = upload(ctx, x, R * V * 4), bc = upload(ctx, cache, R * K * V * 4), bs = upload(ctx, seeds, R * 8);
+    cl_mem bp = upload(ctx, pos, R * 8), bt = upload(ctx, temps, R * 4), bo = device_buffer(ctx, R * 4);
     psr_sample_args s;
     psr_sample_args_init(&s);
     s.rows = R;
@@ -661,7 +649,7 @@ static void test_draft_cache_layout(void **state)
     s.draft_step = 1;
     s.flags = PSR_SAMPLE_DRAFTING;
     assert_int_equal(psr_sample(ctx, &s, NULL), PSR_OK);
-    test_read(ctx, bc, R * K * V * 4, cache);
+    download(ctx, bc, cache, R * K * V * 4);
     for (size_t r = 0; r < R; r++)
         for (size_t j = 0; j < K; j++)
             for (size_t i = 0; i < V; i++)
@@ -669,9 +657,7 @@ static void test_draft_cache_layout(void **state)
     s.draft_step = K; /* past the cache */
     assert_int_equal(psr_sample(ctx, &s, NULL), PSR_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(psr_last_error(ctx), "draft_step"));
-    cl_mem all[] = {bx, bc, bs, bp, bt, bo};
-    for (size_t i = 0; i < 6; i++)
-        clReleaseMemObject(all[i]);
+    release_buffers((cl_mem[]){bx, bc, bs, bp, bt, bo}, 6);
     free(x), free(cache);
 }
 
@@ -812,20 +798,20 @@ static void test_bad_input_device(void **state)
 static void test_one_launch(void **state)
 {
     const vrun prob = {PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_F32, NULL};
-    ctx->tuning.verify.fused_groups = 4095;
+    set_verify_tuning(ctx, 0, 4095);
     vcase c = make_case(16, 20000, 4, true);
     check_against_oracle(&c, &prob);
     free_case(&c);
-    if (ctx->tuning.verify.fused_broken) {
-        assert_false(ctx->verify_fused_last);
-        ctx->tuning.verify.fused_groups = 0;
+    if (tuning_of(ctx).verify.fused_broken) {
+        assert_false(last_paths(ctx).verify_one_launch);
+        set_verify_tuning(ctx, 0, 0);
         printf("psr_verify_fused is not used on this driver (docs/devices.md): only the fallback is tested\n");
         skip();
     }
-    assert_true(ctx->verify_fused_last);
+    assert_true(last_paths(ctx).verify_one_launch);
     c = make_case(40, 50, 3, false);
     check_against_oracle(&c, &prob);
-    assert_true(ctx->verify_fused_last);
+    assert_true(last_paths(ctx).verify_one_launch);
     free_case(&c);
     test_matches_oracle(state);
     test_bonus_and_greedy(state);
@@ -834,9 +820,9 @@ static void test_one_launch(void **state)
     test_skip_records_per_launch(state);
     c = make_case(1500, 3000, 4, true);
     check_against_oracle(&c, &prob);
-    assert_false(ctx->verify_fused_last);
+    assert_false(last_paths(ctx).verify_one_launch);
     free_case(&c);
-    ctx->tuning.verify.fused_groups = 0;
+    set_verify_tuning(ctx, 0, 0);
 }
 
 /* On NVIDIA GPUs, the oracle cases again with the warp shuffles flipped
@@ -850,22 +836,17 @@ static void test_other_shuffles(void **state)
         ctx = saved;
         skip();
     }
-    ctx->tuning.verify.skip_groups = 0;
-    ctx->tuning.verify.fused_groups = 0;
+    set_verify_tuning(ctx, 0, 0);
     test_matches_oracle(state);
-    ctx->tuning.verify.fused_groups = 4095;
+    set_verify_tuning(ctx, 0, 4095);
     test_matches_oracle(state);
-    assert_true(ctx->verify_fused_last);
+    assert_true(last_paths(ctx).verify_one_launch);
     psr_context_free(ctx);
     ctx = saved;
 }
 
 int main(void)
 {
-    if (!have_device()) {
-        fprintf(stderr, "no OpenCL device: skipped\n");
-        return TEST_SKIP;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_oracle),
         cmocka_unit_test(test_bonus_and_greedy),
@@ -881,5 +862,5 @@ int main(void)
         cmocka_unit_test(test_acceptance_rate),
         cmocka_unit_test(test_unbiased_and_control),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return run_device_tests(tests, .ctx = &ctx, .has_fp64 = &has_fp64, .seed = 2718, .prepare = prepare);
 }
