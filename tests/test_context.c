@@ -419,8 +419,8 @@ static void test_set_tuning(void **state)
     psr_device_info info;
     assert_int_equal(psr_context_device_info(ctx, &info), PSR_OK);
     const psr_tuning before = tuning_of(ctx);
-    psr_tuning bad[6];
-    for (size_t i = 0; i < 6; i++)
+    psr_tuning bad[8];
+    for (size_t i = 0; i < 8; i++)
         bad[i] = before;
     bad[0].sample.work_group_size = 0;
     bad[1].sample.work_group_size = 48; /* not a power of two */
@@ -428,7 +428,9 @@ static void test_set_tuning(void **state)
     bad[3].sample.resident_per_unit = 0;
     bad[4].verify.resident_per_unit = 0;
     bad[5].sample.min_steps = 0;
-    for (size_t i = 0; i < 6; i++)
+    bad[6].sample.work_group_size = 8; /* below 16, as PSR_TUNE_WG */
+    bad[7].sample.vector_width = 8;    /* the vector path is 16 lanes or off */
+    for (size_t i = 0; i < 8; i++)
         if (psr_context_set_tuning(ctx, &bad[i]) != PSR_ERR_INVALID_ARGUMENT)
             fail_msg("bad tuning %zu was taken", i);
     assert_int_equal(psr_context_set_tuning(NULL, &before), PSR_ERR_NULL_ARGUMENT);

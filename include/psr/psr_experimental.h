@@ -95,8 +95,10 @@ PSR_API psr_status psr_context_tuning(const psr_context *ctx, psr_tuning *out);
 /* Replaces a context's tuning, for experiments and tests. Values that
  * change how kernels are built (work-group size, vector width, mul_hi,
  * segment bound, warp shuffles, extra options) may change only before
- * the context's first build: PSR_ERR_INVALID_ARGUMENT after it. A zero
- * work-group size, resident count or step count is refused. */
+ * the context's first build: PSR_ERR_INVALID_ARGUMENT after it. Refused
+ * too: a work-group size that is not a power of two from 16 up to the
+ * device's largest, a vector width other than 0 or 16, and a zero
+ * resident or step count. */
 PSR_API psr_status psr_context_set_tuning(psr_context *ctx, const psr_tuning *tuning);
 /* Appends -D options to every build of this context; only before its
  * first build (the unbiasedness control builds without the draft salt). */

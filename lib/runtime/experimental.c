@@ -30,9 +30,11 @@ psr_status psr_context_set_tuning(psr_context *ctx, const psr_tuning *t)
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_set_tuning: ctx is NULL");
     REQUIRE(t, PSR_ERR_NULL_ARGUMENT, "psr_context_set_tuning: tuning is NULL");
     size_t wg = t->sample.work_group_size;
-    REQUIRE(wg && !(wg & (wg - 1)) && wg <= ctx->info.max_work_group_size, PSR_ERR_INVALID_ARGUMENT,
-            "tuning->sample.work_group_size %zu is not a power of two up to the device's %zu", wg,
+    REQUIRE(wg >= 16 && !(wg & (wg - 1)) && wg <= ctx->info.max_work_group_size, PSR_ERR_INVALID_ARGUMENT,
+            "tuning->sample.work_group_size %zu is not a power of two from 16 up to the device's %zu", wg,
             ctx->info.max_work_group_size);
+    REQUIRE(t->sample.vector_width == 0 || t->sample.vector_width == 16, PSR_ERR_INVALID_ARGUMENT,
+            "tuning->sample.vector_width %u is not 0 (off) or 16", t->sample.vector_width);
     REQUIRE(t->sample.resident_per_unit && t->verify.resident_per_unit && t->sample.min_steps,
             PSR_ERR_INVALID_ARGUMENT,
             "tuning->sample.resident_per_unit, verify.resident_per_unit and sample.min_steps must not be 0");
