@@ -419,19 +419,24 @@ inline void psr_consider(const psr_row *row, float x, uint i, psr_acc_t *best, u
     psr_consider_cut(row, x, i, best, best_i, -INFINITY);
 }
 
+/* Logits i .. i + 3 where all four exist and the address is aligned. */
+inline float4 psr_load4_aligned(__global const psr_logit_t *src, uint i)
+{
+#if PSR_LOGIT_DTYPE == 0
+    return *(__global const float4 *)(src + i);
+#elif PSR_LOGIT_DTYPE == 1
+    return vload_half4(0, src + i);
+#else
+    ushort4 b = *(__global const ushort4 *)(src + i);
+    return as_float4(convert_uint4(b) << 16);
+#endif
+}
+
 /* Logits i .. i+3 of a row, or NaN (ignored) past its end. */
 inline float4 psr_load4(__global const psr_logit_t *src, uint i, uint end, bool aligned)
 {
-    if (aligned && i + 3 < end) {
-#if PSR_LOGIT_DTYPE == 0
-        return *(__global const float4 *)(src + i);
-#elif PSR_LOGIT_DTYPE == 1
-        return vload_half4(0, src + i);
-#else
-        ushort4 b = *(__global const ushort4 *)(src + i);
-        return as_float4(convert_uint4(b) << 16);
-#endif
-    }
+    if (aligned && i + 3 < end)
+        return psr_load4_aligned(src, i);
     float4 x = (float4)(NAN);
     if (i < end)
         x.s0 = psr_load_logit(src, i);

@@ -77,19 +77,6 @@ inline __global const float *psr_cache_row(__global const float *cache, uint req
     return cache + ((ulong)req * cache_k + j) * vocab;
 }
 
-/* Logits i .. i + 3 where all four exist and the address is aligned. */
-inline float4 psr_load4_aligned(__global const psr_logit_t *src, uint i)
-{
-#if PSR_LOGIT_DTYPE == 0
-    return *(__global const float4 *)(src + i);
-#elif PSR_LOGIT_DTYPE == 1
-    return vload_half4(0, src + i);
-#else
-    ushort4 b = *(__global const ushort4 *)(src + i);
-    return as_float4(convert_uint4(b) << 16);
-#endif
-}
-
 /* Steps of a lane starting at `first` that reach into the row. */
 inline uint psr_steps_left(uint first, uint vocab)
 {
