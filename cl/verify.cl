@@ -448,34 +448,20 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
         psr_record_rejection(rejected, req, epoch, slot);
 }
 
-/* A statistics group's job: its row (with its request and draft slot)
- * and super-block, which logits it reads, and how. */
-typedef struct psr_stats_job {
-    uint row, req, slot, sb;
-    bool is_draft;  /* the draft logits (else the target's) */
-    bool draft_row; /* a row with a draft (else a bonus row) */
-    bool scale;     /* log-sum-exp partials of logits / T (else the argmax) */
-    bool divide;    /* x / 1 is x: skip the division */
-    float t, r;     /* temperature and its reciprocal */
-    /* The super-block's first token; whether it lies whole in the row;
-     * whether the logits read are aligned for vector loads. */
-    uint base, vocab, lid;
-    bool full, aligned;
-} psr_stats_job;
-
-/* How a statistics group goes on after its entry (psr_stats_entry). */
-#define PSR_STATS_READ 0  /* it reads its tokens */
-#define PSR_STATS_COUNT 1 /* nothing to read: counted in its row at once */
-#define PSR_STATS_EXIT 2  /* nothing to read or count */
-
-/* A statistics group's entry: its job (g counts from 0 after the check's
- * group) and whether it reads its tokens. Every work-item calls it (a
- * barrier where a recorded rejection may skip the group); the answer is
- * the same for all. */
-inline int psr_stats_entry(psr_stats_job *job, uint vocab, uint nsb, __global const int4 *order,
-                           __global const float *temperatures, uint greedy_all,
-                           __global const float *draft_cache, __global const uint *rejected, uint epoch,
-                           uint decide, uint draft_rows, uint g, uint lid, __local uint *lskip)
+/* One statistics group's work (g counts from 0 after the check's group);
+ * `fused` when the sampling groups of the same launch read its results
+ * (psr_verify_fused). The locals are the kernel's. */
+inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+                            uint vocab, uint nsb, __global const int4 *order,
+                            __global const float *temperatures, __global const long *seeds,
+                            uint greedy_all, __global const float *draft_cache, uint cache_k,
+                            __global const int *draft_tokens, __global const long *positions,
+                            __global float2 *t_lse, __global float *t_best, __global uint *t_best_i,
+                            __global float2 *q_lse, __global uint *done, __global uint *rejected,
+                            uint epoch, uint decide, __global float2 *row_lse, uint draft_rows, uint g,
+                            bool fused, __global uint *req_done, uint lid, __local float *lm,
+                            __local float *ls, __local float *lbv, __local uint *lbi,
+                            __local uint *lskip)
 {
     /* The draft rows' groups (target and draft logits), then the bonus
      * rows' (target logits only). */
@@ -493,44 +479,51 @@ inline int psr_stats_entry(psr_stats_job *job, uint vocab, uint nsb, __global co
     bool divide = scale && t != 1.0f; /* x / 1 is x: skip the division */
     float r = scale ? psr_temp_recip(t) : 1.0f;
     bool draft_row = slot + 1 < (uint)o.w;
-    job->row = row;
-    job->req = req;
-    job->slot = slot;
-    job->sb = sb;
-    job->is_draft = is_draft;
-    job->draft_row = draft_row;
-    job->scale = scale;
-    job->divide = divide;
-    job->t = t;
-    job->r = r;
-    job->vocab = vocab;
-    job->lid = lid;
-    if (!draft_row && scale)
-        return PSR_STATS_EXIT; /* a bonus row is sampled without its log-sum-exp */
+    /* In one launch every exit counts the group into its request's
+     * req_done (after its own stores), for the sampling groups to wait on. */
+    if (!draft_row && scale) {
+        if (lid == 0 && fused)
+            psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
+        return; /* a bonus row is sampled without its log-sum-exp */
+    }
     if (is_draft && !(draft_cache && draft_row && scale)) {
         /* Nothing to read (a greedy request's draft row): counted at once. */
-        return decide && draft_row ? PSR_STATS_COUNT : PSR_STATS_EXIT;
+        if (lid == 0 && decide && draft_row)
+            psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
+                          greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
+                          t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows, g, fused);
+        if (lid == 0 && fused)
+            psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
+        return; /* uniform across the group */
     }
     if (decide && slot > 0) { /* nothing is recorded before a request's first draft */
         if (lid == 0)
             *lskip = psr_known_rejection(rejected, req, epoch) < slot;
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (*lskip)
-            return PSR_STATS_EXIT; /* past a recorded rejection: never read (uncounted, so never decided) */
+        if (*lskip) {
+            if (lid == 0 && fused)
+                psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
+            return; /* past a recorded rejection: never read (uncounted, so never decided) */
+        }
     }
-    return PSR_STATS_READ;
-}
+    uint base = sb * PSR_SB;
+    bool full = base + PSR_SB <= vocab;
+    ulong at = (ulong)row * nsb + sb;
 
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
+    __global const float *q = is_draft ? psr_cache_row(draft_cache, req, cache_k, slot, vocab) : 0;
+    bool aligned = is_draft ? ((size_t)q & 15) == 0
+                            : ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
+    uint steps[PSR_LPT];
+    for (uint l = 0; l < PSR_LPT; l++)
+        steps[l] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
 #if PSR_LPT == 1
-/* GPUs: one lane per work-item, its 16 steps held in registers. Every
- * load is issued first, none waiting on another, so the memory system
- * sees all of a work-item's requests at once. */
-inline void psr_stats_load_lane(const psr_stats_job *job, const uint *steps, __global const psr_logit_t *src,
-                                __global const float *q, float4 *v)
-{
-    bool is_draft = job->is_draft, aligned = job->aligned;
-    uint first = job->base + 4 * job->lid;
-    if (job->full && aligned) {
+    /* GPUs: one lane per work-item, its 16 steps held in registers. Every
+     * load is issued first, none waiting on another, so the memory system
+     * sees all of a work-item's requests at once. */
+    float4 v[PSR_SB_STEPS];
+    uint first = base + 4 * lid;
+    if (full && aligned) {
 #pragma unroll
         for (uint k = 0; k < PSR_SB_STEPS; k++) {
             uint i = first + k * 4 * PSR_LANES;
@@ -540,174 +533,91 @@ inline void psr_stats_load_lane(const psr_stats_job *job, const uint *steps, __g
 #pragma unroll /* constant indices keep v in registers */
         for (uint k = 0; k < PSR_SB_STEPS; k++)
             if (k < steps[0])
-                v[k] = psr_stats_load(is_draft, src, q, first + k * 4 * PSR_LANES, job->vocab, aligned);
+                v[k] = psr_stats_load(is_draft, src, q, first + k * 4 * PSR_LANES, vocab, aligned);
     }
-}
 #endif
 
-/* Greedy: the work-item's best token in *best_i, its value returned. Only
- * the argmax, ties to the lowest index (NaN never wins); a work-item's
- * tokens are in increasing order only when it has one lane, so ties
- * compare indices. */
-inline float psr_stats_lane_argmax(const psr_stats_job *job, const uint *steps, __global const psr_logit_t *src,
-                                   __global const float *q, const float4 *v, uint *best_i)
-{
-    uint base = job->base, lid = job->lid, vocab = job->vocab;
-    float bv = -INFINITY;
-    uint bi = base + 4 * lid < vocab ? base + 4 * lid : 0xffffffffu;
+    if (!scale) {
+        /* Greedy: only the argmax, ties to the lowest index (NaN never
+         * wins); a work-item's tokens are in increasing order only when
+         * it has one lane, so ties compare indices. */
+        float bv = -INFINITY;
+        uint bi = base + 4 * lid < vocab ? base + 4 * lid : 0xffffffffu;
 #if PSR_LPT == 1
-    uint first = base + 4 * lid;
 #pragma unroll
-    for (uint k = 0; k < PSR_SB_STEPS; k++) {
-        if (k >= steps[0])
-            break; /* the rest of the lane is past the row */
-        uint i = first + k * 4 * PSR_LANES;
-        float4 x = v[k];
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
+            if (k >= steps[0])
+                break; /* the rest of the lane is past the row */
+            uint i = first + k * 4 * PSR_LANES;
+            float4 x = v[k];
 #else
-    for (uint l = 0; l < PSR_LPT; l++)
-    for (uint k = 0; k < steps[l]; k++) {
-        uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
-        float4 x = psr_stats_load(job->is_draft, src, q, i, vocab, job->aligned);
-#endif
-        if (psr_better(x.s0, i, bv, bi))
-            bv = x.s0, bi = i;
-        if (psr_better(x.s1, i + 1, bv, bi))
-            bv = x.s1, bi = i + 1;
-        if (psr_better(x.s2, i + 2, bv, bi))
-            bv = x.s2, bi = i + 2;
-        if (psr_better(x.s3, i + 3, bv, bi))
-            bv = x.s3, bi = i + 3;
-    }
-    *best_i = bi;
-    return bv;
-}
-
-/* The group's argmax from each work-item's (bv, bi), published at `at`.
- * Every work-item of the group calls it (barriers). */
-inline void psr_stats_group_argmax(float bv, uint bi, uint lid, __local float *lbv, __local uint *lbi,
-                                   __global float *t_best, __global uint *t_best_i, ulong at)
-{
-    lbv[lid] = bv;
-    lbi[lid] = bi;
-    for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid < s && psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid])) {
-            lbv[lid] = lbv[lid + s];
-            lbi[lid] = lbi[lid + s];
-        }
-    }
-    if (lid == 0) {
-        psr_publish((__global uint *)(t_best + at), as_uint(lbv[0]));
-        psr_publish(t_best_i + at, lbi[0]);
-    }
-}
-
-/* Each lane's max of logits / T, then its exp sums against it, into lm
- * and ls (on GPUs v becomes the scaled logits). */
-inline void psr_stats_lane_sums(const psr_stats_job *job, const uint *steps, __global const psr_logit_t *src,
-                                __global const float *q, float4 *v, __local float *lm, __local float *ls)
-{
-    uint lid = job->lid;
-    bool divide = job->divide;
-    float t = job->t, r = job->r;
-#if PSR_LPT == 1
-    float wm = -INFINITY;
-#pragma unroll
-    for (uint k = 0; k < PSR_SB_STEPS; k++) {
-        if (k >= steps[0])
-            break; /* the rest of the lane is past the row */
-        if (divide)
-            v[k] = psr_scaled4(v[k], t, r);
-        wm = fmax(wm, psr_max4(v[k]));
-    }
-    float4 lane = (float4)(0.0f);
-#pragma unroll
-    for (uint k = 0; k < PSR_SB_STEPS; k++)
-        if (k < steps[0])
-            lane += psr_exp_terms(v[k], wm);
-    lm[lid] = wm;
-    ls[lid] = psr_lane_sum(lane);
-#else
-    uint base = job->base, vocab = job->vocab;
-    bool is_draft = job->is_draft, aligned = job->aligned;
-    for (uint l = 0; l < PSR_LPT; l++) {
-        float wm = -INFINITY;
+        for (uint l = 0; l < PSR_LPT; l++)
         for (uint k = 0; k < steps[l]; k++) {
             uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
             float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-            wm = fmax(wm, psr_max4(divide ? psr_scaled4(x, t, r) : x));
+#endif
+            if (psr_better(x.s0, i, bv, bi))
+                bv = x.s0, bi = i;
+            if (psr_better(x.s1, i + 1, bv, bi))
+                bv = x.s1, bi = i + 1;
+            if (psr_better(x.s2, i + 2, bv, bi))
+                bv = x.s2, bi = i + 2;
+            if (psr_better(x.s3, i + 3, bv, bi))
+                bv = x.s3, bi = i + 3;
+        }
+        lbv[lid] = bv;
+        lbi[lid] = bi;
+        for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (lid < s && psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid])) {
+                lbv[lid] = lbv[lid + s];
+                lbi[lid] = lbi[lid + s];
+            }
+        }
+        if (lid == 0) {
+            psr_publish((__global uint *)(t_best + at), as_uint(lbv[0]));
+            psr_publish(t_best_i + at, lbi[0]);
+        }
+    } else {
+        /* Each lane's max of logits / T, then its exp sums against it. */
+#if PSR_LPT == 1
+        float wm = -INFINITY;
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
+            if (k >= steps[0])
+                break; /* the rest of the lane is past the row */
+            if (divide)
+                v[k] = psr_scaled4(v[k], t, r);
+            wm = fmax(wm, psr_max4(v[k]));
         }
         float4 lane = (float4)(0.0f);
-        for (uint k = 0; k < steps[l]; k++) {
-            uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
-            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-            lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, wm);
-        }
-        lm[lid + l * PSR_VWG] = wm;
-        ls[lid + l * PSR_VWG] = psr_lane_sum(lane);
-    }
-#endif
-}
-
-/* One statistics group's work (g counts from 0 after the check's group);
- * `fused` when the sampling groups of the same launch read its results
- * (psr_verify_fused). The locals are the kernel's. */
-inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                            uint vocab, uint nsb, __global const int4 *order,
-                            __global const float *temperatures, __global const long *seeds,
-                            uint greedy_all, __global const float *draft_cache, uint cache_k,
-                            __global const int *draft_tokens, __global const long *positions,
-                            __global float2 *t_lse, __global float *t_best, __global uint *t_best_i,
-                            __global float2 *q_lse, __global uint *done, __global uint *rejected,
-                            uint epoch, uint decide, __global float2 *row_lse, uint draft_rows, uint g,
-                            bool fused, __global uint *req_done, uint lid, __local float *lm,
-                            __local float *ls, __local float *lbv, __local uint *lbi,
-                            __local uint *lskip)
-{
-    psr_stats_job job;
-    int entry = psr_stats_entry(&job, vocab, nsb, order, temperatures, greedy_all, draft_cache, rejected, epoch,
-                                decide, draft_rows, g, lid, lskip);
-    /* In one launch every exit counts the group into its request's
-     * req_done (after its own stores), for the sampling groups to wait on. */
-    if (entry != PSR_STATS_READ) {
-        if (lid == 0 && entry == PSR_STATS_COUNT)
-            psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
-                          greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
-                          t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows, g, fused);
-        if (lid == 0 && fused)
-            psr_count_arrival(req_done + job.req, epoch, PSR_REJECT_BITS);
-        return; /* uniform across the group */
-    }
-    uint base = job.sb * PSR_SB;
-    bool full = base + PSR_SB <= vocab;
-    ulong at = (ulong)job.row * nsb + job.sb;
-
-    __global const psr_logit_t *src = logits + logits_offset + (ulong)job.row * row_stride;
-    __global const float *q = job.is_draft ? psr_cache_row(draft_cache, job.req, cache_k, job.slot, vocab) : 0;
-    bool aligned = job.is_draft ? ((size_t)q & 15) == 0
-                                : ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    uint steps[PSR_LPT];
-    for (uint l = 0; l < PSR_LPT; l++)
-        steps[l] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
-    job.base = base;
-    job.full = full;
-    job.aligned = aligned;
-#if PSR_LPT == 1
-    float4 v[PSR_SB_STEPS]; /* GPUs: the lane's tokens, in registers */
-    psr_stats_load_lane(&job, steps, src, q, v);
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++)
+            if (k < steps[0])
+                lane += psr_exp_terms(v[k], wm);
+        lm[lid] = wm;
+        ls[lid] = psr_lane_sum(lane);
 #else
-    float4 *v = 0; /* CPUs: each pass reads the lanes again */
+        for (uint l = 0; l < PSR_LPT; l++) {
+            float wm = -INFINITY;
+            for (uint k = 0; k < steps[l]; k++) {
+                uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
+                float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+                wm = fmax(wm, psr_max4(divide ? psr_scaled4(x, t, r) : x));
+            }
+            float4 lane = (float4)(0.0f);
+            for (uint k = 0; k < steps[l]; k++) {
+                uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
+                float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+                lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, wm);
+            }
+            lm[lid + l * PSR_VWG] = wm;
+            ls[lid + l * PSR_VWG] = psr_lane_sum(lane);
+        }
 #endif
-
-    if (!job.scale) {
-        uint bi;
-        float bv = psr_stats_lane_argmax(&job, steps, src, q, v, &bi);
-        psr_stats_group_argmax(bv, bi, lid, lbv, lbi, t_best, t_best_i, at);
-    } else {
-        psr_stats_lane_sums(&job, steps, src, q, v, lm, ls);
         float2 part = psr_lse_tree(lid, lm, ls, true);
         if (lid == 0) {
-            __global uint *w = (__global uint *)((job.is_draft ? q_lse : t_lse) + at);
+            __global uint *w = (__global uint *)((is_draft ? q_lse : t_lse) + at);
             psr_publish(w, as_uint(part.x));
             psr_publish(w + 1, as_uint(part.y));
         }
@@ -718,7 +628,7 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
                       greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
                       t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows, g, fused);
     if (lid == 0 && fused)
-        psr_count_arrival(req_done + job.req, epoch, PSR_REJECT_BITS);
+        psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
 }
 
 /* Group 0 checks the inputs only the device holds (status). Then one

@@ -10,6 +10,13 @@ import re
 import sys
 
 MAX_LINES = 80
+# Functions kept whole on purpose, each with the measurement that keeps it
+# so; a new entry needs one too.
+LONG_ALLOWED = {
+    ("cl/verify.cl", "psr_stats_group"):
+        "split into helpers (lanes held in registers passed between them), the verification "
+        "statistics ran 13-28% slower on the H200 (docs/notes/2026-12-03-layered-architecture.md)",
+}
 MAX_PARAMS = 16
 # Which layers each layer may include (besides itself and cl/'s shared header).
 LAYERS = {"runtime": set(), "ops": {"runtime"}, "oracle": set(), "check": {"ops", "runtime", "oracle"}}
@@ -77,7 +84,7 @@ def main():
         for path in sources(root, folder, (".c", ".cl")):
             rel = os.path.relpath(path, root)
             for name, line, count, _ in functions(path):
-                if count > MAX_LINES:
+                if count > MAX_LINES and (rel, name) not in LONG_ALLOWED:
                     problems.append(f"{rel}:{line + 1}: {name} is {count} lines (at most {MAX_LINES})")
     for path in sources(root, "cl", (".cl", ".h")):
         for name, n in kernel_params(path):
