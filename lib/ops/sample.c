@@ -37,11 +37,14 @@ static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
     size_t stride = a->row_stride ? a->row_stride : a->vocab;
     REQUIRE(stride >= a->vocab, PSR_ERR_INVALID_ARGUMENT,
             "args->row_stride %zu is smaller than args->vocab %zu", stride, a->vocab);
-    REQUIRE(a->logits, PSR_ERR_NULL_ARGUMENT, "args->logits is NULL");
-    REQUIRE(a->seeds, PSR_ERR_NULL_ARGUMENT, "args->seeds is NULL");
-    REQUIRE(a->temperatures, PSR_ERR_NULL_ARGUMENT, "args->temperatures is NULL");
-    REQUIRE(a->positions, PSR_ERR_NULL_ARGUMENT, "args->positions is NULL");
-    REQUIRE(a->tokens, PSR_ERR_NULL_ARGUMENT, "args->tokens is NULL");
+    const psr_buffer_need required[] = {{a->logits, 0, "args->logits"},
+                                        {a->seeds, 0, "args->seeds"},
+                                        {a->temperatures, 0, "args->temperatures"},
+                                        {a->positions, 0, "args->positions"},
+                                        {a->tokens, 0, "args->tokens"}};
+    fst = psr_check_required(ctx, required, sizeof required / sizeof required[0]);
+    if (fst != PSR_OK)
+        return fst;
     REQUIRE(a->requests > 0, PSR_ERR_INVALID_ARGUMENT, "args->requests is 0");
     REQUIRE(a->requests <= INT32_MAX, PSR_ERR_INVALID_ARGUMENT, "args->requests %zu is too large",
             a->requests);
@@ -59,21 +62,16 @@ static psr_status check_args(psr_context *ctx, const psr_sample_args *a)
     REQUIRE(logits_bytes > 0, PSR_ERR_INVALID_ARGUMENT,
             "args->logits_offset %zu + (rows - 1) x row_stride %zu overflows the address space",
             a->logits_offset, stride);
-    psr_status st = psr_check_buffer(ctx, a->logits, logits_bytes, "args->logits");
-    if (st == PSR_OK)
-        st = psr_check_buffer(ctx, a->seeds, a->requests * 8, "args->seeds");
-    if (st == PSR_OK)
-        st = psr_check_buffer(ctx, a->temperatures, a->requests * 4, "args->temperatures");
-    if (st == PSR_OK)
-        st = psr_check_buffer(ctx, a->positions, a->rows * 8, "args->positions");
-    if (st == PSR_OK)
-        st = psr_check_buffer(ctx, a->tokens, a->rows * 4, "args->tokens");
-    if (st == PSR_OK && a->row_request)
-        st = psr_check_buffer(ctx, a->row_request, a->rows * 4, "args->row_request");
-    if (st == PSR_OK && a->row_flags)
-        st = psr_check_buffer(ctx, a->row_flags, a->rows * 4, "args->row_flags");
-    if (st == PSR_OK && a->draft_cache_rows)
-        st = psr_check_buffer(ctx, a->draft_cache_rows, a->rows * 4, "args->draft_cache_rows");
+    const psr_buffer_need needs[] = {
+        {a->logits, logits_bytes, "args->logits"},
+        {a->seeds, a->requests * 8, "args->seeds"},
+        {a->temperatures, a->requests * 4, "args->temperatures"},
+        {a->positions, a->rows * 8, "args->positions"},
+        {a->tokens, a->rows * 4, "args->tokens"},
+        {a->row_request, a->rows * 4, "args->row_request"},
+        {a->row_flags, a->rows * 4, "args->row_flags"},
+        {a->draft_cache_rows, a->rows * 4, "args->draft_cache_rows"}};
+    psr_status st = psr_check_buffers(ctx, needs, sizeof needs / sizeof needs[0]);
     REQUIRE(!a->draft_cache_k || !a->draft_cache_rows, PSR_ERR_INVALID_ARGUMENT,
             "args->draft_cache_k and args->draft_cache_rows are both set: choose one layout");
     REQUIRE(a->draft_step < a->draft_cache_k || (!a->draft_cache_k && !a->draft_step),

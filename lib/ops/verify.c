@@ -75,13 +75,14 @@ static psr_status check_args(psr_context *ctx, const psr_verify_args *a, unsigne
     REQUIRE(stride >= a->vocab, PSR_ERR_INVALID_ARGUMENT,
             "args->target_row_stride %zu is smaller than args->vocab %zu", stride, a->vocab);
     REQUIRE(a->cu, PSR_ERR_NULL_ARGUMENT, "args->cu is NULL");
-    REQUIRE(a->target_logits, PSR_ERR_NULL_ARGUMENT, "args->target_logits is NULL");
-    REQUIRE(a->draft_tokens, PSR_ERR_NULL_ARGUMENT, "args->draft_tokens is NULL");
-    REQUIRE(a->seeds, PSR_ERR_NULL_ARGUMENT, "args->seeds is NULL");
-    REQUIRE(a->temperatures, PSR_ERR_NULL_ARGUMENT, "args->temperatures is NULL");
-    REQUIRE(a->positions, PSR_ERR_NULL_ARGUMENT, "args->positions is NULL");
-    REQUIRE(a->tokens, PSR_ERR_NULL_ARGUMENT, "args->tokens is NULL");
-    REQUIRE(a->num_sampled, PSR_ERR_NULL_ARGUMENT, "args->num_sampled is NULL");
+    const psr_buffer_need required[] = {
+        {a->target_logits, 0, "args->target_logits"}, {a->draft_tokens, 0, "args->draft_tokens"},
+        {a->seeds, 0, "args->seeds"},                 {a->temperatures, 0, "args->temperatures"},
+        {a->positions, 0, "args->positions"},         {a->tokens, 0, "args->tokens"},
+        {a->num_sampled, 0, "args->num_sampled"}};
+    st = psr_check_required(ctx, required, sizeof required / sizeof required[0]);
+    if (st != PSR_OK)
+        return st;
     REQUIRE(!a->draft_cache || a->draft_cache_k > 0, PSR_ERR_INVALID_ARGUMENT,
             "args->draft_cache_k is 0 with args->draft_cache set");
     REQUIRE(a->num_events_in_wait_list == 0 || a->event_wait_list, PSR_ERR_NULL_ARGUMENT,
@@ -101,21 +102,16 @@ static psr_status check_args(psr_context *ctx, const psr_verify_args *a, unsigne
     size_t tsize = a->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4;
     REQUIRE(cols <= SIZE_MAX / tsize / a->requests, PSR_ERR_INVALID_ARGUMENT,
             "args->requests x (max_drafts + 1) overflows the address space");
-    st = psr_check_buffer(ctx, a->target_logits, logits_bytes, "args->target_logits");
-    if (st == PSR_OK)
-        st = psr_check_buffer(ctx, a->draft_tokens, a->rows * 4, "args->draft_tokens");
-    if (st == PSR_OK)
-        st = psr_check_buffer(ctx, a->seeds, a->requests * 8, "args->seeds");
-    if (st == PSR_OK)
-        st = psr_check_buffer(ctx, a->temperatures, a->requests * 4, "args->temperatures");
-    if (st == PSR_OK)
-        st = psr_check_buffer(ctx, a->positions, a->rows * 8, "args->positions");
-    if (st == PSR_OK)
-        st = psr_check_buffer(ctx, a->tokens, a->requests * cols * tsize, "args->tokens");
-    if (st == PSR_OK)
-        st = psr_check_buffer(ctx, a->num_sampled, a->requests * 4, "args->num_sampled");
-    if (st == PSR_OK && a->status)
-        st = psr_check_buffer(ctx, a->status, 4, "args->status");
+    const psr_buffer_need needs[] = {
+        {a->target_logits, logits_bytes, "args->target_logits"},
+        {a->draft_tokens, a->rows * 4, "args->draft_tokens"},
+        {a->seeds, a->requests * 8, "args->seeds"},
+        {a->temperatures, a->requests * 4, "args->temperatures"},
+        {a->positions, a->rows * 8, "args->positions"},
+        {a->tokens, a->requests * cols * tsize, "args->tokens"},
+        {a->num_sampled, a->requests * 4, "args->num_sampled"},
+        {a->status, 4, "args->status"}};
+    st = psr_check_buffers(ctx, needs, sizeof needs / sizeof needs[0]);
     if (st == PSR_OK && a->draft_cache) {
         REQUIRE(a->draft_cache_k <= SIZE_MAX / 4 / a->vocab / a->requests, PSR_ERR_INVALID_ARGUMENT,
                 "args->requests x draft_cache_k x vocab overflows the address space");

@@ -37,6 +37,22 @@ psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const cha
     return PSR_OK;
 }
 
+psr_status psr_check_required(psr_context *ctx, const psr_buffer_need *needs, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        REQUIRE(needs[i].buffer, PSR_ERR_NULL_ARGUMENT, "%s is NULL", needs[i].name);
+    return PSR_OK;
+}
+
+psr_status psr_check_buffers(psr_context *ctx, const psr_buffer_need *needs, size_t count)
+{
+    psr_status st = PSR_OK;
+    for (size_t i = 0; i < count && st == PSR_OK; i++)
+        if (needs[i].buffer)
+            st = psr_check_buffer(ctx, needs[i].buffer, needs[i].bytes, needs[i].name);
+    return st;
+}
+
 #define PSR_SAMPLE_ALL_FLAGS                                                                     \
     (PSR_SAMPLE_DRAFTING | PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_FAST_MATH | PSR_SAMPLE_WIDE_NOISE | \
      PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS)

@@ -14,6 +14,18 @@ size_t psr_logits_bytes(size_t offset, size_t rows, size_t stride, size_t vocab,
 psr_status psr_resolve_flags(psr_context *ctx, unsigned flags, const char *name, unsigned *out);
 /* Fails with PSR_ERR_BUFFER_TOO_SMALL unless buf holds `need` bytes. */
 psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const char *name);
+/* One buffer of a call and the bytes its shape needs; NULL buffers are
+ * skipped (required ones are checked for NULL before). */
+typedef struct psr_buffer_need {
+    cl_mem buffer;
+    size_t bytes;
+    const char *name;
+} psr_buffer_need;
+/* PSR_ERR_NULL_ARGUMENT naming the first NULL buffer of a list of
+ * required ones (their bytes unread). */
+psr_status psr_check_required(psr_context *ctx, const psr_buffer_need *needs, size_t count);
+/* psr_check_buffer over a list, stopping at the first that fails. */
+psr_status psr_check_buffers(psr_context *ctx, const psr_buffer_need *needs, size_t count);
 /* How a row is split over work-groups: `groups` chunks of `chunk` tokens
  * (a multiple of 4). */
 void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *chunk, cl_uint *groups);
