@@ -186,12 +186,7 @@ static psr_status reserve_sample(psr_context *ctx, const psr_sample_args *a, sam
         pl->best_keys = ctx->best_keys.buffer;
         pl->best_count = ctx->best_count.buffer;
     } else if (st == PSR_OK && groups > 1) {
-        size_t acc = pl->v.fp64 ? sizeof(cl_double) : sizeof(cl_float);
-        st = psr_kernel_get(ctx, &pl->v, "psr_gumbel_finalize", &pl->finalize);
-        if (st == PSR_OK)
-            st = psr_scratch_reserve(ctx, &ctx->part_value, pl->parts * acc);
-        if (st == PSR_OK)
-            st = psr_scratch_reserve(ctx, &ctx->part_index, pl->parts * sizeof(cl_uint));
+        st = psr_reserve_partials(ctx, &pl->v, "psr_gumbel_finalize", pl->parts, &pl->finalize);
         pl->part_value = ctx->part_value.buffer;
         pl->part_index = ctx->part_index.buffer;
     }

@@ -327,12 +327,7 @@ static psr_status reserve(psr_context *ctx, const psr_verify_args *a, verify_pla
     if (st == PSR_OK)
         st = reserve_state(ctx, need);
     if (st == PSR_OK && !pl->one_pass && pl->params.groups_per_row > 1 && !pl->fused) {
-        size_t acc = pl->v.fp64 ? sizeof(cl_double) : sizeof(cl_float);
-        st = psr_kernel_get(ctx, &pl->v, "psr_verify_finalize", &pl->finalize);
-        if (st == PSR_OK)
-            st = psr_scratch_reserve(ctx, &ctx->part_value, pl->parts * acc);
-        if (st == PSR_OK)
-            st = psr_scratch_reserve(ctx, &ctx->part_index, pl->parts * sizeof(cl_uint));
+        st = psr_reserve_partials(ctx, &pl->v, "psr_verify_finalize", pl->parts, &pl->finalize);
         pl->part_value = ctx->part_value.buffer;
         pl->part_index = ctx->part_index.buffer;
     }

@@ -144,6 +144,18 @@ bool psr_one_pass(const psr_context *ctx, size_t vocab, cl_uint groups_per_row, 
            vocab <= (1u << 20) && groups_per_row < 4096 && !ctx->tuning.sample.two_pass;
 }
 
+psr_status psr_reserve_partials(psr_context *ctx, const psr_variant *v, const char *name, size_t parts,
+                                cl_kernel *finalize)
+{
+    size_t acc = v->fp64 ? sizeof(cl_double) : sizeof(cl_float);
+    psr_status st = psr_kernel_get(ctx, v, name, finalize);
+    if (st == PSR_OK)
+        st = psr_scratch_reserve(ctx, &ctx->part_value, parts * acc);
+    if (st == PSR_OK)
+        st = psr_scratch_reserve(ctx, &ctx->part_index, parts * sizeof(cl_uint));
+    return st;
+}
+
 psr_rows_params psr_rows_params_of(size_t logits_offset, size_t row_stride, size_t vocab, size_t requests,
                                    cl_uint groups_per_row, cl_uint chunk)
 {

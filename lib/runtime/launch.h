@@ -5,6 +5,7 @@
 #include <psr/psr_experimental.h>
 
 #include "psr_shared.h"
+#include "runtime/program.h"
 
 #include <stdbool.h>
 
@@ -57,6 +58,10 @@ psr_status psr_kernel_args_end(psr_kernel_args *a);
  * counts per row)? It needs 64-bit atomics, fp32 values, indices that fit
  * the key's 20 bits and counts that fit 12. */
 bool psr_one_pass(const psr_context *ctx, size_t vocab, cl_uint groups_per_row, bool fp64);
+/* Split rows without one pass: the finishing kernel `name` of variant v
+ * and room for each group's partial (ctx->part_value, ctx->part_index). */
+psr_status psr_reserve_partials(psr_context *ctx, const psr_variant *v, const char *name, size_t parts,
+                                cl_kernel *finalize);
 /* The rows' part of a sampling or filter kernel's parameters; a
  * row_stride of 0 means vocab. */
 psr_rows_params psr_rows_params_of(size_t logits_offset, size_t row_stride, size_t vocab, size_t requests,
