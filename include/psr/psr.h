@@ -18,10 +18,14 @@
 #ifndef PSR_H
 #define PSR_H
 
-#ifndef CL_TARGET_OPENCL_VERSION
-#define CL_TARGET_OPENCL_VERSION 120
-#endif
+/* The OpenCL headers are configured by the application (its own
+ * CL_TARGET_OPENCL_VERSION, or the headers' default); psr needs only the
+ * OpenCL 1.2 types and builds itself with its own setting. */
+#if defined(__APPLE__) && !defined(PSR_USE_CL_CL_H)
+#include <OpenCL/opencl.h>
+#else
 #include <CL/cl.h>
+#endif
 #include <stddef.h>
 #include <stdint.h>
 
