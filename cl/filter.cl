@@ -297,7 +297,7 @@ typedef struct {
 inline psr_filter_row psr_filter_row_get(uint row_id, uint vocab, __global const int *row_request,
                                          uint requests, __global const float *temperatures,
                                          __global const int *top_k, __global const float *top_p,
-                                         __global const float *min_p)
+                                         __global const float *min_p, const psr_filter_params *all)
 {
     psr_filter_row f;
     f.state = 0;
@@ -310,9 +310,9 @@ inline psr_filter_row psr_filter_row_get(uint row_id, uint vocab, __global const
     int req = row_request ? row_request[row_id] : (int)row_id;
     if (req < 0 || req >= (int)requests)
         return f; /* padding or a bad index: the sampler decides */
-    f.k = top_k ? top_k[req] : 0;
-    f.p = top_p ? top_p[req] : 1.0f;
-    f.mp = min_p ? min_p[req] : 0.0f;
+    f.k = top_k ? top_k[req] : all->all_top_k;
+    f.p = top_p ? top_p[req] : all->all_top_p;
+    f.mp = min_p ? min_p[req] : all->all_min_p;
     f.t = temperatures[req];
     if (!(f.p > 0.0f && f.p <= 1.0f) || !(f.mp >= 0.0f && f.mp <= 1.0f)) {
         f.state = 1;
@@ -354,7 +354,7 @@ inline float psr_filter_min_p_cut(const psr_filter_row *f, float m)
     const uint groups_per_row = p.rows.groups_per_row, chunk = p.rows.chunk
 
 #define PSR_FILTER_ROW_GET(row_id)                                                                \
-    psr_filter_row_get((row_id), vocab, row_request, requests, temperatures, top_k, top_p, min_p)
+    psr_filter_row_get((row_id), vocab, row_request, requests, temperatures, top_k, top_p, min_p, &p)
 
 /* The scaled logits of tokens i .. i + 3 and i + 4 * WG .. + 3: two
  * vector loads in flight per work-item (one load at a time leaves the
@@ -513,7 +513,7 @@ inline void psr_filter_gather(__global const psr_logit_t *src, bool aligned, con
 #define PSR_FILTER_DIRECT_ARGS                                                                    \
     __global const long *seeds, __global const long *positions, __global int *tokens,            \
         __global uint *row_flags
-#define PSR_FILTER_DIRECT_PASS seeds, positions, tokens, row_flags, direct_max
+#define PSR_FILTER_DIRECT_PASS seeds, positions, tokens, row_flags, direct_max, p.tokens64
 
 /* A Gumbel-max score as an unsigned key of the same order (ties equal). */
 inline ulong psr_filter_score_key(psr_acc_t v)
@@ -591,7 +591,7 @@ inline void psr_filter_finish(const psr_filter_row *fp, uint row_id, __global co
                               __global uint *st, __global uint *h, __global uint *rc,
                               __global float *thresholds, __global const int *row_request,
                               uint requests, __global const float *temperatures,
-                              PSR_FILTER_DIRECT_ARGS, uint direct_max, ulong mass_total,
+                              PSR_FILTER_DIRECT_ARGS, uint direct_max, uint tokens64, ulong mass_total,
                               __local uint *lbuf, __local uint *hlo, __local uint *hhi,
                               __local ulong *seg, __local uint *pick)
 {
@@ -644,7 +644,7 @@ inline void psr_filter_finish(const psr_filter_row *fp, uint row_id, __global co
         /* no score above -inf: the sampler flags the row as it always has */
         sampled = token != 0xffffffffu;
         if (sampled && lid == 0) {
-            tokens[row_id] = (int)token;
+            psr_store_token(tokens, row_id, (int)token, tokens64);
             if (row_flags)
                 row_flags[row_id] = 0;
         }

@@ -56,6 +56,21 @@ typedef ushort psr_logit_t;
 inline float psr_load_logit(__global const ushort *p, ulong i) { return as_float((uint)p[i] << 16); }
 #endif
 
+/* Token ids travel as int32 or int64 (the host's choice, per launch). */
+inline void psr_store_token(__global int *tokens, uint i, int token, uint tokens64)
+{
+    if (tokens64)
+        ((__global long *)tokens)[i] = token;
+    else
+        tokens[i] = token;
+}
+
+/* An id outside int32 becomes INT_MIN or INT_MAX: out of every range. */
+inline int psr_load_token(__global const int *tokens, uint i, uint tokens64)
+{
+    return tokens64 ? (int)clamp(((__global const long *)tokens)[i], (long)INT_MIN, (long)INT_MAX) : tokens[i];
+}
+
 #if USE_FP64
 typedef double psr_acc_t;
 #else
@@ -809,8 +824,8 @@ inline bool psr_gather_row(bool active, uint part, uint row_id, uint groups_per_
 /* Work-item 0's output: the row's token and flags when this group
  * finishes the row, else the group's partial for psr_gumbel_finalize. */
 inline void psr_write_result(bool finish, int req, uint flags, psr_acc_t v, uint idx, uint row_id,
-                             __global int *tokens, __global uint *row_flags, __global psr_acc_t *part_value,
-                             __global uint *part_index, bool gathered)
+                             __global int *tokens, uint tokens64, __global uint *row_flags,
+                             __global psr_acc_t *part_value, __global uint *part_index, bool gathered)
 {
     if (finish) {
         int token = -1;
@@ -821,7 +836,7 @@ inline void psr_write_result(bool finish, int req, uint flags, psr_acc_t v, uint
             if (!(v > PSR_ACC_NEG_INF))
                 flags |= PSR_ROW_NO_FINITE;
         }
-        tokens[row_id] = token;
+        psr_store_token(tokens, row_id, token, tokens64);
         if (row_flags)
             row_flags[row_id] = flags;
     } else if (!gathered) {
@@ -923,8 +938,8 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
                                 lid, lk, &llast);
 #endif
     if (lid == 0)
-        psr_write_result(finish, req, flags, final_v, final_i, row_id, tokens, row_flags, part_value, part_index,
-                         best_keys != 0);
+        psr_write_result(finish, req, flags, final_v, final_i, row_id, tokens, p.tokens64, row_flags, part_value,
+                         part_index, best_keys != 0);
 }
 
 /* The best (value, index) of one row's per-group partials, in slot 0 of
@@ -981,7 +996,7 @@ void psr_gumbel_finalize(const psr_sample_params p, __global const psr_acc_t *pa
         if (!(lv[0] > PSR_ACC_NEG_INF))
             flags |= PSR_ROW_NO_FINITE;
     }
-    tokens[row] = token;
+    psr_store_token(tokens, row, token, p.tokens64);
     if (row_flags)
         row_flags[row] = flags;
 }

@@ -206,7 +206,7 @@ typedef struct psr_lp_lanes {
 inline float psr_lp_block_setup(psr_lp_lanes *ln, uint *steps, __global const psr_logit_t *src, uint vocab,
                                 __global const int *row_request, uint requests,
                                 __global const float *temperatures, uint raw, __global const int *tokens,
-                                __global const float *cuts, uint row, uint sb, uint lid)
+                                uint tokens64, __global const float *cuts, uint row, uint sb, uint lid)
 {
     int req = row_request ? row_request[row] : (int)row;
     float t = !raw && req >= 0 && req < (int)requests ? temperatures[req] : 1.0f;
@@ -216,7 +216,7 @@ inline float psr_lp_block_setup(psr_lp_lanes *ln, uint *steps, __global const ps
     uint base = sb * PSR_SB;
     bool full = base + PSR_SB <= vocab;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    int tok = tokens[row];
+    int tok = psr_load_token(tokens, row, tokens64);
     float tv = tok >= 0 && (uint)tok < vocab ? psr_lp_value(psr_load_logit(src, (ulong)tok), divide, t, r, cut)
                                              : INFINITY; /* nothing beats it: rank 0 later */
     ln->t = t;
@@ -418,7 +418,7 @@ inline void psr_lp_place_candidates(__local const psr_lp_block_locals *l, uint t
 inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                          uint vocab, uint nsb, __global const int *row_request, uint requests,
                          __global const float *temperatures, uint raw, __global const int *tokens,
-                         uint top_n, __global float2 *lse_out, __global uint *beat_out,
+                         uint tokens64, uint top_n, __global float2 *lse_out, __global uint *beat_out,
                          __global float *top_v, __global uint *top_i, __global const float *cuts,
                          __global float *token_value, uint row, uint sb, uint lid, bool segments_first,
                          __local psr_lp_block_locals *l)
@@ -426,8 +426,8 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
     psr_lp_lanes ln;
     uint steps[PSR_LPT];
-    float tv = psr_lp_block_setup(&ln, steps, src, vocab, row_request, requests, temperatures, raw, tokens, cuts, row,
-                                  sb, lid);
+    float tv = psr_lp_block_setup(&ln, steps, src, vocab, row_request, requests, temperatures, raw, tokens, tokens64,
+                                  cuts, row, sb, lid);
 #if PSR_LPT == 1
     /* GPUs: the lane's values stay in registers for every pass below. */
     float4 v[PSR_SB_STEPS];
@@ -482,7 +482,7 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
         __local psr_lp_block_locals l;                                                                    \
         uint nsb = p.blocks_per_row;                                                                      \
         psr_lp_block(logits, p.logits_offset, p.row_stride, p.vocab, nsb, row_request, p.requests,        \
-                     temperatures, p.raw, tokens, p.top_n, lse_out, beat_out, top_v, top_i, cuts,         \
+                     temperatures, p.raw, tokens, p.tokens64, p.top_n, lse_out, beat_out, top_v, top_i, cuts,         \
                      token_value, get_group_id(0) / nsb, get_group_id(0) % nsb, get_local_id(0), segments_first, &l); \
     }
 
@@ -522,7 +522,7 @@ inline uint psr_lp_read_u(__global const uint *p, bool published)
  * volatile loads go one after another). Each candidate of a block's list
  * is placed in parallel: its place in its own list plus, in each other
  * list, how many beat it. */
-inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, __global const float2 *lse_in,
+inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, uint tokens64, __global const float2 *lse_in,
                        __global const uint *beat_in, __global const float *top_v,
                        __global const uint *top_i, uint top_n, __global const float *token_value,
                        __global float *token_logprobs, __global int *token_ranks, __global int *top_ids,
@@ -538,7 +538,7 @@ inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, __globa
     int tok = 0;
     float tv = 0.0f;
     if (lid == 0) {
-        tok = tokens[row];
+        tok = psr_load_token(tokens, row, tokens64);
         tv = psr_lp_read_f(token_value + row, published);
     }
     for (uint c = lid; c < cands; c += PSR_VWG) {
@@ -602,7 +602,7 @@ void psr_logprobs_finish(const psr_logprobs_params p, __global const int *tokens
                          __global int *token_ranks, __global int *top_ids, __global float *top_logprobs)
 {
     __local psr_lp_row_locals l;
-    psr_lp_row(p.vocab, p.blocks_per_row, tokens, lse_in, beat_in, top_v, top_i, p.top_n, token_value,
+    psr_lp_row(p.vocab, p.blocks_per_row, tokens, p.tokens64, lse_in, beat_in, top_v, top_i, p.top_n, token_value,
                token_logprobs, token_ranks, top_ids, top_logprobs, get_group_id(0), false, get_local_id(0), &l);
 }
 
@@ -628,10 +628,10 @@ void psr_logprobs_one(const psr_logprobs_params p, __global const psr_logit_t *l
     __local uint last;
     uint row = get_group_id(0) / nsb, lid = get_local_id(0);
     psr_lp_block(logits, logits_offset, row_stride, vocab, nsb, row_request, requests, temperatures, raw,
-                 tokens, top_n, lse, beat, top_v, top_i, cuts, token_value, row, get_group_id(0) % nsb, lid,
+                 tokens, p.tokens64, top_n, lse, beat, top_v, top_i, cuts, token_value, row, get_group_id(0) % nsb, lid,
                  PSR_LP_SEGMENT_TAU, &l.block);
     if (!psr_last_group(done + row, nsb, &last))
         return;
-    psr_lp_row(vocab, nsb, tokens, lse, beat, top_v, top_i, top_n, token_value, token_logprobs, token_ranks,
+    psr_lp_row(vocab, nsb, tokens, p.tokens64, lse, beat, top_v, top_i, top_n, token_value, token_logprobs, token_ranks,
                top_ids, top_logprobs, row, true, lid, &l.row);
 }

@@ -62,7 +62,7 @@ typedef struct psr_sample_params {
     psr_uint32_t draft_cache_rows_total; /* cache rows that exist */
     psr_uint32_t draft_cache_k;          /* cache rows per request; 0: one per row */
     psr_uint32_t draft_step;             /* which of a request's K rows this launch fills */
-    psr_uint32_t unused;
+    psr_uint32_t tokens64;               /* the tokens are int64 */
 } psr_sample_params;
 
 /* psr_filter_scan, psr_filter_collect and psr_filter_collect_mass. */
@@ -70,6 +70,10 @@ typedef struct psr_filter_params {
     psr_rows_params rows;
     psr_uint32_t cap;        /* candidates per row, a multiple of 4 */
     psr_uint32_t direct_max; /* rows whose kept tokens fit this many are drawn by the filter; 0: never */
+    int all_top_k;           /* every request's filters where its buffer is NULL */
+    float all_top_p;
+    float all_min_p;
+    psr_uint32_t tokens64;   /* the tokens (of rows the filter draws) are int64 */
 } psr_filter_params;
 
 /* psr_logprobs_partial, psr_logprobs_partial_few, psr_logprobs_finish
@@ -83,6 +87,8 @@ typedef struct psr_logprobs_params {
     psr_uint32_t blocks_per_row; /* super-blocks of a row: ceil(vocab / PSR_SB) */
     psr_uint32_t top_n;
     psr_uint32_t raw;            /* 1: logprobs of the raw logits (no temperature, no filter) */
+    psr_uint32_t tokens64;       /* the sampled tokens are int64 */
+    psr_uint32_t unused;
 } psr_logprobs_params;
 
 /* psr_verify's state lives in one buffer of regions; psr_verify_params.at

@@ -67,7 +67,7 @@ int main(void)
     cl_mem d_top_lp = buffer(cl, ROWS * TOP_N * 4, NULL);
 
     psr_sample_args a;
-    psr_sample_args_init(&a);
+    psr_sample_args_init(&a, sizeof a);
     a.rows = ROWS;
     a.vocab = VOCAB;
     a.logits = d_logits;
@@ -84,7 +84,7 @@ int main(void)
         return fail(ctx, st, "psr_sample");
 
     psr_logprobs_args l;
-    psr_logprobs_args_init(&l);
+    psr_logprobs_args_init(&l, sizeof l);
     l.rows = ROWS;
     l.vocab = VOCAB;
     l.logits = d_logits;

@@ -76,7 +76,7 @@ int main(void)
     cl_mem all[] = {d_hidden, d_w, d_logits, d_tokens, d_seeds, d_temps, d_pos};
 
     psr_lm_head_args lm;
-    psr_lm_head_args_init(&lm);
+    psr_lm_head_args_init(&lm, sizeof lm);
     lm.batch = B;
     lm.hidden_size = H;
     lm.vocab = V;
@@ -85,21 +85,21 @@ int main(void)
     lm.weights = d_w;
     lm.logits = d_logits;
     cl_event gemm = NULL;
-    st = psr_logits_from_hidden(ctx, &lm, &gemm);
+    st = psr_lm_head(ctx, &lm, &gemm);
     if (!(psr_features() & PSR_FEATURE_CLBLAST)) {
         /* Built without CLBlast: the call exists, checks its arguments and
          * says so. Anything else is a failure. */
         if (st != PSR_ERR_NOT_SUPPORTED)
-            return fail(ctx, st, "psr_logits_from_hidden without CLBlast");
+            return fail(ctx, st, "psr_lm_head without CLBlast");
         fprintf(stderr, "skip: %s\n", psr_last_error(ctx));
         release(all, sizeof all / sizeof all[0], ctx);
         return 77;
     }
     if (st != PSR_OK)
-        return fail(ctx, st, "psr_logits_from_hidden");
+        return fail(ctx, st, "psr_lm_head");
 
     psr_sample_args a;
-    psr_sample_args_init(&a);
+    psr_sample_args_init(&a, sizeof a);
     a.rows = B;
     a.vocab = V;
     a.logits = d_logits;

@@ -40,7 +40,7 @@ int main(void)
     /* The default options (NULL would do as well): the device is $PSR_DEVICE,
      * else "auto". Always init before setting a field. */
     psr_context_options opt;
-    psr_context_options_init(&opt);
+    psr_context_options_init(&opt, sizeof opt);
     psr_context *ctx = NULL;
     psr_status st = psr_context_create(&opt, &ctx);
     if (st != PSR_OK)
@@ -71,7 +71,7 @@ int main(void)
     cl_mem d_flags = buffer(cl, ROWS * sizeof(uint32_t), NULL);
 
     psr_sample_args a;
-    psr_sample_args_init(&a); /* sets struct_size and the defaults: always first */
+    psr_sample_args_init(&a, sizeof a); /* sets struct_size and the defaults: always first */
     a.rows = ROWS;
     a.vocab = VOCAB;
     a.logits = d_logits;

@@ -69,7 +69,7 @@ int main(void)
     cl_mem d_status = buffer(cl, 4, NULL), d_dpos = buffer(cl, R * 8, NULL);
 
     psr_sample_args s;
-    psr_sample_args_init(&s);
+    psr_sample_args_init(&s, sizeof s);
     s.rows = R;
     s.vocab = V;
     s.logits = d_logits;
@@ -97,7 +97,7 @@ int main(void)
     }
 
     psr_verify_args v;
-    psr_verify_args_init(&v);
+    psr_verify_args_init(&v, sizeof v);
     v.requests = R;
     v.cu = cu; /* a host array: psr checks the layout before enqueueing */
     v.rows = ROWS;

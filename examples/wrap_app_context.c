@@ -79,7 +79,7 @@ int main(void)
         return 1;
     }
     psr_sample_args a;
-    psr_sample_args_init(&a);
+    psr_sample_args_init(&a, sizeof a);
     a.rows = ROWS;
     a.vocab = VOCAB;
     a.logits = d_logits;

@@ -219,7 +219,7 @@ void capture_log(psr_log_level level, const char *message, void *user_data)
 static psr_context *open_with(const char *cache_dir, psr_disk_cache_mode mode)
 {
     psr_context_options o;
-    psr_context_options_init(&o);
+    psr_context_options_init(&o, sizeof o);
     o.log = capture_log;
     o.log_level = PSR_LOG_DEBUG;
     o.cache_dir = cache_dir;
@@ -315,9 +315,9 @@ void check_philox_vectors(psr_context *ctx, cl_program program)
 
 psr_noise_kind noise_of(unsigned flags)
 {
-    return flags & PSR_SAMPLE_FP64_NOISE   ? PSR_NOISE_FP64
-           : flags & PSR_SAMPLE_WIDE_NOISE ? PSR_NOISE_WIDE
-                                           : PSR_NOISE_FP32;
+    return flags & PSR_FLAG_FP64_NOISE   ? PSR_ORACLE_FP64
+           : flags & PSR_FLAG_WIDE_NOISE ? PSR_ORACLE_WIDE
+                                           : PSR_ORACLE_FP32;
 }
 
 void vector_logits(uint32_t vcase, uint32_t row, size_t vocab, float *out)
@@ -355,14 +355,54 @@ float normal(void)
     return (float)(sqrt(-2.0 * log(uniform())) * cos(6.283185307179586 * uniform()));
 }
 
+#define NOISE_BITS (PSR_FLAG_FP64_NOISE | PSR_FLAG_WIDE_NOISE)
+
+void set_sample_flags(psr_sample_args *a, unsigned flags)
+{
+    a->flags = flags & ~NOISE_BITS;
+    a->noise = psr_noise_of(flags);
+}
+
+void set_verify_flags(psr_verify_args *a, unsigned flags)
+{
+    a->flags = flags & ~NOISE_BITS;
+    a->noise = psr_noise_of(flags);
+}
+
+psr_status sample_host_filtered(psr_context *ctx, const void *logits, psr_dtype dtype, size_t rows,
+                                size_t vocab, size_t row_stride, const int64_t *seeds,
+                                const int64_t *positions, const float *temperatures, const int32_t *top_k,
+                                const float *top_p, const float *min_p, unsigned flags, int32_t *tokens,
+                                uint32_t *row_flags, size_t *no_finite_rows)
+{
+    psr_sample_host_args a;
+    psr_sample_host_args_init(&a, sizeof a);
+    a.logits = logits, a.logits_dtype = dtype;
+    a.rows = rows, a.vocab = vocab, a.row_stride = row_stride;
+    a.seeds = seeds, a.positions = positions, a.temperatures = temperatures;
+    a.top_k = top_k, a.top_p = top_p, a.min_p = min_p;
+    a.flags = flags & ~NOISE_BITS, a.noise = psr_noise_of(flags);
+    a.tokens = tokens, a.row_flags = row_flags, a.no_finite_rows = no_finite_rows;
+    return psr_sample_host(ctx, &a);
+}
+
+psr_status sample_host(psr_context *ctx, const void *logits, psr_dtype dtype, size_t rows, size_t vocab,
+                       size_t row_stride, const int64_t *seeds, const int64_t *positions,
+                       const float *temperatures, unsigned flags, int32_t *tokens, uint32_t *row_flags,
+                       size_t *no_finite_rows)
+{
+    return sample_host_filtered(ctx, logits, dtype, rows, vocab, row_stride, seeds, positions, temperatures,
+                                NULL, NULL, NULL, flags, tokens, row_flags, no_finite_rows);
+}
+
 psr_status sample_rows_f32(psr_context *ctx, const float *logits, size_t rows, size_t vocab,
                            const int64_t *seeds, const int64_t *positions, const float *temperatures,
                            unsigned flags, int32_t *tokens)
 {
     for (size_t at = 0; at < rows; at += SAMPLE_CHUNK) {
         size_t n = rows - at < SAMPLE_CHUNK ? rows - at : SAMPLE_CHUNK;
-        psr_status st = psr_sample_host(ctx, logits + at * vocab, PSR_DTYPE_F32, n, vocab, 0, seeds + at,
-                                        positions + at, temperatures + at, flags, tokens + at, NULL, NULL);
+        psr_status st = sample_host(ctx, logits + at * vocab, PSR_DTYPE_F32, n, vocab, 0, seeds + at,
+                                    positions + at, temperatures + at, flags, tokens + at, NULL, NULL);
         if (st != PSR_OK)
             return st;
     }

@@ -113,6 +113,22 @@ psr_last_paths last_paths(const psr_context *ctx);
  * only on its logits, seed and position), and the default suite's
  * launches reuse the kernels every other test compiles. */
 enum { SAMPLE_CHUNK = 1000 };
+/* Tests write a call's noise as the library does inside: two bits beside
+ * the PSR_SAMPLE_* flags (PSR_FLAG_FP64_NOISE, PSR_FLAG_WIDE_NOISE). */
+void set_sample_flags(psr_sample_args *a, unsigned flags);
+void set_verify_flags(psr_verify_args *a, unsigned flags);
+/* psr_sample_host's positional form, for compact tests. */
+psr_status sample_host(psr_context *ctx, const void *logits, psr_dtype dtype, size_t rows, size_t vocab,
+                       size_t row_stride, const int64_t *seeds, const int64_t *positions,
+                       const float *temperatures, unsigned flags, int32_t *tokens, uint32_t *row_flags,
+                       size_t *no_finite_rows);
+/* The same with per-row filters (NULL: off). */
+psr_status sample_host_filtered(psr_context *ctx, const void *logits, psr_dtype dtype, size_t rows,
+                                size_t vocab, size_t row_stride, const int64_t *seeds,
+                                const int64_t *positions, const float *temperatures, const int32_t *top_k,
+                                const float *top_p, const float *min_p, unsigned flags, int32_t *tokens,
+                                uint32_t *row_flags, size_t *no_finite_rows);
+
 /* psr_sample_host of f32 rows in launches of at most SAMPLE_CHUNK rows. */
 psr_status sample_rows_f32(psr_context *ctx, const float *logits, size_t rows, size_t vocab,
                            const int64_t *seeds, const int64_t *positions, const float *temperatures,

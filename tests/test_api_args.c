@@ -41,27 +41,27 @@ static void test_context_creation_arguments(void **state)
 
     psr_context_options o;
     memset(&o, 0, sizeof o); /* not initialised */
-    assert_int_equal(psr_context_create(&o, &ctx), PSR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(psr_context_create(&o, &ctx), PSR_ERR_STRUCT_SIZE);
     expect_detail("struct_size");
     assert_null(ctx);
 
-    psr_context_options_init(&o);
+    psr_context_options_init(&o, sizeof o);
     o.log_level = (psr_log_level)42;
     assert_int_equal(psr_context_create(&o, &ctx), PSR_ERR_INVALID_ARGUMENT);
     expect_detail("log_level");
 
-    psr_context_options_init(&o);
+    psr_context_options_init(&o, sizeof o);
     o.disk_cache = (psr_disk_cache_mode)7;
     assert_int_equal(psr_context_create(&o, &ctx), PSR_ERR_INVALID_ARGUMENT);
     expect_detail("disk_cache");
 
-    psr_context_options_init(&o);
+    psr_context_options_init(&o, sizeof o);
     o.device = "1:2:3";
     assert_int_equal(psr_context_create(&o, &ctx), PSR_ERR_BAD_SELECTOR);
     expect_detail("1:2:3");
     assert_null(ctx);
 
-    psr_context_options_init(NULL); /* harmless */
+    assert_int_equal(psr_context_options_init(NULL, sizeof o), PSR_ERR_NULL_ARGUMENT);
 }
 
 static void test_create_from_cl_arguments(void **state)

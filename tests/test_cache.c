@@ -148,7 +148,7 @@ static void test_psr_cache_0(void **state)
     make_temp_dir(dir, sizeof dir);
     setenv("PSR_CACHE", "0", 1);
     psr_context_options o;
-    psr_context_options_init(&o);
+    psr_context_options_init(&o, sizeof o);
     o.cache_dir = dir; /* disk_cache stays AUTO: the environment decides */
     psr_context *ctx;
     assert_int_equal(psr_context_create(&o, &ctx), PSR_OK);
@@ -180,7 +180,7 @@ static void test_auto_follows_driver(void **state)
     char dir[512];
     make_temp_dir(dir, sizeof dir);
     psr_context_options o;
-    psr_context_options_init(&o);
+    psr_context_options_init(&o, sizeof o);
     o.cache_dir = dir;
     o.log = capture_log;
     o.log_level = PSR_LOG_INFO;

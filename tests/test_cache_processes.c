@@ -30,7 +30,7 @@ static int wait_child(pid_t pid)
 static psr_context *child_context(const char *dir)
 {
     psr_context_options o;
-    psr_context_options_init(&o);
+    psr_context_options_init(&o, sizeof o);
     o.cache_dir = dir;
     o.disk_cache = PSR_DISK_CACHE_ON;
     o.log = capture_log;

@@ -138,7 +138,7 @@ static void test_create_from_cl(void **state)
 
     cl_uint before = reference_count(app);
     psr_context_options o;
-    psr_context_options_init(&o);
+    psr_context_options_init(&o, sizeof o);
     o.disk_cache = PSR_DISK_CACHE_OFF;
     assert_int_equal(psr_context_create_from_cl(app, dev, queue, &o, &ctx), PSR_OK);
     assert_int_equal(reference_count(app), before + 1);
@@ -319,7 +319,7 @@ static void test_fp64_unsupported(void **state)
 {
     (void)state;
     psr_context_options o;
-    psr_context_options_init(&o);
+    psr_context_options_init(&o, sizeof o);
     o.disk_cache = PSR_DISK_CACHE_OFF;
     o.hide_capabilities = PSR_CAP_FP64;
     psr_context *ctx;

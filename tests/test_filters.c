@@ -102,7 +102,7 @@ static void check_rows(size_t rows, size_t vocab, unsigned flags, psr_dtype dtyp
     random_filters(rows, vocab, k, p, mp);
 
     psr_sample_args a;
-    psr_sample_args_init(&a);
+    psr_sample_args_init(&a, sizeof a);
     a.rows = rows;
     a.vocab = vocab;
     a.logits = upload(ctx, dtype == PSR_DTYPE_BF16 ? (void *)half : (void *)x,
@@ -117,7 +117,7 @@ static void check_rows(size_t rows, size_t vocab, unsigned flags, psr_dtype dtyp
     a.top_k = use_k ? upload(ctx, k, rows * 4) : NULL;
     a.top_p = use_p ? upload(ctx, p, rows * 4) : NULL;
     a.min_p = use_mp ? upload(ctx, mp, rows * 4) : NULL;
-    a.flags = flags;
+    set_sample_flags(&a, flags);
     psr_status st = psr_sample(ctx, &a, NULL);
     if (st != PSR_OK)
         fail_msg("%s: %s", psr_status_string(st), psr_last_error(ctx));
@@ -173,7 +173,7 @@ static int32_t oracle_token_kept(const float *row, size_t vocab, float temp, flo
     float *masked = malloc(vocab * sizeof *masked);
     for (size_t i = 0; i < vocab; i++)
         masked[i] = psr_oracle_scaled(row[i], temp) < cut ? -INFINITY : row[i];
-    int32_t token = psr_oracle_sample_row(masked, vocab, temp, seed, pos, false, PSR_NOISE_FP32,
+    int32_t token = psr_oracle_sample_row(masked, vocab, temp, seed, pos, false, PSR_ORACLE_FP32,
                                           NULL);
     free(masked);
     return token;
@@ -195,7 +195,7 @@ static void test_kept_set_equals_oracle(void **state)
     const bool all = test_long(); /* the other filtered builds */
     if (all) {
         rows_drawn = 0;
-        check_rows(32, 3001, PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_DRAFTING, PSR_DTYPE_BF16, true, true,
+        check_rows(32, 3001, PSR_FLAG_WIDE_NOISE | PSR_SAMPLE_DRAFTING, PSR_DTYPE_BF16, true, true,
                    true);
         assert_true(rows_drawn > 0); /* the salted stream, drawn from the list */
         rows_drawn = 0;
@@ -207,7 +207,7 @@ static void test_kept_set_equals_oracle(void **state)
     assert_true(rows_drawn > 0); /* lists gathered by several groups */
     if (has_fp64 && all) {
         rows_drawn = 0;
-        check_rows(16, 3001, PSR_SAMPLE_FP64_NOISE, PSR_DTYPE_F32, true, true, true);
+        check_rows(16, 3001, PSR_FLAG_FP64_NOISE, PSR_DTYPE_F32, true, true, true);
         assert_true(rows_drawn > 0);
     }
     /* The same rows (same seed) with drawing from lists off: they meet
@@ -221,7 +221,7 @@ static void test_kept_set_equals_oracle(void **state)
         test_seed(4242);
         check_rows(64, 1000, 0, PSR_DTYPE_F32, true, true, true);
         if (all)
-            check_rows(32, 3001, PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_DRAFTING, PSR_DTYPE_BF16, true,
+            check_rows(32, 3001, PSR_FLAG_WIDE_NOISE | PSR_SAMPLE_DRAFTING, PSR_DTYPE_BF16, true,
                        true, true);
         if (off)
             assert_int_equal(rows_drawn, 0);
@@ -273,7 +273,7 @@ static void test_requests_independent(void **state)
     int32_t tokens[R];
     for (size_t r = 0; r < R; r++)
         seeds[r] = 42, pos[r] = 7, temps[r] = 1.0f;
-    assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps, k,
+    assert_int_equal(sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps, k,
                                               p, mp, 0, tokens, NULL, NULL),
                      PSR_OK);
     float cut[R];
@@ -282,7 +282,7 @@ static void test_requests_independent(void **state)
         float want = psr_oracle_filter_threshold(base, V, 1.0f, k[r], p[r], mp[r]);
         assert_true(cut[r] == want || (cut[r] == 0.0f && want == 0.0f));
         int32_t alone;
-        assert_int_equal(psr_sample_host_filtered(ctx, base, PSR_DTYPE_F32, 1, V, 0, seeds, pos,
+        assert_int_equal(sample_host_filtered(ctx, base, PSR_DTYPE_F32, 1, V, 0, seeds, pos,
                                                   temps, &k[r], &p[r], &mp[r], 0, &alone, NULL,
                                                   NULL),
                          PSR_OK);
@@ -328,7 +328,7 @@ static void test_search_paths(void **state)
     for (size_t r = 0; r < R; r++)
         seeds[r] = 7 + (int64_t)r, pos[r] = 11, temps[r] = 0.8f;
     for (int round = 0; round < 2; round++) {
-        assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
+        assert_int_equal(sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
                                                   k, p, mp, 0, tokens, NULL, NULL),
                          PSR_OK);
         float cut[R], both[2 * R];
@@ -375,7 +375,7 @@ static void test_rows_without_values(void **state)
         for (size_t r = 0; r < R; r++)
             for (size_t i = 0; i < V; i++)
                 x[r * V + i] = with_values ? 3.0f * normal() : r < 4 ? -INFINITY : NAN;
-        assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
+        assert_int_equal(sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
                                                   k, p, mp, 0, tokens, rf, NULL),
                          PSR_OK);
         float cut[R];
@@ -417,7 +417,7 @@ static void test_dirty_state_cleared(void **state)
     float temps[R] = {0.8f, 1.0f, 1.2f, 0.7f};
     int32_t tokens[R];
     for (int control = 0; control < 2; control++) {
-        assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
+        assert_int_equal(sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
                                                   k, p, mp, 0, tokens, NULL, NULL),
                          PSR_OK);
         cl_uint junk = 0x7f7f7f7fu;
@@ -436,7 +436,7 @@ static void test_dirty_state_cleared(void **state)
                                              cut_bytes, 0, NULL, NULL),
                          CL_SUCCESS);
         set_filter_dirty(ctx, !control);
-        assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
+        assert_int_equal(sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
                                                   k, p, mp, 0, tokens, NULL, NULL),
                          PSR_OK);
         float cut[R];
@@ -449,7 +449,7 @@ static void test_dirty_state_cleared(void **state)
         else
             assert_int_equal(wrong, 0);
         set_filter_dirty(ctx, true); /* leave clean state for the next test */
-        assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
+        assert_int_equal(sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
                                                   k, p, mp, 0, tokens, NULL, NULL),
                          PSR_OK);
     }
@@ -475,7 +475,7 @@ static void filtered_fit(const float *logits, size_t vocab, float temp, int32_t 
         size_t n = trials - done < B ? (size_t)(trials - done) : B;
         for (size_t r = 0; r < n; r++)
             pos[r] = (int64_t)(done + r);
-        psr_status st = psr_sample_host_filtered(ctx, batch, PSR_DTYPE_F32, n, vocab, 0, seeds, pos,
+        psr_status st = sample_host_filtered(ctx, batch, PSR_DTYPE_F32, n, vocab, 0, seeds, pos,
                                                  temps, ks, ps, mps, 0, tokens, NULL, NULL);
         if (st != PSR_OK)
             fail_msg("%s: %s", psr_status_string(st), psr_last_error(ctx));
@@ -533,14 +533,14 @@ static void test_bad_values(void **state)
     const float bad_mp[] = {-0.1f, 1.1f, NAN, -INFINITY};
     for (size_t b = 0; b < sizeof bad_p / sizeof bad_p[0]; b++) {
         float p[R] = {0.5f, bad_p[b], 0.9f};
-        assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
+        assert_int_equal(sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
                                                   NULL, p, NULL, 0, tokens, NULL, NULL),
                          PSR_ERR_FILTER_RANGE);
         assert_non_null(strstr(psr_last_error(ctx), "top_p[1]"));
     }
     for (size_t b = 0; b < sizeof bad_mp / sizeof bad_mp[0]; b++) {
         float mp[R] = {0.0f, 0.5f, bad_mp[b]};
-        assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
+        assert_int_equal(sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
                                                   NULL, NULL, mp, 0, tokens, NULL, NULL),
                          PSR_ERR_FILTER_RANGE);
         assert_non_null(strstr(psr_last_error(ctx), "min_p[2]"));
@@ -549,7 +549,7 @@ static void test_bad_values(void **state)
         assert_int_equal(tokens[r], -7);
     /* Probabilities cannot be filtered. */
     float p1[R] = {0.5f, 0.5f, 0.5f};
-    assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
+    assert_int_equal(sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps,
                                               NULL, p1, NULL,
                                               PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, tokens, NULL,
                                               NULL),
@@ -561,7 +561,7 @@ static void test_bad_values(void **state)
     int32_t k[R] = {3, 3, 3};
     uint32_t rf[R];
     psr_sample_args a;
-    psr_sample_args_init(&a);
+    psr_sample_args_init(&a, sizeof a);
     a.rows = R;
     a.vocab = V;
     a.logits = upload(ctx, x, sizeof x);
@@ -617,19 +617,19 @@ static void test_off_and_greedy(void **state)
         p[r] = 1.0f;
         mp[r] = r % 3 ? 0.0f : 1e-40f; /* subnormal: off */
     }
-    assert_int_equal(psr_sample_host(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps, 0, plain,
+    assert_int_equal(sample_host(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps, 0, plain,
                                      NULL, NULL),
                      PSR_OK);
-    assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps, k,
+    assert_int_equal(sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps, k,
                                               p, mp, 0, off, NULL, NULL),
                      PSR_OK);
     assert_memory_equal(plain, off, sizeof plain);
     for (size_t r = 0; r < R; r++)
         temps[r] = 0.0f, k[r] = 1, p[r] = 0.1f, mp[r] = 0.9f;
-    assert_int_equal(psr_sample_host(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps, 0, greedy,
+    assert_int_equal(sample_host(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps, 0, greedy,
                                      NULL, NULL),
                      PSR_OK);
-    assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps, k,
+    assert_int_equal(sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps, k,
                                               p, mp, 0, greedy_f, NULL, NULL),
                      PSR_OK);
     assert_memory_equal(greedy, greedy_f, sizeof greedy);

@@ -17,11 +17,11 @@ static bool has_fp64;
 
 static size_t noise_mismatches(bool drafting, psr_noise_kind kind, size_t n)
 {
-    bool fp64 = kind == PSR_NOISE_FP64;
+    bool fp64 = kind == PSR_ORACLE_FP64;
     psr_variant v = {.set = PSR_KERNELS_NOISE,
                      .drafting = drafting,
                      .fp64 = fp64,
-                     .wide = kind == PSR_NOISE_WIDE};
+                     .wide = kind == PSR_ORACLE_WIDE};
     cl_kernel k;
     assert_int_equal(psr_kernel_get(ctx, &v, "psr_gumbel_noise_kat", &k), PSR_OK);
     cl_long *seeds = malloc(n * 8), *pos = malloc(n * 8);
@@ -51,7 +51,7 @@ static size_t noise_mismatches(bool drafting, psr_noise_kind kind, size_t n)
             double want = psr_oracle_gumbel64(key, tokens[i]);
             same = memcmp(&want, (double *)noise + i, 8) == 0;
         } else {
-            float want = kind == PSR_NOISE_WIDE ? psr_oracle_gumbel_wide(key, tokens[i])
+            float want = kind == PSR_ORACLE_WIDE ? psr_oracle_gumbel_wide(key, tokens[i])
                                                 : psr_oracle_gumbel32(key, tokens[i]);
             same = memcmp(&want, (float *)noise + i, 4) == 0;
         }
@@ -67,11 +67,11 @@ static size_t noise_mismatches(bool drafting, psr_noise_kind kind, size_t n)
 static void test_noise_bit_exact(void **state)
 {
     (void)state;
-    assert_int_equal(noise_mismatches(false, PSR_NOISE_FP32, 1000000), 0);
-    assert_int_equal(noise_mismatches(true, PSR_NOISE_FP32, 200000), 0);
-    assert_int_equal(noise_mismatches(false, PSR_NOISE_WIDE, 300000), 0);
+    assert_int_equal(noise_mismatches(false, PSR_ORACLE_FP32, 1000000), 0);
+    assert_int_equal(noise_mismatches(true, PSR_ORACLE_FP32, 200000), 0);
+    assert_int_equal(noise_mismatches(false, PSR_ORACLE_WIDE, 300000), 0);
     if (has_fp64)
-        assert_int_equal(noise_mismatches(false, PSR_NOISE_FP64, 300000), 0);
+        assert_int_equal(noise_mismatches(false, PSR_ORACLE_FP64, 300000), 0);
 }
 
 /* The sampler's vector path (cl/vecmath.cl) with one noise: `n` vectors
@@ -81,8 +81,8 @@ static void test_noise_bit_exact(void **state)
 static size_t vector_noise_mismatches(psr_context *vc, psr_noise_kind kind, cl_uint n, double noise_max,
                                       size_t *loose)
 {
-    bool fp64 = kind == PSR_NOISE_FP64;
-    psr_variant v = {.set = PSR_KERNELS_NOISE, .fp64 = fp64, .wide = kind == PSR_NOISE_WIDE};
+    bool fp64 = kind == PSR_ORACLE_FP64;
+    psr_variant v = {.set = PSR_KERNELS_NOISE, .fp64 = fp64, .wide = kind == PSR_ORACLE_WIDE};
     cl_kernel k;
     assert_int_equal(psr_kernel_get(vc, &v, "psr_gumbel_vnoise_kat", &k), PSR_OK);
     size_t acc = fp64 ? 8 : 4, count = 16 * (size_t)n;
@@ -113,7 +113,7 @@ static size_t vector_noise_mismatches(psr_context *vc, psr_noise_kind kind, cl_u
                 same = memcmp(&w, noise + 8 * i, 8) == 0;
                 want = w;
             } else {
-                float w = kind == PSR_NOISE_WIDE ? psr_oracle_gumbel_wide(key, token)
+                float w = kind == PSR_ORACLE_WIDE ? psr_oracle_gumbel_wide(key, token)
                                                  : psr_oracle_gumbel32(key, token);
                 float g, b;
                 memcpy(&g, noise + 4 * i, 4);
@@ -147,12 +147,12 @@ static void test_vector_noise_bit_exact(void **state)
     }
     assert_int_equal(tuning_of(vc).sample.vector_width, 16);
     size_t loose = 0;
-    assert_int_equal(vector_noise_mismatches(vc, PSR_NOISE_FP32, 16384, 23.0, &loose), 0);
+    assert_int_equal(vector_noise_mismatches(vc, PSR_ORACLE_FP32, 16384, 23.0, &loose), 0);
     assert_int_equal(loose, 0);
-    assert_int_equal(vector_noise_mismatches(vc, PSR_NOISE_WIDE, 4096, 46.0, &loose), 0);
+    assert_int_equal(vector_noise_mismatches(vc, PSR_ORACLE_WIDE, 4096, 46.0, &loose), 0);
     assert_int_equal(loose, 0);
     if (has_fp64) {
-        assert_int_equal(vector_noise_mismatches(vc, PSR_NOISE_FP64, 4096, 710.0, &loose), 0);
+        assert_int_equal(vector_noise_mismatches(vc, PSR_ORACLE_FP64, 4096, 710.0, &loose), 0);
         assert_int_equal(loose, 0);
     }
     if (vc != ctx)
@@ -179,9 +179,9 @@ static void test_token_vectors(void **state)
         int64_t seed = tsv_int(t, r, "seed"), pos = tsv_int(t, r, "pos");
         float temp = strtof(t->cells[r][tsv_col(t, "temp")], NULL);
         unsigned flags = (drafting ? PSR_SAMPLE_DRAFTING : 0) |
-                         (fp64 ? PSR_SAMPLE_FP64_NOISE : 0);
+                         (fp64 ? PSR_FLAG_FP64_NOISE : 0);
         int32_t token = -7;
-        psr_status st = psr_sample_host(ctx, logits, PSR_DTYPE_F32, 1, vocab, 0, &seed, &pos, &temp,
+        psr_status st = sample_host(ctx, logits, PSR_DTYPE_F32, 1, vocab, 0, &seed, &pos, &temp,
                                         flags, &token, NULL, NULL);
         if (st != PSR_OK)
             fail_msg("%s: %s", psr_status_string(st), psr_last_error(ctx));
@@ -210,7 +210,7 @@ static void check_against_oracle(size_t rows, size_t vocab, float sigma, float t
         pos[r] = rnd() % (1u << 30);
         temps[r] = temp;
     }
-    psr_status st = psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
+    psr_status st = sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
                                     flags, tokens, NULL, NULL);
     if (st != PSR_OK)
         fail_msg("%s: %s", psr_status_string(st), psr_last_error(ctx));
@@ -237,12 +237,12 @@ static void check_ramp(size_t rows, size_t vocab)
         pos[r] = r;
         temps[r] = 1.0f;
     }
-    assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps, 0,
+    assert_int_equal(sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps, 0,
                                      tokens, NULL, NULL),
                      PSR_OK);
     for (size_t r = 0; r < rows; r++)
         assert_int_equal(tokens[r], psr_oracle_sample_row(logits + r * vocab, vocab, 1.0f, seeds[r],
-                                                          pos[r], false, PSR_NOISE_FP32, NULL));
+                                                          pos[r], false, PSR_ORACLE_FP32, NULL));
     free(logits), free(seeds), free(pos), free(temps), free(tokens);
 }
 
@@ -339,12 +339,12 @@ static void test_tokens_equal_oracle(void **state)
     check_against_oracle(16, 32000, 0.5f, 0.7f, 0);
     /* Adversarial for pruning: rising logits keep raising the best. */
     check_ramp(4, 70000);
-    check_against_oracle(32, 4097, 3.0f, 1.0f, PSR_SAMPLE_WIDE_NOISE);
-    check_against_oracle(2, 262144, 3.0f, 0.7f, PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_DRAFTING);
+    check_against_oracle(32, 4097, 3.0f, 1.0f, PSR_FLAG_WIDE_NOISE);
+    check_against_oracle(2, 262144, 3.0f, 0.7f, PSR_FLAG_WIDE_NOISE | PSR_SAMPLE_DRAFTING);
     if (has_fp64) {
-        check_against_oracle(32, 4097, 3.0f, 1.0f, PSR_SAMPLE_FP64_NOISE);
+        check_against_oracle(32, 4097, 3.0f, 1.0f, PSR_FLAG_FP64_NOISE);
         if (test_long())
-            check_against_oracle(2, 262144, 3.0f, 1.0f, PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_DRAFTING);
+            check_against_oracle(2, 262144, 3.0f, 1.0f, PSR_FLAG_FP64_NOISE | PSR_SAMPLE_DRAFTING);
     }
 }
 
@@ -355,7 +355,7 @@ static int32_t sample_one(const float *logits, size_t vocab, float temp, uint32_
     int64_t seed = 99, pos = 5;
     int32_t token = -7;
     uint32_t f = 0;
-    assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, 1, vocab, 0, &seed, &pos, &temp, 0,
+    assert_int_equal(sample_host(ctx, logits, PSR_DTYPE_F32, 1, vocab, 0, &seed, &pos, &temp, 0,
                                      &token, &f, NULL),
                      PSR_OK);
     if (flags)
@@ -409,7 +409,7 @@ static void test_nan_and_infinite_rows(void **state)
         int64_t seed = rnd(), pos = 3;
         float t = 1.0f;
         int32_t token;
-        assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 1, 5000, 0, &seed, &pos, &t, 0,
+        assert_int_equal(sample_host(ctx, l, PSR_DTYPE_F32, 1, 5000, 0, &seed, &pos, &t, 0,
                                          &token, NULL, NULL),
                          PSR_OK);
         assert_int_equal(token % 2, 0);
@@ -447,21 +447,21 @@ static void test_half_and_bf16_with_stride(void **state)
         pos[r] = r * 7;
         temps[r] = r == 0 ? 0.0f : 0.9f;
     }
-    assert_int_equal(psr_sample_host(ctx, h, PSR_DTYPE_F16, rows, vocab, stride, seeds, pos, temps, 0,
+    assert_int_equal(sample_host(ctx, h, PSR_DTYPE_F16, rows, vocab, stride, seeds, pos, temps, 0,
                                      th, NULL, NULL),
                      PSR_OK);
     /* bf16 is the verification tests' other dtype; sampling it is one more build. */
     bool bf16 = test_long();
     if (bf16)
-        assert_int_equal(psr_sample_host(ctx, b, PSR_DTYPE_BF16, rows, vocab, stride, seeds, pos, temps,
+        assert_int_equal(sample_host(ctx, b, PSR_DTYPE_BF16, rows, vocab, stride, seeds, pos, temps,
                                          0, tb, NULL, NULL),
                          PSR_OK);
     for (size_t r = 0; r < rows; r++) {
         assert_int_equal(th[r], psr_oracle_sample_row(as_f + r * vocab, vocab, temps[r], seeds[r],
-                                                      pos[r], false, PSR_NOISE_FP32, NULL));
+                                                      pos[r], false, PSR_ORACLE_FP32, NULL));
         if (bf16)
             assert_int_equal(tb[r], psr_oracle_sample_row(as_b + r * vocab, vocab, temps[r], seeds[r],
-                                                          pos[r], false, PSR_NOISE_FP32, NULL));
+                                                          pos[r], false, PSR_ORACLE_FP32, NULL));
     }
     free(h), free(b), free(as_f), free(as_b);
 }
@@ -487,7 +487,7 @@ static void test_device_api(void **state)
     cl_mem dcache = device_buffer(ctx, 3 * V * 4);
 
     psr_sample_args a;
-    psr_sample_args_init(&a);
+    psr_sample_args_init(&a, sizeof a);
     a.rows = ROWS;
     a.vocab = V;
     a.logits = dl;
@@ -525,7 +525,7 @@ static void test_device_api(void **state)
         } else {
             int q = row_request[r];
             assert_int_equal(tokens[r], psr_oracle_sample_row(row, V, temps[q], seeds[q], pos[r],
-                                                              true, PSR_NOISE_FP32, NULL));
+                                                              true, PSR_ORACLE_FP32, NULL));
             assert_int_equal(flags[r], 0);
         }
         if (cache_rows[r] >= 0 && row_request[r] >= 0 && pos[r] < PSR_MAX_POSITION)
@@ -576,7 +576,7 @@ static void test_device_api(void **state)
     assert_non_null(strstr(psr_last_error(ctx), "args->tokens"));
     a.tokens = dtok;
     a.struct_size = 3;
-    assert_int_equal(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(psr_sample(ctx, &a, NULL), PSR_ERR_STRUCT_SIZE);
     assert_int_equal(psr_sample(NULL, &a, NULL), PSR_ERR_NULL_ARGUMENT);
     assert_int_equal(psr_sample(ctx, NULL, NULL), PSR_ERR_NULL_ARGUMENT);
     a.struct_size = sizeof a;
@@ -613,7 +613,7 @@ static void test_unaligned_host_buffer(void **state)
     cl_mem ds = upload(ctx, seeds, sizeof seeds), dt = upload(ctx, temps, sizeof temps);
     cl_mem dp = upload(ctx, pos, sizeof pos), dk = device_buffer(ctx, ROWS * 4);
     psr_sample_args a;
-    psr_sample_args_init(&a);
+    psr_sample_args_init(&a, sizeof a);
     a.rows = ROWS;
     a.vocab = V;
     a.logits = dl;
@@ -627,7 +627,7 @@ static void test_unaligned_host_buffer(void **state)
     download(ctx, dk, tokens, sizeof tokens);
     for (int r = 0; r < ROWS; r++)
         assert_int_equal(tokens[r], psr_oracle_sample_row(logits + (size_t)r * V, V, temps[r], seeds[r],
-                                                          pos[r], false, PSR_NOISE_FP32, NULL));
+                                                          pos[r], false, PSR_ORACLE_FP32, NULL));
     /* An offset of 3 floats makes every row aligned in this misaligned
      * buffer, and row 1 is padding: the padding row must not read the
      * buffer's start as vectors (the scalar token loop once did, and
@@ -656,7 +656,7 @@ static void test_unaligned_host_buffer(void **state)
         for (int r = 0; r < ROWS - 1; r++)
             assert_int_equal(tokens[r], req[r] < 0 ? -1
                                         : psr_oracle_sample_row(logits + 3 + (size_t)r * V, V, temps[r],
-                                                                seeds[r], pos[r], false, PSR_NOISE_FP32,
+                                                                seeds[r], pos[r], false, PSR_ORACLE_FP32,
                                                                 NULL));
     }
     if (ctx != saved)
@@ -692,7 +692,7 @@ static void test_signed_zeros_tie(void **state)
         int64_t seed = 1, pos = 1;
         float t = 0.0f;
         int32_t token = -7;
-        assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 1, 4096, 0, &seed, &pos, &t, 0, &token,
+        assert_int_equal(sample_host(ctx, l, PSR_DTYPE_F32, 1, 4096, 0, &seed, &pos, &t, 0, &token,
                                          NULL, NULL),
                          PSR_OK);
         assert_int_equal(token, 0);
@@ -708,31 +708,31 @@ static void test_host_api_rejects_bad_values(void **state)
     float temps[2] = {1.0f, 1.0f};
     int32_t tokens[2] = {-7, -7};
     pos[1] = PSR_MAX_POSITION;
-    assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 2, 2, 0, seeds, pos, temps, 0, tokens,
+    assert_int_equal(sample_host(ctx, l, PSR_DTYPE_F32, 2, 2, 0, seeds, pos, temps, 0, tokens,
                                      NULL, NULL),
                      PSR_ERR_POSITION_RANGE);
     assert_non_null(strstr(psr_last_error(ctx), "positions[1]"));
     pos[1] = -1;
-    assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 2, 2, 0, seeds, pos, temps, 0, tokens,
+    assert_int_equal(sample_host(ctx, l, PSR_DTYPE_F32, 2, 2, 0, seeds, pos, temps, 0, tokens,
                                      NULL, NULL),
                      PSR_ERR_POSITION_RANGE);
     pos[1] = 1;
     const float bad_temps[] = {-1.0f, NAN, INFINITY, 1e-40f};
     for (int i = 0; i < 4; i++) {
         temps[0] = bad_temps[i];
-        assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 2, 2, 0, seeds, pos, temps, 0,
+        assert_int_equal(sample_host(ctx, l, PSR_DTYPE_F32, 2, 2, 0, seeds, pos, temps, 0,
                                          tokens, NULL, NULL),
                          PSR_ERR_TEMPERATURE);
         assert_non_null(strstr(psr_last_error(ctx), "temperatures[0]"));
     }
     temps[0] = 1.0f;
-    assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 2, 3, 2, seeds, pos, temps, 0, tokens,
+    assert_int_equal(sample_host(ctx, l, PSR_DTYPE_F32, 2, 3, 2, seeds, pos, temps, 0, tokens,
                                      NULL, NULL),
                      PSR_ERR_INVALID_ARGUMENT);
-    assert_int_equal(psr_sample_host(ctx, NULL, PSR_DTYPE_F32, 2, 2, 0, seeds, pos, temps, 0, tokens,
+    assert_int_equal(sample_host(ctx, NULL, PSR_DTYPE_F32, 2, 2, 0, seeds, pos, temps, 0, tokens,
                                      NULL, NULL),
                      PSR_ERR_NULL_ARGUMENT);
-    assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 0, 2, 0, seeds, pos, temps, 0, tokens,
+    assert_int_equal(sample_host(ctx, l, PSR_DTYPE_F32, 0, 2, 0, seeds, pos, temps, 0, tokens,
                                      NULL, NULL),
                      PSR_ERR_INVALID_ARGUMENT);
     /* Nothing was written by any failed call. */
@@ -759,9 +759,9 @@ static void test_wide_agrees_with_fp64(void **state)
         pos[r] = (int64_t)r;
         temps[r] = 1.0f;
     }
-    assert_int_equal(sample_rows_f32(ctx, logits, rows, vocab, seeds, pos, temps, PSR_SAMPLE_WIDE_NOISE, wide),
+    assert_int_equal(sample_rows_f32(ctx, logits, rows, vocab, seeds, pos, temps, PSR_FLAG_WIDE_NOISE, wide),
                      PSR_OK);
-    assert_int_equal(sample_rows_f32(ctx, logits, rows, vocab, seeds, pos, temps, PSR_SAMPLE_FP64_NOISE, fp64),
+    assert_int_equal(sample_rows_f32(ctx, logits, rows, vocab, seeds, pos, temps, PSR_FLAG_FP64_NOISE, fp64),
                      PSR_OK);
     size_t differ = 0;
     for (size_t r = 0; r < rows; r++)
@@ -784,7 +784,7 @@ static void test_fp64_policy_wide(void **state)
 {
     (void)state;
     psr_context_options o;
-    psr_context_options_init(&o);
+    psr_context_options_init(&o, sizeof o);
     o.disk_cache = PSR_DISK_CACHE_OFF;
     o.hide_capabilities = PSR_CAP_FP64;
     o.fp64_policy = PSR_FP64_WIDE;
@@ -798,18 +798,24 @@ static void test_fp64_policy_wide(void **state)
     int64_t seed = 5, pos = 6;
     float t = 1.0f;
     int32_t token = -7;
-    assert_int_equal(psr_sample_host(c, l, PSR_DTYPE_F32, 1, 3000, 0, &seed, &pos, &t,
-                                     PSR_SAMPLE_FP64_NOISE, &token, NULL, NULL),
+    assert_int_equal(sample_host(c, l, PSR_DTYPE_F32, 1, 3000, 0, &seed, &pos, &t,
+                                     PSR_FLAG_FP64_NOISE, &token, NULL, NULL),
                      PSR_OK);
-    unsigned used = 0;
-    assert_int_equal(psr_context_last_sample_flags(c, &used), PSR_OK);
-    assert_int_equal(used, PSR_SAMPLE_WIDE_NOISE);
+    psr_noise used = PSR_NOISE_FP32;
+    assert_int_equal(psr_context_last_noise(c, &used), PSR_OK);
+    assert_int_equal(used, PSR_NOISE_WIDE);
     assert_non_null(strstr(captured_log, "wide-tail"));
-    assert_int_equal(token, psr_oracle_sample_row(l, 3000, 1.0f, 5, 6, false, PSR_NOISE_WIDE, NULL));
-    /* Both noise options at once is a mistake, whatever the policy. */
-    assert_int_equal(psr_sample_host(c, l, PSR_DTYPE_F32, 1, 3000, 0, &seed, &pos, &t,
-                                     PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_WIDE_NOISE, &token, NULL, NULL),
-                     PSR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(token, psr_oracle_sample_row(l, 3000, 1.0f, 5, 6, false, PSR_ORACLE_WIDE, NULL));
+    /* The 0.1 layout's noise bits are reserved in flags, and the noise is one of three. */
+    psr_sample_host_args h;
+    psr_sample_host_args_init(&h, sizeof h);
+    h.rows = 1, h.vocab = 3000, h.logits = l, h.seeds = &seed, h.positions = &pos, h.temperatures = &t;
+    h.tokens = &token, h.flags = PSR_FLAG_WIDE_NOISE;
+    assert_int_equal(psr_sample_host(c, &h), PSR_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(psr_last_error(c), "reserved"));
+    h.flags = 0, h.noise = (psr_noise)3;
+    assert_int_equal(psr_sample_host(c, &h), PSR_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(psr_last_error(c), "args->noise"));
     psr_context_free(c);
     o.fp64_policy = (psr_fp64_policy)9;
     assert_int_equal(psr_context_create(&o, &c), PSR_ERR_INVALID_ARGUMENT);
@@ -819,7 +825,7 @@ static void test_fp64_refused_without_fp64(void **state)
 {
     (void)state;
     psr_context_options o;
-    psr_context_options_init(&o);
+    psr_context_options_init(&o, sizeof o);
     o.disk_cache = PSR_DISK_CACHE_OFF;
     o.hide_capabilities = PSR_CAP_FP64;
     psr_context *c;
@@ -828,11 +834,11 @@ static void test_fp64_refused_without_fp64(void **state)
     int64_t seed = 1, pos = 1;
     float t = 1.0f;
     int32_t token = -7;
-    assert_int_equal(psr_sample_host(c, l, PSR_DTYPE_F32, 1, 3, 0, &seed, &pos, &t,
-                                     PSR_SAMPLE_FP64_NOISE, &token, NULL, NULL),
+    assert_int_equal(sample_host(c, l, PSR_DTYPE_F32, 1, 3, 0, &seed, &pos, &t,
+                                     PSR_FLAG_FP64_NOISE, &token, NULL, NULL),
                      PSR_ERR_FP64_UNSUPPORTED);
     assert_int_equal(token, -7);
-    assert_int_equal(psr_sample_host(c, l, PSR_DTYPE_F32, 1, 3, 0, &seed, &pos, &t, 0, &token, NULL,
+    assert_int_equal(sample_host(c, l, PSR_DTYPE_F32, 1, 3, 0, &seed, &pos, &t, 0, &token, NULL,
                                      NULL),
                      PSR_OK);
     psr_context_free(c);

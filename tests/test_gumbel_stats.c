@@ -31,7 +31,7 @@ static void sample_counts(const float *logits, size_t vocab, float temp, unsigne
         size_t n = trials - done < BATCH ? (size_t)(trials - done) : BATCH;
         for (size_t r = 0; r < n; r++)
             pos[r] = first_pos + (int64_t)(done + r);
-        psr_status st = psr_sample_host(ctx, batch, PSR_DTYPE_F32, n, vocab, 0, seeds, pos, temps,
+        psr_status st = sample_host(ctx, batch, PSR_DTYPE_F32, n, vocab, 0, seeds, pos, temps,
                                         flags, tokens, NULL, NULL);
         if (st != PSR_OK)
             fail_msg("%s: %s", psr_status_string(st), psr_last_error(ctx));
@@ -133,13 +133,13 @@ static void test_draft_stream(void **state)
         pos[r] = (int64_t)r;
         temps[r] = 1.0f;
     }
-    assert_int_equal(psr_sample_host(ctx, batch, PSR_DTYPE_F32, n, vocab, 0, seeds, pos, temps, 0,
+    assert_int_equal(sample_host(ctx, batch, PSR_DTYPE_F32, n, vocab, 0, seeds, pos, temps, 0,
                                      target, NULL, NULL),
                      PSR_OK);
-    assert_int_equal(psr_sample_host(ctx, batch, PSR_DTYPE_F32, n, vocab, 0, seeds, pos, temps,
+    assert_int_equal(sample_host(ctx, batch, PSR_DTYPE_F32, n, vocab, 0, seeds, pos, temps,
                                      PSR_SAMPLE_DRAFTING, draft, NULL, NULL),
                      PSR_OK);
-    assert_int_equal(psr_sample_host(ctx, batch, PSR_DTYPE_F32, n, vocab, 0, seeds, pos, temps,
+    assert_int_equal(sample_host(ctx, batch, PSR_DTYPE_F32, n, vocab, 0, seeds, pos, temps,
                                      PSR_SAMPLE_DRAFTING, again, NULL, NULL),
                      PSR_OK);
     size_t same = 0;
@@ -194,21 +194,21 @@ static void test_lower_tail(void **state)
     psr_device_info info;
     psr_context_device_info(ctx, &info);
     const struct {
-        unsigned flags;
+        psr_noise noise;
         bool resolves;
-    } options[] = {{0, false}, {PSR_SAMPLE_WIDE_NOISE, true}, {PSR_SAMPLE_FP64_NOISE, true}};
+    } options[] = {{PSR_NOISE_FP32, false}, {PSR_NOISE_WIDE, true}, {PSR_NOISE_FP64, true}};
     for (int k = 0; k < 3; k++) {
-        if ((options[k].flags & PSR_SAMPLE_FP64_NOISE) && !(info.capabilities & PSR_CAP_FP64))
+        if (options[k].noise == PSR_NOISE_FP64 && !(info.capabilities & PSR_CAP_FP64))
             continue;
         unsigned long long c24, c32, s24, s32, done, slice_done;
         const unsigned long long draws = 1ull << 26, slice = 1ull << 16;
-        assert_int_equal(psr_tail_census(ctx, options[k].flags, draws, false, &done, &c24, &c32), PSR_OK);
-        assert_int_equal(psr_tail_census(ctx, options[k].flags, slice, true, &slice_done, &s24, &s32),
+        assert_int_equal(psr_tail_census(ctx, options[k].noise, draws, false, &done, &c24, &c32), PSR_OK);
+        assert_int_equal(psr_tail_census(ctx, options[k].noise, slice, true, &slice_done, &s24, &s32),
                          PSR_OK);
         assert_true(done == draws && slice_done == slice);
-        print_message("flags %u: %llu draws: E < 2^-24 %llu (expected 4), E < 2^-32 %llu; top slice: "
+        print_message("noise %d: %llu draws: E < 2^-24 %llu (expected 4), E < 2^-32 %llu; top slice: "
                       "%llu of %llu below 2^-32\n",
-                      options[k].flags, draws, c24, c32, s32, slice);
+                      (int)options[k].noise, draws, c24, c32, s32, slice);
         assert_true(c24 <= 20); /* Poisson(4): 20 is beyond 5 sigma */
         if (options[k].resolves)
             assert_int_equal(s32, slice);

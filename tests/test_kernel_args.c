@@ -34,10 +34,10 @@ static void test_sample_paths(void **state)
         assert_int_equal(psr_context_set_tuning(ctx, &t), PSR_OK);
         const unsigned flags[] = {0, PSR_SAMPLE_RACE};
         for (int f = 0; f < 2; f++)
-            assert_int_equal(psr_sample_host(ctx, x, PSR_DTYPE_F32, ROWS, VOCAB, 0, seeds, pos, temps, flags[f],
+            assert_int_equal(sample_host(ctx, x, PSR_DTYPE_F32, ROWS, VOCAB, 0, seeds, pos, temps, flags[f],
                                              tokens, NULL, NULL),
                              PSR_OK);
-        assert_int_equal(psr_sample_host_filtered(ctx, x, PSR_DTYPE_F32, ROWS, VOCAB, 0, seeds, pos, temps, top_k,
+        assert_int_equal(sample_host_filtered(ctx, x, PSR_DTYPE_F32, ROWS, VOCAB, 0, seeds, pos, temps, top_k,
                                                   top_p, NULL, 0, tokens, NULL, NULL),
                          PSR_OK);
     }
@@ -54,7 +54,7 @@ static void test_logprobs_paths(void **state)
     float temps[ROWS] = {1.0f, 0.5f, 1.0f, 2.0f};
     int32_t tokens[ROWS] = {0, 1, 2, 3};
     psr_logprobs_args a;
-    psr_logprobs_args_init(&a);
+    psr_logprobs_args_init(&a, sizeof a);
     a.rows = ROWS;
     a.vocab = VOCAB;
     a.requests = ROWS;
@@ -97,7 +97,7 @@ static void test_verify_paths(void **state)
     int64_t seeds[R] = {9, 10}, pos[ROWS_V] = {1, 2, 3, 4, 5, 6};
     float temps[R] = {1.0f, 0.7f};
     psr_verify_args a;
-    psr_verify_args_init(&a);
+    psr_verify_args_init(&a, sizeof a);
     a.requests = R;
     a.cu = cu;
     a.rows = ROWS_V;

@@ -139,7 +139,7 @@ static void free_problem(problem *p)
 
 static void fill_args(psr_lm_head_args *a, const problem *p, cl_mem dh, cl_mem dw, cl_mem dl)
 {
-    psr_lm_head_args_init(a);
+    psr_lm_head_args_init(a, sizeof *a);
     a->batch = p->b;
     a->hidden_size = p->h;
     a->vocab = p->v;
@@ -199,7 +199,7 @@ static void check_shape(size_t b, size_t h, size_t v, psr_dtype dtype, double re
     psr_lm_head_args a;
     fill_args(&a, &p, dh, dw, dl);
     cl_event ev = NULL;
-    psr_status st = psr_logits_from_hidden(ctx, &a, &ev);
+    psr_status st = psr_lm_head(ctx, &a, &ev);
     if (st != PSR_OK)
         fail_msg("%s: %s", psr_status_string(st), psr_last_error(ctx));
     assert_non_null(ev);
@@ -238,10 +238,10 @@ static void test_fp16(void **state)
     if (!has_fp16) {
         /* Refused up front, naming the device, with nothing written. */
         cl_mem dh = device_buffer(ctx, 64), dw = device_buffer(ctx, 64), dl = sentinel_buffer(64);
-        psr_lm_head_args_init(&a);
+        psr_lm_head_args_init(&a, sizeof a);
         a.batch = 2, a.hidden_size = 4, a.vocab = 8, a.dtype = PSR_DTYPE_F16;
         a.hidden = dh, a.weights = dw, a.logits = dl;
-        assert_int_equal(psr_logits_from_hidden(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT);
+        assert_int_equal(psr_lm_head(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT);
         assert_non_null(strstr(psr_last_error(ctx), "cl_khr_fp16"));
         assert_non_null(strstr(psr_last_error(ctx), info.name));
         assert_untouched(dl, 64, "fp16 without cl_khr_fp16");
@@ -262,17 +262,17 @@ static void test_fp16_hidden(void **state)
 {
     (void)state;
     psr_context_options o;
-    psr_context_options_init(&o);
+    psr_context_options_init(&o, sizeof o);
     o.disk_cache = PSR_DISK_CACHE_OFF;
     o.hide_capabilities = PSR_CAP_FP16;
     psr_context *c2;
     assert_int_equal(psr_context_create(&o, &c2), PSR_OK);
     cl_mem dh = device_buffer(c2, 64), dw = device_buffer(c2, 64), dl = device_buffer(c2, 64);
     psr_lm_head_args a;
-    psr_lm_head_args_init(&a);
+    psr_lm_head_args_init(&a, sizeof a);
     a.batch = 2, a.hidden_size = 4, a.vocab = 8, a.dtype = PSR_DTYPE_F16;
     a.hidden = dh, a.weights = dw, a.logits = dl;
-    assert_int_equal(psr_logits_from_hidden(c2, &a, NULL), PSR_ERR_INVALID_ARGUMENT);
+    assert_int_equal(psr_lm_head(c2, &a, NULL), PSR_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(psr_last_error(c2), "cl_khr_fp16"));
     clReleaseMemObject(dh), clReleaseMemObject(dw), clReleaseMemObject(dl);
     psr_context_free(c2);
@@ -300,7 +300,7 @@ static void test_wait_list_and_event(void **state)
     fill_args(&a, &p, dh, dw, dl);
 
     /* No event asked for: the queue still orders the result. */
-    assert_int_equal(psr_logits_from_hidden(ctx, &a, NULL), PSR_OK);
+    assert_int_equal(psr_lm_head(ctx, &a, NULL), PSR_OK);
     assert_int_equal(clFinish(queue_of(ctx)), CL_SUCCESS);
     float *got = read_logits(dl, &p);
     check_logits(got, &p, 1e-4);
@@ -316,7 +316,7 @@ static void test_wait_list_and_event(void **state)
     a.num_events_in_wait_list = 1;
     a.event_wait_list = &gate;
     cl_event ev = NULL;
-    assert_int_equal(psr_logits_from_hidden(ctx, &a, &ev), PSR_OK);
+    assert_int_equal(psr_lm_head(ctx, &a, &ev), PSR_OK);
     assert_non_null(ev);
     clFlush(queue_of(ctx));
     struct timespec pause = {0, 200 * 1000 * 1000};
@@ -349,14 +349,14 @@ static void test_feeds_sample(void **state)
     psr_lm_head_args a;
     fill_args(&a, &p, dh, dw, dl);
     cl_event gemm;
-    assert_int_equal(psr_logits_from_hidden(ctx, &a, &gemm), PSR_OK);
+    assert_int_equal(psr_lm_head(ctx, &a, &gemm), PSR_OK);
 
     int64_t seeds[B] = {11, -5, 1ll << 40}, pos[B] = {0, 7, 12345};
     float temps[B] = {1.0f, 0.0f, 0.7f};
     cl_mem ds = upload(ctx, seeds, sizeof seeds), dp = upload(ctx, pos, sizeof pos);
     cl_mem dt = upload(ctx, temps, sizeof temps), dtok = device_buffer(ctx, B * 4);
     psr_sample_args s;
-    psr_sample_args_init(&s);
+    psr_sample_args_init(&s, sizeof s);
     s.rows = B, s.vocab = V, s.logits = dl, s.requests = B;
     s.seeds = ds, s.temperatures = dt, s.positions = dp, s.tokens = dtok;
     s.num_events_in_wait_list = 1;
@@ -367,7 +367,7 @@ static void test_feeds_sample(void **state)
     float *logits = read_logits(dl, &p);
     for (size_t r = 0; r < B; r++)
         assert_int_equal(tokens[r], psr_oracle_sample_row(logits + r * V, V, temps[r], seeds[r], pos[r],
-                                                          false, PSR_NOISE_FP32, NULL));
+                                                          false, PSR_ORACLE_FP32, NULL));
     free(logits);
     clReleaseEvent(gemm);
     cl_mem all[] = {dh, dw, dl, ds, dp, dt, dtok};
@@ -397,19 +397,19 @@ static void test_bad_input(void **state)
     const size_t out_bytes = B * V * 4;
     cl_mem dl = sentinel_buffer(out_bytes);
     psr_lm_head_args good;
-    psr_lm_head_args_init(&good);
+    psr_lm_head_args_init(&good, sizeof good);
     good.batch = B, good.hidden_size = H, good.vocab = V;
     good.hidden = dh, good.weights = dw, good.logits = dl;
 
     /* NULL context and args. */
     cl_event ev = (cl_event)0x1;
-    assert_int_equal(psr_logits_from_hidden(NULL, &good, &ev), PSR_ERR_NULL_ARGUMENT);
+    assert_int_equal(psr_lm_head(NULL, &good, &ev), PSR_ERR_NULL_ARGUMENT);
     assert_non_null(strstr(psr_last_error(NULL), "ctx"));
     assert_null(ev);
     ev = (cl_event)0x1;
-    expect(psr_logits_from_hidden(ctx, NULL, &ev), PSR_ERR_NULL_ARGUMENT, "args", "NULL args");
+    expect(psr_lm_head(ctx, NULL, &ev), PSR_ERR_NULL_ARGUMENT, "args", "NULL args");
     assert_null(ev);
-    psr_lm_head_args_init(NULL); /* harmless */
+    assert_int_equal(psr_lm_head_args_init(NULL, sizeof good), PSR_ERR_NULL_ARGUMENT);
 
     struct {
         const char *what;
@@ -428,7 +428,7 @@ static void test_bad_input(void **state)
         EDIT;                                            \
         n++;                                             \
     } while (0)
-    CASE("struct_size 0", PSR_ERR_INVALID_ARGUMENT, "struct_size", a->struct_size = 0);
+    CASE("struct_size 0", PSR_ERR_STRUCT_SIZE, "struct_size", a->struct_size = 0);
     CASE("NULL hidden", PSR_ERR_NULL_ARGUMENT, "args->hidden is NULL", a->hidden = NULL);
     CASE("NULL weights", PSR_ERR_NULL_ARGUMENT, "args->weights is NULL", a->weights = NULL);
     CASE("NULL logits", PSR_ERR_NULL_ARGUMENT, "args->logits is NULL", a->logits = NULL);
@@ -452,20 +452,20 @@ static void test_bad_input(void **state)
     CASE("weights too small (H mismatch)", PSR_ERR_BUFFER_TOO_SMALL, "args->weights",
          (a->hidden_size = H + 1, a->batch = 1));
     CASE("logits too small", PSR_ERR_BUFFER_TOO_SMALL, "args->logits", a->logits = small);
-    CASE("logits aliases hidden", PSR_ERR_INVALID_ARGUMENT, "args->logits is the same buffer",
+    CASE("logits aliases hidden", PSR_ERR_BUFFER_OVERLAP, "args->logits overlaps args->hidden",
          a->logits = dh);
 #undef CASE
     assert_true(n <= sizeof cases / sizeof cases[0]);
     for (size_t i = 0; i < n; i++) {
         ev = (cl_event)0x1;
-        expect(psr_logits_from_hidden(ctx, &cases[i].a, &ev), cases[i].want, cases[i].word, cases[i].what);
+        expect(psr_lm_head(ctx, &cases[i].a, &ev), cases[i].want, cases[i].word, cases[i].what);
         assert_null(ev);
         assert_int_equal(clFinish(queue_of(ctx)), CL_SUCCESS);
         assert_untouched(dl, out_bytes, cases[i].what);
     }
 
     /* The context is still usable. */
-    psr_status st = psr_logits_from_hidden(ctx, &good, NULL);
+    psr_status st = psr_lm_head(ctx, &good, NULL);
     assert_int_equal(st, have_clblast ? PSR_OK : PSR_ERR_NOT_SUPPORTED);
     assert_int_equal(clFinish(queue_of(ctx)), CL_SUCCESS);
     clReleaseMemObject(dh), clReleaseMemObject(dw), clReleaseMemObject(dl), clReleaseMemObject(small);
@@ -480,11 +480,11 @@ static void test_not_supported(void **state)
     cl_mem dh = device_buffer(ctx, 2 * 8 * 4), dw = device_buffer(ctx, 5 * 8 * 4);
     cl_mem dl = sentinel_buffer(2 * 5 * 4);
     psr_lm_head_args a;
-    psr_lm_head_args_init(&a);
+    psr_lm_head_args_init(&a, sizeof a);
     a.batch = 2, a.hidden_size = 8, a.vocab = 5;
     a.hidden = dh, a.weights = dw, a.logits = dl;
     cl_event ev = (cl_event)0x1;
-    expect(psr_logits_from_hidden(ctx, &a, &ev), PSR_ERR_NOT_SUPPORTED, "without CLBlast",
+    expect(psr_lm_head(ctx, &a, &ev), PSR_ERR_NOT_SUPPORTED, "without CLBlast",
            "no CLBlast");
     assert_null(ev);
     assert_int_equal(clFinish(queue_of(ctx)), CL_SUCCESS);

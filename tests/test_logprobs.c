@@ -106,7 +106,7 @@ static psr_status run_logprobs(const lcase *c, psr_dtype dtype, unsigned flags, 
     cl_mem bp = c->top_p ? upload(ctx, c->top_p, c->requests * 4) : NULL;
     cl_mem bm = c->min_p ? upload(ctx, c->min_p, c->requests * 4) : NULL;
     psr_logprobs_args a;
-    psr_logprobs_args_init(&a);
+    psr_logprobs_args_init(&a, sizeof a);
     a.rows = c->rows;
     a.vocab = c->vocab;
     a.logits = bl;
@@ -349,7 +349,7 @@ static void test_bad_input(void **state)
         {no_ids, PSR_ERR_NULL_ARGUMENT, "top_ids"},
         {bad_flags, PSR_ERR_INVALID_ARGUMENT, "args->flags"},
         {big_vocab, PSR_ERR_BUFFER_TOO_SMALL, "args->logits"},
-        {no_init, PSR_ERR_INVALID_ARGUMENT, "psr_logprobs_args_init"},
+        {no_init, PSR_ERR_STRUCT_SIZE, "psr_logprobs_args_init"},
         {no_temps, PSR_ERR_NULL_ARGUMENT, "temperatures"},
         {raw_filtered, PSR_ERR_INVALID_ARGUMENT, "PSR_LOGPROBS_RAW"},
     };

@@ -85,7 +85,7 @@ static void test_token_vectors(void **state)
         bool no_finite;
         int32_t tok = psr_oracle_sample_row(logits, vocab, temp, tsv_int(t, r, "seed"),
                                             tsv_int(t, r, "pos"), tsv_int(t, r, "drafting") != 0,
-                                            tsv_int(t, r, "fp64") ? PSR_NOISE_FP64 : PSR_NOISE_FP32, &no_finite);
+                                            tsv_int(t, r, "fp64") ? PSR_ORACLE_FP64 : PSR_ORACLE_FP32, &no_finite);
         if (tok != tsv_int(t, r, "token"))
             fail_msg("vector row %zu: oracle token %d, want %lld", r, tok,
                      (long long)tsv_int(t, r, "token"));

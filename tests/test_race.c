@@ -36,7 +36,7 @@ static void check_probs_against_oracle(size_t rows, size_t vocab, unsigned flags
         p[i] = k == 0 ? 0.0f : k == 1 ? -x : k == 2 ? NAN : x; /* some zero, negative, NaN */
     }
     fill_rows(rows, seeds, pos, temps, temp);
-    psr_status st = psr_sample_host(ctx, p, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
+    psr_status st = sample_host(ctx, p, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
                                     flags | PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, tokens, NULL, NULL);
     if (st != PSR_OK)
         fail_msg("%s: %s", psr_status_string(st), psr_last_error(ctx));
@@ -57,11 +57,11 @@ static void test_probs_equal_oracle(void **state)
     check_probs_against_oracle(3, 150000, 0, 1.0f); /* split rows */
     if (!test_long())
         return;
-    check_probs_against_oracle(64, 3000, PSR_SAMPLE_WIDE_NOISE, 1.0f);
+    check_probs_against_oracle(64, 3000, PSR_FLAG_WIDE_NOISE, 1.0f);
     check_probs_against_oracle(16, 3000, PSR_SAMPLE_DRAFTING, 0.0f); /* T = 0: argmax p */
     if (has_fp64) {
-        check_probs_against_oracle(64, 3000, PSR_SAMPLE_FP64_NOISE, 1.0f);
-        check_probs_against_oracle(3, 150000, PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_DRAFTING, 1.0f);
+        check_probs_against_oracle(64, 3000, PSR_FLAG_FP64_NOISE, 1.0f);
+        check_probs_against_oracle(3, 150000, PSR_FLAG_FP64_NOISE | PSR_SAMPLE_DRAFTING, 1.0f);
     }
 }
 
@@ -145,12 +145,12 @@ static void test_split_rows_match_gumbel(void **state)
         for (size_t i = 0; i < rows * vocab; i++)
             logits[i] = 3.0f * normal();
         fill_rows(rows, seeds, pos, temps, 1.3f);
-        unsigned noises[] = {0, PSR_SAMPLE_WIDE_NOISE, PSR_SAMPLE_FP64_NOISE};
+        unsigned noises[] = {0, PSR_FLAG_WIDE_NOISE, PSR_FLAG_FP64_NOISE};
         for (int n = 0; n < (has_fp64 ? 3 : 2); n++) {
-            assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos,
+            assert_int_equal(sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos,
                                              temps, PSR_SAMPLE_RACE | noises[n], race, NULL, NULL),
                              PSR_OK);
-            assert_int_equal(psr_sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos,
+            assert_int_equal(sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos,
                                              temps, noises[n], gumbel, NULL, NULL),
                              PSR_OK);
             assert_memory_equal(race, gumbel, rows * 4);
@@ -212,7 +212,7 @@ static void test_bad_probabilities(void **state)
     int32_t token = -7;
     uint32_t flags = 0;
     /* No positive probability: an in-range token, flagged. */
-    assert_int_equal(psr_sample_host(ctx, p, PSR_DTYPE_F32, 1, 6, 0, &seed, &pos, &t,
+    assert_int_equal(sample_host(ctx, p, PSR_DTYPE_F32, 1, 6, 0, &seed, &pos, &t,
                                      PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, &token, &flags, NULL),
                      PSR_OK);
     assert_true(token >= 0 && token < 6);
@@ -220,14 +220,14 @@ static void test_bad_probabilities(void **state)
     /* An infinite probability wins; zero, negative and NaN ones never do. */
     p[4] = INFINITY;
     p[5] = 0.5f;
-    assert_int_equal(psr_sample_host(ctx, p, PSR_DTYPE_F32, 1, 6, 0, &seed, &pos, &t,
+    assert_int_equal(sample_host(ctx, p, PSR_DTYPE_F32, 1, 6, 0, &seed, &pos, &t,
                                      PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, &token, &flags, NULL),
                      PSR_OK);
     assert_int_equal(token, 4);
     p[4] = 0.0f;
     for (int k = 0; k < 20; k++) {
         seed = k;
-        assert_int_equal(psr_sample_host(ctx, p, PSR_DTYPE_F32, 1, 6, 0, &seed, &pos, &t,
+        assert_int_equal(sample_host(ctx, p, PSR_DTYPE_F32, 1, 6, 0, &seed, &pos, &t,
                                          PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, &token, NULL, NULL),
                          PSR_OK);
         assert_int_equal(token, 5);
@@ -236,10 +236,10 @@ static void test_bad_probabilities(void **state)
     float l[3] = {1.0f, 3e38f, 2.0f};
     t = 0.5f;
     int32_t gumbel = -7;
-    assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 1, 3, 0, &seed, &pos, &t, PSR_SAMPLE_RACE,
+    assert_int_equal(sample_host(ctx, l, PSR_DTYPE_F32, 1, 3, 0, &seed, &pos, &t, PSR_SAMPLE_RACE,
                                      &token, &flags, NULL),
                      PSR_OK);
-    assert_int_equal(psr_sample_host(ctx, l, PSR_DTYPE_F32, 1, 3, 0, &seed, &pos, &t, 0, &gumbel, NULL,
+    assert_int_equal(sample_host(ctx, l, PSR_DTYPE_F32, 1, 3, 0, &seed, &pos, &t, 0, &gumbel, NULL,
                                      NULL),
                      PSR_OK);
     assert_int_equal(token, 1);
@@ -249,12 +249,12 @@ static void test_bad_probabilities(void **state)
 
     /* Probabilities need the race, and fp32. */
     token = -7;
-    assert_int_equal(psr_sample_host(ctx, p, PSR_DTYPE_F32, 1, 6, 0, &seed, &pos, &t, PSR_SAMPLE_PROBS,
+    assert_int_equal(sample_host(ctx, p, PSR_DTYPE_F32, 1, 6, 0, &seed, &pos, &t, PSR_SAMPLE_PROBS,
                                      &token, NULL, NULL),
                      PSR_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(psr_last_error(ctx), "PSR_SAMPLE_PROBS"));
     uint16_t half[6] = {0};
-    assert_int_equal(psr_sample_host(ctx, half, PSR_DTYPE_F16, 1, 6, 0, &seed, &pos, &t,
+    assert_int_equal(sample_host(ctx, half, PSR_DTYPE_F16, 1, 6, 0, &seed, &pos, &t,
                                      PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, &token, NULL, NULL),
                      PSR_ERR_INVALID_ARGUMENT);
     assert_int_equal(token, -7);

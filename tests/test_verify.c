@@ -164,7 +164,7 @@ static psr_status run_verify(vcase *c, const vrun *run, int32_t *tokens, int32_t
     cl_mem bst = upload(ctx, &sfill, 4);
 
     psr_verify_args a;
-    psr_verify_args_init(&a);
+    psr_verify_args_init(&a, sizeof a);
     a.requests = c->requests;
     a.cu = c->cu;
     a.rows = c->rows;
@@ -180,7 +180,7 @@ static psr_status run_verify(vcase *c, const vrun *run, int32_t *tokens, int32_t
     a.temperatures = btemp;
     a.positions = bp;
     a.method = run->method;
-    a.flags = run->flags;
+    set_verify_flags(&a, run->flags);
     a.tokens = bo;
     a.tokens_dtype = run->tokens_dtype;
     a.num_sampled = bn;
@@ -301,11 +301,11 @@ static void test_matches_oracle(void **state)
     const vrun greedy = {PSR_VERIFY_GREEDY, 0, PSR_TOKENS_I64, PSR_DTYPE_F32, NULL};
     assert_true(check_against_oracle(&c, &greedy) > 10);
     if (test_long()) { /* a build each */
-        const vrun wide = {PSR_VERIFY_PROBABILISTIC, PSR_SAMPLE_WIDE_NOISE, PSR_TOKENS_I64,
+        const vrun wide = {PSR_VERIFY_PROBABILISTIC, PSR_FLAG_WIDE_NOISE, PSR_TOKENS_I64,
                            PSR_DTYPE_F32, NULL};
         check_against_oracle(&c, &wide);
         if (has_fp64) {
-            const vrun fp64 = {PSR_VERIFY_PROBABILISTIC, PSR_SAMPLE_FP64_NOISE, PSR_TOKENS_I32,
+            const vrun fp64 = {PSR_VERIFY_PROBABILISTIC, PSR_FLAG_FP64_NOISE, PSR_TOKENS_I32,
                                PSR_DTYPE_F32, NULL};
             check_against_oracle(&c, &fp64);
         }
@@ -323,7 +323,7 @@ static psr_context *open_control(const char *define)
 {
     psr_context *control = NULL;
     psr_context_options o;
-    psr_context_options_init(&o);
+    psr_context_options_init(&o, sizeof o);
     o.disk_cache = 0;
     assert_int_equal(psr_context_create(&o, &control), PSR_OK);
     assert_int_equal(psr_context_add_build_options(control, define), PSR_OK);
@@ -481,7 +481,7 @@ static void test_bonus_and_greedy(void **state)
         b.temps[r] = 1.0f;
     int32_t btokens[8], bnum[8], sampled[8];
     assert_int_equal(run_verify(&b, &greedy, btokens, bnum, &status), PSR_OK);
-    assert_int_equal(psr_sample_host(ctx, b.target, PSR_DTYPE_F32, R, V, 0, b.seeds, b.positions,
+    assert_int_equal(sample_host(ctx, b.target, PSR_DTYPE_F32, R, V, 0, b.seeds, b.positions,
                                      b.temps, 0, sampled, NULL, NULL),
                      PSR_OK);
     for (size_t r = 0; r < R; r++) {
@@ -601,11 +601,11 @@ static void test_streams(void **state)
         pos[r] = (int64_t)(r % 1000);
         temps[r] = 1.0f;
     }
-    assert_int_equal(psr_sample_host(ctx, x, PSR_DTYPE_F32, rows, V, 0, seeds, pos, temps,
+    assert_int_equal(sample_host(ctx, x, PSR_DTYPE_F32, rows, V, 0, seeds, pos, temps,
                                      PSR_SAMPLE_DRAFTING, a, NULL, NULL), PSR_OK);
-    assert_int_equal(psr_sample_host(ctx, x, PSR_DTYPE_F32, rows, V, 0, seeds, pos, temps,
+    assert_int_equal(sample_host(ctx, x, PSR_DTYPE_F32, rows, V, 0, seeds, pos, temps,
                                      PSR_SAMPLE_DRAFTING, b, NULL, NULL), PSR_OK);
-    assert_int_equal(psr_sample_host(ctx, x, PSR_DTYPE_F32, rows, V, 0, seeds, pos, temps, 0, t, NULL,
+    assert_int_equal(sample_host(ctx, x, PSR_DTYPE_F32, rows, V, 0, seeds, pos, temps, 0, t, NULL,
                                      NULL), PSR_OK);
     size_t same = 0;
     for (size_t r = 0; r < rows; r++) {
@@ -635,7 +635,7 @@ static void test_draft_cache_layout(void **state)
     cl_mem bx = upload(ctx, x, R * V * 4), bc = upload(ctx, cache, R * K * V * 4), bs = upload(ctx, seeds, R * 8);
     cl_mem bp = upload(ctx, pos, R * 8), bt = upload(ctx, temps, R * 4), bo = device_buffer(ctx, R * 4);
     psr_sample_args s;
-    psr_sample_args_init(&s);
+    psr_sample_args_init(&s, sizeof s);
     s.rows = R;
     s.vocab = V;
     s.logits = bx;
@@ -735,7 +735,7 @@ static void test_bad_input_host(void **state)
     expect_rejected(bad_method, PSR_ERR_INVALID_ARGUMENT, "args->method");
     expect_rejected(bad_tokens_dtype, PSR_ERR_INVALID_ARGUMENT, "tokens_dtype");
     expect_rejected(small_stride, PSR_ERR_INVALID_ARGUMENT, "target_row_stride");
-    expect_rejected(no_init, PSR_ERR_INVALID_ARGUMENT, "psr_verify_args_init");
+    expect_rejected(no_init, PSR_ERR_STRUCT_SIZE, "psr_verify_args_init");
     assert_int_equal(psr_verify(ctx, NULL, NULL), PSR_ERR_NULL_ARGUMENT);
     assert_int_equal(psr_verify(NULL, NULL, NULL), PSR_ERR_NULL_ARGUMENT);
 }

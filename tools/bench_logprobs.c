@@ -79,7 +79,7 @@ static psr_status make_shape(psr_context *ctx, size_t rows, size_t vocab, logpro
  * temperatures and tokens. */
 static void logprobs_args(psr_logprobs_args *l, const psr_sample_args *a, int top_n, const cl_mem *m)
 {
-    psr_logprobs_args_init(l);
+    psr_logprobs_args_init(l, sizeof *l);
     l->rows = a->rows, l->vocab = a->vocab, l->logits = a->logits;
     l->requests = a->requests, l->temperatures = a->temperatures, l->tokens = a->tokens;
     l->top_n = top_n;

@@ -529,7 +529,7 @@ psr_status bench_make_rows(psr_context *ctx, size_t rows, size_t vocab, int64_t 
 
 void bench_sample_args(psr_sample_args *a, size_t rows, size_t vocab, const cl_mem *m)
 {
-    psr_sample_args_init(a);
+    psr_sample_args_init(a, sizeof *a);
     a->rows = rows;
     a->vocab = vocab;
     a->logits = m[BENCH_LOGITS];

@@ -131,7 +131,7 @@ static cl_int upload(psr_context *ctx, shape *sh, const shape_host *h)
 static psr_status draw_drafts(psr_context *ctx, const shape *sh)
 {
     psr_sample_args s;
-    psr_sample_args_init(&s);
+    psr_sample_args_init(&s, sizeof s);
     s.rows = sh->R * (sh->K + 1);
     s.vocab = sh->V;
     s.logits = sh->m[DRAFT];
@@ -181,7 +181,7 @@ static psr_status launch_verify(psr_context *ctx, const void *args, cl_event *fi
 
 static void verify_args(psr_verify_args *a, const shape *sh, size_t mode)
 {
-    psr_verify_args_init(a);
+    psr_verify_args_init(a, sizeof *a);
     a->requests = sh->R;
     a->cu = sh->cu;
     a->rows = sh->R * (sh->K + 1);

@@ -35,19 +35,20 @@ static const char *default_cpu_shapes = "1x128256,8x128256,64x128256";
 typedef struct variant_def {
     const char *name;
     unsigned flags;
+    psr_noise noise;
     bool greedy;
     int vllm; /* VLLM_*: the fp32-noise variants share vLLM's fp32 figure */
 } variant_def;
 
 static const variant_def variants[] = {
-    {"fp32", 0, false, VLLM_FP32},
-    {"fp32-fast", PSR_SAMPLE_FAST_MATH, false, VLLM_FP32},
-    {"fp64", PSR_SAMPLE_FP64_NOISE, false, VLLM_FP64},
-    {"wide", PSR_SAMPLE_WIDE_NOISE, false, VLLM_FP32},
-    {"race", PSR_SAMPLE_RACE, false, VLLM_FP32},
-    {"race-wide", PSR_SAMPLE_RACE | PSR_SAMPLE_WIDE_NOISE, false, VLLM_FP32},
-    {"race-fp64", PSR_SAMPLE_RACE | PSR_SAMPLE_FP64_NOISE, false, VLLM_NONE},
-    {"greedy", 0, true, VLLM_GREEDY},
+    {"fp32", 0, PSR_NOISE_FP32, false, VLLM_FP32},
+    {"fp32-fast", PSR_SAMPLE_FAST_MATH, PSR_NOISE_FP32, false, VLLM_FP32},
+    {"fp64", 0, PSR_NOISE_FP64, false, VLLM_FP64},
+    {"wide", 0, PSR_NOISE_WIDE, false, VLLM_FP32},
+    {"race", PSR_SAMPLE_RACE, PSR_NOISE_FP32, false, VLLM_FP32},
+    {"race-wide", PSR_SAMPLE_RACE, PSR_NOISE_WIDE, false, VLLM_FP32},
+    {"race-fp64", PSR_SAMPLE_RACE, PSR_NOISE_FP64, false, VLLM_NONE},
+    {"greedy", 0, PSR_NOISE_FP32, true, VLLM_GREEDY},
 };
 #define NVARIANTS (sizeof variants / sizeof variants[0])
 
@@ -142,7 +143,7 @@ static double c_loop_us(const float *logits, size_t rows, size_t vocab, float te
     volatile int32_t sink = 0;
     for (size_t r = 0; r < n; r++)
         sink += psr_oracle_sample_row(logits + r * vocab, vocab, temperature, 1 + (int64_t)r, 7, false,
-                                      PSR_NOISE_FP32, NULL);
+                                      PSR_ORACLE_FP32, NULL);
     (void)sink;
     return (bench_now_us() - t0) / (double)n * (double)rows;
 }
@@ -238,7 +239,7 @@ static int run_variant(sample_bench *sb, const variant_def *vd, const float *hos
 {
     psr_context *ctx = sb->s.ctx;
     psr_sample_args a;
-    psr_sample_args_init(&a);
+    psr_sample_args_init(&a, sizeof a);
     a.rows = a.requests = rows;
     a.vocab = vocab;
     a.logits = m[LOGITS];
@@ -247,6 +248,7 @@ static int run_variant(sample_bench *sb, const variant_def *vd, const float *hos
     a.positions = m[POSITIONS];
     a.tokens = m[TOKENS];
     a.flags = vd->flags;
+    a.noise = vd->noise;
     result *r = &sb->results[sb->nresults];
     psr_status st = bench_time_spans(ctx, bench_launch_sample, &a, 5, sb->s.o.iters, &r->us, NULL);
     if (st != PSR_OK)
@@ -256,7 +258,7 @@ static int run_variant(sample_bench *sb, const variant_def *vd, const float *hos
     r->piped_us = piped_median(ctx, &a, sb->s.o.iters);
     r->floor_us = (double)(rows * vocab * 4) / sb->costs.copy_bw * 1e6;
     r->vllm_us = sb->nvidia ? vllm_us(vd, rows, vocab) : 0;
-    if (sb->cpu && (vd->flags & ~PSR_SAMPLE_FAST_MATH) == 0)
+    if (sb->cpu && (vd->flags & ~PSR_SAMPLE_FAST_MATH) == 0 && vd->noise == PSR_NOISE_FP32)
         r->cloop_us = c_loop_us(host, rows, vocab, vd->greedy ? 0.0f : 0.8f);
     if (!sb->s.o.json)
         print_row(sb, r);
@@ -267,7 +269,7 @@ static bool variant_wanted(const sample_bench *sb, const variant_def *vd)
 {
     if (sb->so.variants && !in_list(sb->so.variants, vd->name))
         return false;
-    return !(vd->flags & PSR_SAMPLE_FP64_NOISE) || (sb->s.info.capabilities & PSR_CAP_FP64);
+    return vd->noise != PSR_NOISE_FP64 || (sb->s.info.capabilities & PSR_CAP_FP64);
 }
 
 /* Every wanted variant on one shape; `host` has room for its logits. */
@@ -398,7 +400,7 @@ static void gemm_usage(FILE *out)
             "usage: psr bench gemm [--batch B] [--hidden H] [--vocab V] [--dtype f32|f16]\n"
             "                      [--iters N] [--device SEL] [--json]\n"
             "\n"
-            "Times psr_logits_from_hidden (CLBlast's GEMM: logits [B, V] = hidden [B, H] x\n"
+            "Times psr_lm_head (CLBlast's GEMM: logits [B, V] = hidden [B, H] x\n"
             "weights [V, H]^T) with OpenCL profiling events: warm-up (the first call builds\n"
             "CLBlast's kernels), then the median of N runs, each waited for alone (us),\n"
             "and all N enqueued back to back, timed on the host (piped_us). Prints the\n"
@@ -462,7 +464,7 @@ static psr_status gemm_once(psr_context *ctx, const psr_lm_head_args *a, double 
     if (err != CL_SUCCESS)
         return cli_fail(PSR_ERR_OPENCL, "clEnqueueMarkerWithWaitList failed: %s (%d)",
                         psr_cl_error_string(err), err);
-    psr_status st = psr_logits_from_hidden(ctx, a, &done);
+    psr_status st = psr_lm_head(ctx, a, &done);
     if (st == PSR_OK) {
         clWaitForEvents(1, &done);
         *us = ends_apart_us(mark, done);
@@ -487,7 +489,7 @@ static psr_status time_gemm(psr_context *ctx, const psr_lm_head_args *a, int ite
     }
     double t0 = bench_now_us();
     for (int it = 0; it < iters && st == PSR_OK; it++)
-        st = psr_logits_from_hidden(ctx, a, NULL);
+        st = psr_lm_head(ctx, a, NULL);
     if (st == PSR_OK) {
         clFinish(cli_queue(ctx));
         *piped_us = (bench_now_us() - t0) / iters;
@@ -560,7 +562,7 @@ static int gemm_on(psr_context *ctx, const gemm_options *g)
         rc = CLI_FAILED;
     }
     psr_lm_head_args a;
-    psr_lm_head_args_init(&a);
+    psr_lm_head_args_init(&a, sizeof a);
     a.batch = B, a.hidden_size = H, a.vocab = V, a.dtype = g->dtype;
     a.hidden = bufs[0], a.weights = bufs[1], a.logits = bufs[2];
     double us = 0, piped_us = 0;

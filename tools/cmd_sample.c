@@ -67,6 +67,7 @@ typedef struct sample_options {
     bool json, raw_logprobs;
     int logprobs;  /* --logprobs N; -1: no logprobs */
     unsigned flags;
+    psr_noise noise;
 } sample_options;
 
 /* The inputs read from the files, and one value per row of everything
@@ -111,7 +112,7 @@ static bool sample_flag(void *opts, const char *arg)
     if (strcmp(arg, "--drafting") == 0)
         o->flags |= PSR_SAMPLE_DRAFTING;
     else if (strcmp(arg, "--fp64") == 0)
-        o->flags |= PSR_SAMPLE_FP64_NOISE;
+        o->noise = PSR_NOISE_FP64;
     else if (strcmp(arg, "--fast") == 0)
         o->flags |= PSR_SAMPLE_FAST_MATH;
     else if (strcmp(arg, "--raw-logprobs") == 0)
@@ -145,12 +146,13 @@ static int mode_option(sample_options *o, const char *arg, const char *val)
     }
     if (strcmp(arg, "--noise") != 0)
         return -1;
-    o->flags &= ~(PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_WIDE_NOISE);
     if (strcmp(val, "fp64") == 0)
-        o->flags |= PSR_SAMPLE_FP64_NOISE;
+        o->noise = PSR_NOISE_FP64;
     else if (strcmp(val, "wide") == 0)
-        o->flags |= PSR_SAMPLE_WIDE_NOISE;
-    else if (strcmp(val, "fp32") != 0)
+        o->noise = PSR_NOISE_WIDE;
+    else if (strcmp(val, "fp32") == 0)
+        o->noise = PSR_NOISE_FP32;
+    else
         return cli_usage_error("sample", "--noise is fp32, fp64 or wide, not \"%s\"", val);
     return CLI_OK;
 }
@@ -382,25 +384,26 @@ static psr_status hidden_buffers(psr_context *ctx, const sample_rows *in, cl_mem
 }
 
 /* logits = hidden x weights^T, then psr_sample of them once the GEMM is done. */
-static psr_status enqueue_hidden(psr_context *ctx, const sample_rows *in, unsigned flags, const cl_mem *m)
+static psr_status enqueue_hidden(psr_context *ctx, const sample_rows *in, const sample_options *o, const cl_mem *m)
 {
     psr_dtype dtype = psr_dtype_of(&in->hidden);
     psr_lm_head_args la;
-    psr_lm_head_args_init(&la);
+    psr_lm_head_args_init(&la, sizeof la);
     la.batch = in->rows, la.hidden_size = in->hidden.shape[1], la.vocab = in->vocab, la.dtype = dtype;
     la.hidden = m[H_HIDDEN], la.weights = m[H_WEIGHTS], la.logits = m[H_LOGITS];
     cl_event gemm = NULL;
-    psr_status st = psr_logits_from_hidden(ctx, &la, &gemm);
+    psr_status st = psr_lm_head(ctx, &la, &gemm);
     if (st != PSR_OK)
         return st;
     psr_sample_args a;
-    psr_sample_args_init(&a);
+    psr_sample_args_init(&a, sizeof a);
     a.rows = a.requests = in->rows, a.vocab = in->vocab;
     a.logits = m[H_LOGITS], a.logits_dtype = dtype;
     a.seeds = m[H_SEEDS], a.positions = m[H_POSITIONS], a.temperatures = m[H_TEMPS];
     a.tokens = m[H_TOKENS], a.row_flags = m[H_ROW_FLAGS];
     a.top_k = m[H_TOP_K], a.top_p = m[H_TOP_P], a.min_p = m[H_MIN_P];
-    a.flags = flags;
+    a.flags = o->flags;
+    a.noise = o->noise;
     a.num_events_in_wait_list = 1;
     a.event_wait_list = &gemm;
     st = psr_sample(ctx, &a, NULL);
@@ -411,14 +414,14 @@ static psr_status enqueue_hidden(psr_context *ctx, const sample_rows *in, unsign
 /* The LM head path: logits = hidden x weights^T on the device, sampled
  * there without a trip through the host. Fails like psr_sample_host on a
  * bad position or temperature. */
-static psr_status sample_hidden(psr_context *ctx, sample_rows *in, unsigned flags)
+static psr_status sample_hidden(psr_context *ctx, sample_rows *in, const sample_options *o)
 {
     psr_status st = check_rows(in);
     cl_mem m[H_BUFFERS] = {NULL};
     if (st == PSR_OK)
         st = hidden_buffers(ctx, in, m);
     if (st == PSR_OK)
-        st = enqueue_hidden(ctx, in, flags, m);
+        st = enqueue_hidden(ctx, in, o, m);
     void *out[2] = {in->tokens, in->row_flags};
     cl_int err = CL_SUCCESS;
     for (int i = 0; i < 2 && st == PSR_OK && err == CL_SUCCESS; i++)
@@ -432,66 +435,39 @@ static psr_status sample_hidden(psr_context *ctx, sample_rows *in, unsigned flag
     return st;
 }
 
-/* psr_logprobs' device buffers, by index: inputs, outputs, filters. */
-enum { L_LOGITS, L_TEMPS, L_TOKENS, L_LOGPROBS, L_RANKS, L_TOP_IDS, L_TOP_LOGPROBS, L_TOP_K, L_TOP_P, L_MIN_P,
-       L_BUFFERS };
-
-static void logprobs_args(psr_logprobs_args *a, const sample_rows *in, int top_n, bool raw, const cl_mem *m)
-{
-    psr_logprobs_args_init(a);
-    a->rows = a->requests = in->rows, a->vocab = in->vocab;
-    a->logits = m[L_LOGITS], a->logits_dtype = psr_dtype_of(&in->logits);
-    a->temperatures = m[L_TEMPS], a->tokens = m[L_TOKENS];
-    a->top_n = top_n;
-    a->flags = raw ? PSR_LOGPROBS_RAW : 0;
-    a->token_logprobs = m[L_LOGPROBS], a->token_ranks = m[L_RANKS];
-    a->top_ids = top_n ? m[L_TOP_IDS] : NULL;
-    a->top_logprobs = top_n ? m[L_TOP_LOGPROBS] : NULL;
-    a->top_k = m[L_TOP_K], a->top_p = m[L_TOP_P], a->min_p = m[L_MIN_P];
-}
-
-/* Logprobs of the sampled tokens for host logits (psr_logprobs). */
+/* Logprobs of the sampled tokens for host logits (psr_logprobs_host). */
 static psr_status host_logprobs(psr_context *ctx, const sample_rows *in, int top_n, bool raw,
                                 sample_logprobs *out)
 {
-    size_t rows = in->rows, tn = top_n > 0 ? (size_t)top_n : 1;
-    size_t filter_bytes = raw || !in->top_k ? 0 : rows * 4; /* the filters shape processed logprobs only */
-    const cli_buffer spec[L_BUFFERS] = {
-        [L_LOGITS] = {rows * in->vocab * psr_dtype_size(psr_dtype_of(&in->logits)), in->logits.data},
-        [L_TEMPS] = {rows * 4, in->temps},          [L_TOKENS] = {rows * 4, in->tokens},
-        [L_LOGPROBS] = {rows * 4, NULL},            [L_RANKS] = {rows * 4, NULL},
-        [L_TOP_IDS] = {rows * tn * 4, NULL},        [L_TOP_LOGPROBS] = {rows * tn * 4, NULL},
-        [L_TOP_K] = {filter_bytes, in->top_k},      [L_TOP_P] = {filter_bytes, in->top_p},
-        [L_MIN_P] = {filter_bytes, in->min_p},
-    };
-    cl_mem m[L_BUFFERS];
-    cl_int err = cli_make_buffers(ctx, spec, L_BUFFERS, m);
-    psr_status st = PSR_OK;
-    if (err != CL_SUCCESS)
-        st = cli_fail(PSR_ERR_OPENCL, "allocating logprob buffers failed: %s (%d)", psr_cl_error_string(err), err);
-    psr_logprobs_args a;
-    logprobs_args(&a, in, top_n, raw, m);
-    if (st == PSR_OK)
-        st = psr_logprobs(ctx, &a, NULL);
-    void *host[4] = {out->logprobs, out->ranks, out->top_ids, out->top_logprobs};
-    for (int i = 0; i < 4 && st == PSR_OK && err == CL_SUCCESS; i++)
-        err = clEnqueueReadBuffer(cli_queue(ctx), m[L_LOGPROBS + i], CL_TRUE, 0, spec[L_LOGPROBS + i].bytes,
-                                  host[i], 0, NULL, NULL);
-    if (st == PSR_OK && err != CL_SUCCESS)
-        st = cli_fail(PSR_ERR_OPENCL, "reading logprobs failed: %s (%d)", psr_cl_error_string(err), err);
-    clFinish(cli_queue(ctx));
-    cli_release_buffers(m, L_BUFFERS);
-    return st;
+    psr_logprobs_host_args a;
+    psr_logprobs_host_args_init(&a, sizeof a);
+    a.rows = in->rows, a.vocab = in->vocab;
+    a.logits = in->logits.data, a.logits_dtype = psr_dtype_of(&in->logits);
+    a.temperatures = in->temps, a.tokens = in->tokens;
+    if (!raw) /* the filters shape processed logprobs only */
+        a.top_k = in->top_k, a.top_p = in->top_p, a.min_p = in->min_p;
+    a.top_n = top_n;
+    a.flags = raw ? PSR_LOGPROBS_RAW : 0;
+    a.token_logprobs = out->logprobs, a.token_ranks = out->ranks;
+    a.top_ids = top_n ? out->top_ids : NULL;
+    a.top_logprobs = top_n ? out->top_logprobs : NULL;
+    return psr_logprobs_host(ctx, &a);
 }
 
 /* The tokens, by the LM head path or from the host logits. */
 static psr_status draw_tokens(psr_context *ctx, const sample_options *o, sample_rows *in)
 {
     if (o->hidden)
-        return sample_hidden(ctx, in, o->flags);
-    return psr_sample_host_filtered(ctx, in->logits.data, psr_dtype_of(&in->logits), in->rows, in->vocab, 0,
-                                    in->seeds, in->positions, in->temps, in->top_k, in->top_p, in->min_p,
-                                    o->flags, in->tokens, in->row_flags, &in->no_finite);
+        return sample_hidden(ctx, in, o);
+    psr_sample_host_args a;
+    psr_sample_host_args_init(&a, sizeof a);
+    a.rows = in->rows, a.vocab = in->vocab;
+    a.logits = in->logits.data, a.logits_dtype = psr_dtype_of(&in->logits);
+    a.seeds = in->seeds, a.positions = in->positions, a.temperatures = in->temps;
+    a.top_k = in->top_k, a.top_p = in->top_p, a.min_p = in->min_p;
+    a.flags = o->flags, a.noise = o->noise;
+    a.tokens = in->tokens, a.row_flags = in->row_flags, a.no_finite_rows = &in->no_finite;
+    return psr_sample_host(ctx, &a);
 }
 
 static psr_status logprobs_of_tokens(psr_context *ctx, const sample_options *o, const sample_rows *in,
@@ -539,8 +515,8 @@ static void print_json(psr_context *ctx, const sample_options *o, const sample_r
 {
     psr_device_info info;
     psr_context_device_info(ctx, &info);
-    unsigned used = o->flags; /* what ran: the context may fall back */
-    psr_context_last_sample_flags(ctx, &used);
+    psr_noise used = o->noise; /* what ran: the context may fall back */
+    psr_context_last_noise(ctx, &used);
     json_writer w;
     json_init(&w, stdout);
     json_begin_object(&w);
@@ -555,11 +531,11 @@ static void print_json(psr_context *ctx, const sample_options *o, const sample_r
     json_key_uint(&w, "vocab", in->vocab);
     if (o->hidden)
         json_key_uint(&w, "hidden_size", in->hidden.shape[1]);
-    json_key_string(&w, "noise", used & PSR_SAMPLE_FP64_NOISE   ? "fp64"
-                                 : used & PSR_SAMPLE_WIDE_NOISE ? "wide"
-                                                                : "fp32");
-    json_key_string(&w, "method", used & PSR_SAMPLE_RACE ? "race" : "gumbel");
-    json_key_bool(&w, "deterministic", !(used & PSR_SAMPLE_FAST_MATH));
+    json_key_string(&w, "noise", used == PSR_NOISE_FP64 ? "fp64" : used == PSR_NOISE_WIDE ? "wide" : "fp32");
+    json_key_string(&w, "method", o->flags & PSR_SAMPLE_RACE ? "race" : "gumbel");
+    /* wide-tail noise and the race are always built deterministic */
+    json_key_bool(&w, "deterministic",
+                  !(o->flags & PSR_SAMPLE_FAST_MATH) || used == PSR_NOISE_WIDE || (o->flags & PSR_SAMPLE_RACE));
     json_key_bool(&w, "drafting", o->flags & PSR_SAMPLE_DRAFTING);
     json_key_uint(&w, "no_finite_rows", in->no_finite);
     if (o->logprobs >= 0)
@@ -619,6 +595,43 @@ int cmd_sample(int argc, char **argv)
 }
 
 /* psr demo: the main job on the default device, checked against the host. */
+enum { DEMO_ROWS = 8, DEMO_VOCAB = 32000 };
+
+/* One of the demo's runs: sample (a second time, timed) and compare every
+ * token with the oracle's. */
+static int demo_run(psr_context *ctx, const float *logits, const int64_t *seeds, const int64_t *pos,
+                    const char *name, unsigned flags, float temp)
+{
+    int32_t tokens[DEMO_ROWS];
+    float temps[DEMO_ROWS];
+    for (int r = 0; r < DEMO_ROWS; r++)
+        temps[r] = temp;
+    psr_sample_host_args a;
+    psr_sample_host_args_init(&a, sizeof a);
+    a.rows = DEMO_ROWS, a.vocab = DEMO_VOCAB, a.logits = logits;
+    a.seeds = seeds, a.positions = pos, a.temperatures = temps;
+    a.flags = flags, a.tokens = tokens;
+    /* The first call builds (or loads) the kernels; time the second. */
+    struct timespec t0, t1;
+    psr_status st = psr_sample_host(ctx, &a);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (st == PSR_OK)
+        st = psr_sample_host(ctx, &a);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (st != PSR_OK)
+        return cli_report(st, ctx);
+    int agree = 0;
+    printf("%s:", name);
+    for (int r = 0; r < DEMO_ROWS; r++) {
+        printf(" %5d", tokens[r]);
+        agree += tokens[r] == psr_oracle_sample_row(logits + (size_t)r * DEMO_VOCAB, DEMO_VOCAB, temp, seeds[r],
+                                                    pos[r], flags & PSR_SAMPLE_DRAFTING, PSR_ORACLE_FP32, NULL);
+    }
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    printf("   oracle agrees %d/%d (%.2f ms, copies included)\n", agree, DEMO_ROWS, ms);
+    return agree == DEMO_ROWS ? CLI_OK : CLI_FAILED;
+}
+
 int cmd_demo(int argc, char **argv)
 {
     if (argc > 1) {
@@ -632,67 +645,31 @@ int cmd_demo(int argc, char **argv)
         if (strcmp(argv[1], "--device") != 0 || argc != 3)
             return cli_usage_error("demo", "unknown arguments");
     }
-    enum { ROWS = 8, VOCAB = 32000 };
     psr_context *ctx = cli_open_context(argc == 3 ? argv[2] : NULL, false);
     if (!ctx)
         return CLI_FAILED;
-    psr_status st = PSR_OK;
     psr_device_info info;
     psr_context_device_info(ctx, &info);
     printf("psr %s on %u:%u %s (%s)\n", psr_version(), info.platform_index, info.device_index,
            info.name, info.platform_name);
-
-    float *logits = malloc((size_t)ROWS * VOCAB * sizeof *logits);
+    float *logits = malloc((size_t)DEMO_ROWS * DEMO_VOCAB * sizeof *logits);
     uint64_t s = 2024;
-    for (size_t i = 0; i < (size_t)ROWS * VOCAB; i++) {
+    for (size_t i = 0; logits && i < (size_t)DEMO_ROWS * DEMO_VOCAB; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         logits[i] = (float)((double)(s >> 40) / 16777216.0 * 12.0 - 6.0);
     }
-    int64_t seeds[ROWS], pos[ROWS];
-    float temps[ROWS];
-    for (int r = 0; r < ROWS; r++) {
+    int64_t seeds[DEMO_ROWS], pos[DEMO_ROWS];
+    for (int r = 0; r < DEMO_ROWS; r++) {
         seeds[r] = 1000 + r;
         pos[r] = 17 + r;
-        temps[r] = 0.8f;
     }
-    const struct {
-        const char *name;
-        unsigned flags;
-        float temp;
-    } runs[] = {{"target stream, T=0.8", 0, 0.8f}, {"draft stream,  T=0.8", PSR_SAMPLE_DRAFTING, 0.8f},
-                {"greedy,        T=0  ", 0, 0.0f}};
-    int rc = CLI_OK;
-    for (size_t k = 0; k < 3 && rc == CLI_OK; k++) {
-        int32_t tokens[ROWS];
-        for (int r = 0; r < ROWS; r++)
-            temps[r] = runs[k].temp;
-        /* The first call builds (or loads) the kernels; time the second. */
-        struct timespec t0, t1;
-        st = psr_sample_host(ctx, logits, PSR_DTYPE_F32, ROWS, VOCAB, 0, seeds, pos, temps,
-                             runs[k].flags, tokens, NULL, NULL);
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        if (st == PSR_OK)
-            st = psr_sample_host(ctx, logits, PSR_DTYPE_F32, ROWS, VOCAB, 0, seeds, pos, temps,
-                                 runs[k].flags, tokens, NULL, NULL);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        if (st != PSR_OK) {
-            rc = cli_report(st, ctx);
-            break;
-        }
-        int agree = 0;
-        printf("%s:", runs[k].name);
-        for (int r = 0; r < ROWS; r++) {
-            printf(" %5d", tokens[r]);
-            agree += tokens[r] == psr_oracle_sample_row(logits + (size_t)r * VOCAB, VOCAB, runs[k].temp,
-                                                        seeds[r], pos[r],
-                                                        runs[k].flags & PSR_SAMPLE_DRAFTING, PSR_NOISE_FP32,
-                                                        NULL);
-        }
-        double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-        printf("   oracle agrees %d/%d (%.2f ms, copies included)\n", agree, ROWS, ms);
-        if (agree != ROWS)
-            rc = CLI_FAILED;
-    }
+    int rc = logits ? CLI_OK : cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, ctx);
+    if (rc == CLI_OK)
+        rc = demo_run(ctx, logits, seeds, pos, "target stream, T=0.8", 0, 0.8f);
+    if (rc == CLI_OK)
+        rc = demo_run(ctx, logits, seeds, pos, "draft stream,  T=0.8", PSR_SAMPLE_DRAFTING, 0.8f);
+    if (rc == CLI_OK)
+        rc = demo_run(ctx, logits, seeds, pos, "greedy,        T=0  ", 0, 0.0f);
     free(logits);
     psr_context_free(ctx);
     if (rc == CLI_OK)

@@ -12,11 +12,11 @@
 
 static const struct {
     const char *name;
-    unsigned flags;
+    psr_noise noise;
 } noises[] = {
-    {"fp32", 0},
-    {"fp64", PSR_SAMPLE_FP64_NOISE},
-    {"wide", PSR_SAMPLE_WIDE_NOISE},
+    {"fp32", PSR_NOISE_FP32},
+    {"fp64", PSR_NOISE_FP64},
+    {"wide", PSR_NOISE_WIDE},
 };
 
 static void verify_usage(FILE *out)
@@ -120,14 +120,14 @@ static int make_tail_rows(psr_context *ctx, unsigned long long trials, double ga
 }
 
 /* Samples `n` rows at positions done .. done + n - 1; adds the tail hits. */
-static int tail_launch(psr_context *ctx, unsigned flags, unsigned long long done, size_t n, tail_rows *t,
+static int tail_launch(psr_context *ctx, psr_noise noise_kind, unsigned long long done, size_t n, tail_rows *t,
                        unsigned long long *hits)
 {
     for (size_t r = 0; r < n; r++)
         t->pos[r] = (cl_long)(done + r) % PSR_MAX_POSITION;
     psr_sample_args a;
-    psr_sample_args_init(&a);
-    a.rows = a.requests = n, a.vocab = t->vocab, a.flags = flags;
+    psr_sample_args_init(&a, sizeof a);
+    a.rows = a.requests = n, a.vocab = t->vocab, a.noise = noise_kind;
     a.logits = t->m[T_LOGITS], a.seeds = t->m[T_SEEDS], a.temperatures = t->m[T_TEMPS];
     a.positions = t->m[T_POSITIONS], a.tokens = t->m[T_TOKENS];
     psr_status st = PSR_OK;
@@ -148,14 +148,14 @@ static int tail_launch(psr_context *ctx, unsigned flags, unsigned long long done
 }
 
 /* `trials` draws of the tail row, with progress every tenth. */
-static int tail_trials(psr_context *ctx, const char *noise, unsigned flags, unsigned long long trials,
+static int tail_trials(psr_context *ctx, const char *noise, psr_noise noise_kind, unsigned long long trials,
                        tail_rows *t, unsigned long long *hits)
 {
     unsigned long long done = 0, next_report = trials / 10;
     int rc = CLI_OK;
     while (rc == CLI_OK && done < trials) {
         size_t n = trials - done < t->batch ? (size_t)(trials - done) : t->batch;
-        rc = tail_launch(ctx, flags, done, n, t, hits);
+        rc = tail_launch(ctx, noise_kind, done, n, t, hits);
         done += n;
         if (rc == CLI_OK && done >= next_report && done < trials) {
             fprintf(stderr, "psr verify tail (%s): %llu%% (%llu of %llu trials)\n", noise, done * 100 / trials,
@@ -166,14 +166,14 @@ static int tail_trials(psr_context *ctx, const char *noise, unsigned flags, unsi
     return rc;
 }
 
-static int run_tail(psr_context *ctx, const char *noise, unsigned flags, unsigned long long trials,
+static int run_tail(psr_context *ctx, const char *noise, psr_noise noise_kind, unsigned long long trials,
                     size_t tail_tokens, double gap, tail_result *out)
 {
     tail_rows t = {.vocab = tail_tokens + 1};
     unsigned long long hits = 0;
     int rc = make_tail_rows(ctx, trials, gap, &t);
     if (rc == CLI_OK)
-        rc = tail_trials(ctx, noise, flags, trials, &t, &hits);
+        rc = tail_trials(ctx, noise, noise_kind, trials, &t, &hits);
     double tail_p = (double)tail_tokens * exp(-gap);
     out->noise = noise;
     out->trials = trials;
@@ -249,7 +249,7 @@ static int tail_once(psr_context *ctx, const check_options *o, int n, json_write
 {
     tail_result r;
     memset(&r, 0, sizeof r);
-    int rc = run_tail(ctx, noises[n].name, noises[n].flags, o->trials, (size_t)o->tail_tokens, o->gap, &r);
+    int rc = run_tail(ctx, noises[n].name, noises[n].noise, o->trials, (size_t)o->tail_tokens, o->gap, &r);
     if (rc != CLI_OK)
         return rc;
     if (!o->json) {
@@ -272,9 +272,9 @@ static int tail_once(psr_context *ctx, const check_options *o, int n, json_write
 static int census_once(psr_context *ctx, const check_options *o, int n, json_writer *w)
 {
     unsigned long long done = 0, slice = 0, c24, c32, s24, s32;
-    psr_status st = psr_tail_census(ctx, noises[n].flags, o->draws, false, &done, &c24, &c32);
+    psr_status st = psr_tail_census(ctx, noises[n].noise, o->draws, false, &done, &c24, &c32);
     if (st == PSR_OK) /* the top 2^-32 slice of the uniform: E < 2^-32 needs 64 bits */
-        st = psr_tail_census(ctx, noises[n].flags, 1u << 20, true, &slice, &s24, &s32);
+        st = psr_tail_census(ctx, noises[n].noise, 1u << 20, true, &slice, &s24, &s32);
     if (st != PSR_OK)
         return cli_report(st, ctx);
     double e24 = (double)done * 0x1p-24, e32 = (double)done * 0x1p-32;
@@ -316,7 +316,7 @@ static int run_check(const check_options *o)
     for (int n = 0; n < 3 && rc == CLI_OK; n++) {
         if (o->chosen >= 0 && n != o->chosen)
             continue;
-        if (o->chosen < 0 && (noises[n].flags & PSR_SAMPLE_FP64_NOISE) && !(info.capabilities & PSR_CAP_FP64)) {
+        if (o->chosen < 0 && noises[n].noise == PSR_NOISE_FP64 && !(info.capabilities & PSR_CAP_FP64)) {
             fprintf(stderr, "psr verify: %s has no fp64: skipping fp64 noise\n", info.name);
             continue;
         }

@@ -194,7 +194,7 @@ psr_log_level cli_log_level(void)
 psr_context *cli_open_context(const char *device, bool profiling)
 {
     psr_context_options o;
-    psr_context_options_init(&o);
+    psr_context_options_init(&o, sizeof o);
     o.device = device;
     o.profiling = profiling;
     o.log = cli_log_to_stderr;

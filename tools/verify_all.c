@@ -57,6 +57,17 @@ static psr_status check_stream(psr_context *ctx, check *c)
     return st;
 }
 
+/* psr_sample_host of fp32 rows, one request per row. */
+static psr_status sample_f32(psr_context *ctx, const float *x, size_t rows, size_t vocab, const int64_t *seeds,
+                             const int64_t *pos, const float *temps, int32_t *tokens)
+{
+    psr_sample_host_args a;
+    psr_sample_host_args_init(&a, sizeof a);
+    a.rows = rows, a.vocab = vocab, a.logits = x;
+    a.seeds = seeds, a.positions = pos, a.temperatures = temps, a.tokens = tokens;
+    return psr_sample_host(ctx, &a);
+}
+
 /* Tokens equal the host oracle's (deterministic mode) on random rows. */
 static psr_status check_oracle(psr_context *ctx, check *c)
 {
@@ -77,12 +88,11 @@ static psr_status check_oracle(psr_context *ctx, check *c)
             pos[r] = (int64_t)(r * 31);
             temps[r] = r % 4 == 0 ? 0.0f : 0.5f + 0.25f * (float)(r % 3);
         }
-        st = psr_sample_host(ctx, x, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps, 0, tokens, NULL,
-                             NULL);
+        st = sample_f32(ctx, x, rows, vocab, seeds, pos, temps, tokens);
     }
     for (size_t r = 0; r < rows && st == PSR_OK; r++)
         wrong += tokens[r] != psr_oracle_sample_row(x + r * vocab, vocab, temps[r], seeds[r], pos[r],
-                                                    false, PSR_NOISE_FP32, NULL);
+                                                    false, PSR_ORACLE_FP32, NULL);
     c->name = "oracle";
     c->pass = st == PSR_OK && wrong == 0;
     snprintf(c->detail, sizeof c->detail, "%zu rows of %zu tokens against the host oracle: %zu differ",
@@ -109,8 +119,7 @@ static psr_status check_fit(psr_context *ctx, check *c)
             pos[r] = 5;
             temps[r] = 0.8f;
         }
-        st = psr_sample_host(ctx, x, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps, 0, tokens, NULL,
-                             NULL);
+        st = sample_f32(ctx, x, rows, vocab, seeds, pos, temps, tokens);
     }
     if (st == PSR_OK) {
         uint64_t counts[32] = {0};

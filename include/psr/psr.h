@@ -65,7 +65,12 @@ typedef enum psr_status {
     PSR_ERR_TEMPERATURE = 13,      /* a temperature is negative, NaN, infinite or subnormal */
     PSR_ERR_TOKEN_RANGE = 14,      /* a token id is below -1 or at/past the vocabulary */
     PSR_ERR_NOT_SUPPORTED = 15,    /* the feature was not built into this library (e.g. CLBlast) */
-    PSR_ERR_FILTER_RANGE = 16      /* a top-p outside (0, 1] or a min-p outside [0, 1] (or NaN) */
+    PSR_ERR_FILTER_RANGE = 16,     /* a top-p outside (0, 1] or a min-p outside [0, 1] (or NaN) */
+    PSR_ERR_STRUCT_SIZE = 17,      /* a struct_size this library does not accept (see "ABI") */
+    PSR_ERR_FOREIGN_BUFFER = 18,   /* a cl_mem belongs to another cl_context than the psr context's */
+    PSR_ERR_BUFFER_OVERLAP = 19,   /* an output buffer overlaps an input or another output */
+    PSR_ERR_OUT_OF_DEVICE_MEMORY = 20 /* the device is out of memory or resources
+                                         (CL_MEM_OBJECT_ALLOCATION_FAILURE, CL_OUT_OF_RESOURCES) */
 } psr_status;
 
 /* A short, constant name for a status ("PSR_ERR_NO_DEVICE: ..."). Never NULL. */
@@ -76,6 +81,32 @@ PSR_API const char *psr_status_string(psr_status status);
  * failed psr_context_create*) on the calling thread. "" when none. The
  * string stays valid until the next call on the same context or thread. */
 PSR_API const char *psr_last_error(const psr_context *ctx);
+
+/* The OpenCL error code behind the last failure (same scope as
+ * psr_last_error): the code of the OpenCL call that failed, or CL_SUCCESS
+ * when the last failure was not an OpenCL call's. Failures of OpenCL calls
+ * give PSR_ERR_OPENCL, or PSR_ERR_OUT_OF_DEVICE_MEMORY and
+ * PSR_ERR_OUT_OF_HOST_MEMORY where the code says so. */
+PSR_API cl_int psr_last_cl_error(const psr_context *ctx);
+
+/* ------------------------------------------------------------------ */
+/* ABI: argument structs                                               */
+/* ------------------------------------------------------------------ */
+/* Every argument and option struct starts with struct_size and is set up
+ * by its init call with the caller's sizeof, which fills the defaults:
+ *
+ *     psr_sample_args a;
+ *     psr_sample_args_init(&a, sizeof a);
+ *
+ * Structs only grow, at their end. The library accepts any struct_size
+ * from a struct's first released layout up to its own and treats the
+ * fields past the caller's size as their defaults, so a program built
+ * against an older psr.h runs with a newer library of the same soname
+ * (docs/api.md, "Compatibility"). Any other size is PSR_ERR_STRUCT_SIZE,
+ * from the init call (which then sets struct_size to 0) and from every
+ * call given the struct. Structs that the library fills (psr_device_info,
+ * psr_cache_stats, psr_cache_entry) keep their layout for the whole
+ * soname. */
 
 /* ------------------------------------------------------------------ */
 /* Version                                                             */
@@ -178,7 +209,7 @@ typedef enum psr_fp64_policy {
 } psr_fp64_policy;
 
 typedef struct psr_context_options {
-    size_t struct_size;          /* set by psr_context_options_init() */
+    size_t struct_size;          /* sizeof, through psr_context_options_init() */
     const char *device;          /* selector (psr_device_select); create() only */
     psr_log_fn log;              /* optional; NULL: silent */
     void *log_user_data;
@@ -192,8 +223,8 @@ typedef struct psr_context_options {
     psr_fp64_policy fp64_policy; /* what PSR_SAMPLE_FP64_NOISE does without fp64 */
 } psr_context_options;
 
-/* Fills *options with the defaults. Always call it before setting fields. */
-PSR_API void psr_context_options_init(psr_context_options *options);
+/* Fills *options with the defaults (see "ABI"); call it before setting fields. */
+PSR_API psr_status psr_context_options_init(psr_context_options *options, size_t struct_size);
 
 /* Picks a device by options->device (NULL options: all defaults), creates
  * its cl_context and in-order queue, and returns the new context. */
@@ -240,18 +271,30 @@ typedef enum psr_dtype {
     PSR_DTYPE_BF16 = 2
 } psr_dtype;
 
+/* Token ids in device and host arrays. */
+typedef enum psr_token_dtype {
+    PSR_TOKENS_I32 = 0,
+    PSR_TOKENS_I64 = 1
+} psr_token_dtype;
+
+/* The noise of sampling, of the residual and bonus sampling of
+ * verification, and what psr_context_options.fp64_policy resolves to. */
+typedef enum psr_noise {
+    PSR_NOISE_FP32 = 0, /* vLLM's fp32 Gumbel noise (the default) */
+    PSR_NOISE_FP64 = 1, /* fp64 uniforms and argmax, vLLM's USE_FP64 (needs cl_khr_fp64) */
+    PSR_NOISE_WIDE = 2  /* wide-tail noise: the fp64 path's 64-bit uniform in fp32 arithmetic,
+                           for devices without fp64 (docs/statistics.md) */
+} psr_noise;
+
 /* Positions are below 2^30: the draft stream uses position + 2^30, and the
  * two streams must never meet (docs/stream.md). */
 #define PSR_MAX_POSITION (INT64_C(1) << 30)
 
-/* psr_sample_args.flags */
+/* psr_sample_args.flags. Bits 1 and 3 are reserved (they chose the noise
+ * in the 0.1 layout, which the library still accepts). */
 #define PSR_SAMPLE_DRAFTING (1u << 0)  /* the draft stream (IS_DRAFTING): position + 2^30 */
-#define PSR_SAMPLE_FP64_NOISE (1u << 1) /* fp64 uniforms and argmax (needs cl_khr_fp64) */
 #define PSR_SAMPLE_FAST_MATH (1u << 2) /* native logs: noise may differ by device in the
                                           last bits (default: deterministic) */
-#define PSR_SAMPLE_WIDE_NOISE (1u << 3) /* wide-tail noise: the fp64 path's 64-bit uniform in
-                                           fp32 arithmetic, for devices without fp64
-                                           (docs/statistics.md); not with FP64_NOISE */
 #define PSR_SAMPLE_RACE (1u << 4)  /* exponential race argmax p / E instead of Gumbel-max: the
                                       same token up to rounding; over softmax(logits / T) */
 #define PSR_SAMPLE_PROBS (1u << 5) /* with RACE: `logits` holds fp32 probabilities (any
@@ -271,9 +314,12 @@ typedef enum psr_dtype {
  *   token = argmax_i (logit_i / T + g_i)   (T = 0: plain argmax)
  * with g_i vLLM's Philox Gumbel noise for (seed, position, i). Ties go to
  * the lowest index; NaN counts as -inf. Nothing waits on the host: the
- * call enqueues kernels after event_wait_list and returns their event. */
+ * call enqueues kernels after event_wait_list and returns their event.
+ * Every cl_mem must belong to the context's cl_context
+ * (PSR_ERR_FOREIGN_BUFFER), and no output may overlap an input or another
+ * output (PSR_ERR_BUFFER_OVERLAP). */
 typedef struct psr_sample_args {
-    size_t struct_size;       /* set by psr_sample_args_init() */
+    size_t struct_size;       /* sizeof, through psr_sample_args_init() */
     size_t rows;              /* rows of logits (batch) */
     size_t vocab;             /* tokens per row, 1 .. 2^31 - 1 */
     cl_mem logits;            /* [rows, row_stride] of logits_dtype */
@@ -282,11 +328,12 @@ typedef struct psr_sample_args {
     size_t row_stride;        /* elements between rows; 0 means vocab */
     cl_mem row_request;       /* optional int32 [rows]: request of each row, -1 = padding
                                  (token -1); NULL: row i is request i */
-    size_t requests;          /* entries in seeds and temperatures */
+    size_t requests;          /* entries in seeds and temperatures; 0 means rows (only
+                                 without row_request) */
     cl_mem seeds;             /* int64 [requests] */
     cl_mem temperatures;      /* float32 [requests]; 0 = greedy */
     cl_mem positions;         /* int64 [rows], each in [0, PSR_MAX_POSITION) */
-    cl_mem tokens;            /* out: int32 [rows] */
+    cl_mem tokens;            /* out: [rows] of tokens_dtype (int32 by default) */
     cl_mem row_flags;         /* optional out: uint32 [rows] of PSR_ROW_* */
     cl_mem draft_cache;       /* optional out: float32 [draft_cache_rows_total, vocab]: the
                                  pre-temperature logits, for the verifier */
@@ -298,10 +345,12 @@ typedef struct psr_sample_args {
                                  the row of request q goes to cache row q * draft_cache_k +
                                  draft_step; 0: row i goes to cache row i */
     size_t draft_step;        /* which draft of the request this call samples, < draft_cache_k */
-    /* Filters, per request, on s = logit / T, applied as min-p, top-k, top-p
-     * (docs/api.md, "Filters"); each NULL = off, and with all three NULL nothing extra runs.
-     * Greedy rows (T = 0) ignore them. Not with PSR_SAMPLE_PROBS
-     * (PSR_ERR_INVALID_ARGUMENT). A bad value gives token -1, PSR_ROW_BAD_FILTER. */
+    /* Filters on s = logit / T, applied as min-p, top-k, top-p (docs/api.md,
+     * "Filters"): per request from a buffer, or one value for every request
+     * (all_top_k, all_top_p, all_min_p below); with neither, nothing extra
+     * runs. Greedy rows (T = 0) ignore them. Not with PSR_SAMPLE_PROBS
+     * (PSR_ERR_INVALID_ARGUMENT). A bad value in a buffer gives token -1 and
+     * PSR_ROW_BAD_FILTER; a bad all_* value fails the call. */
     cl_mem top_k;             /* optional int32 [requests]: keeps the k largest s and every
                                  token tied with the k-th; k <= 0 or >= vocab = off */
     cl_mem top_p;             /* optional float32 [requests] in (0, 1]: removes the tokens
@@ -310,50 +359,61 @@ typedef struct psr_sample_args {
     cl_mem min_p;             /* optional float32 [requests] in [0, 1]: removes s < max s +
                                  log(min_p); 0 = off */
     unsigned flags;           /* PSR_SAMPLE_* */
-    unsigned *effective_flags; /* optional out, written before psr_sample returns: the flags
-                                  used, after the context's fp64 policy */
+    psr_noise *effective_noise; /* optional out, written before psr_sample returns: the noise
+                                   used, after the context's fp64 policy */
     cl_uint num_events_in_wait_list;
     const cl_event *event_wait_list;
+    /* Added in 0.2 (a 0.1-layout caller gets the defaults). */
+    psr_noise noise;          /* default PSR_NOISE_FP32 */
+    psr_token_dtype tokens_dtype; /* of tokens; default PSR_TOKENS_I32 */
+    int all_top_k;            /* every request's top-k when top_k is NULL; default 0 (off) */
+    float all_top_p;          /* every request's top-p when top_p is NULL; default 1 (off) */
+    float all_min_p;          /* every request's min-p when min_p is NULL; default 0 (off) */
 } psr_sample_args;
 
-PSR_API void psr_sample_args_init(psr_sample_args *args);
+PSR_API psr_status psr_sample_args_init(psr_sample_args *args, size_t struct_size);
 
-/* Validates the arguments (shapes, buffer sizes, flags, fp64 support)
- * and enqueues the sampling. *event (may be NULL) receives an event the
- * caller releases. Values inside device buffers (positions, temperatures)
- * cannot be checked without waiting: bad ones give token -1 and a
- * PSR_ROW_* flag instead. */
+/* Validates the arguments (shapes, buffer sizes and contexts, overlaps,
+ * flags, fp64 support) and enqueues the sampling. *event (may be NULL)
+ * receives an event the caller releases. Values inside device buffers
+ * (positions, temperatures) cannot be checked without waiting: bad ones
+ * give token -1 and a PSR_ROW_* flag instead. */
 PSR_API psr_status psr_sample(psr_context *ctx, const psr_sample_args *args, cl_event *event);
 
-/* Convenience for tools, tests and simple embedders: host arrays in and
- * out, one request per row, blocking. Every value is checked before
- * anything reaches the device; on failure nothing is written.
- *   logits       rows x row_stride elements of dtype (row_stride 0: vocab)
- *   seeds, positions, temperatures: one per row
- *   tokens       out: rows int32
- *   row_flags    optional out: rows uint32 (PSR_ROW_*)
- *   no_finite_rows optional out: how many rows had no finite logit */
-PSR_API psr_status psr_sample_host(psr_context *ctx, const void *logits, psr_dtype dtype,
-                                   size_t rows, size_t vocab, size_t row_stride,
-                                   const int64_t *seeds, const int64_t *positions,
-                                   const float *temperatures, unsigned flags, int32_t *tokens,
-                                   uint32_t *row_flags, size_t *no_finite_rows);
+/* Host arrays in and out, one request per row, blocking: for tools, tests
+ * and simple embedders. Every value is checked before anything reaches
+ * the device (a bad one fails the call, naming its entry), and nothing is
+ * written unless the whole call succeeds. */
+typedef struct psr_sample_host_args {
+    size_t struct_size;        /* sizeof, through psr_sample_host_args_init() */
+    size_t rows, vocab;
+    size_t row_stride;         /* elements between rows of logits; 0 means vocab */
+    const void *logits;        /* [rows, row_stride] of logits_dtype */
+    psr_dtype logits_dtype;
+    const int64_t *seeds;      /* [rows] */
+    const int64_t *positions;  /* [rows], each in [0, PSR_MAX_POSITION) */
+    const float *temperatures; /* [rows]; 0 = greedy */
+    const int32_t *top_k;      /* optional [rows], as psr_sample_args.top_k */
+    const float *top_p;        /* optional [rows] */
+    const float *min_p;        /* optional [rows] */
+    int all_top_k;             /* as psr_sample_args.all_top_k, and so on */
+    float all_top_p;
+    float all_min_p;
+    unsigned flags;            /* PSR_SAMPLE_* */
+    psr_noise noise;
+    void *tokens;              /* out: [rows] of tokens_dtype */
+    psr_token_dtype tokens_dtype;
+    uint32_t *row_flags;       /* optional out: [rows] of PSR_ROW_* */
+    size_t *no_finite_rows;    /* optional out: rows without a finite logit */
+    psr_noise *effective_noise; /* optional out */
+} psr_sample_host_args;
 
-/* psr_sample_host with per-row filters (psr_sample_args.top_k, top_p,
- * min_p), each a host array of `rows` entries or NULL (off). A top_p
- * outside (0, 1] or a min_p outside [0, 1] (NaN included) fails with
- * PSR_ERR_FILTER_RANGE, naming the entry; nothing is written. */
-PSR_API psr_status psr_sample_host_filtered(psr_context *ctx, const void *logits, psr_dtype dtype,
-                                            size_t rows, size_t vocab, size_t row_stride,
-                                            const int64_t *seeds, const int64_t *positions,
-                                            const float *temperatures, const int32_t *top_k,
-                                            const float *top_p, const float *min_p,
-                                            unsigned flags, int32_t *tokens, uint32_t *row_flags,
-                                            size_t *no_finite_rows);
+PSR_API psr_status psr_sample_host_args_init(psr_sample_host_args *args, size_t struct_size);
+PSR_API psr_status psr_sample_host(psr_context *ctx, const psr_sample_host_args *args);
 
-/* The effective flags of the context's last sampling call (see
- * psr_context_options.fp64_policy); 0 before the first. */
-PSR_API psr_status psr_context_last_sample_flags(const psr_context *ctx, unsigned *flags);
+/* The noise the context's last sampling or verification used (see
+ * psr_context_options.fp64_policy); PSR_NOISE_FP32 before the first. */
+PSR_API psr_status psr_context_last_noise(const psr_context *ctx, psr_noise *noise);
 
 /* Device memory psr holds for this context beyond the caller's buffers
  * (scratch for per-row partial results): O(rows x work-groups per row). */
@@ -367,11 +427,6 @@ typedef enum psr_verify_method {
     PSR_VERIFY_PROBABILISTIC = 0, /* rejection sampling; requests at temperature 0 are greedy */
     PSR_VERIFY_GREEDY = 1         /* every request greedy: accept while draft == target argmax */
 } psr_verify_method;
-
-typedef enum psr_token_dtype {
-    PSR_TOKENS_I32 = 0,
-    PSR_TOKENS_I64 = 1
-} psr_token_dtype;
 
 /* Bits of psr_verify_args.status: input errors only the device can see.
  * Any of them means the call wrote nothing to tokens and num_sampled. */
@@ -396,7 +451,7 @@ typedef enum psr_token_dtype {
  * in row r of tokens; num_sampled[r] = accepted + 1. Nothing waits on the
  * host. */
 typedef struct psr_verify_args {
-    size_t struct_size;         /* set by psr_verify_args_init() */
+    size_t struct_size;         /* sizeof, through psr_verify_args_init() */
     size_t requests;            /* R */
     const int32_t *cu;          /* host [R + 1]: cu[0] = 0, cu[r + 1] > cu[r], cu[R] = rows;
                                    copied, so it may change after the call */
@@ -417,18 +472,19 @@ typedef struct psr_verify_args {
     cl_mem temperatures;        /* float32 [R]; 0 = greedy */
     cl_mem positions;           /* int64 [cu[R]], each in [0, PSR_MAX_POSITION) */
     psr_verify_method method;
-    unsigned flags;             /* 0, PSR_SAMPLE_FP64_NOISE or PSR_SAMPLE_WIDE_NOISE: the noise
-                                   of the residual and bonus sampling */
+    unsigned flags;             /* reserved: 0 (in the 0.1 layout: the noise bits) */
     cl_mem tokens;              /* out: [R, K + 1] of tokens_dtype */
     psr_token_dtype tokens_dtype;
     cl_mem num_sampled;         /* out: int32 [R] */
     cl_mem status;              /* optional out: uint32 [1], PSR_VERIFY_* bits (0: all good) */
-    unsigned *effective_flags;  /* optional out: the noise flags used after the fp64 policy */
+    psr_noise *effective_noise; /* optional out: the noise used, after the fp64 policy */
     cl_uint num_events_in_wait_list;
     const cl_event *event_wait_list;
+    /* Added in 0.2 (a 0.1-layout caller gets the defaults). */
+    psr_noise noise;            /* of the residual and bonus sampling; default PSR_NOISE_FP32 */
 } psr_verify_args;
 
-PSR_API void psr_verify_args_init(psr_verify_args *args);
+PSR_API psr_status psr_verify_args_init(psr_verify_args *args, size_t struct_size);
 
 /* Validates shapes, cu, buffer sizes and flags (a failure returns its
  * status and enqueues nothing), then enqueues verification. Draft tokens,
@@ -436,6 +492,37 @@ PSR_API void psr_verify_args_init(psr_verify_args *args);
  * is written to tokens or num_sampled and args->status says why.
  * *event (may be NULL) receives an event the caller releases. */
 PSR_API psr_status psr_verify(psr_context *ctx, const psr_verify_args *args, cl_event *event);
+
+/* psr_verify on host arrays, blocking. Draft tokens, positions and
+ * temperatures are checked on the host first (PSR_ERR_TOKEN_RANGE,
+ * PSR_ERR_POSITION_RANGE, PSR_ERR_TEMPERATURE, naming the entry), and
+ * nothing is written unless the whole call succeeds. */
+typedef struct psr_verify_host_args {
+    size_t struct_size;          /* sizeof, through psr_verify_host_args_init() */
+    size_t requests;             /* R */
+    const int32_t *cu;           /* [R + 1], as psr_verify_args.cu */
+    size_t rows;                 /* cu[R] */
+    size_t max_drafts;           /* K */
+    size_t vocab;
+    const void *target_logits;   /* [rows, target_row_stride] of target_dtype */
+    psr_dtype target_dtype;
+    size_t target_row_stride;    /* 0 means vocab */
+    const float *draft_cache;    /* optional [R, draft_cache_k, vocab] */
+    size_t draft_cache_k;
+    const int32_t *draft_tokens; /* [rows] */
+    const int64_t *seeds;        /* [R] */
+    const float *temperatures;   /* [R] */
+    const int64_t *positions;    /* [rows] */
+    psr_verify_method method;
+    psr_noise noise;
+    void *tokens;                /* out: [R, K + 1] of tokens_dtype */
+    psr_token_dtype tokens_dtype;
+    int32_t *num_sampled;        /* out: [R] */
+    psr_noise *effective_noise;  /* optional out */
+} psr_verify_host_args;
+
+PSR_API psr_status psr_verify_host_args_init(psr_verify_host_args *args, size_t struct_size);
+PSR_API psr_status psr_verify_host(psr_context *ctx, const psr_verify_host_args *args);
 
 /* ------------------------------------------------------------------ */
 /* Logprobs                                                            */
@@ -451,17 +538,17 @@ PSR_API psr_status psr_verify(psr_context *ctx, const psr_verify_args *args, cl_
  * NaN counts as -inf. The log-sum-exp has a fixed order, so every device
  * gives the same bits. Asynchronous, like psr_sample. */
 typedef struct psr_logprobs_args {
-    size_t struct_size;      /* set by psr_logprobs_args_init() */
+    size_t struct_size;      /* sizeof, through psr_logprobs_args_init() */
     size_t rows, vocab;      /* vocab up to 2^20 */
     cl_mem logits;           /* [rows, row_stride] of logits_dtype */
     psr_dtype logits_dtype;
     size_t logits_offset;
     size_t row_stride;       /* 0 means vocab */
     cl_mem row_request;      /* optional int32 [rows], as in psr_sample_args */
-    size_t requests;
+    size_t requests;         /* 0 means rows (only without row_request) */
     cl_mem temperatures;     /* float32 [requests]; not read with PSR_LOGPROBS_RAW */
-    cl_mem tokens;           /* int32 [rows]: the sampled tokens; outside [0, vocab) (e.g. -1
-                                padding) gives logprob NaN and rank 0 */
+    cl_mem tokens;           /* [rows] of tokens_dtype: the sampled tokens; outside [0, vocab)
+                                (e.g. -1 padding) gives logprob NaN and rank 0 */
     cl_mem top_k;            /* optional int32 [requests], as psr_sample_args.top_k: processed */
     cl_mem top_p;            /* optional float32 [requests]  logprobs then see only the tokens */
     cl_mem min_p;            /* optional float32 [requests]  the filters keep (T > 0 rows) */
@@ -473,20 +560,54 @@ typedef struct psr_logprobs_args {
     cl_mem top_logprobs;     /* out with top_n > 0: float32 [rows, top_n] */
     cl_uint num_events_in_wait_list;
     const cl_event *event_wait_list;
+    /* Added in 0.2 (a 0.1-layout caller gets the defaults). */
+    psr_token_dtype tokens_dtype; /* of tokens; default PSR_TOKENS_I32 */
+    int all_top_k;           /* as psr_sample_args: one value for every request */
+    float all_top_p;
+    float all_min_p;
 } psr_logprobs_args;
 
-PSR_API void psr_logprobs_args_init(psr_logprobs_args *args);
+PSR_API psr_status psr_logprobs_args_init(psr_logprobs_args *args, size_t struct_size);
 PSR_API psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_event *event);
+
+/* psr_logprobs on host arrays, one request per row, blocking; values are
+ * checked on the host first and nothing is written unless the whole call
+ * succeeds. */
+typedef struct psr_logprobs_host_args {
+    size_t struct_size;        /* sizeof, through psr_logprobs_host_args_init() */
+    size_t rows, vocab;
+    size_t row_stride;         /* 0 means vocab */
+    const void *logits;        /* [rows, row_stride] of logits_dtype */
+    psr_dtype logits_dtype;
+    const float *temperatures; /* [rows]; may be NULL with PSR_LOGPROBS_RAW */
+    const void *tokens;        /* [rows] of tokens_dtype */
+    psr_token_dtype tokens_dtype;
+    const int32_t *top_k;      /* optional [rows] */
+    const float *top_p;        /* optional [rows] */
+    const float *min_p;        /* optional [rows] */
+    int all_top_k;
+    float all_top_p;
+    float all_min_p;
+    int top_n;                 /* 0 .. PSR_LOGPROBS_MAX_TOP_N */
+    unsigned flags;            /* PSR_LOGPROBS_* */
+    float *token_logprobs;     /* optional out: [rows] */
+    int32_t *token_ranks;      /* optional out: [rows] */
+    int32_t *top_ids;          /* out with top_n > 0: [rows, top_n] */
+    float *top_logprobs;       /* out with top_n > 0: [rows, top_n] */
+} psr_logprobs_host_args;
+
+PSR_API psr_status psr_logprobs_host_args_init(psr_logprobs_host_args *args, size_t struct_size);
+PSR_API psr_status psr_logprobs_host(psr_context *ctx, const psr_logprobs_host_args *args);
 
 /* ------------------------------------------------------------------ */
 /* LM head (CLBlast)                                                   */
 /* ------------------------------------------------------------------ */
-/* logits [B, V] = hidden [B, H] x weights^T, weights [V, H], row-major,
- * through CLBlast: fp32, or fp16 inputs where the device has cl_khr_fp16
- * (the output dtype follows the inputs). The result feeds psr_sample
- * directly. Without CLBlast in the build: PSR_ERR_NOT_SUPPORTED. */
+/* The LM head's projection, logits [B, V] = hidden [B, H] x weights^T,
+ * weights [V, H], row-major, through CLBlast: fp32, or fp16 inputs where
+ * the device has cl_khr_fp16 (the output dtype follows the inputs). The
+ * result feeds psr_sample directly. Without CLBlast: PSR_ERR_NOT_SUPPORTED. */
 typedef struct psr_lm_head_args {
-    size_t struct_size;   /* set by psr_lm_head_args_init() */
+    size_t struct_size;   /* sizeof, through psr_lm_head_args_init() */
     size_t batch;         /* B */
     size_t hidden_size;   /* H */
     size_t vocab;         /* V */
@@ -498,9 +619,8 @@ typedef struct psr_lm_head_args {
     const cl_event *event_wait_list;
 } psr_lm_head_args;
 
-PSR_API void psr_lm_head_args_init(psr_lm_head_args *args);
-PSR_API psr_status psr_logits_from_hidden(psr_context *ctx, const psr_lm_head_args *args,
-                                          cl_event *event);
+PSR_API psr_status psr_lm_head_args_init(psr_lm_head_args *args, size_t struct_size);
+PSR_API psr_status psr_lm_head(psr_context *ctx, const psr_lm_head_args *args, cl_event *event);
 
 /* ------------------------------------------------------------------ */
 /* Kernel cache                                                        */

@@ -49,7 +49,7 @@ psr_status psr_unbiased_run(psr_context *ctx, size_t k, size_t trials, uint64_t 
  * draws rounded down to whole work-groups (*done: how many were drawn).
  * top_slice: only words whose 64-bit uniform is in its top 2^-32, where
  * E < 2^-32 needs all 64 bits. */
-psr_status psr_tail_census(psr_context *ctx, unsigned flags, unsigned long long draws,
+psr_status psr_tail_census(psr_context *ctx, psr_noise noise, unsigned long long draws,
                            bool top_slice, unsigned long long *done, unsigned long long *c24,
                            unsigned long long *c32);
 

@@ -55,6 +55,6 @@ psr_status psr_probe_uniforms(psr_context *ctx, bool drafting, size_t n, const i
         if (m[b])
             clReleaseMemObject(m[b]);
     if (st == PSR_OK && err != CL_SUCCESS)
-        st = psr_fail(ctx, PSR_ERR_OPENCL, "the stream probe failed: %s (%d)", psr_cl_error_string(err), err);
+        st = psr_fail_cl(ctx, err, "the stream probe failed");
     return st;
 }

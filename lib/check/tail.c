@@ -3,15 +3,17 @@
 #include "ops/ops.h"
 #include "oracle/oracle.h"
 
-psr_status psr_tail_census(psr_context *ctx, unsigned flags, unsigned long long draws,
+psr_status psr_tail_census(psr_context *ctx, psr_noise noise, unsigned long long draws,
                            bool top_slice, unsigned long long *done_out, unsigned long long *c24,
                            unsigned long long *c32)
 {
-    unsigned resolved;
-    psr_status st = psr_resolve_flags(ctx, flags, "noise flags", &resolved);
+    unsigned flags, resolved;
+    psr_status st = psr_call_flags(ctx, 0, noise, false, "noise", &flags);
+    if (st == PSR_OK)
+        st = psr_resolve_flags(ctx, flags, "noise", &resolved);
     if (st != PSR_OK)
         return st;
-    psr_variant v = psr_variant_of(PSR_KERNELS_NOISE, resolved & (PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_WIDE_NOISE),
+    psr_variant v = psr_variant_of(PSR_KERNELS_NOISE, resolved & (PSR_FLAG_FP64_NOISE | PSR_FLAG_WIDE_NOISE),
                                    PSR_DTYPE_F32);
     cl_kernel k;
     st = psr_kernel_get(ctx, &v, "psr_tail_count", &k);
@@ -20,7 +22,7 @@ psr_status psr_tail_census(psr_context *ctx, unsigned flags, unsigned long long 
     cl_int err;
     cl_mem counts = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, 8, NULL, &err);
     if (err != CL_SUCCESS)
-        return psr_fail(ctx, PSR_ERR_OPENCL, "cannot allocate counters: %s", psr_cl_error_string(err));
+        return psr_fail_cl(ctx, err, "cannot allocate counters");
     *c24 = *c32 = 0;
     /* Launches of 2^24 work-items x 256 draws (2^32 draws) at the most. */
     cl_uint per_item = 256, key = 0, slice = top_slice;
@@ -50,7 +52,7 @@ psr_status psr_tail_census(psr_context *ctx, unsigned flags, unsigned long long 
         if (err == CL_SUCCESS)
             err = clEnqueueReadBuffer(ctx->queue, counts, CL_TRUE, 0, 8, got, 0, NULL, NULL);
         if (err != CL_SUCCESS) {
-            st = psr_fail(ctx, PSR_ERR_OPENCL, "lower-tail census failed: %s", psr_cl_error_string(err));
+            st = psr_fail_cl(ctx, err, "lower-tail census failed");
             break;
         }
         *c24 += got[0];

@@ -107,8 +107,7 @@ static psr_status upload_batch(psr_context *ctx, const batch_host *h, batch_buff
     buf->tokens = upload(ctx, b * (k + 1) * 4, NULL, &err);
     buf->num_sampled = upload(ctx, b * 4, NULL, &err);
     if (err != CL_SUCCESS)
-        return psr_fail(ctx, PSR_ERR_OPENCL, "unbiasedness experiment: allocating buffers failed: %s (%d)",
-                        psr_cl_error_string(err), err);
+        return psr_fail_cl(ctx, err, "unbiasedness experiment: allocating buffers failed");
     return PSR_OK;
 }
 
@@ -120,12 +119,11 @@ static psr_status draw_drafts(psr_context *ctx, const batch_host *h, const batch
         cl_int minus_one = -1;
         cl_int err = clEnqueueFillBuffer(ctx->queue, buf->drafts, &minus_one, 4, 0, h->rows * 4, 0, NULL, NULL);
         if (err != CL_SUCCESS)
-            return psr_fail(ctx, PSR_ERR_OPENCL, "unbiasedness experiment: fill failed: %s (%d)",
-                            psr_cl_error_string(err), err);
+            return psr_fail_cl(ctx, err, "unbiasedness experiment: fill failed");
         return PSR_OK;
     }
     psr_sample_args s;
-    psr_sample_args_init(&s);
+    psr_sample_args_init(&s, sizeof s);
     s.rows = h->rows;
     s.vocab = PSR_UNBIASED_VOCAB;
     s.logits = buf->draft;
@@ -146,7 +144,7 @@ static psr_status draw_drafts(psr_context *ctx, const batch_host *h, const batch
 static psr_status verify_batch(psr_context *ctx, batch_host *h, const batch_buffers *buf)
 {
     psr_verify_args v;
-    psr_verify_args_init(&v);
+    psr_verify_args_init(&v, sizeof v);
     v.requests = h->b;
     v.cu = h->cu;
     v.rows = h->rows;
@@ -169,8 +167,7 @@ static psr_status verify_batch(psr_context *ctx, batch_host *h, const batch_buff
     if (err == CL_SUCCESS)
         err = clEnqueueReadBuffer(ctx->queue, buf->num_sampled, CL_TRUE, 0, h->b * 4, h->num, 0, NULL, NULL);
     if (err != CL_SUCCESS)
-        return psr_fail(ctx, PSR_ERR_OPENCL, "unbiasedness experiment: reading results failed: %s (%d)",
-                        psr_cl_error_string(err), err);
+        return psr_fail_cl(ctx, err, "unbiasedness experiment: reading results failed");
     return PSR_OK;
 }
 

@@ -3,40 +3,56 @@
 #include "ops/ops.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 bool psr_filter_requested(const psr_sample_args *a)
 {
-    return a->top_k || a->top_p || a->min_p;
+    return a->top_k || a->top_p || a->min_p || a->all_top_k != 0 || a->all_top_p != 1.0f ||
+           a->all_min_p != 0.0f;
 }
 
 psr_status psr_filter_check(psr_context *ctx, const psr_sample_args *a, unsigned flags)
 {
     if (!psr_filter_requested(a))
         return PSR_OK;
-    if (flags & PSR_SAMPLE_PROBS)
-        return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT,
-                        "args->top_k, top_p and min_p filter logits: not with PSR_SAMPLE_PROBS");
-    psr_status st = PSR_OK;
-    if (a->top_k)
-        st = psr_check_buffer(ctx, a->top_k, a->requests * 4, "args->top_k");
-    if (st == PSR_OK && a->top_p)
-        st = psr_check_buffer(ctx, a->top_p, a->requests * 4, "args->top_p");
-    if (st == PSR_OK && a->min_p)
-        st = psr_check_buffer(ctx, a->min_p, a->requests * 4, "args->min_p");
-    return st;
+    REQUIRE(!(flags & PSR_SAMPLE_PROBS), PSR_ERR_INVALID_ARGUMENT,
+            "args->top_k, top_p and min_p filter logits: not with PSR_SAMPLE_PROBS");
+    REQUIRE(!a->top_k || a->all_top_k == 0, PSR_ERR_INVALID_ARGUMENT,
+            "args->top_k and args->all_top_k are both set: choose one");
+    REQUIRE(!a->top_p || a->all_top_p == 1.0f, PSR_ERR_INVALID_ARGUMENT,
+            "args->top_p and args->all_top_p are both set: choose one");
+    REQUIRE(!a->min_p || a->all_min_p == 0.0f, PSR_ERR_INVALID_ARGUMENT,
+            "args->min_p and args->all_min_p are both set: choose one");
+    return psr_filter_check_values(ctx, "args", SIZE_MAX, NULL, &a->all_top_p, &a->all_min_p);
+}
+
+/* "top_p[3]" for an array entry, "all_top_p" for the value of every row. */
+static void entry_name(char *buf, size_t len, const char *field, size_t i)
+{
+    if (i == SIZE_MAX)
+        snprintf(buf, len, "all_%s", field);
+    else
+        snprintf(buf, len, "%s[%zu]", field, i);
 }
 
 psr_status psr_filter_check_values(psr_context *ctx, const char *who, size_t i,
                                    const int32_t *top_k, const float *top_p, const float *min_p)
 {
     (void)top_k; /* every k is valid: <= 0 and >= vocab turn top-k off */
-    if (top_p && !(top_p[i] > 0.0f && top_p[i] <= 1.0f))
-        return psr_fail(ctx, PSR_ERR_FILTER_RANGE, "%s: top_p[%zu] = %g is outside (0, 1]", who, i,
-                        (double)top_p[i]);
-    if (min_p && !(min_p[i] >= 0.0f && min_p[i] <= 1.0f))
-        return psr_fail(ctx, PSR_ERR_FILTER_RANGE, "%s: min_p[%zu] = %g is outside [0, 1]", who, i,
-                        (double)min_p[i]);
+    size_t at = i == SIZE_MAX ? 0 : i;
+    char name[48];
+    if (top_p && !(top_p[at] > 0.0f && top_p[at] <= 1.0f)) {
+        entry_name(name, sizeof name, "top_p", i);
+        return psr_fail(ctx, PSR_ERR_FILTER_RANGE, "%s->%s = %g is outside (0, 1]", who, name,
+                        (double)top_p[at]);
+    }
+    if (min_p && !(min_p[at] >= 0.0f && min_p[at] <= 1.0f)) {
+        entry_name(name, sizeof name, "min_p", i);
+        return psr_fail(ctx, PSR_ERR_FILTER_RANGE, "%s->%s = %g is outside [0, 1]", who, name,
+                        (double)min_p[at]);
+    }
     return PSR_OK;
 }
 
@@ -82,7 +98,8 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
                               bool draw, psr_filter_plan *plan)
 {
     memset(plan, 0, sizeof *plan);
-    bool searches = a->top_k || a->top_p;
+    bool mass = a->top_p || a->all_top_p != 1.0f;
+    bool searches = mass || a->top_k || a->all_top_k != 0;
     /* Rows whose kept tokens all lie in the list are drawn by the search's
      * last group: the Gumbel-max sampler only (the race scales by a
      * group's own maximum), and not while it also fills a draft cache.
@@ -112,13 +129,17 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
     psr_filter_params params = {
         .rows = psr_rows_params_of(a->logits_offset, a->row_stride, a->vocab, a->requests, groups, chunk),
         .cap = cap,
-        .direct_max = direct_max};
+        .direct_max = direct_max,
+        .all_top_k = a->all_top_k,
+        .all_top_p = a->all_top_p,
+        .all_min_p = a->all_min_p,
+        .tokens64 = a->tokens_dtype == PSR_TOKENS_I64};
     st = filter_kernel(ctx, v, "psr_filter_scan", a, &params, NULL, plan->cut, NULL, &plan->scan);
     cl_mem cand = ctx->filter_cand.buffer;
     if (st == PSR_OK && searches)
         st = filter_kernel(ctx, v, "psr_filter_collect", a, &params, cand, plan->cut, direct_tokens,
                            &plan->collect);
-    if (st == PSR_OK && a->top_p)
+    if (st == PSR_OK && mass)
         st = filter_kernel(ctx, v, "psr_filter_collect_mass", a, &params, cand, plan->cut, direct_tokens,
                            &plan->collect_mass);
     return st;
@@ -141,8 +162,7 @@ psr_status psr_filter_launch(psr_context *ctx, const psr_sample_args *a, const p
         cl_int err = clEnqueueFillBuffer(ctx->queue, buf, &zero, sizeof zero, 0, bytes, nwait, wait,
                                          i == 0 ? event : NULL);
         if (err != CL_SUCCESS)
-            st = psr_fail(ctx, PSR_ERR_OPENCL, "clearing the filter state failed: %s (%d)",
-                          psr_cl_error_string(err), err);
+            st = psr_fail_cl(ctx, err, "clearing the filter state failed");
         nwait = 0, wait = NULL; /* queue order from here */
     }
     ctx->filter_dirty = true;

@@ -15,13 +15,13 @@
 #pragma GCC diagnostic pop
 #endif
 
-void psr_lm_head_args_init(psr_lm_head_args *args)
+static const psr_lm_head_args lm_head_defaults = {.dtype = PSR_DTYPE_F32};
+static const psr_struct_layout lm_head_layout = {"psr_lm_head_args", sizeof(psr_lm_head_args),
+                                                 sizeof(psr_lm_head_args), &lm_head_defaults};
+
+psr_status psr_lm_head_args_init(psr_lm_head_args *args, size_t struct_size)
 {
-    if (!args)
-        return;
-    memset(args, 0, sizeof *args);
-    args->struct_size = sizeof *args;
-    args->dtype = PSR_DTYPE_F32;
+    return psr_struct_init(args, struct_size, &lm_head_layout);
 }
 
 /* rows x cols elements of esize bytes, or 0 when that overflows a size_t. */
@@ -34,9 +34,6 @@ static size_t matrix_bytes(size_t rows, size_t cols, size_t esize)
 
 static psr_status check_args(psr_context *ctx, const psr_lm_head_args *a)
 {
-    REQUIRE(a->struct_size == sizeof *a, PSR_ERR_INVALID_ARGUMENT,
-            "args->struct_size is %zu, expected %zu: call psr_lm_head_args_init() first",
-            a->struct_size, sizeof *a);
     REQUIRE(a->hidden, PSR_ERR_NULL_ARGUMENT, "args->hidden is NULL");
     REQUIRE(a->weights, PSR_ERR_NULL_ARGUMENT, "args->weights is NULL");
     REQUIRE(a->logits, PSR_ERR_NULL_ARGUMENT, "args->logits is NULL");
@@ -73,18 +70,11 @@ static psr_status check_args(psr_context *ctx, const psr_lm_head_args *a)
             "args->hidden_size %zu is too large (at most %d)", a->hidden_size, INT_MAX);
     REQUIRE(a->vocab <= INT_MAX, PSR_ERR_INVALID_ARGUMENT,
             "args->vocab %zu is too large (at most %d)", a->vocab, INT_MAX);
-    /* The GEMM reads its inputs while it writes C: no aliasing. */
-    REQUIRE(a->logits != a->hidden, PSR_ERR_INVALID_ARGUMENT,
-            "args->logits is the same buffer as args->hidden");
-    REQUIRE(a->logits != a->weights, PSR_ERR_INVALID_ARGUMENT,
-            "args->logits is the same buffer as args->weights");
-
-    psr_status st = psr_check_buffer(ctx, a->hidden, hidden_bytes, "args->hidden");
-    if (st == PSR_OK)
-        st = psr_check_buffer(ctx, a->weights, weights_bytes, "args->weights");
-    if (st == PSR_OK)
-        st = psr_check_buffer(ctx, a->logits, logits_bytes, "args->logits");
-    return st;
+    /* The GEMM reads its inputs while it writes C: no overlap. */
+    const psr_buffer_need needs[] = {{a->hidden, hidden_bytes, "args->hidden", false},
+                                     {a->weights, weights_bytes, "args->weights", false},
+                                     {a->logits, logits_bytes, "args->logits", true}};
+    return psr_check_buffers(ctx, needs, sizeof needs / sizeof needs[0]);
 }
 
 #ifdef PSR_HAVE_CLBLAST
@@ -113,9 +103,7 @@ static psr_status run_gemm(psr_context *ctx, const psr_lm_head_args *a, cl_event
         cl_int err = clEnqueueBarrierWithWaitList(ctx->queue, a->num_events_in_wait_list,
                                                   a->event_wait_list, NULL);
         if (err != CL_SUCCESS)
-            return psr_fail(ctx, PSR_ERR_OPENCL,
-                            "enqueueing a barrier on args->event_wait_list failed: %s (%d)",
-                            psr_cl_error_string(err), err);
+            return psr_fail_cl(ctx, err, "enqueueing a barrier on args->event_wait_list failed");
     }
     /* Row-major C[B, V] = A[B, H] x B[V, H]^T: B is read transposed. */
     size_t m = a->batch, n = a->vocab, k = a->hidden_size;
@@ -149,22 +137,25 @@ static psr_status run_gemm(psr_context *ctx, const psr_lm_head_args *a, cl_event
 }
 #endif
 
-psr_status psr_logits_from_hidden(psr_context *ctx, const psr_lm_head_args *args, cl_event *event)
+psr_status psr_lm_head(psr_context *ctx, const psr_lm_head_args *caller, cl_event *event)
 {
     if (event)
         *event = NULL;
     if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_logits_from_hidden: ctx is NULL");
-    if (!args)
-        return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_logits_from_hidden: args is NULL");
-    psr_status st = check_args(ctx, args);
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_lm_head: ctx is NULL");
+    if (!caller)
+        return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_lm_head: args is NULL");
+    psr_lm_head_args args;
+    psr_status st = psr_struct_read(ctx, caller, &lm_head_layout, "args", &args);
+    if (st == PSR_OK)
+        st = check_args(ctx, &args);
     if (st != PSR_OK)
         return st;
 #ifdef PSR_HAVE_CLBLAST
-    return run_gemm(ctx, args, event);
+    return run_gemm(ctx, &args, event);
 #else
     return psr_fail(ctx, PSR_ERR_NOT_SUPPORTED,
-                    "psr_logits_from_hidden: psr was built without CLBlast; rebuild with "
+                    "psr_lm_head: psr was built without CLBlast; rebuild with "
                     "-Dclblast=enabled (Debian: libclblast-dev) for the LM head");
 #endif
 }

@@ -6,24 +6,30 @@
 
 /* ctx->logprobs[] scratch. */
 enum { LSE, BEAT, TOP_V, TOP_I, ROW_DONE, TOKEN_VALUE, LOGPROBS_SCRATCH };
-_Static_assert(sizeof(psr_logprobs_params) == 40, "psr_logprobs_params is laid out as in OpenCL C");
+_Static_assert(sizeof(psr_logprobs_params) == 48, "psr_logprobs_params is laid out as in OpenCL C");
 _Static_assert(LOGPROBS_SCRATCH == sizeof ((psr_context *)0)->logprobs / sizeof(psr_scratch),
                "one scratch buffer of ctx->logprobs per entry");
 
-void psr_logprobs_args_init(psr_logprobs_args *args)
+static const psr_logprobs_args logprobs_defaults = {
+    .logits_dtype = PSR_DTYPE_F32,
+    .tokens_dtype = PSR_TOKENS_I32,
+    .all_top_p = 1.0f,
+};
+/* The 0.1 layout ended at event_wait_list. */
+static const psr_struct_layout logprobs_layout = {"psr_logprobs_args",
+                                                  PSR_LAYOUT_END(psr_logprobs_args, event_wait_list),
+                                                  sizeof(psr_logprobs_args), &logprobs_defaults};
+
+psr_status psr_logprobs_args_init(psr_logprobs_args *args, size_t struct_size)
 {
-    if (!args)
-        return;
-    memset(args, 0, sizeof *args);
-    args->struct_size = sizeof *args;
-    args->logits_dtype = PSR_DTYPE_F32;
+    return psr_struct_init(args, struct_size, &logprobs_layout);
 }
 
 /* The sampling arguments the filter pre-pass (filter.c) reads. */
 static psr_sample_args filter_view(const psr_logprobs_args *a)
 {
     psr_sample_args v;
-    psr_sample_args_init(&v);
+    psr_sample_args_init(&v, sizeof v);
     v.rows = a->rows;
     v.vocab = a->vocab;
     v.logits = a->logits;
@@ -36,6 +42,10 @@ static psr_sample_args filter_view(const psr_logprobs_args *a)
     v.top_k = a->top_k;
     v.top_p = a->top_p;
     v.min_p = a->min_p;
+    v.all_top_k = a->all_top_k;
+    v.all_top_p = a->all_top_p;
+    v.all_min_p = a->all_min_p;
+    v.tokens_dtype = a->tokens_dtype;
     v.num_events_in_wait_list = a->num_events_in_wait_list;
     v.event_wait_list = a->event_wait_list;
     return v;
@@ -43,9 +53,6 @@ static psr_sample_args filter_view(const psr_logprobs_args *a)
 
 static psr_status check_args(psr_context *ctx, const psr_logprobs_args *a)
 {
-    REQUIRE(a->struct_size == sizeof *a, PSR_ERR_INVALID_ARGUMENT,
-            "args->struct_size is %zu, expected %zu: call psr_logprobs_args_init() first",
-            a->struct_size, sizeof *a);
     REQUIRE(a->rows > 0, PSR_ERR_INVALID_ARGUMENT, "args->rows is 0");
     REQUIRE(a->rows <= UINT32_MAX / 64, PSR_ERR_INVALID_ARGUMENT, "args->rows %zu is too large", a->rows);
     REQUIRE(a->vocab > 0, PSR_ERR_INVALID_ARGUMENT, "args->vocab is 0");
@@ -57,6 +64,8 @@ static psr_status check_args(psr_context *ctx, const psr_logprobs_args *a)
             a->flags & ~PSR_LOGPROBS_RAW);
     REQUIRE((unsigned)a->logits_dtype <= PSR_DTYPE_BF16, PSR_ERR_INVALID_ARGUMENT,
             "args->logits_dtype %d is not a psr_dtype", (int)a->logits_dtype);
+    REQUIRE((unsigned)a->tokens_dtype <= PSR_TOKENS_I64, PSR_ERR_INVALID_ARGUMENT,
+            "args->tokens_dtype %d is not a psr_token_dtype", (int)a->tokens_dtype);
     size_t stride = a->row_stride ? a->row_stride : a->vocab;
     REQUIRE(stride >= a->vocab, PSR_ERR_INVALID_ARGUMENT,
             "args->row_stride %zu is smaller than args->vocab %zu", stride, a->vocab);
@@ -73,7 +82,8 @@ static psr_status check_args(psr_context *ctx, const psr_logprobs_args *a)
             a->rows);
     REQUIRE(a->top_n == 0 || (a->top_ids && a->top_logprobs), PSR_ERR_NULL_ARGUMENT,
             "args->top_ids or args->top_logprobs is NULL with args->top_n %d", a->top_n);
-    bool filtered = a->top_k || a->top_p || a->min_p;
+    psr_sample_args view = filter_view(a);
+    bool filtered = psr_filter_requested(&view);
     REQUIRE(!filtered || !raw, PSR_ERR_INVALID_ARGUMENT,
             "args->top_k, top_p or min_p with PSR_LOGPROBS_RAW: filters apply to processed logprobs");
     REQUIRE(a->token_logprobs || a->token_ranks || a->top_n > 0, PSR_ERR_INVALID_ARGUMENT,
@@ -85,26 +95,32 @@ static psr_status check_args(psr_context *ctx, const psr_logprobs_args *a)
     REQUIRE(bytes > 0, PSR_ERR_INVALID_ARGUMENT,
             "args->logits_offset %zu + (rows - 1) x row_stride %zu overflows the address space",
             a->logits_offset, stride);
-    psr_status st = psr_check_buffer(ctx, a->logits, bytes, "args->logits");
-    if (st == PSR_OK)
-        st = psr_check_buffer(ctx, a->tokens, a->rows * 4, "args->tokens");
-    if (st == PSR_OK && a->row_request)
-        st = psr_check_buffer(ctx, a->row_request, a->rows * 4, "args->row_request");
-    if (st == PSR_OK && !raw)
-        st = psr_check_buffer(ctx, a->temperatures, a->requests * 4, "args->temperatures");
-    if (st == PSR_OK && a->token_logprobs)
-        st = psr_check_buffer(ctx, a->token_logprobs, a->rows * 4, "args->token_logprobs");
-    if (st == PSR_OK && a->token_ranks)
-        st = psr_check_buffer(ctx, a->token_ranks, a->rows * 4, "args->token_ranks");
-    if (st == PSR_OK && a->top_n > 0)
-        st = psr_check_buffer(ctx, a->top_ids, a->rows * (size_t)a->top_n * 4, "args->top_ids");
-    if (st == PSR_OK && a->top_n > 0)
-        st = psr_check_buffer(ctx, a->top_logprobs, a->rows * (size_t)a->top_n * 4, "args->top_logprobs");
-    if (st == PSR_OK && filtered) {
-        psr_sample_args view = filter_view(a);
+    size_t top_bytes = a->rows * (size_t)a->top_n * 4;
+    const psr_buffer_need needs[] = {
+        {a->logits, bytes, "args->logits", false},
+        {a->tokens, a->rows * (a->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4), "args->tokens", false},
+        {a->row_request, a->rows * 4, "args->row_request", false},
+        {raw ? NULL : a->temperatures, a->requests * 4, "args->temperatures", false},
+        {a->top_k, a->requests * 4, "args->top_k", false},
+        {a->top_p, a->requests * 4, "args->top_p", false},
+        {a->min_p, a->requests * 4, "args->min_p", false},
+        {a->token_logprobs, a->rows * 4, "args->token_logprobs", true},
+        {a->token_ranks, a->rows * 4, "args->token_ranks", true},
+        {a->top_n > 0 ? a->top_ids : NULL, top_bytes, "args->top_ids", true},
+        {a->top_n > 0 ? a->top_logprobs : NULL, top_bytes, "args->top_logprobs", true}};
+    psr_status st = psr_check_buffers(ctx, needs, sizeof needs / sizeof needs[0]);
+    if (st == PSR_OK && filtered)
         st = psr_filter_check(ctx, &view, 0);
-    }
     return st;
+}
+
+/* The call's own copy of the caller's args (0.2 defaults filled in). */
+static psr_status read_args(psr_context *ctx, const psr_logprobs_args *caller, psr_logprobs_args *a)
+{
+    psr_status st = psr_struct_read(ctx, caller, &logprobs_layout, "args", a);
+    if (st == PSR_OK && a->requests == 0 && !a->row_request)
+        a->requests = a->rows;
+    return st == PSR_OK ? check_args(ctx, a) : st;
 }
 
 /* The outputs every logprobs kernel writes: a row's merged values. */
@@ -156,18 +172,20 @@ static psr_status bind_finish(psr_context *ctx, cl_kernel k, const psr_logprobs_
     return psr_kernel_args_end(&b);
 }
 
-psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *event)
+psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_event *event)
 {
     if (event)
         *event = NULL;
     if (!ctx)
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_logprobs: ctx is NULL");
-    if (!a)
+    if (!args)
         return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_logprobs: args is NULL");
     ctx->logprobs_one_last = ctx->logprobs_few_last = false;
-    psr_status st = check_args(ctx, a);
+    psr_logprobs_args call;
+    psr_status st = read_args(ctx, args, &call);
     if (st != PSR_OK)
         return st;
+    const psr_logprobs_args *a = &call;
     cl_uint vocab = (cl_uint)a->vocab, rows = (cl_uint)a->rows;
     cl_uint nsb = (vocab + PSR_SB - 1) / PSR_SB;
     cl_uint top_n = (cl_uint)a->top_n, raw = (a->flags & PSR_LOGPROBS_RAW) != 0;
@@ -195,8 +213,8 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
     cl_mem cuts = NULL;
     cl_uint nwait = a->num_events_in_wait_list;
     const cl_event *wait = a->event_wait_list;
-    bool filtered = a->top_k || a->top_p || a->min_p;
     psr_sample_args view = filter_view(a);
+    bool filtered = psr_filter_requested(&view);
     psr_filter_plan filter = {0};
     if (filtered) {
         psr_variant fv = {.set = PSR_KERNELS_GUMBEL, .dtype = a->logits_dtype, .filtered = true};
@@ -212,7 +230,8 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *a, cl_event *
                                   .requests = requests,
                                   .blocks_per_row = nsb,
                                   .top_n = top_n,
-                                  .raw = raw};
+                                  .raw = raw,
+                                  .tokens64 = a->tokens_dtype == PSR_TOKENS_I64};
     cl_mem scratch[LOGPROBS_SCRATCH];
     for (int i = 0; i < LOGPROBS_SCRATCH; i++)
         scratch[i] = ctx->logprobs[i].buffer;

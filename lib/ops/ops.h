@@ -7,9 +7,11 @@
 
 /* ---- logit filters (filter.c) ---- */
 
-/* Are any of args' top_k, top_p, min_p set? */
+/* Are any of args' top_k, top_p, min_p (buffers or all_* values) set? */
 bool psr_filter_requested(const psr_sample_args *args);
-/* Host checks of the filter buffers (sizes; not with PSR_SAMPLE_PROBS). */
+/* Host checks of the filters: not with PSR_SAMPLE_PROBS, a buffer or an
+ * all_* value but not both, all_* values in range. (The buffers' sizes
+ * are in the call's buffer list.) */
 psr_status psr_filter_check(psr_context *ctx, const psr_sample_args *args, unsigned flags);
 /* The threshold pre-pass of variant v, in two steps so that a caller can
  * set its own kernels' arguments between them and then launch everything
@@ -27,8 +29,44 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *args, con
                               bool draw, psr_filter_plan *plan);
 psr_status psr_filter_launch(psr_context *ctx, const psr_sample_args *args, const psr_filter_plan *plan,
                              cl_event *event);
-/* The host check of one request's filter values: PSR_OK or PSR_ERR_FILTER_RANGE. */
+/* The host check of one request's filter values: PSR_OK or
+ * PSR_ERR_FILTER_RANGE naming who->top_p[index]; index SIZE_MAX checks
+ * the all_* values (pointers to them). */
 psr_status psr_filter_check_values(psr_context *ctx, const char *who, size_t index,
                                    const int32_t *top_k, const float *top_p, const float *min_p);
+
+/* ---- host arrays for the host-array calls (host_stage.c) ---- */
+
+/* One array of a host call: an input (`in`) or an output (`output`, read
+ * back into `copy`, then into `out` when that is not NULL). */
+typedef struct psr_staged {
+    const void *in;
+    void *out;
+    size_t bytes;
+    bool output;
+    void *copy;
+    cl_mem mem; /* NULL for an absent optional array */
+} psr_staged;
+psr_status psr_stage_create(psr_context *ctx, const char *call, psr_staged *s, size_t count);
+/* Blocking reads of every output into its copy. */
+psr_status psr_stage_read(psr_context *ctx, const char *call, psr_staged *s, size_t count);
+/* The copies into the caller's arrays: only after the whole call succeeded. */
+void psr_stage_commit(const psr_staged *s, size_t count);
+void psr_stage_release(psr_staged *s, size_t count);
+/* 0 or a positive normal number. */
+bool psr_temperature_ok(float t);
+/* Host checks naming the entry: positions in [0, 2^30) (PSR_ERR_POSITION_RANGE)
+ * and temperatures (PSR_ERR_TEMPERATURE; NULL: none). */
+psr_status psr_check_host_rows(psr_context *ctx, const int64_t *positions, size_t rows,
+                               const float *temperatures, size_t temperature_count);
+/* Every row's top_p and min_p in range (PSR_ERR_FILTER_RANGE). */
+psr_status psr_check_host_filters(psr_context *ctx, size_t rows, const int32_t *top_k, const float *top_p,
+                                  const float *min_p);
+size_t psr_token_size(psr_token_dtype dtype);
+
+/* ---- verification (verify.c) ---- */
+
+/* The host check of args->cu against requests, rows, max_drafts and the draft cache. */
+psr_status psr_verify_check_cu(psr_context *ctx, const psr_verify_args *args);
 
 #endif

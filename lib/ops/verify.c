@@ -10,17 +10,28 @@ _Static_assert(PSR_VERIFY_EPOCHS == 1u << (32 - PSR_REJECT_BITS),
                "launch numbers fill the words' bits above the count");
 _Static_assert(sizeof(psr_verify_params) == 128, "psr_verify_params is laid out as in OpenCL C");
 
-void psr_verify_args_init(psr_verify_args *args)
+static const psr_verify_args verify_defaults = {
+    .target_dtype = PSR_DTYPE_F32,
+    .tokens_dtype = PSR_TOKENS_I32,
+    .method = PSR_VERIFY_PROBABILISTIC,
+    .noise = PSR_NOISE_FP32,
+};
+/* The 0.1 layout ended at event_wait_list; it chose the noise with flags. */
+static const psr_struct_layout verify_layout = {"psr_verify_args",
+                                                PSR_LAYOUT_END(psr_verify_args, event_wait_list),
+                                                sizeof(psr_verify_args), &verify_defaults};
+
+psr_status psr_verify_args_init(psr_verify_args *args, size_t struct_size)
 {
-    if (!args)
-        return;
-    memset(args, 0, sizeof *args);
-    args->struct_size = sizeof *args;
-    args->target_dtype = PSR_DTYPE_F32;
-    args->tokens_dtype = PSR_TOKENS_I32;
+    return psr_struct_init(args, struct_size, &verify_layout);
 }
 
-static psr_status check_cu(psr_context *ctx, const psr_verify_args *a)
+static bool legacy_layout(const psr_verify_args *a)
+{
+    return a->struct_size < PSR_LAYOUT_END(psr_verify_args, noise);
+}
+
+psr_status psr_verify_check_cu(psr_context *ctx, const psr_verify_args *a)
 {
     REQUIRE(a->cu[0] == 0, PSR_ERR_INVALID_ARGUMENT, "args->cu[0] is %d, expected 0", (int)a->cu[0]);
     for (size_t r = 0; r < a->requests; r++) {
@@ -45,9 +56,6 @@ static psr_status check_cu(psr_context *ctx, const psr_verify_args *a)
 
 static psr_status check_args(psr_context *ctx, const psr_verify_args *a, unsigned *flags)
 {
-    REQUIRE(a->struct_size == sizeof *a, PSR_ERR_INVALID_ARGUMENT,
-            "args->struct_size is %zu, expected %zu: call psr_verify_args_init() first",
-            a->struct_size, sizeof *a);
     REQUIRE(a->requests > 0, PSR_ERR_INVALID_ARGUMENT, "args->requests is 0");
     REQUIRE(a->requests < INT32_MAX / 64, PSR_ERR_INVALID_ARGUMENT, "args->requests %zu is too large",
             a->requests);
@@ -64,11 +72,12 @@ static psr_status check_args(psr_context *ctx, const psr_verify_args *a, unsigne
             "args->tokens_dtype %d is not a psr_token_dtype", (int)a->tokens_dtype);
     REQUIRE((unsigned)a->method <= PSR_VERIFY_GREEDY, PSR_ERR_INVALID_ARGUMENT,
             "args->method %d is not a psr_verify_method", (int)a->method);
-    REQUIRE(!(a->flags & ~(PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_WIDE_NOISE)), PSR_ERR_INVALID_ARGUMENT,
-            "args->flags 0x%x: verification takes only PSR_SAMPLE_FP64_NOISE or "
-            "PSR_SAMPLE_WIDE_NOISE",
-            a->flags);
-    psr_status st = psr_resolve_flags(ctx, a->flags, "args->flags", flags);
+    bool legacy = legacy_layout(a);
+    REQUIRE(!(a->flags & ~(legacy ? PSR_FLAG_FP64_NOISE | PSR_FLAG_WIDE_NOISE : 0u)), PSR_ERR_INVALID_ARGUMENT,
+            "args->flags 0x%x: reserved, must be 0 (choose the noise with args->noise)", a->flags);
+    psr_status st = psr_call_flags(ctx, a->flags, a->noise, legacy, "args", flags);
+    if (st == PSR_OK)
+        st = psr_resolve_flags(ctx, *flags, "args->noise", flags);
     if (st != PSR_OK)
         return st;
     size_t stride = a->target_row_stride ? a->target_row_stride : a->vocab;
@@ -76,10 +85,10 @@ static psr_status check_args(psr_context *ctx, const psr_verify_args *a, unsigne
             "args->target_row_stride %zu is smaller than args->vocab %zu", stride, a->vocab);
     REQUIRE(a->cu, PSR_ERR_NULL_ARGUMENT, "args->cu is NULL");
     const psr_buffer_need required[] = {
-        {a->target_logits, 0, "args->target_logits"}, {a->draft_tokens, 0, "args->draft_tokens"},
-        {a->seeds, 0, "args->seeds"},                 {a->temperatures, 0, "args->temperatures"},
-        {a->positions, 0, "args->positions"},         {a->tokens, 0, "args->tokens"},
-        {a->num_sampled, 0, "args->num_sampled"}};
+        {a->target_logits, 0, "args->target_logits", false}, {a->draft_tokens, 0, "args->draft_tokens", false},
+        {a->seeds, 0, "args->seeds", false},                 {a->temperatures, 0, "args->temperatures", false},
+        {a->positions, 0, "args->positions", false},         {a->tokens, 0, "args->tokens", true},
+        {a->num_sampled, 0, "args->num_sampled", true}};
     st = psr_check_required(ctx, required, sizeof required / sizeof required[0]);
     if (st != PSR_OK)
         return st;
@@ -88,7 +97,7 @@ static psr_status check_args(psr_context *ctx, const psr_verify_args *a, unsigne
     REQUIRE(a->num_events_in_wait_list == 0 || a->event_wait_list, PSR_ERR_NULL_ARGUMENT,
             "args->event_wait_list is NULL but args->num_events_in_wait_list is %u",
             a->num_events_in_wait_list);
-    st = check_cu(ctx, a);
+    st = psr_verify_check_cu(ctx, a);
     if (st != PSR_OK)
         return st;
 
@@ -102,23 +111,19 @@ static psr_status check_args(psr_context *ctx, const psr_verify_args *a, unsigne
     size_t tsize = a->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4;
     REQUIRE(cols <= SIZE_MAX / tsize / a->requests, PSR_ERR_INVALID_ARGUMENT,
             "args->requests x (max_drafts + 1) overflows the address space");
+    REQUIRE(!a->draft_cache || a->draft_cache_k <= SIZE_MAX / 4 / a->vocab / a->requests,
+            PSR_ERR_INVALID_ARGUMENT, "args->requests x draft_cache_k x vocab overflows the address space");
     const psr_buffer_need needs[] = {
-        {a->target_logits, logits_bytes, "args->target_logits"},
-        {a->draft_tokens, a->rows * 4, "args->draft_tokens"},
-        {a->seeds, a->requests * 8, "args->seeds"},
-        {a->temperatures, a->requests * 4, "args->temperatures"},
-        {a->positions, a->rows * 8, "args->positions"},
-        {a->tokens, a->requests * cols * tsize, "args->tokens"},
-        {a->num_sampled, a->requests * 4, "args->num_sampled"},
-        {a->status, 4, "args->status"}};
-    st = psr_check_buffers(ctx, needs, sizeof needs / sizeof needs[0]);
-    if (st == PSR_OK && a->draft_cache) {
-        REQUIRE(a->draft_cache_k <= SIZE_MAX / 4 / a->vocab / a->requests, PSR_ERR_INVALID_ARGUMENT,
-                "args->requests x draft_cache_k x vocab overflows the address space");
-        st = psr_check_buffer(ctx, a->draft_cache, a->requests * a->draft_cache_k * a->vocab * 4,
-                              "args->draft_cache");
-    }
-    return st;
+        {a->target_logits, logits_bytes, "args->target_logits", false},
+        {a->draft_tokens, a->rows * 4, "args->draft_tokens", false},
+        {a->seeds, a->requests * 8, "args->seeds", false},
+        {a->temperatures, a->requests * 4, "args->temperatures", false},
+        {a->positions, a->rows * 8, "args->positions", false},
+        {a->draft_cache, a->requests * a->draft_cache_k * a->vocab * 4, "args->draft_cache", false},
+        {a->tokens, a->requests * cols * tsize, "args->tokens", true},
+        {a->num_sampled, a->requests * 4, "args->num_sampled", true},
+        {a->status, 4, "args->status", true}};
+    return psr_check_buffers(ctx, needs, sizeof needs / sizeof needs[0]);
 }
 
 /* Uploads cu, the row-to-request map and the statistics' row order (each
@@ -167,8 +172,7 @@ static psr_status upload_layout(psr_context *ctx, const psr_verify_args *a)
             if (bufs[i])
                 clReleaseMemObject(bufs[i]);
         free(cu);
-        return psr_fail(ctx, PSR_ERR_OPENCL, "psr_verify: uploading args->cu failed: %s (%d)",
-                        psr_cl_error_string(err), err);
+        return psr_fail_cl(ctx, err, "psr_verify: uploading args->cu failed");
     }
     for (int i = 0; i < 3; i++) {
         if (ctx->verify_layout[i])
@@ -219,8 +223,7 @@ static psr_status reserve_state(psr_context *ctx, const size_t need[PSR_VS_REGIO
     if (old.buffer)
         clReleaseMemObject(old.buffer); /* once the copies are done */
     if (st == PSR_OK && err != CL_SUCCESS)
-        st = psr_fail(ctx, PSR_ERR_OPENCL, "psr_verify: moving the state failed: %s (%d)",
-                      psr_cl_error_string(err), err);
+        st = psr_fail_cl(ctx, err, "psr_verify: moving the state failed");
     if (st != PSR_OK)
         memset(ctx->verify_capacity, 0, sizeof ctx->verify_capacity); /* start afresh next time */
     return st;
@@ -241,21 +244,14 @@ static psr_status next_epoch(psr_context *ctx)
                                      (to - from + 3) / 4 * 4, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         ctx->verify_epoch = PSR_VERIFY_EPOCHS - 1; /* clear again next time */
-        return psr_fail(ctx, PSR_ERR_OPENCL, "psr_verify: clearing the rejection words failed: %s (%d)",
-                        psr_cl_error_string(err), err);
+        return psr_fail_cl(ctx, err, "psr_verify: clearing the rejection words failed");
     }
     return PSR_OK;
 }
 
-psr_status psr_verify(psr_context *ctx, const psr_verify_args *a, cl_event *event)
+psr_status psr_verify(psr_context *ctx, const psr_verify_args *args, cl_event *event)
 {
-    if (event)
-        *event = NULL;
-    if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_verify: ctx is NULL");
-    if (!a)
-        return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_verify: args is NULL");
-    return psr_verify_enqueue(ctx, a, NULL, event);
+    return psr_verify_enqueue(ctx, args, NULL, event);
 }
 
 /* One call's launch: its geometry, kernels and parameters. */
@@ -456,18 +452,26 @@ static psr_status launch_split(psr_context *ctx, const psr_verify_args *a, const
     return st;
 }
 
-psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_event *first,
+psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *args, cl_event *first,
                               cl_event *event)
 {
     if (first)
         *first = NULL;
     if (event)
         *event = NULL;
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_verify: ctx is NULL");
+    if (!args)
+        return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_verify: args is NULL");
     ctx->verify_fused_last = false;
+    psr_verify_args call;
     unsigned flags;
-    psr_status st = check_args(ctx, a, &flags);
+    psr_status st = psr_struct_read(ctx, args, &verify_layout, "args", &call);
+    if (st == PSR_OK)
+        st = check_args(ctx, &call, &flags);
     if (st != PSR_OK)
         return st;
+    const psr_verify_args *a = &call;
     verify_plan pl;
     plan_launch(ctx, a, flags, &pl);
     st = reserve(ctx, a, &pl);
@@ -475,7 +479,9 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *a, cl_eve
         st = pl.fused ? bind_fused(ctx, a, &pl) : bind_split(ctx, a, &pl);
     if (st == PSR_OK)
         st = pl.fused ? launch_fused(ctx, a, &pl, first, event) : launch_split(ctx, a, &pl, first, event);
-    if (st == PSR_OK && a->effective_flags)
-        *a->effective_flags = flags;
+    if (st == PSR_OK) {
+        ctx->last_sample_flags = flags;
+        psr_report_noise(a->effective_noise, legacy_layout(a), flags);
+    }
     return st;
 }

@@ -25,7 +25,7 @@ float psr_oracle_div(float a, float b, float r);
 double psr_oracle_log_d(double x);
 float psr_oracle_gumbel32(uint32_t row_key, uint32_t token);
 double psr_oracle_gumbel64(uint32_t row_key, uint32_t token);
-typedef enum psr_noise_kind { PSR_NOISE_FP32, PSR_NOISE_FP64, PSR_NOISE_WIDE } psr_noise_kind;
+typedef enum psr_noise_kind { PSR_ORACLE_FP32, PSR_ORACLE_FP64, PSR_ORACLE_WIDE } psr_noise_kind;
 /* E = -log(u) of the 64-bit uniform, in fp32 only (cl/gumbel.cl, USE_WIDE). */
 float psr_oracle_wide_e(uint32_t w0, uint32_t w1);
 float psr_oracle_gumbel_wide(uint32_t row_key, uint32_t token);

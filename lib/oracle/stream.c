@@ -251,9 +251,9 @@ int32_t psr_oracle_sample_row(const float *logits, size_t vocab, float temperatu
             v = -INFINITY;
         else if (greedy || isinf(x))
             v = x;
-        else if (noise == PSR_NOISE_FP64)
+        else if (noise == PSR_ORACLE_FP64)
             v = (double)psr_oracle_div(x, temperature, r) + psr_oracle_gumbel64(key, i);
-        else if (noise == PSR_NOISE_WIDE)
+        else if (noise == PSR_ORACLE_WIDE)
             v = (double)(psr_oracle_div(x, temperature, r) + psr_oracle_gumbel_wide(key, i));
         else
             v = (double)(psr_oracle_div(x, temperature, r) + psr_oracle_gumbel32(key, i));
@@ -270,9 +270,9 @@ int32_t psr_oracle_sample_row(const float *logits, size_t vocab, float temperatu
 /* E of the exponential race for one token's words, per noise option. */
 static double race_e(uint32_t w0, uint32_t w1, psr_noise_kind noise)
 {
-    if (noise == PSR_NOISE_FP64) /* 0 - log: u rounded to 1 gives E = +0, an infinite score */
+    if (noise == PSR_ORACLE_FP64) /* 0 - log: u rounded to 1 gives E = +0, an infinite score */
         return 0.0 - psr_oracle_log_d(psr_oracle_u64(w0, w1));
-    if (noise == PSR_NOISE_WIDE)
+    if (noise == PSR_ORACLE_WIDE)
         return psr_oracle_wide_e(w0, w1);
     return -psr_oracle_log1p_neg(psr_oracle_u32(w0));
 }
@@ -293,7 +293,7 @@ int32_t psr_oracle_race_row(const float *probs, size_t vocab, float temperature,
         } else {
             uint32_t w[4];
             psr_oracle_draw(key, i, w);
-            if (noise == PSR_NOISE_FP64)
+            if (noise == PSR_ORACLE_FP64)
                 v = (double)p * (1.0 / race_e(w[0], w[1], noise));
             else
                 v = (double)(p * psr_oracle_recip((float)race_e(w[0], w[1], noise)));

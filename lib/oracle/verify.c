@@ -107,9 +107,9 @@ static int32_t residual_token(const psr_oracle_verify_in *in, const float *x, co
         if (!(diff >= FLT_MIN))
             continue;
         double v;
-        if (in->noise == PSR_NOISE_FP64)
+        if (in->noise == PSR_ORACLE_FP64)
             v = (double)psr_oracle_log(diff) + psr_oracle_gumbel64(key, i);
-        else if (in->noise == PSR_NOISE_WIDE)
+        else if (in->noise == PSR_ORACLE_WIDE)
             v = (double)(psr_oracle_log(diff) + psr_oracle_gumbel_wide(key, i));
         else
             v = (double)(psr_oracle_log(diff) + psr_oracle_gumbel32(key, i));

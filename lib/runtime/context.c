@@ -10,25 +10,30 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void psr_context_options_init(psr_context_options *options)
+static const psr_context_options options_defaults = {
+    .log_level = PSR_LOG_WARNING,
+    .disk_cache = PSR_DISK_CACHE_AUTO,
+    .fp64_policy = PSR_FP64_ERROR,
+};
+static const psr_struct_layout options_layout = {"psr_context_options", sizeof(psr_context_options),
+                                                 sizeof(psr_context_options), &options_defaults};
+
+psr_status psr_context_options_init(psr_context_options *options, size_t struct_size)
 {
-    if (!options)
-        return;
-    memset(options, 0, sizeof *options);
-    options->struct_size = sizeof *options;
-    options->log_level = PSR_LOG_WARNING;
-    options->disk_cache = PSR_DISK_CACHE_AUTO;
+    return psr_struct_init(options, struct_size, &options_layout);
 }
 
-static psr_status check_options(const psr_context_options *o)
+/* The call's copy of the caller's options (all defaults for NULL). */
+static psr_status read_options(const psr_context_options *caller, psr_context_options *o)
 {
-    if (!o)
+    if (!caller) {
+        *o = options_defaults;
+        o->struct_size = sizeof *o;
         return PSR_OK;
-    if (o->struct_size != sizeof *o)
-        return psr_fail(NULL, PSR_ERR_INVALID_ARGUMENT,
-                        "options->struct_size is %zu, expected %zu: call "
-                        "psr_context_options_init() first",
-                        o->struct_size, sizeof *o);
+    }
+    psr_status st = psr_struct_read(NULL, caller, &options_layout, "options", o);
+    if (st != PSR_OK)
+        return st;
     if ((unsigned)o->log_level > PSR_LOG_ERROR)
         return psr_fail(NULL, PSR_ERR_INVALID_ARGUMENT, "options->log_level %d is not a psr_log_level",
                         (int)o->log_level);
@@ -158,9 +163,11 @@ psr_status psr_context_create(const psr_context_options *options, psr_context **
     if (!out)
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_create: out is NULL");
     *out = NULL;
-    psr_status st = check_options(options);
+    psr_context_options opts;
+    psr_status st = read_options(options, &opts);
     if (st != PSR_OK)
         return st;
+    options = &opts;
     psr_context *ctx = new_context(options);
     if (!ctx)
         return psr_fail(NULL, PSR_ERR_OUT_OF_HOST_MEMORY, "out of memory creating a context");
@@ -180,15 +187,13 @@ psr_status psr_context_create(const psr_context_options *options, psr_context **
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)dev.platform, 0};
     ctx->cl_ctx = clCreateContext(props, 1, &dev.device, NULL, NULL, &err);
     if (err != CL_SUCCESS)
-        return abandon(ctx, psr_fail(ctx, PSR_ERR_OPENCL, "clCreateContext for \"%s\" failed: %s (%d)",
-                                     dev.info.name, psr_cl_error_string(err), err));
+        return abandon(ctx, psr_fail_cl(ctx, err, "clCreateContext for \"%s\" failed", dev.info.name));
     cl_command_queue_properties qprops =
         options && options->profiling ? CL_QUEUE_PROFILING_ENABLE : 0;
     ctx->queue = clCreateCommandQueue(ctx->cl_ctx, dev.device, qprops, &err);
     if (err != CL_SUCCESS)
-        return abandon(ctx, psr_fail(ctx, PSR_ERR_OPENCL,
-                                     "clCreateCommandQueue for \"%s\" failed: %s (%d)",
-                                     dev.info.name, psr_cl_error_string(err), err));
+        return abandon(ctx, psr_fail_cl(ctx, err, "clCreateCommandQueue for \"%s\" failed",
+                                        dev.info.name));
     init_common(ctx, options);
     *out = ctx;
     return PSR_OK;
@@ -223,9 +228,11 @@ psr_status psr_context_create_from_cl(cl_context cl_ctx, cl_device_id device, cl
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_create_from_cl: device is NULL");
     if (!queue)
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_create_from_cl: queue is NULL");
-    psr_status st = check_options(options);
+    psr_context_options opts;
+    psr_status st = read_options(options, &opts);
     if (st != PSR_OK)
         return st;
+    options = &opts;
 
     cl_context qctx = NULL;
     cl_device_id qdev = NULL;
@@ -233,8 +240,7 @@ psr_status psr_context_create_from_cl(cl_context cl_ctx, cl_device_id device, cl
     if (err == CL_SUCCESS)
         err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL);
     if (err != CL_SUCCESS)
-        return psr_fail(NULL, PSR_ERR_OPENCL, "psr_context_create_from_cl: queue is not usable: %s (%d)",
-                        psr_cl_error_string(err), err);
+        return psr_fail_cl(NULL, err, "psr_context_create_from_cl: queue is not usable");
     if (qctx != cl_ctx)
         return psr_fail(NULL, PSR_ERR_INVALID_ARGUMENT,
                         "psr_context_create_from_cl: queue belongs to another cl_context");
@@ -250,8 +256,7 @@ psr_status psr_context_create_from_cl(cl_context cl_ctx, cl_device_id device, cl
     cl_platform_id platform = NULL;
     err = clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
     if (err != CL_SUCCESS)
-        return psr_fail(NULL, PSR_ERR_OPENCL, "psr_context_create_from_cl: device is not usable: %s (%d)",
-                        psr_cl_error_string(err), err);
+        return psr_fail_cl(NULL, err, "psr_context_create_from_cl: device is not usable");
 
     psr_context *ctx = new_context(options);
     if (!ctx)
@@ -362,14 +367,13 @@ psr_status psr_context_cache_stats(const psr_context *ctx, psr_cache_stats *out)
     return PSR_OK;
 }
 
-psr_status psr_context_last_sample_flags(const psr_context *ctx, unsigned *flags)
+psr_status psr_context_last_noise(const psr_context *ctx, psr_noise *noise)
 {
     if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_last_sample_flags: ctx is NULL");
-    if (!flags)
-        return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT,
-                        "psr_context_last_sample_flags: flags is NULL");
-    *flags = ctx->last_sample_flags;
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_last_noise: ctx is NULL");
+    if (!noise)
+        return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT, "psr_context_last_noise: noise is NULL");
+    *noise = psr_noise_of(ctx->last_sample_flags);
     return PSR_OK;
 }
 

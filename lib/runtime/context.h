@@ -96,6 +96,7 @@ struct psr_context {
     bool check_arg_names; /* built with -cl-kernel-arg-info: the argument builder checks names */
     char *build_log;
     char error[PSR_ERROR_MAX];
+    cl_int cl_error;         /* the OpenCL code behind the last failure, or CL_SUCCESS */
 };
 
 #endif

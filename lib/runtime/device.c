@@ -109,8 +109,7 @@ psr_status psr_query_device(cl_platform_id platform, cl_device_id device, unsign
     cl_device_type type = 0;
     cl_int err = clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
     if (err != CL_SUCCESS)
-        return psr_fail(NULL, PSR_ERR_OPENCL, "clGetDeviceInfo(CL_DEVICE_TYPE) failed: %s (%d)",
-                        psr_cl_error_string(err), err);
+        return psr_fail_cl(NULL, err, "clGetDeviceInfo(CL_DEVICE_TYPE) failed");
     out->type = (type & CL_DEVICE_TYPE_GPU)           ? PSR_DEVICE_GPU
                 : (type & CL_DEVICE_TYPE_CPU)         ? PSR_DEVICE_CPU
                 : (type & CL_DEVICE_TYPE_ACCELERATOR) ? PSR_DEVICE_ACCELERATOR
@@ -161,16 +160,14 @@ psr_status psr_enumerate_devices(psr_found_device **devices, size_t *count)
     if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR: no ICD registered */ || nplat == 0)
         return PSR_OK;
     if (err != CL_SUCCESS)
-        return psr_fail(NULL, PSR_ERR_OPENCL, "clGetPlatformIDs failed: %s (%d)",
-                        psr_cl_error_string(err), err);
+        return psr_fail_cl(NULL, err, "clGetPlatformIDs failed");
     cl_platform_id *plats = calloc(nplat, sizeof *plats);
     if (!plats)
         return psr_fail(NULL, PSR_ERR_OUT_OF_HOST_MEMORY, "out of memory listing platforms");
     err = clGetPlatformIDs(nplat, plats, NULL);
     if (err != CL_SUCCESS) {
         free(plats);
-        return psr_fail(NULL, PSR_ERR_OPENCL, "clGetPlatformIDs failed: %s (%d)",
-                        psr_cl_error_string(err), err);
+        return psr_fail_cl(NULL, err, "clGetPlatformIDs failed");
     }
 
     psr_status st = PSR_OK;

@@ -19,8 +19,8 @@ psr_variant psr_variant_of(psr_kernel_set set, unsigned flags, psr_dtype dtype)
 {
     psr_variant v = {.set = set,
                      .drafting = (flags & PSR_SAMPLE_DRAFTING) != 0,
-                     .fp64 = (flags & PSR_SAMPLE_FP64_NOISE) != 0,
-                     .wide = (flags & PSR_SAMPLE_WIDE_NOISE) != 0,
+                     .fp64 = (flags & PSR_FLAG_FP64_NOISE) != 0,
+                     .wide = (flags & PSR_FLAG_WIDE_NOISE) != 0,
                      .dtype = dtype,
                      .fast_math = (flags & PSR_SAMPLE_FAST_MATH) != 0,
                      .method = !(flags & PSR_SAMPLE_RACE) ? 0 : (flags & PSR_SAMPLE_PROBS) ? 2 : 1};

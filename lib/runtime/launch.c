@@ -23,18 +23,48 @@ size_t psr_logits_bytes(size_t offset, size_t rows, size_t stride, size_t vocab,
     return (offset + span) * esize;
 }
 
-/* Fails unless buf holds at least `need` bytes. */
-psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const char *name)
+/* Where a buffer lies: its root buffer (itself, or the parent of a
+ * sub-buffer) and its bytes there. */
+typedef struct buffer_span {
+    cl_mem root;
+    size_t offset, size;
+} buffer_span;
+
+/* Where a buffer lies, and that it belongs to the context. */
+static psr_status locate(psr_context *ctx, cl_mem buf, const char *name, buffer_span *span)
 {
-    size_t size = 0;
-    cl_int err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL);
+    cl_context owner = NULL;
+    cl_mem parent = NULL;
+    span->offset = span->size = 0;
+    cl_int err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof span->size, &span->size, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetMemObjectInfo(buf, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL);
+    if (err == CL_SUCCESS && parent)
+        err = clGetMemObjectInfo(buf, CL_MEM_OFFSET, sizeof span->offset, &span->offset, NULL);
     if (err != CL_SUCCESS)
         return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT, "%s is not a usable cl_mem: %s (%d)", name,
                         psr_cl_error_string(err), err);
-    if (size < need)
-        return psr_fail(ctx, PSR_ERR_BUFFER_TOO_SMALL, "%s holds %zu bytes; the shape needs %zu",
-                        name, size, need);
+    REQUIRE(owner == ctx->cl_ctx, PSR_ERR_FOREIGN_BUFFER,
+            "%s belongs to another cl_context than the psr context's", name);
+    span->root = parent ? parent : buf;
     return PSR_OK;
+}
+
+static psr_status check_size(psr_context *ctx, const psr_buffer_need *n, const buffer_span *span)
+{
+    REQUIRE(span->size >= n->bytes, PSR_ERR_BUFFER_TOO_SMALL, "%s holds %zu bytes; the shape needs %zu",
+            n->name, span->size, n->bytes);
+    return PSR_OK;
+}
+
+psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const char *name)
+{
+    psr_buffer_need n = {buf, need, name, false};
+    buffer_span span;
+    psr_status st = locate(ctx, buf, name, &span);
+    return st == PSR_OK ? check_size(ctx, &n, &span) : st;
 }
 
 psr_status psr_check_required(psr_context *ctx, const psr_buffer_need *needs, size_t count)
@@ -44,33 +74,86 @@ psr_status psr_check_required(psr_context *ctx, const psr_buffer_need *needs, si
     return PSR_OK;
 }
 
-psr_status psr_check_buffers(psr_context *ctx, const psr_buffer_need *needs, size_t count)
+static bool spans_meet(const buffer_span *x, const buffer_span *y)
 {
-    psr_status st = PSR_OK;
-    for (size_t i = 0; i < count && st == PSR_OK; i++)
-        if (needs[i].buffer)
-            st = psr_check_buffer(ctx, needs[i].buffer, needs[i].bytes, needs[i].name);
-    return st;
+    return x->root == y->root && x->offset < y->offset + y->size && y->offset < x->offset + x->size;
 }
 
-#define PSR_SAMPLE_ALL_FLAGS                                                                     \
-    (PSR_SAMPLE_DRAFTING | PSR_SAMPLE_FP64_NOISE | PSR_SAMPLE_FAST_MATH | PSR_SAMPLE_WIDE_NOISE | \
+/* Each buffer in turn: usable and of the context; then no output meets
+ * another buffer; then the sizes. */
+psr_status psr_check_buffers(psr_context *ctx, const psr_buffer_need *needs, size_t count)
+{
+    buffer_span spans[PSR_MAX_CALL_BUFFERS];
+    REQUIRE(count <= PSR_MAX_CALL_BUFFERS, PSR_ERR_INVALID_ARGUMENT, "too many buffers in one call");
+    for (size_t i = 0; i < count; i++) {
+        spans[i].root = NULL;
+        psr_status st = needs[i].buffer ? locate(ctx, needs[i].buffer, needs[i].name, &spans[i]) : PSR_OK;
+        if (st != PSR_OK)
+            return st;
+    }
+    for (size_t i = 0; i < count; i++)
+        for (size_t j = 0; j < count && needs[i].output && spans[i].root; j++)
+            REQUIRE(j == i || !spans_meet(&spans[i], &spans[j]), PSR_ERR_BUFFER_OVERLAP,
+                    "%s overlaps %s: an output must not share memory with another buffer of the call",
+                    needs[i].name, needs[j].name);
+    for (size_t i = 0; i < count; i++) {
+        psr_status st = spans[i].root ? check_size(ctx, &needs[i], &spans[i]) : PSR_OK;
+        if (st != PSR_OK)
+            return st;
+    }
+    return PSR_OK;
+}
+
+#define PSR_SAMPLE_ALL_FLAGS                                                                 \
+    (PSR_SAMPLE_DRAFTING | PSR_FLAG_FP64_NOISE | PSR_SAMPLE_FAST_MATH | PSR_FLAG_WIDE_NOISE | \
      PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS)
+#define PSR_NOISE_BITS (PSR_FLAG_FP64_NOISE | PSR_FLAG_WIDE_NOISE)
+
+psr_status psr_call_flags(psr_context *ctx, unsigned flags, psr_noise noise, bool legacy, const char *name,
+                          unsigned *out)
+{
+    if (legacy) {
+        *out = flags;
+        return PSR_OK;
+    }
+    REQUIRE(!(flags & PSR_NOISE_BITS), PSR_ERR_INVALID_ARGUMENT,
+            "%s->flags has reserved bits 0x%x (the noise bits of the 0.1 layout): choose the noise "
+            "with %s->noise",
+            name, flags & PSR_NOISE_BITS, name);
+    REQUIRE((unsigned)noise <= PSR_NOISE_WIDE, PSR_ERR_INVALID_ARGUMENT, "%s->noise %d is not a psr_noise",
+            name, (int)noise);
+    *out = flags | (noise == PSR_NOISE_FP64 ? PSR_FLAG_FP64_NOISE : noise == PSR_NOISE_WIDE ? PSR_FLAG_WIDE_NOISE : 0);
+    return PSR_OK;
+}
+
+psr_noise psr_noise_of(unsigned flags)
+{
+    return (flags & PSR_FLAG_FP64_NOISE) ? PSR_NOISE_FP64 : (flags & PSR_FLAG_WIDE_NOISE) ? PSR_NOISE_WIDE : PSR_NOISE_FP32;
+}
+
+void psr_report_noise(void *effective, bool legacy, unsigned flags)
+{
+    if (!effective)
+        return;
+    if (legacy)
+        memcpy(effective, &flags, sizeof flags);
+    else
+        *(psr_noise *)effective = psr_noise_of(flags);
+}
 
 psr_status psr_resolve_flags(psr_context *ctx, unsigned flags, const char *name, unsigned *out)
 {
     REQUIRE(!(flags & ~PSR_SAMPLE_ALL_FLAGS), PSR_ERR_INVALID_ARGUMENT, "%s has unknown bits 0x%x",
             name, flags & ~PSR_SAMPLE_ALL_FLAGS);
-    REQUIRE(!((flags & PSR_SAMPLE_FP64_NOISE) && (flags & PSR_SAMPLE_WIDE_NOISE)),
-            PSR_ERR_INVALID_ARGUMENT,
-            "%s asks for both PSR_SAMPLE_FP64_NOISE and PSR_SAMPLE_WIDE_NOISE: choose one", name);
-    if ((flags & PSR_SAMPLE_FP64_NOISE) && !(ctx->info.capabilities & PSR_CAP_FP64)) {
+    REQUIRE(!((flags & PSR_FLAG_FP64_NOISE) && (flags & PSR_FLAG_WIDE_NOISE)),
+            PSR_ERR_INVALID_ARGUMENT, "%s asks for both fp64 and wide-tail noise: choose one", name);
+    if ((flags & PSR_FLAG_FP64_NOISE) && !(ctx->info.capabilities & PSR_CAP_FP64)) {
         if (ctx->fp64_policy != PSR_FP64_WIDE)
             return psr_fail(ctx, PSR_ERR_FP64_UNSUPPORTED,
                             "%s asks for fp64 noise but device \"%s\" has no fp64; use "
-                            "PSR_SAMPLE_WIDE_NOISE, or fp64_policy = PSR_FP64_WIDE",
+                            "PSR_NOISE_WIDE, or fp64_policy = PSR_FP64_WIDE",
                             name, ctx->info.name);
-        flags = (flags & ~PSR_SAMPLE_FP64_NOISE) | PSR_SAMPLE_WIDE_NOISE;
+        flags = (flags & ~PSR_FLAG_FP64_NOISE) | PSR_FLAG_WIDE_NOISE;
         if (!ctx->fp64_fallback_said) {
             psr_log(ctx, PSR_LOG_WARNING,
                     "device \"%s\" has no fp64: fp64 noise is replaced by wide-tail noise "
@@ -84,7 +167,7 @@ psr_status psr_resolve_flags(psr_context *ctx, unsigned flags, const char *name,
             "exponential race",
             name);
     /* Wide-tail noise and the race are built from the deterministic operations only. */
-    if (flags & (PSR_SAMPLE_WIDE_NOISE | PSR_SAMPLE_RACE))
+    if (flags & (PSR_FLAG_WIDE_NOISE | PSR_SAMPLE_RACE))
         flags &= ~PSR_SAMPLE_FAST_MATH;
     *out = flags;
     return PSR_OK;
@@ -136,7 +219,7 @@ void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_
  * sizes catch a field added out of order. */
 _Static_assert(sizeof(psr_rows_params) == 32, "psr_rows_params is laid out as in OpenCL C");
 _Static_assert(sizeof(psr_sample_params) == 56, "psr_sample_params is laid out as in OpenCL C");
-_Static_assert(sizeof(psr_filter_params) == 40, "psr_filter_params is laid out as in OpenCL C");
+_Static_assert(sizeof(psr_filter_params) == 56, "psr_filter_params is laid out as in OpenCL C");
 
 bool psr_one_pass(const psr_context *ctx, size_t vocab, cl_uint groups_per_row, bool fp64)
 {
@@ -225,9 +308,8 @@ static psr_status compare_with_driver(psr_kernel_args *a)
 psr_status psr_kernel_args_end(psr_kernel_args *a)
 {
     if (a->err != CL_SUCCESS)
-        return psr_fail(a->ctx, PSR_ERR_OPENCL, "clSetKernelArg(%s, %u: %s) failed: %s (%d)", a->kernel_name,
-                        a->failed_at, a->failed_at < a->count ? a->names[a->failed_at] : "past the last",
-                        psr_cl_error_string(a->err), a->err);
+        return psr_fail_cl(a->ctx, a->err, "clSetKernelArg(%s, %u: %s) failed", a->kernel_name, a->failed_at,
+                           a->failed_at < a->count ? a->names[a->failed_at] : "past the last");
     return a->ctx->check_arg_names ? compare_with_driver(a) : PSR_OK;
 }
 
@@ -237,8 +319,8 @@ psr_status psr_enqueue_groups(psr_context *ctx, cl_kernel k, const char *name, s
     size_t global = groups * local;
     cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, &local, nwait, wait, event);
     if (err != CL_SUCCESS)
-        return psr_fail(ctx, PSR_ERR_OPENCL, "enqueueing %s (%zu groups of %zu) failed: %s (%d)", name,
-                        groups, local, psr_cl_error_string(err), err);
+        return psr_fail_cl(ctx, err, "enqueueing %s (%zu groups of %zu) failed", name,
+                        groups, local);
     return PSR_OK;
 }
 

@@ -11,21 +11,42 @@
 
 /* Bytes of logits a shape reads, or 0 when that overflows a size_t. */
 size_t psr_logits_bytes(size_t offset, size_t rows, size_t stride, size_t vocab, size_t esize);
-/* Checks PSR_SAMPLE_* flags and applies the fp64 policy: the flags to use. */
+/* Inside the library a call's noise travels as two bits beside the
+ * public PSR_SAMPLE_* flags: the bits that chose it in the 0.1 layout. */
+#define PSR_FLAG_FP64_NOISE (1u << 1)
+#define PSR_FLAG_WIDE_NOISE (1u << 3)
+/* A call's public flags and noise as internal flags. `legacy`: the
+ * caller's struct is the 0.1 layout, whose flags carry the noise bits
+ * (and which has no noise field); otherwise those bits are reserved.
+ * `name` is the struct's ("args"). */
+psr_status psr_call_flags(psr_context *ctx, unsigned flags, psr_noise noise, bool legacy, const char *name,
+                          unsigned *out);
+/* Checks internal flags and applies the fp64 policy: the flags to use. */
 psr_status psr_resolve_flags(psr_context *ctx, unsigned flags, const char *name, unsigned *out);
-/* Fails with PSR_ERR_BUFFER_TOO_SMALL unless buf holds `need` bytes. */
-psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const char *name);
-/* One buffer of a call and the bytes its shape needs; NULL buffers are
- * skipped (required ones are checked for NULL before). */
+psr_noise psr_noise_of(unsigned flags);
+/* Writes the noise a call used to the caller's effective_noise (NULL:
+ * nothing); a 0.1-layout caller gets the resolved flags there. */
+void psr_report_noise(void *effective, bool legacy, unsigned flags);
+/* One buffer of a call, the bytes its shape needs, and whether the call
+ * writes it; NULL buffers are skipped (required ones are checked for
+ * NULL before). */
 typedef struct psr_buffer_need {
     cl_mem buffer;
     size_t bytes;
     const char *name;
+    bool output;
 } psr_buffer_need;
+#define PSR_MAX_CALL_BUFFERS 24
+/* One buffer alone: usable, of the context's cl_context
+ * (PSR_ERR_FOREIGN_BUFFER), and holding `need` bytes
+ * (PSR_ERR_BUFFER_TOO_SMALL). */
+psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const char *name);
 /* PSR_ERR_NULL_ARGUMENT naming the first NULL buffer of a list of
  * required ones (their bytes unread). */
 psr_status psr_check_required(psr_context *ctx, const psr_buffer_need *needs, size_t count);
-/* psr_check_buffer over a list, stopping at the first that fails. */
+/* psr_check_buffer over a call's whole list, stopping at the first that
+ * fails; then no output may overlap another buffer of the list
+ * (PSR_ERR_BUFFER_OVERLAP; sub-buffers compare by their range). */
 psr_status psr_check_buffers(psr_context *ctx, const psr_buffer_need *needs, size_t count);
 /* How a row is split over work-groups: `groups` chunks of `chunk` tokens
  * (a multiple of 4). */

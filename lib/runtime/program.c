@@ -32,8 +32,8 @@ psr_status psr_program_build_source(psr_context *ctx, const char *label, const c
     cl_int err;
     cl_program p = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
     if (err != CL_SUCCESS)
-        return psr_fail(ctx, PSR_ERR_OPENCL, "clCreateProgramWithSource(%s) failed: %s (%d)",
-                        label, psr_cl_error_string(err), err);
+        return psr_fail_cl(ctx, err, "clCreateProgramWithSource(%s) failed",
+                        label);
     err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
     if (err != CL_SUCCESS) {
         keep_build_log(ctx, p);
@@ -269,8 +269,7 @@ psr_status psr_kernel_get(psr_context *ctx, const psr_variant *v, const char *na
     cl_int err;
     cl_kernel k = clCreateKernel(p, name, &err);
     if (err != CL_SUCCESS)
-        return psr_fail(ctx, PSR_ERR_OPENCL, "clCreateKernel(%s) failed: %s (%d)", name,
-                        psr_cl_error_string(err), err);
+        return psr_fail_cl(ctx, err, "clCreateKernel(%s) failed", name);
     ctx->kernels[ctx->kernel_count++] = (psr_kernel_entry){code, name, k};
     *out = k;
     return PSR_OK;
@@ -288,16 +287,14 @@ psr_status psr_scratch_reserve(psr_context *ctx, psr_scratch *s, size_t bytes)
     s->buffer = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
     if (err != CL_SUCCESS) {
         s->buffer = NULL;
-        return psr_fail(ctx, PSR_ERR_OPENCL, "cannot allocate %zu bytes of scratch: %s (%d)", bytes,
-                        psr_cl_error_string(err), err);
+        return psr_fail_cl(ctx, err, "cannot allocate %zu bytes of scratch", bytes);
     }
     cl_uchar zero = 0;
     err = clEnqueueFillBuffer(ctx->queue, s->buffer, &zero, 1, 0, bytes, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         clReleaseMemObject(s->buffer);
         s->buffer = NULL;
-        return psr_fail(ctx, PSR_ERR_OPENCL, "cannot clear %zu bytes of scratch: %s (%d)", bytes,
-                        psr_cl_error_string(err), err);
+        return psr_fail_cl(ctx, err, "cannot clear %zu bytes of scratch", bytes);
     }
     s->bytes = bytes;
     return PSR_OK;

@@ -2,6 +2,7 @@
 #ifndef PSR_RUNTIME_H
 #define PSR_RUNTIME_H
 
+#include "runtime/abi.h"
 #include "runtime/cache.h"
 #include "runtime/context.h"
 #include "runtime/device.h"

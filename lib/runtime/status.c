@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Detail of the last failed context-less call, per thread. */
+/* Detail of the last failed context-less call, per thread, and the
+ * OpenCL code behind it. */
 static _Thread_local char thread_error[PSR_ERROR_MAX];
+static _Thread_local cl_int thread_cl_error;
 
 const char *psr_status_string(psr_status status)
 {
@@ -29,6 +31,10 @@ const char *psr_status_string(psr_status status)
     case PSR_ERR_TOKEN_RANGE: return "PSR_ERR_TOKEN_RANGE: a token id is outside [-1, vocab)";
     case PSR_ERR_NOT_SUPPORTED: return "PSR_ERR_NOT_SUPPORTED: the feature is not built into this library";
     case PSR_ERR_FILTER_RANGE: return "PSR_ERR_FILTER_RANGE: a top-p is outside (0, 1] or a min-p outside [0, 1]";
+    case PSR_ERR_STRUCT_SIZE: return "PSR_ERR_STRUCT_SIZE: a struct_size this library does not accept";
+    case PSR_ERR_FOREIGN_BUFFER: return "PSR_ERR_FOREIGN_BUFFER: a buffer belongs to another OpenCL context";
+    case PSR_ERR_BUFFER_OVERLAP: return "PSR_ERR_BUFFER_OVERLAP: an output buffer overlaps another buffer of the call";
+    case PSR_ERR_OUT_OF_DEVICE_MEMORY: return "PSR_ERR_OUT_OF_DEVICE_MEMORY: the device is out of memory or resources";
     }
     return "PSR_ERR_UNKNOWN: not a psr status code";
 }
@@ -38,9 +44,15 @@ const char *psr_last_error(const psr_context *ctx)
     return ctx ? ctx->error : thread_error;
 }
 
+cl_int psr_last_cl_error(const psr_context *ctx)
+{
+    return ctx ? ctx->cl_error : thread_cl_error;
+}
+
 void psr_clear_thread_error(void)
 {
     thread_error[0] = '\0';
+    thread_cl_error = CL_SUCCESS;
 }
 
 static void deliver(const psr_context *ctx, psr_log_level level, const char *message)
@@ -49,15 +61,48 @@ static void deliver(const psr_context *ctx, psr_log_level level, const char *mes
         ctx->log(level, message, ctx->log_user_data);
 }
 
-psr_status psr_fail(psr_context *ctx, psr_status status, const char *fmt, ...)
+static psr_status record(psr_context *ctx, psr_status status, cl_int cl_error, const char *fmt,
+                         va_list ap, bool with_code)
 {
     char *dst = ctx ? ctx->error : thread_error;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(dst, PSR_ERROR_MAX, fmt, ap);
-    va_end(ap);
+    int n = vsnprintf(dst, PSR_ERROR_MAX, fmt, ap);
+    if (with_code && n >= 0 && n < PSR_ERROR_MAX)
+        snprintf(dst + n, (size_t)(PSR_ERROR_MAX - n), ": %s (%d)", psr_cl_error_string(cl_error),
+                 cl_error);
+    if (ctx)
+        ctx->cl_error = cl_error;
+    else
+        thread_cl_error = cl_error;
     deliver(ctx, PSR_LOG_ERROR, dst);
     return status;
+}
+
+psr_status psr_fail(psr_context *ctx, psr_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    record(ctx, status, CL_SUCCESS, fmt, ap, false);
+    va_end(ap);
+    return status;
+}
+
+psr_status psr_cl_status(cl_int err)
+{
+    switch (err) {
+    case CL_MEM_OBJECT_ALLOCATION_FAILURE:
+    case CL_OUT_OF_RESOURCES: return PSR_ERR_OUT_OF_DEVICE_MEMORY;
+    case CL_OUT_OF_HOST_MEMORY: return PSR_ERR_OUT_OF_HOST_MEMORY;
+    default: return PSR_ERR_OPENCL;
+    }
+}
+
+psr_status psr_fail_cl(psr_context *ctx, cl_int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    psr_status st = record(ctx, psr_cl_status(err), err, fmt, ap, true);
+    va_end(ap);
+    return st;
 }
 
 void psr_log(const psr_context *ctx, psr_log_level level, const char *fmt, ...)

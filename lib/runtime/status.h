@@ -15,6 +15,13 @@
  * sends it to the log callback, and returns status. */
 psr_status psr_fail(psr_context *ctx, psr_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* psr_fail for a failed OpenCL call: the status its code maps to
+ * (psr_cl_status), the message followed by ": CL_NAME (code)", and the
+ * code kept for psr_last_cl_error. */
+psr_status psr_fail_cl(psr_context *ctx, cl_int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* PSR_ERR_OUT_OF_DEVICE_MEMORY, PSR_ERR_OUT_OF_HOST_MEMORY or PSR_ERR_OPENCL. */
+psr_status psr_cl_status(cl_int err);
 /* Argument checks: fail with `status` and a message unless cond holds.
  * Needs a psr_context *ctx in scope. */
 #define REQUIRE(cond, status, ...)                     \

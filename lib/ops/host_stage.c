@@ -1,0 +1,96 @@
+/* Host arrays on their way to a device call and back: each input becomes
+ * a device copy, each output a device buffer read back into a private
+ * copy, and the caller's arrays receive the copies only once the whole
+ * call has succeeded. */
+#include "ops/ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+psr_status psr_stage_create(psr_context *ctx, const char *call, psr_staged *s, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        s[i].mem = NULL;
+        s[i].copy = NULL;
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (s[i].bytes == 0 || (!s[i].in && !s[i].output))
+            continue;
+        cl_int err = CL_SUCCESS;
+        if (s[i].output) {
+            s[i].copy = malloc(s[i].bytes);
+            if (!s[i].copy)
+                return psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "%s: out of host memory", call);
+            s[i].mem = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, s[i].bytes, NULL, &err);
+        } else {
+            s[i].mem = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, s[i].bytes,
+                                      (void *)s[i].in, &err);
+        }
+        if (err != CL_SUCCESS)
+            return psr_fail_cl(ctx, err, "%s: allocating %zu bytes of device memory failed", call, s[i].bytes);
+    }
+    return PSR_OK;
+}
+
+psr_status psr_stage_read(psr_context *ctx, const char *call, psr_staged *s, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (!s[i].output || !s[i].mem)
+            continue;
+        cl_int err = clEnqueueReadBuffer(ctx->queue, s[i].mem, CL_TRUE, 0, s[i].bytes, s[i].copy, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            return psr_fail_cl(ctx, err, "%s: reading the results failed", call);
+    }
+    return PSR_OK;
+}
+
+void psr_stage_commit(const psr_staged *s, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        if (s[i].output && s[i].out && s[i].copy)
+            memcpy(s[i].out, s[i].copy, s[i].bytes);
+}
+
+void psr_stage_release(psr_staged *s, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (s[i].mem)
+            clReleaseMemObject(s[i].mem);
+        free(s[i].copy);
+        s[i].mem = NULL;
+        s[i].copy = NULL;
+    }
+}
+
+bool psr_temperature_ok(float t)
+{
+    return t == 0.0f || (isnormal(t) && t > 0.0f);
+}
+
+psr_status psr_check_host_rows(psr_context *ctx, const int64_t *positions, size_t rows,
+                               const float *temperatures, size_t temperature_count)
+{
+    for (size_t r = 0; r < rows; r++)
+        REQUIRE(positions[r] >= 0 && positions[r] < PSR_MAX_POSITION, PSR_ERR_POSITION_RANGE,
+                "args->positions[%zu] = %lld is outside [0, 2^30)", r, (long long)positions[r]);
+    for (size_t r = 0; temperatures && r < temperature_count; r++)
+        REQUIRE(psr_temperature_ok(temperatures[r]), PSR_ERR_TEMPERATURE,
+                "args->temperatures[%zu] = %g is not 0 or a positive normal number", r,
+                (double)temperatures[r]);
+    return PSR_OK;
+}
+
+psr_status psr_check_host_filters(psr_context *ctx, size_t rows, const int32_t *top_k, const float *top_p,
+                                  const float *min_p)
+{
+    psr_status st = PSR_OK;
+    for (size_t r = 0; r < rows && st == PSR_OK && (top_p || min_p); r++)
+        st = psr_filter_check_values(ctx, "args", r, top_k, top_p, min_p);
+    return st;
+}
+
+size_t psr_token_size(psr_token_dtype dtype)
+{
+    return dtype == PSR_TOKENS_I64 ? 8 : 4;
+}
