@@ -1,0 +1,545 @@
+/*
+ * psr.h as psr 0.1.0 shipped it, kept for tests/abi/old_caller.c: the
+ * argument structs in their 0.1 layouts, which every later 0.x library
+ * must keep accepting. Only the init calls are changed to the sized form
+ * (0.1's took no size): the layout, not the init call, is what a program
+ * built against 0.1 carries. Do not edit the structs.
+ */
+#ifndef PSR_H
+#define PSR_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <psr/psr_version.h>
+
+#if defined(PSR_BUILDING_LIBRARY) && defined(__GNUC__)
+#define PSR_API __attribute__((visibility("default")))
+#else
+#define PSR_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One device, one queue, its programs and caches. */
+typedef struct psr_context psr_context;
+
+/* ------------------------------------------------------------------ */
+/* Status codes. The numbers are stable: they are never reused or      */
+/* renumbered, new codes are only appended.                            */
+/* ------------------------------------------------------------------ */
+typedef enum psr_status {
+    PSR_OK = 0,
+    PSR_ERR_NULL_ARGUMENT = 1,     /* a required pointer or handle is NULL */
+    PSR_ERR_INVALID_ARGUMENT = 2,  /* a value is out of its documented range */
+    PSR_ERR_OUT_OF_HOST_MEMORY = 3,
+    PSR_ERR_NO_DEVICE = 4,         /* no OpenCL platform or device at all */
+    PSR_ERR_BAD_SELECTOR = 5,      /* a device selector cannot be parsed */
+    PSR_ERR_DEVICE_NOT_FOUND = 6,  /* the selector matches no device */
+    PSR_ERR_OPENCL = 7,            /* an OpenCL call failed (detail has the code) */
+    PSR_ERR_BUILD_FAILED = 8,      /* kernel build failed; see psr_context_build_log() */
+    PSR_ERR_FP64_UNSUPPORTED = 9,  /* fp64 asked for on a device without it */
+    PSR_ERR_CACHE_IO = 10,         /* the cache directory cannot be read or changed */
+    PSR_ERR_BUFFER_TOO_SMALL = 11, /* an array, string or cl_mem is smaller than the shape needs */
+    PSR_ERR_POSITION_RANGE = 12,   /* a position is negative or at/past PSR_MAX_POSITION */
+    PSR_ERR_TEMPERATURE = 13,      /* a temperature is negative, NaN, infinite or subnormal */
+    PSR_ERR_TOKEN_RANGE = 14,      /* a token id is below -1 or at/past the vocabulary */
+    PSR_ERR_NOT_SUPPORTED = 15,    /* the feature was not built into this library (e.g. CLBlast) */
+    PSR_ERR_FILTER_RANGE = 16      /* a top-p outside (0, 1] or a min-p outside [0, 1] (or NaN) */
+} psr_status;
+
+/* A short, constant name for a status ("PSR_ERR_NO_DEVICE: ..."). Never NULL. */
+PSR_API const char *psr_status_string(psr_status status);
+
+/* Detail of the last failed call: with a context, that context's last
+ * failure; with NULL, the last failure of a context-less call (or of a
+ * failed psr_context_create*) on the calling thread. "" when none. The
+ * string stays valid until the next call on the same context or thread. */
+PSR_API const char *psr_last_error(const psr_context *ctx);
+
+/* ------------------------------------------------------------------ */
+/* Version                                                             */
+/* ------------------------------------------------------------------ */
+PSR_API const char *psr_version(void);        /* "MAJOR.MINOR.PATCH" */
+PSR_API unsigned psr_version_number(void);    /* PSR_VERSION_NUMBER of the library */
+
+/* Optional parts compiled into this library. */
+#define PSR_FEATURE_CLBLAST (1u << 0)
+PSR_API unsigned psr_features(void);
+
+/* ------------------------------------------------------------------ */
+/* Logging                                                             */
+/* ------------------------------------------------------------------ */
+typedef enum psr_log_level {
+    PSR_LOG_DEBUG = 0,
+    PSR_LOG_INFO = 1,
+    PSR_LOG_WARNING = 2,
+    PSR_LOG_ERROR = 3
+} psr_log_level;
+
+/* Called synchronously from the thread that made the call. */
+typedef void (*psr_log_fn)(psr_log_level level, const char *message, void *user_data);
+
+/* ------------------------------------------------------------------ */
+/* Devices                                                             */
+/* ------------------------------------------------------------------ */
+typedef enum psr_device_type {
+    PSR_DEVICE_OTHER = 0,
+    PSR_DEVICE_CPU = 1,
+    PSR_DEVICE_GPU = 2,
+    PSR_DEVICE_ACCELERATOR = 3
+} psr_device_type;
+
+/* Capability bits of psr_device_info.capabilities. */
+#define PSR_CAP_FP64 (1u << 0)      /* cl_khr_fp64 or a non-zero CL_DEVICE_DOUBLE_FP_CONFIG */
+#define PSR_CAP_FP16 (1u << 1)      /* cl_khr_fp16 */
+#define PSR_CAP_SUBGROUPS (1u << 2) /* cl_khr_subgroups or cl_intel_subgroups */
+#define PSR_CAP_INT64_ATOMICS (1u << 3) /* cl_khr_int64_base_atomics: rows finish in one kernel */
+
+typedef struct psr_device_info {
+    unsigned platform_index;       /* P of the "P:D" selector */
+    unsigned device_index;         /* D of the "P:D" selector (within its platform) */
+    psr_device_type type;
+    char platform_name[128];
+    char platform_vendor[128];
+    char platform_version[128];
+    char name[128];
+    char vendor[128];
+    char version[128];             /* CL_DEVICE_VERSION */
+    char driver_version[128];
+    char opencl_c_version[64];
+    uint32_t vendor_id;
+    uint32_t compute_units;
+    uint32_t max_clock_mhz;
+    uint32_t preferred_work_group_multiple; /* 0 when not known without a kernel */
+    size_t max_work_group_size;
+    uint64_t local_mem_bytes;
+    uint64_t global_mem_bytes;
+    uint64_t max_alloc_bytes;
+    uint32_t capabilities;         /* PSR_CAP_* */
+} psr_device_info;
+
+/* Lists every device of every platform, in (platform, device) order.
+ * Writes min(capacity, total) entries and sets *count to the total, so a
+ * first call with devices = NULL, capacity = 0 counts them. A machine
+ * without any OpenCL platform gives PSR_OK with *count = 0. */
+PSR_API psr_status psr_device_list(psr_device_info *devices, size_t capacity, size_t *count);
+
+/* The device a selector picks, as psr_context_create() would pick it.
+ * Selectors (case-insensitive):
+ *   "auto"                       the first GPU, else the first CPU, else the first device
+ *   "gpu", "cpu", "accelerator"  the first device of that type
+ *   "nvidia", "amd", "intel",    the first device whose platform vendor is that
+ *   "pocl"                       vendor (pocl: the PoCL platform), GPUs first
+ *   "P:D"                        device D of platform P, both decimal indices
+ *   anything else                the first device whose name, vendor or
+ *                                platform name contains the text
+ * NULL means: $PSR_DEVICE if set and not empty, else "auto".
+ * PSR_ERR_BAD_SELECTOR for text that cannot be a selector (empty, or a
+ * malformed "P:D"), PSR_ERR_DEVICE_NOT_FOUND when nothing matches. */
+PSR_API psr_status psr_device_select(const char *selector, psr_device_info *out);
+
+/* ------------------------------------------------------------------ */
+/* Context                                                             */
+/* ------------------------------------------------------------------ */
+typedef enum psr_disk_cache_mode {
+    PSR_DISK_CACHE_AUTO = 0, /* on, unless the environment says PSR_CACHE=0, or the driver
+                                keeps its own cache of compiled kernels (PoCL) and the
+                                environment does not say PSR_CACHE=1 */
+    PSR_DISK_CACHE_ON = 1,   /* on, whatever the environment says */
+    PSR_DISK_CACHE_OFF = 2
+} psr_disk_cache_mode;
+
+/* What a request for fp64 noise does on a device without fp64. */
+typedef enum psr_fp64_policy {
+    PSR_FP64_ERROR = 0, /* fail with PSR_ERR_FP64_UNSUPPORTED (the default) */
+    PSR_FP64_WIDE = 1   /* use wide-tail noise instead; said once through the log callback
+                           (warning) and in the effective flags of every call */
+} psr_fp64_policy;
+
+typedef struct psr_context_options {
+    size_t struct_size;          /* set by psr_context_options_init() */
+    const char *device;          /* selector (psr_device_select); create() only */
+    psr_log_fn log;              /* optional; NULL: silent */
+    void *log_user_data;
+    psr_log_level log_level;     /* the least severe level delivered; default WARNING */
+    const char *cache_dir;       /* NULL: $PSR_CACHE_DIR, $XDG_CACHE_HOME/psr, ~/.cache/psr */
+    psr_disk_cache_mode disk_cache;
+    int profiling;               /* non-zero: create()'s queue has profiling on */
+    /* Testing aid: PSR_CAP_* bits to treat as absent on this device, so the
+     * paths for devices without fp64 (or fp16) can be exercised anywhere. */
+    uint32_t hide_capabilities;
+    psr_fp64_policy fp64_policy; /* what PSR_SAMPLE_FP64_NOISE does without fp64 */
+} psr_context_options;
+
+/* Fills *options with the defaults. Always call it before setting fields. */
+PSR_API psr_status psr_context_options_init(psr_context_options *options, size_t struct_size);
+
+/* Picks a device by options->device (NULL options: all defaults), creates
+ * its cl_context and in-order queue, and returns the new context. */
+PSR_API psr_status psr_context_create(const psr_context_options *options, psr_context **out);
+
+/* Wraps the application's own OpenCL objects so its buffers can be used
+ * directly. The context, device and queue are retained here and released
+ * by psr_context_free(). The queue must belong to the context and device
+ * and be in-order (psr's launches share scratch memory and rely on queue
+ * order); options->device is ignored. options may be NULL. */
+PSR_API psr_status psr_context_create_from_cl(cl_context cl_ctx, cl_device_id device,
+                                              cl_command_queue queue,
+                                              const psr_context_options *options,
+                                              psr_context **out);
+
+/* Releases everything the context holds. NULL is fine. */
+PSR_API void psr_context_free(psr_context *ctx);
+
+/* The device the context runs on (capabilities after hide_capabilities). */
+PSR_API psr_status psr_context_device_info(const psr_context *ctx, psr_device_info *out);
+
+/* The context's OpenCL objects, not retained for the caller. Any out
+ * pointer may be NULL. */
+PSR_API psr_status psr_context_cl(const psr_context *ctx, cl_context *cl_ctx,
+                                  cl_device_id *device, cl_command_queue *queue);
+
+/* The log of the last kernel build that failed on this context ("" if none). */
+PSR_API const char *psr_context_build_log(const psr_context *ctx);
+
+/* Builds (or loads from the cache) every variant of the sampling and
+ * verification programs this device can run, so later calls start
+ * without compiling (the filtered variants are
+ * built by the first filtered call; PoCL compiles each kernel at its
+ * first launch whatever was warmed). *variants (may be NULL) receives how
+ * many variants are now ready. */
+PSR_API psr_status psr_context_warm(psr_context *ctx, size_t *variants);
+
+/* ------------------------------------------------------------------ */
+/* Sampling                                                            */
+/* ------------------------------------------------------------------ */
+typedef enum psr_dtype {
+    PSR_DTYPE_F32 = 0,
+    PSR_DTYPE_F16 = 1,
+    PSR_DTYPE_BF16 = 2
+} psr_dtype;
+
+/* Positions are below 2^30: the draft stream uses position + 2^30, and the
+ * two streams must never meet (docs/stream.md). */
+#define PSR_MAX_POSITION (INT64_C(1) << 30)
+
+/* psr_sample_args.flags */
+#define PSR_SAMPLE_DRAFTING (1u << 0)  /* the draft stream (IS_DRAFTING): position + 2^30 */
+#define PSR_SAMPLE_FP64_NOISE (1u << 1) /* fp64 uniforms and argmax (needs cl_khr_fp64) */
+#define PSR_SAMPLE_FAST_MATH (1u << 2) /* native logs: noise may differ by device in the
+                                          last bits (default: deterministic) */
+#define PSR_SAMPLE_WIDE_NOISE (1u << 3) /* wide-tail noise: the fp64 path's 64-bit uniform in
+                                           fp32 arithmetic, for devices without fp64
+                                           (docs/statistics.md); not with FP64_NOISE */
+#define PSR_SAMPLE_RACE (1u << 4)  /* exponential race argmax p / E instead of Gumbel-max: the
+                                      same token up to rounding; over softmax(logits / T) */
+#define PSR_SAMPLE_PROBS (1u << 5) /* with RACE: `logits` holds fp32 probabilities (any
+                                      scale below 2^64; 0, negative and NaN never win); T = 0
+                                      is argmax, other temperatures are not applied */
+
+/* Per-row result flags (psr_sample_args.row_flags). */
+#define PSR_ROW_NO_FINITE (1u << 0)       /* every logit is NaN or -inf: token still in range */
+#define PSR_ROW_BAD_POSITION (1u << 1)    /* position out of range: token -1 */
+#define PSR_ROW_BAD_TEMPERATURE (1u << 2) /* temperature invalid: token -1 */
+#define PSR_ROW_BAD_INDEX (1u << 3)       /* row_request >= requests, or draft_cache_rows >=
+                                             draft_cache_rows_total: token -1 */
+#define PSR_ROW_BAD_FILTER (1u << 4)      /* top_p outside (0, 1] or min_p outside [0, 1]
+                                             (NaN included): token -1 */
+
+/* Gumbel-max sampling of `rows` rows of logits already on the device:
+ *   token = argmax_i (logit_i / T + g_i)   (T = 0: plain argmax)
+ * with g_i vLLM's Philox Gumbel noise for (seed, position, i). Ties go to
+ * the lowest index; NaN counts as -inf. Nothing waits on the host: the
+ * call enqueues kernels after event_wait_list and returns their event. */
+typedef struct psr_sample_args {
+    size_t struct_size;       /* set by psr_sample_args_init() */
+    size_t rows;              /* rows of logits (batch) */
+    size_t vocab;             /* tokens per row, 1 .. 2^31 - 1 */
+    cl_mem logits;            /* [rows, row_stride] of logits_dtype */
+    psr_dtype logits_dtype;
+    size_t logits_offset;     /* elements before row 0 */
+    size_t row_stride;        /* elements between rows; 0 means vocab */
+    cl_mem row_request;       /* optional int32 [rows]: request of each row, -1 = padding
+                                 (token -1); NULL: row i is request i */
+    size_t requests;          /* entries in seeds and temperatures */
+    cl_mem seeds;             /* int64 [requests] */
+    cl_mem temperatures;      /* float32 [requests]; 0 = greedy */
+    cl_mem positions;         /* int64 [rows], each in [0, PSR_MAX_POSITION) */
+    cl_mem tokens;            /* out: int32 [rows] */
+    cl_mem row_flags;         /* optional out: uint32 [rows] of PSR_ROW_* */
+    cl_mem draft_cache;       /* optional out: float32 [draft_cache_rows_total, vocab]: the
+                                 pre-temperature logits, for the verifier */
+    cl_mem draft_cache_rows;  /* optional int32 [rows]: cache row of each row, -1 = skip;
+                                 NULL: row i goes to cache row i */
+    size_t draft_cache_rows_total;
+    size_t draft_cache_k;     /* with draft_cache and no draft_cache_rows: the cache is
+                                 [requests, draft_cache_k, vocab] (psr_verify's layout) and
+                                 the row of request q goes to cache row q * draft_cache_k +
+                                 draft_step; 0: row i goes to cache row i */
+    size_t draft_step;        /* which draft of the request this call samples, < draft_cache_k */
+    /* Filters, per request, on s = logit / T, applied as min-p, top-k, top-p
+     * (docs/api.md, "Filters"); each NULL = off, and with all three NULL nothing extra runs.
+     * Greedy rows (T = 0) ignore them. Not with PSR_SAMPLE_PROBS
+     * (PSR_ERR_INVALID_ARGUMENT). A bad value gives token -1, PSR_ROW_BAD_FILTER. */
+    cl_mem top_k;             /* optional int32 [requests]: keeps the k largest s and every
+                                 token tied with the k-th; k <= 0 or >= vocab = off */
+    cl_mem top_p;             /* optional float32 [requests] in (0, 1]: removes the tokens
+                                 whose probability mass of strictly larger s, after min-p
+                                 and top-k, already reaches top_p; 1 = off */
+    cl_mem min_p;             /* optional float32 [requests] in [0, 1]: removes s < max s +
+                                 log(min_p); 0 = off */
+    unsigned flags;           /* PSR_SAMPLE_* */
+    unsigned *effective_flags; /* optional out, written before psr_sample returns: the flags
+                                  used, after the context's fp64 policy */
+    cl_uint num_events_in_wait_list;
+    const cl_event *event_wait_list;
+} psr_sample_args;
+
+PSR_API psr_status psr_sample_args_init(psr_sample_args *args, size_t struct_size);
+
+/* Validates the arguments (shapes, buffer sizes, flags, fp64 support)
+ * and enqueues the sampling. *event (may be NULL) receives an event the
+ * caller releases. Values inside device buffers (positions, temperatures)
+ * cannot be checked without waiting: bad ones give token -1 and a
+ * PSR_ROW_* flag instead. */
+PSR_API psr_status psr_sample(psr_context *ctx, const psr_sample_args *args, cl_event *event);
+
+/* Convenience for tools, tests and simple embedders: host arrays in and
+ * out, one request per row, blocking. Every value is checked before
+ * anything reaches the device; on failure nothing is written.
+ *   logits       rows x row_stride elements of dtype (row_stride 0: vocab)
+ *   seeds, positions, temperatures: one per row
+ *   tokens       out: rows int32
+ *   row_flags    optional out: rows uint32 (PSR_ROW_*)
+ *   no_finite_rows optional out: how many rows had no finite logit */
+PSR_API psr_status psr_sample_host(psr_context *ctx, const void *logits, psr_dtype dtype,
+                                   size_t rows, size_t vocab, size_t row_stride,
+                                   const int64_t *seeds, const int64_t *positions,
+                                   const float *temperatures, unsigned flags, int32_t *tokens,
+                                   uint32_t *row_flags, size_t *no_finite_rows);
+
+/* psr_sample_host with per-row filters (psr_sample_args.top_k, top_p,
+ * min_p), each a host array of `rows` entries or NULL (off). A top_p
+ * outside (0, 1] or a min_p outside [0, 1] (NaN included) fails with
+ * PSR_ERR_FILTER_RANGE, naming the entry; nothing is written. */
+PSR_API psr_status psr_sample_host_filtered(psr_context *ctx, const void *logits, psr_dtype dtype,
+                                            size_t rows, size_t vocab, size_t row_stride,
+                                            const int64_t *seeds, const int64_t *positions,
+                                            const float *temperatures, const int32_t *top_k,
+                                            const float *top_p, const float *min_p,
+                                            unsigned flags, int32_t *tokens, uint32_t *row_flags,
+                                            size_t *no_finite_rows);
+
+/* The effective flags of the context's last sampling call (see
+ * psr_context_options.fp64_policy); 0 before the first. */
+PSR_API psr_status psr_context_last_sample_flags(const psr_context *ctx, unsigned *flags);
+
+/* Device memory psr holds for this context beyond the caller's buffers
+ * (scratch for per-row partial results): O(rows x work-groups per row). */
+PSR_API psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes);
+
+/* ------------------------------------------------------------------ */
+/* Speculative decoding: verification of draft tokens                  */
+/* ------------------------------------------------------------------ */
+/* How drafts are judged (docs/speculative.md). */
+typedef enum psr_verify_method {
+    PSR_VERIFY_PROBABILISTIC = 0, /* rejection sampling; requests at temperature 0 are greedy */
+    PSR_VERIFY_GREEDY = 1         /* every request greedy: accept while draft == target argmax */
+} psr_verify_method;
+
+typedef enum psr_token_dtype {
+    PSR_TOKENS_I32 = 0,
+    PSR_TOKENS_I64 = 1
+} psr_token_dtype;
+
+/* Bits of psr_verify_args.status: input errors only the device can see.
+ * Any of them means the call wrote nothing to tokens and num_sampled. */
+#define PSR_VERIFY_BAD_TOKEN (1u << 0)       /* a draft token is below -1 or >= vocab */
+#define PSR_VERIFY_BAD_POSITION (1u << 1)    /* a position is outside [0, PSR_MAX_POSITION) */
+#define PSR_VERIFY_BAD_TEMPERATURE (1u << 2) /* a temperature is not 0 or a positive normal */
+
+/* Verification of speculative drafts, vLLM's rejection sampler. Request r
+ * owns target rows cu[r] .. cu[r+1] - 1: n = cu[r+1] - cu[r] >= 1 rows,
+ * the first n - 1 scored at its draft tokens, the last the bonus row.
+ * Per request, drafts are walked in order:
+ *  - greedy: accept while draft == argmax of its target row; the first
+ *    rejected row emits its argmax; if all pass, the bonus row's argmax;
+ *  - probabilistic: accept iff log p(d) > log u + log q(d), p = softmax(
+ *    target / T), q = softmax(draft / T) from the draft cache (log q = 0
+ *    without a cache: one-hot drafts), u = the fp32 uniform of word 0 of
+ *    draw(seed, position) (the target row key). A -1 draft is rejected.
+ *    The first rejected row samples the residual log max(p - q, 0) by
+ *    Gumbel-max on the target stream (no salt, no temperature re-applied);
+ *    if all pass, the bonus row is sampled as psr_sample would.
+ * Output: request r's accepted drafts, then the sampled token, then -1,
+ * in row r of tokens; num_sampled[r] = accepted + 1. Nothing waits on the
+ * host. */
+typedef struct psr_verify_args {
+    size_t struct_size;         /* set by psr_verify_args_init() */
+    size_t requests;            /* R */
+    const int32_t *cu;          /* host [R + 1]: cu[0] = 0, cu[r + 1] > cu[r], cu[R] = rows;
+                                   copied, so it may change after the call */
+    size_t rows;                /* target rows: sum of the requests' rows */
+    size_t max_drafts;          /* K: tokens has K + 1 columns; every request has <= K drafts */
+    size_t vocab;
+    cl_mem target_logits;       /* [cu[R], row_stride] of target_dtype, already processed */
+    psr_dtype target_dtype;
+    size_t target_offset;       /* elements before row 0 */
+    size_t target_row_stride;   /* 0 means vocab */
+    cl_mem draft_cache;         /* optional float32 [R, draft_cache_k, vocab]: the pre-
+                                   temperature draft logits (psr_sample_args.draft_cache_k);
+                                   NULL: drafts are one-hot (greedy or n-gram drafting) */
+    size_t draft_cache_k;       /* drafts per request the cache holds, >= each request's */
+    cl_mem draft_tokens;        /* int32 [cu[R]]: the draft token scored at each row, -1 for
+                                   a placeholder; the bonus row's entry is not read */
+    cl_mem seeds;               /* int64 [R] */
+    cl_mem temperatures;        /* float32 [R]; 0 = greedy */
+    cl_mem positions;           /* int64 [cu[R]], each in [0, PSR_MAX_POSITION) */
+    psr_verify_method method;
+    unsigned flags;             /* 0, PSR_SAMPLE_FP64_NOISE or PSR_SAMPLE_WIDE_NOISE: the noise
+                                   of the residual and bonus sampling */
+    cl_mem tokens;              /* out: [R, K + 1] of tokens_dtype */
+    psr_token_dtype tokens_dtype;
+    cl_mem num_sampled;         /* out: int32 [R] */
+    cl_mem status;              /* optional out: uint32 [1], PSR_VERIFY_* bits (0: all good) */
+    unsigned *effective_flags;  /* optional out: the noise flags used after the fp64 policy */
+    cl_uint num_events_in_wait_list;
+    const cl_event *event_wait_list;
+} psr_verify_args;
+
+PSR_API psr_status psr_verify_args_init(psr_verify_args *args, size_t struct_size);
+
+/* Validates shapes, cu, buffer sizes and flags (a failure returns its
+ * status and enqueues nothing), then enqueues verification. Draft tokens,
+ * positions and temperatures live on the device: if any is bad, nothing
+ * is written to tokens or num_sampled and args->status says why.
+ * *event (may be NULL) receives an event the caller releases. */
+PSR_API psr_status psr_verify(psr_context *ctx, const psr_verify_args *args, cl_event *event);
+
+/* ------------------------------------------------------------------ */
+/* Logprobs                                                            */
+/* ------------------------------------------------------------------ */
+#define PSR_LOGPROBS_MAX_TOP_N 20
+/* psr_logprobs_args.flags */
+#define PSR_LOGPROBS_RAW (1u << 0) /* of the logits as given; default: of logits / T */
+
+/* Logprobs of sampled tokens, as vLLM reports them: per row the sampled
+ * token's logprob and rank (1 + the tokens with a larger logprob), and the
+ * row's top_n tokens (logprob descending, lowest index first on ties) with
+ * their logprobs. Processed logprobs use logits / T (T = 0 counts as 1);
+ * NaN counts as -inf. The log-sum-exp has a fixed order, so every device
+ * gives the same bits. Asynchronous, like psr_sample. */
+typedef struct psr_logprobs_args {
+    size_t struct_size;      /* set by psr_logprobs_args_init() */
+    size_t rows, vocab;      /* vocab up to 2^20 */
+    cl_mem logits;           /* [rows, row_stride] of logits_dtype */
+    psr_dtype logits_dtype;
+    size_t logits_offset;
+    size_t row_stride;       /* 0 means vocab */
+    cl_mem row_request;      /* optional int32 [rows], as in psr_sample_args */
+    size_t requests;
+    cl_mem temperatures;     /* float32 [requests]; not read with PSR_LOGPROBS_RAW */
+    cl_mem tokens;           /* int32 [rows]: the sampled tokens; outside [0, vocab) (e.g. -1
+                                padding) gives logprob NaN and rank 0 */
+    cl_mem top_k;            /* optional int32 [requests], as psr_sample_args.top_k: processed */
+    cl_mem top_p;            /* optional float32 [requests]  logprobs then see only the tokens */
+    cl_mem min_p;            /* optional float32 [requests]  the filters keep (T > 0 rows) */
+    int top_n;               /* 0 .. PSR_LOGPROBS_MAX_TOP_N */
+    unsigned flags;          /* PSR_LOGPROBS_* */
+    cl_mem token_logprobs;   /* optional out: float32 [rows] */
+    cl_mem token_ranks;      /* optional out: int32 [rows] */
+    cl_mem top_ids;          /* out with top_n > 0: int32 [rows, top_n] */
+    cl_mem top_logprobs;     /* out with top_n > 0: float32 [rows, top_n] */
+    cl_uint num_events_in_wait_list;
+    const cl_event *event_wait_list;
+} psr_logprobs_args;
+
+PSR_API psr_status psr_logprobs_args_init(psr_logprobs_args *args, size_t struct_size);
+PSR_API psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_event *event);
+
+/* ------------------------------------------------------------------ */
+/* LM head (CLBlast)                                                   */
+/* ------------------------------------------------------------------ */
+/* logits [B, V] = hidden [B, H] x weights^T, weights [V, H], row-major,
+ * through CLBlast: fp32, or fp16 inputs where the device has cl_khr_fp16
+ * (the output dtype follows the inputs). The result feeds psr_sample
+ * directly. Without CLBlast in the build: PSR_ERR_NOT_SUPPORTED. */
+typedef struct psr_lm_head_args {
+    size_t struct_size;   /* set by psr_lm_head_args_init() */
+    size_t batch;         /* B */
+    size_t hidden_size;   /* H */
+    size_t vocab;         /* V */
+    psr_dtype dtype;      /* PSR_DTYPE_F32 or PSR_DTYPE_F16, for all three buffers */
+    cl_mem hidden;        /* [B, H] */
+    cl_mem weights;       /* [V, H] */
+    cl_mem logits;        /* out: [B, V] */
+    cl_uint num_events_in_wait_list;
+    const cl_event *event_wait_list;
+} psr_lm_head_args;
+
+PSR_API psr_status psr_lm_head_args_init(psr_lm_head_args *args, size_t struct_size);
+PSR_API psr_status psr_logits_from_hidden(psr_context *ctx, const psr_lm_head_args *args,
+                                          cl_event *event);
+
+/* ------------------------------------------------------------------ */
+/* Kernel cache                                                        */
+/* ------------------------------------------------------------------ */
+/* Counters of one context's program lookups. Each lookup ends in exactly
+ * one of memory_hits, disk_hits or builds. */
+typedef struct psr_cache_stats {
+    uint64_t memory_hits;   /* served from the context's memory tier */
+    uint64_t disk_hits;     /* loaded from a valid binary on disk */
+    uint64_t builds;        /* compiled from source */
+    uint64_t rebuilds;      /* of builds: a disk file was discarded first (truncated, corrupt, foreign, refused) */
+    uint64_t disk_writes;   /* binaries written to disk */
+    uint64_t disk_write_failures;
+    int disk_enabled;       /* the disk tier is in use by this context */
+    char cache_dir[512];    /* the directory in use ("" when off) */
+} psr_cache_stats;
+
+PSR_API psr_status psr_context_cache_stats(const psr_context *ctx, psr_cache_stats *out);
+
+/* One binary in a cache directory. */
+typedef struct psr_cache_entry {
+    char file[128];          /* file name inside the directory */
+    char kernels[32];        /* kernel set */
+    char platform[128];
+    char device[128];
+    char driver_version[128];
+    char options[512];       /* the build options */
+    uint64_t bytes;          /* file size */
+    int64_t mtime;           /* seconds since the epoch */
+    int valid;               /* header and checksum are intact */
+} psr_cache_entry;
+
+/* Non-zero when the environment turns the disk tier off: PSR_CACHE is
+ * "0", "off", "no" or "false" (any case). */
+PSR_API int psr_cache_env_disabled(void);
+
+/* The cache directory the environment selects (it may not exist yet):
+ * $PSR_CACHE_DIR, else $XDG_CACHE_HOME/psr, else $HOME/.cache/psr. */
+PSR_API psr_status psr_cache_directory(char *buf, size_t capacity);
+
+/* Lists the binaries in dir (NULL: psr_cache_directory()). Writes
+ * min(capacity, total) entries, sets *count to the total. A directory
+ * that does not exist lists as empty. */
+PSR_API psr_status psr_cache_list(const char *dir, psr_cache_entry *entries, size_t capacity,
+                                  size_t *count);
+
+/* Removes psr's binaries, and temporary files left over 10 minutes by
+ * writers that died, from dir (NULL: the default). Other files are left
+ * alone. *removed (may be NULL) counts them. */
+PSR_API psr_status psr_cache_clear(const char *dir, size_t *removed);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PSR_H */
