@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs what psr needs on Debian/Ubuntu and builds it into ./build.
+# Installs what psr needs on Debian/Ubuntu and builds it into ./build
+# (g++ and cmake: the header and install tests, tests/header, tests/install).
 # Usage: tools/bootstrap.sh [extra meson setup options]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
-  build-essential pkg-config python3 meson ninja-build
+  build-essential g++ pkg-config python3 meson ninja-build cmake
   ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers
   pocl-opencl-icd clinfo
   librandom123-dev libclblast-dev libcmocka-dev

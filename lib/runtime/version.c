@@ -1,4 +1,5 @@
-/* Run-time version and feature queries. */
+/* Run-time version queries. psr_features() is in lib/ops/lm_head.c: the
+ * one optional part, CLBlast, is known only once it is loaded there. */
 #include "runtime/runtime.h"
 
 const char *psr_version(void)
@@ -9,13 +10,4 @@ const char *psr_version(void)
 unsigned psr_version_number(void)
 {
     return PSR_VERSION_NUMBER;
-}
-
-unsigned psr_features(void)
-{
-    unsigned f = 0;
-#ifdef PSR_HAVE_CLBLAST
-    f |= PSR_FEATURE_CLBLAST;
-#endif
-    return f;
 }
