@@ -14,7 +14,7 @@ int psr_header_tuning(psr_context *ctx)
 
     if (psr_context_tuning(ctx, &tuning) != PSR_OK || psr_context_last_paths(ctx, &paths) != PSR_OK)
         return 1;
-    psr_sample_args_init(&args);
+    psr_sample_args_init(&args, sizeof args);
     if (psr_sample_enqueue(ctx, &args, &first, &last) != PSR_OK)
         return 2;
     if (!v || tuning.sample.work_group_size == 0 || paths.verify_one_launch)

@@ -14,7 +14,7 @@ int psr_header_sample(void)
     cl_event done = NULL;
     psr_status st;
 
-    psr_context_options_init(&opt);
+    psr_context_options_init(&opt, sizeof opt);
     opt.device = "cpu";
     opt.log_level = PSR_LOG_ERROR;
     st = psr_context_create(&opt, &ctx);
@@ -22,11 +22,12 @@ int psr_header_sample(void)
         fprintf(stderr, "%s: %s\n", psr_status_string(st), psr_last_error(NULL));
         return 1;
     }
-    psr_sample_args_init(&args);
+    psr_sample_args_init(&args, sizeof args);
     args.rows = 1;
     args.vocab = 16;
     args.logits_dtype = PSR_DTYPE_F16;
-    args.flags = PSR_SAMPLE_DRAFTING | PSR_SAMPLE_WIDE_NOISE;
+    args.flags = PSR_SAMPLE_DRAFTING;
+    args.noise = PSR_NOISE_WIDE;
     st = psr_sample(ctx, &args, &done);
     if (done)
         clReleaseEvent(done);
