@@ -1,6 +1,6 @@
 /* From hidden states to tokens without leaving the device: the LM head
  * (logits = hidden x weights^T, CLBlast's GEMM) feeds psr_sample, chained by
- * the GEMM's event. A library built without CLBlast answers
+ * the GEMM's event. Where CLBlast cannot be loaded the library answers
  * PSR_ERR_NOT_SUPPORTED, and this program then exits 77 (skipped). */
 #include <psr/psr.h>
 
@@ -87,7 +87,7 @@ int main(void)
     cl_event gemm = NULL;
     st = psr_lm_head(ctx, &lm, &gemm);
     if (!(psr_features() & PSR_FEATURE_CLBLAST)) {
-        /* Built without CLBlast: the call exists, checks its arguments and
+        /* No CLBlast on this machine: the call exists, checks its arguments and
          * says so. Anything else is a failure. */
         if (st != PSR_ERR_NOT_SUPPORTED)
             return fail(ctx, st, "psr_lm_head without CLBlast");

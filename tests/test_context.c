@@ -29,6 +29,11 @@ static void test_discovery(void **state)
         snprintf(sel, sizeof sel, "%u:%u", d[i].platform_index, d[i].device_index);
         assert_int_equal(psr_device_select(sel, &again), PSR_OK);
         assert_string_equal(again.name, d[i].name);
+        /* The OpenCL handles, for an app that builds its own context. */
+        assert_true(again.device == d[i].device && again.platform == d[i].platform);
+        cl_platform_id owner = NULL;
+        assert_int_equal(clGetDeviceInfo(d[i].device, CL_DEVICE_PLATFORM, sizeof owner, &owner, NULL), CL_SUCCESS);
+        assert_true(owner == d[i].platform);
     }
     free(d);
     psr_device_info pick;

@@ -1,7 +1,7 @@
 /* The LM head on a real device: logits = hidden x weights^T against a host
  * GEMM in double, fp32 and (where the device has it) fp16, odd shapes, the
  * wait list and the event, logits fed straight to psr_sample, and bad
- * input that leaves the output untouched. Without CLBlast in the build,
+ * input that leaves the output untouched. Where CLBlast cannot be loaded,
  * valid calls must say PSR_ERR_NOT_SUPPORTED. */
 #include "common.h"
 

@@ -64,7 +64,7 @@ typedef enum psr_status {
     PSR_ERR_POSITION_RANGE = 12,   /* a position is negative or at/past PSR_MAX_POSITION */
     PSR_ERR_TEMPERATURE = 13,      /* a temperature is negative, NaN, infinite or subnormal */
     PSR_ERR_TOKEN_RANGE = 14,      /* a token id is below -1 or at/past the vocabulary */
-    PSR_ERR_NOT_SUPPORTED = 15,    /* the feature was not built into this library (e.g. CLBlast) */
+    PSR_ERR_NOT_SUPPORTED = 15,    /* an optional part is absent at run time (CLBlast for the LM head) */
     PSR_ERR_FILTER_RANGE = 16,     /* a top-p outside (0, 1] or a min-p outside [0, 1] (or NaN) */
     PSR_ERR_STRUCT_SIZE = 17,      /* a struct_size this library does not accept (see "ABI") */
     PSR_ERR_FOREIGN_BUFFER = 18,   /* a cl_mem belongs to another cl_context than the psr context's */
@@ -114,7 +114,7 @@ PSR_API cl_int psr_last_cl_error(const psr_context *ctx);
 PSR_API const char *psr_version(void);        /* "MAJOR.MINOR.PATCH" */
 PSR_API unsigned psr_version_number(void);    /* PSR_VERSION_NUMBER of the library */
 
-/* Optional parts compiled into this library. */
+/* Optional parts this process can use (CLBlast: loaded at the first call that asks). */
 #define PSR_FEATURE_CLBLAST (1u << 0)
 PSR_API unsigned psr_features(void);
 
@@ -168,6 +168,8 @@ typedef struct psr_device_info {
     uint64_t global_mem_bytes;
     uint64_t max_alloc_bytes;
     uint32_t capabilities;         /* PSR_CAP_* */
+    cl_platform_id platform;       /* the OpenCL handles, for an app that makes its own */
+    cl_device_id device;           /* cl_context on this device (not retained) */
 } psr_device_info;
 
 /* Lists every device of every platform, in (platform, device) order.

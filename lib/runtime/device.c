@@ -106,6 +106,8 @@ psr_status psr_query_device(cl_platform_id platform, cl_device_id device, unsign
     get_device_string(device, CL_DEVICE_OPENCL_C_VERSION, out->opencl_c_version,
                       sizeof out->opencl_c_version);
 
+    out->platform = platform;
+    out->device = device;
     cl_device_type type = 0;
     cl_int err = clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
     if (err != CL_SUCCESS)

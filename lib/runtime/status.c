@@ -29,7 +29,7 @@ const char *psr_status_string(psr_status status)
     case PSR_ERR_POSITION_RANGE: return "PSR_ERR_POSITION_RANGE: a position is outside [0, 2^30)";
     case PSR_ERR_TEMPERATURE: return "PSR_ERR_TEMPERATURE: a temperature is not 0 or a positive normal number";
     case PSR_ERR_TOKEN_RANGE: return "PSR_ERR_TOKEN_RANGE: a token id is outside [-1, vocab)";
-    case PSR_ERR_NOT_SUPPORTED: return "PSR_ERR_NOT_SUPPORTED: the feature is not built into this library";
+    case PSR_ERR_NOT_SUPPORTED: return "PSR_ERR_NOT_SUPPORTED: an optional part (CLBlast) is not available";
     case PSR_ERR_FILTER_RANGE: return "PSR_ERR_FILTER_RANGE: a top-p is outside (0, 1] or a min-p outside [0, 1]";
     case PSR_ERR_STRUCT_SIZE: return "PSR_ERR_STRUCT_SIZE: a struct_size this library does not accept";
     case PSR_ERR_FOREIGN_BUFFER: return "PSR_ERR_FOREIGN_BUFFER: a buffer belongs to another OpenCL context";
