@@ -45,6 +45,17 @@ psr_status psr_stage_read(psr_context *ctx, const char *call, psr_staged *s, siz
     return PSR_OK;
 }
 
+psr_status psr_stage_run(psr_context *ctx, const char *call, psr_staged *s, size_t count,
+                         psr_status (*device_call)(psr_context *ctx, const psr_staged *s, void *job), void *job)
+{
+    psr_status st = psr_stage_create(ctx, call, s, count);
+    if (st == PSR_OK)
+        st = device_call(ctx, s, job);
+    if (st == PSR_OK)
+        st = psr_stage_read(ctx, call, s, count);
+    return st;
+}
+
 void psr_stage_commit(const psr_staged *s, size_t count)
 {
     for (size_t i = 0; i < count; i++)

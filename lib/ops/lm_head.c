@@ -181,14 +181,7 @@ unsigned psr_features(void)
     return clblast_library() ? PSR_FEATURE_CLBLAST : 0u;
 }
 
-static const psr_lm_head_args lm_head_defaults = {.dtype = PSR_DTYPE_F32};
-static const psr_struct_layout lm_head_layout = {"psr_lm_head_args", sizeof(psr_lm_head_args),
-                                                 sizeof(psr_lm_head_args), &lm_head_defaults};
-
-psr_status psr_lm_head_args_init(psr_lm_head_args *args, size_t struct_size)
-{
-    return psr_struct_init(args, struct_size, &lm_head_layout);
-}
+PSR_ARGS_STRUCT(psr_lm_head_args, sizeof(psr_lm_head_args), .dtype = PSR_DTYPE_F32)
 
 /* rows x cols elements of esize bytes, or 0 when that overflows a size_t. */
 static size_t matrix_bytes(size_t rows, size_t cols, size_t esize)
@@ -312,7 +305,7 @@ psr_status psr_lm_head(psr_context *ctx, const psr_lm_head_args *caller, cl_even
     if (!caller)
         return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_lm_head: args is NULL");
     psr_lm_head_args args;
-    psr_status st = psr_struct_read(ctx, caller, &lm_head_layout, "args", &args);
+    psr_status st = psr_struct_read(ctx, caller, &psr_lm_head_args_layout, "args", &args);
     if (st == PSR_OK)
         st = check_args(ctx, &args);
     if (st != PSR_OK)

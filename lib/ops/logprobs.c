@@ -10,20 +10,9 @@ _Static_assert(sizeof(psr_logprobs_params) == 48, "psr_logprobs_params is laid o
 _Static_assert(LOGPROBS_SCRATCH == sizeof ((psr_context *)0)->logprobs / sizeof(psr_scratch),
                "one scratch buffer of ctx->logprobs per entry");
 
-static const psr_logprobs_args logprobs_defaults = {
-    .logits_dtype = PSR_DTYPE_F32,
-    .tokens_dtype = PSR_TOKENS_I32,
-    .all_top_p = 1.0f,
-};
 /* The 0.1 layout ended at event_wait_list. */
-static const psr_struct_layout logprobs_layout = {"psr_logprobs_args",
-                                                  PSR_LAYOUT_END(psr_logprobs_args, event_wait_list),
-                                                  sizeof(psr_logprobs_args), &logprobs_defaults};
-
-psr_status psr_logprobs_args_init(psr_logprobs_args *args, size_t struct_size)
-{
-    return psr_struct_init(args, struct_size, &logprobs_layout);
-}
+PSR_ARGS_STRUCT(psr_logprobs_args, PSR_LAYOUT_END(psr_logprobs_args, event_wait_list),
+                .logits_dtype = PSR_DTYPE_F32, .tokens_dtype = PSR_TOKENS_I32, .all_top_p = 1.0f)
 
 /* The sampling arguments the filter pre-pass (filter.c) reads. */
 static psr_sample_args filter_view(const psr_logprobs_args *a)
@@ -117,7 +106,7 @@ static psr_status check_args(psr_context *ctx, const psr_logprobs_args *a)
 /* The call's own copy of the caller's args (0.2 defaults filled in). */
 static psr_status read_args(psr_context *ctx, const psr_logprobs_args *caller, psr_logprobs_args *a)
 {
-    psr_status st = psr_struct_read(ctx, caller, &logprobs_layout, "args", a);
+    psr_status st = psr_struct_read(ctx, caller, &psr_logprobs_args_layout, "args", a);
     if (st == PSR_OK && a->requests == 0 && !a->row_request)
         a->requests = a->rows;
     return st == PSR_OK ? check_args(ctx, a) : st;

@@ -50,6 +50,9 @@ typedef struct psr_staged {
 psr_status psr_stage_create(psr_context *ctx, const char *call, psr_staged *s, size_t count);
 /* Blocking reads of every output into its copy. */
 psr_status psr_stage_read(psr_context *ctx, const char *call, psr_staged *s, size_t count);
+/* Create, then the device call on the staged buffers, then read. */
+psr_status psr_stage_run(psr_context *ctx, const char *call, psr_staged *s, size_t count,
+                         psr_status (*device_call)(psr_context *ctx, const psr_staged *s, void *job), void *job);
 /* The copies into the caller's arrays: only after the whole call succeeded. */
 void psr_stage_commit(const psr_staged *s, size_t count);
 void psr_stage_release(psr_staged *s, size_t count);

@@ -6,21 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const psr_sample_args sample_defaults = {
-    .logits_dtype = PSR_DTYPE_F32,
-    .noise = PSR_NOISE_FP32,
-    .tokens_dtype = PSR_TOKENS_I32,
-    .all_top_p = 1.0f,
-};
 /* The 0.1 layout ended at event_wait_list; it chose the noise with flags. */
-static const psr_struct_layout sample_layout = {"psr_sample_args",
-                                                PSR_LAYOUT_END(psr_sample_args, event_wait_list),
-                                                sizeof(psr_sample_args), &sample_defaults};
-
-psr_status psr_sample_args_init(psr_sample_args *args, size_t struct_size)
-{
-    return psr_struct_init(args, struct_size, &sample_layout);
-}
+PSR_ARGS_STRUCT(psr_sample_args, PSR_LAYOUT_END(psr_sample_args, event_wait_list),
+                .logits_dtype = PSR_DTYPE_F32, .noise = PSR_NOISE_FP32, .tokens_dtype = PSR_TOKENS_I32,
+                .all_top_p = 1.0f)
 
 static bool legacy_layout(const psr_sample_args *a)
 {
@@ -121,7 +110,7 @@ static psr_status check_buffers(psr_context *ctx, const psr_sample_args *a)
 static psr_status read_args(psr_context *ctx, const psr_sample_args *caller, psr_sample_args *a,
                             unsigned *flags)
 {
-    psr_status st = psr_struct_read(ctx, caller, &sample_layout, "args", a);
+    psr_status st = psr_struct_read(ctx, caller, &psr_sample_args_layout, "args", a);
     if (st == PSR_OK)
         st = psr_call_flags(ctx, a->flags, a->noise, legacy_layout(a), "args", &a->flags);
     if (st == PSR_OK)

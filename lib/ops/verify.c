@@ -10,21 +10,10 @@ _Static_assert(PSR_VERIFY_EPOCHS == 1u << (32 - PSR_REJECT_BITS),
                "launch numbers fill the words' bits above the count");
 _Static_assert(sizeof(psr_verify_params) == 128, "psr_verify_params is laid out as in OpenCL C");
 
-static const psr_verify_args verify_defaults = {
-    .target_dtype = PSR_DTYPE_F32,
-    .tokens_dtype = PSR_TOKENS_I32,
-    .method = PSR_VERIFY_PROBABILISTIC,
-    .noise = PSR_NOISE_FP32,
-};
 /* The 0.1 layout ended at event_wait_list; it chose the noise with flags. */
-static const psr_struct_layout verify_layout = {"psr_verify_args",
-                                                PSR_LAYOUT_END(psr_verify_args, event_wait_list),
-                                                sizeof(psr_verify_args), &verify_defaults};
-
-psr_status psr_verify_args_init(psr_verify_args *args, size_t struct_size)
-{
-    return psr_struct_init(args, struct_size, &verify_layout);
-}
+PSR_ARGS_STRUCT(psr_verify_args, PSR_LAYOUT_END(psr_verify_args, event_wait_list),
+                .target_dtype = PSR_DTYPE_F32, .tokens_dtype = PSR_TOKENS_I32,
+                .method = PSR_VERIFY_PROBABILISTIC, .noise = PSR_NOISE_FP32)
 
 static bool legacy_layout(const psr_verify_args *a)
 {
@@ -466,7 +455,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *args, cl_
     ctx->verify_fused_last = false;
     psr_verify_args call;
     unsigned flags;
-    psr_status st = psr_struct_read(ctx, args, &verify_layout, "args", &call);
+    psr_status st = psr_struct_read(ctx, args, &psr_verify_args_layout, "args", &call);
     if (st == PSR_OK)
         st = check_args(ctx, &call, &flags);
     if (st != PSR_OK)

@@ -29,7 +29,16 @@ psr_status psr_struct_init(void *args, size_t struct_size, const psr_struct_layo
 psr_status psr_struct_read(psr_context *ctx, const void *args, const psr_struct_layout *layout,
                            const char *name, void *out);
 
-/* Does the caller's struct reach `end` bytes (a field added later)? */
-#define PSR_HAS_FIELD(args, type, member) ((args)->struct_size >= PSR_LAYOUT_END(type, member))
+/* Defines an argument struct's defaults (the designated initialisers
+ * after `first_size`), its layout `type##_layout` and its public init call
+ * type##_init(type *, size_t). */
+#define PSR_ARGS_STRUCT(type, first_size, ...)                                                  \
+    static const type type##_defaults = {__VA_ARGS__};                                          \
+    static const psr_struct_layout type##_layout = {#type, first_size, sizeof(type),            \
+                                                    &type##_defaults};                          \
+    psr_status type##_init(type *args, size_t struct_size)                                      \
+    {                                                                                           \
+        return psr_struct_init(args, struct_size, &type##_layout);                              \
+    }
 
 #endif

@@ -10,28 +10,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const psr_context_options options_defaults = {
-    .log_level = PSR_LOG_WARNING,
-    .disk_cache = PSR_DISK_CACHE_AUTO,
-    .fp64_policy = PSR_FP64_ERROR,
-};
-static const psr_struct_layout options_layout = {"psr_context_options", sizeof(psr_context_options),
-                                                 sizeof(psr_context_options), &options_defaults};
-
-psr_status psr_context_options_init(psr_context_options *options, size_t struct_size)
-{
-    return psr_struct_init(options, struct_size, &options_layout);
-}
+PSR_ARGS_STRUCT(psr_context_options, sizeof(psr_context_options), .log_level = PSR_LOG_WARNING,
+                .disk_cache = PSR_DISK_CACHE_AUTO, .fp64_policy = PSR_FP64_ERROR)
 
 /* The call's copy of the caller's options (all defaults for NULL). */
 static psr_status read_options(const psr_context_options *caller, psr_context_options *o)
 {
     if (!caller) {
-        *o = options_defaults;
+        *o = psr_context_options_defaults;
         o->struct_size = sizeof *o;
         return PSR_OK;
     }
-    psr_status st = psr_struct_read(NULL, caller, &options_layout, "options", o);
+    psr_status st = psr_struct_read(NULL, caller, &psr_context_options_layout, "options", o);
     if (st != PSR_OK)
         return st;
     if ((unsigned)o->log_level > PSR_LOG_ERROR)
