@@ -46,11 +46,7 @@
  * counts, or 2048 low then 2048 high words of masses. A row's candidates
  * are `cap` keys, then the `cap` token ids of the same entries. */
 
-#include "gumbel.cl"
-
-/* Only the variant that applies thresholds builds these kernels: the
- * others would pay their compile time (minutes on PoCL) for nothing. */
-#if PSR_FILTERS
+#include "tokens.cl"
 
 #define PSR_FILTER_BINS 256                  /* one radix pass: 8 bits */
 #define PSR_FILTER_HSHIFT 20
@@ -790,5 +786,3 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, __global uint *state, __global
                       row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, total,
                       lbuf, hlo, hhi, seg, pick);
 }
-
-#endif /* PSR_FILTERS */

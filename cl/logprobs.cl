@@ -1,7 +1,6 @@
-/* Logprobs of sampled tokens (docs/api.md, "Logprobs"), with verify.cl's
- * super-blocks and log-sum-exp
- * order, so a logprob is the same bits on every device and in
- * lib/oracle/logprobs.c.
+/* Logprobs of sampled tokens (docs/api.md, "Logprobs"), with
+ * verification's super-blocks and log-sum-exp order (lse.cl), so a
+ * logprob is the same bits on every device and in lib/oracle/logprobs.c.
  *
  * psr_logprobs_partial: per (row, super-block): the (max, sum) of the
  *   log-sum-exp, how many tokens beat the sampled one, and the block's
@@ -16,7 +15,7 @@
  * themselves (raw); NaN counts as -inf.
  */
 
-#include "verify.cl"
+#include "lse.cl"
 
 #define PSR_MAX_TOP_N 20
 /* Top-N candidates of a block: at most N work-items' tokens reach the

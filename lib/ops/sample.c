@@ -158,7 +158,7 @@ typedef struct sample_plan {
 static void plan_sample(psr_context *ctx, const psr_sample_args *a, unsigned flags, sample_plan *pl)
 {
     memset(pl, 0, sizeof *pl);
-    pl->v = psr_variant_of(PSR_KERNELS_GUMBEL, flags, a->logits_dtype);
+    pl->v = psr_variant_of(PSR_KERNELS_SAMPLE, flags, a->logits_dtype);
     pl->v.filtered = psr_filter_requested(a);
     cl_uint chunk, groups;
     psr_split_rows(ctx, a->rows, a->vocab, &chunk, &groups);

@@ -441,7 +441,7 @@ psr_status psr_context_warm(psr_context *ctx, size_t *variants)
     if (!ctx)
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_warm: ctx is NULL");
     /* The production sets only: the stream and noise sets are for tests. */
-    return psr_warm_sets(ctx, 1u << PSR_KERNELS_GUMBEL | 1u << PSR_KERNELS_VERIFY, variants);
+    return psr_warm_sets(ctx, 1u << PSR_KERNELS_SAMPLE | 1u << PSR_KERNELS_VERIFY, variants);
 }
 
 void psr_context_options_changed(psr_context *ctx)
