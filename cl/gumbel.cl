@@ -204,12 +204,14 @@ inline __global float *psr_row_setup(psr_row *row, bool active, int req, uint ro
 }
 
 #if PSR_METHOD == 1
-/* The race's scale: the group's largest scaled logit over [start, end).
- * Every work-item of the group calls it (it ends in a group reduction). */
-inline float psr_race_shift(const psr_row *row, __global const psr_logit_t *src, uint start, uint end,
-                            bool aligned, __local psr_acc_t *lv, uint lid)
+/* The race's scale: the group's largest scaled logit over [start, end),
+ * -inf unless `on`. Every work-item of the group calls it (it ends in a
+ * group reduction). */
+inline float psr_race_shift(const psr_row *row, bool on, __global const psr_logit_t *src, uint start,
+                            uint end, bool aligned, __local psr_acc_t *lv, uint lid)
 {
     float m = -INFINITY;
+    end = on ? end : start; /* a group that does not shift reads nothing */
 #if PSR_VEC_PATH
     /* fmax passes over NaN, and psr_vscale keeps infinities */
     for (uint j = start + PSR_VEC * lid; j + PSR_VEC <= end; j += PSR_VEC * PSR_WG_SIZE)
@@ -258,8 +260,12 @@ inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t
     if (active)
         psr_consider_step(row, src, i, end, cache, cut, &lane_best, &lane_best_i, best, best_i);
     i += PSR_VEC * PSR_WG_SIZE;
-    if (!(active && row->greedy) && start + PSR_VEC * PSR_WG_SIZE < end)
-        row->floor = fmax(row->floor, psr_group_max(lv, fmax(*best, psr_vmax_acc(lane_best)), lid));
+    bool floors = !(active && row->greedy) && start + PSR_VEC * PSR_WG_SIZE < end;
+    if (PSR_FLAT_BARRIERS || floors) {
+        psr_acc_t m = psr_group_max(lv, fmax(*best, psr_vmax_acc(lane_best)), lid);
+        if (floors)
+            row->floor = fmax(row->floor, m);
+    }
     for (; active && i < end; i += PSR_VEC * PSR_WG_SIZE)
         psr_consider_step(row, src, i, end, cache, cut, &lane_best, &lane_best_i, best, best_i);
     psr_merge_lanes(lane_best, lane_best_i, best, best_i);
@@ -281,8 +287,12 @@ inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t
     i += 4 * PSR_WG_SIZE;
     /* Every work-item reaches this barrier: the condition is uniform
      * (greedy is a property of the row, and rows span whole groups). */
-    if (!(active && row->greedy) && start + 4 * PSR_WG_SIZE < end)
-        row->floor = psr_group_max(lv, *best, lid);
+    bool floors = !(active && row->greedy) && start + 4 * PSR_WG_SIZE < end;
+    if (PSR_FLAT_BARRIERS || floors) {
+        psr_acc_t m = psr_group_max(lv, *best, lid);
+        if (floors)
+            row->floor = m;
+    }
     /* x holds the logits at i (NaN past the end); the loops load the next
      * step's after their work, so no extra logits stay live across it. */
     float4 x = psr_load4(src, i, end, aligned);
@@ -311,22 +321,30 @@ inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t
 #endif
 
 #if PSR_ROW_WORDS
-/* One kernel per launch: the group stores its best key, counts itself in
- * the row's word, and the last group to count takes the row's best key
- * (into *v and *idx). Rows that are padding or invalid never gather:
- * group 0 reports them. Both conditions are uniform over the group.
- * Returns whether this group writes the row. */
-inline bool psr_gather_row(bool active, uint part, uint row_id, uint groups_per_row,
+/* One kernel per launch (`gather`): the group stores its best key, counts
+ * itself in the row's word, and the last group to count takes the row's
+ * best key (into *v and *idx). Rows that are padding or invalid never
+ * gather: group 0 reports them. Both conditions are uniform over the
+ * group. Returns whether this group writes the row. With
+ * PSR_FLAT_BARRIERS every group goes through the barriers, gathering or
+ * not, and only `gather` groups count. */
+inline bool psr_gather_row(bool gather, bool active, uint part, uint row_id, uint groups_per_row,
                            __global ulong *best_keys, __global uint *best_count, psr_acc_t *v, uint *idx,
                            uint lid, __local ulong *lk, __local uint *llast)
 {
-    if (!active)
+    bool join = gather && active;
+    if (!PSR_FLAT_BARRIERS && !join)
         return part == 0;
-    if (lid == 0)
+    if (join && lid == 0)
         atom_xchg(best_keys + get_group_id(0), psr_best_key(*v, *idx));
-    if (!psr_last_group(best_count + row_id, groups_per_row, llast))
+    bool last = psr_last_group_if(join, best_count + row_id, groups_per_row, llast);
+    if (!PSR_FLAT_BARRIERS && !last)
         return false;
-    ulong key = psr_largest_key(best_keys + (ulong)row_id * groups_per_row, groups_per_row, lid, lk);
+    ulong key = psr_largest_key(best_keys + (ulong)row_id * groups_per_row, last ? groups_per_row : 0, lid, lk);
+    if (!join)
+        return gather && part == 0;
+    if (!last)
+        return false;
     *idx = psr_key_index(key);
     uint ord = (uint)(key >> 20);
     *v = ord > psr_ordered((float)PSR_ACC_NEG_INF) ? (psr_acc_t)INFINITY : PSR_ACC_NEG_INF;
@@ -360,7 +378,8 @@ inline void psr_write_result(bool finish, int req, uint flags, psr_acc_t v, uint
 
 /* Filters (filter.cl): the row's threshold (*cut), NaN for bad filter
  * values (flagged), and whether the filter pass already drew the row's
- * token (then the whole row's groups return, before any barrier). */
+ * token (then the whole row's groups return, before any barrier; with
+ * PSR_FLAT_BARRIERS they run on as an inactive row and write nothing). */
 inline bool psr_row_cut(__global const float *thresholds, uint row_id, int req, uint *flags, float *cut)
 {
     *cut = -INFINITY;
@@ -417,9 +436,10 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
     uint flags = psr_row_status(row_id, row_request, p.rows.requests, temperatures, positions, draft_cache,
                                 draft_cache_rows, p.draft_cache_rows_total, &req);
     float cut;
-    if (psr_row_cut(thresholds, row_id, req, &flags, &cut))
+    bool drawn = psr_row_cut(thresholds, row_id, req, &flags, &cut);
+    if (!PSR_FLAT_BARRIERS && drawn)
         return;
-    bool active = req >= 0 && !flags;
+    bool active = !drawn && req >= 0 && !flags;
     psr_acc_t best = PSR_ACC_NEG_INF;
     uint best_i = start + PSR_STEP * lid < end ? start + PSR_STEP * lid : 0xffffffffu;
     psr_row row;
@@ -427,9 +447,11 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
                                           p.draft_cache_stride, seeds, temperatures, positions, draft_cache,
                                           draft_cache_rows);
 #if PSR_METHOD == 1
-    {
-        float sh = psr_race_shift(&row, src, start, end, aligned, lv, lid);
-        row.shift = (active && !row.greedy) ? sh : 0.0f;
+    bool shifts = active && !row.greedy; /* uniform: every work-item reaches the barriers */
+    if (PSR_FLAT_BARRIERS || shifts) {
+        float shift = psr_race_shift(&row, shifts, src, start, end, aligned, lv, lid);
+        if (shifts)
+            row.shift = shift;
     }
 #endif
 #if PSR_VEC_PATH
@@ -448,11 +470,12 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
 #endif
     bool finish = groups_per_row == 1;
 #if PSR_ROW_WORDS
-    if (!finish && best_keys)
-        finish = psr_gather_row(active, part, row_id, groups_per_row, best_keys, best_count, &final_v, &final_i,
-                                lid, lk, &llast);
+    bool gather = !finish && best_keys;
+    if (PSR_FLAT_BARRIERS || gather)
+        finish = psr_gather_row(gather, active, part, row_id, groups_per_row, best_keys, best_count, &final_v,
+                                &final_i, lid, lk, &llast) || finish;
 #endif
-    if (lid == 0)
+    if (lid == 0 && !drawn)
         psr_write_result(finish, req, flags, final_v, final_i, row_id, tokens, row_flags, part_value, part_index,
                          best_keys != 0);
 }

@@ -46,6 +46,19 @@
 #define PSR_FILTERS 0
 #endif
 
+/* 1 (the host sets it on CPU devices): every barrier outside run-time
+ * conditions. A compiler that runs a work-group as loops over its
+ * work-items (PoCL) copies the code after a barrier under a condition
+ * once per path, and compiles the copies at the kernel's first launch.
+ * A step with barriers goes under `if (PSR_FLAT_BARRIERS || cond)` and
+ * acts on its result only where `cond` holds; an early return before a
+ * barrier is `if (!PSR_FLAT_BARRIERS && cond) return`, and the group then
+ * runs on doing nothing. A constant, so the other devices build the code
+ * they had. Same results either way. */
+#ifndef PSR_FLAT_BARRIERS
+#define PSR_FLAT_BARRIERS 0
+#endif
+
 #if PSR_LOGIT_DTYPE == 0
 typedef float psr_logit_t;
 inline float psr_load_logit(__global const float *p, ulong i) { return p[i]; }

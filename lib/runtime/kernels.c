@@ -130,12 +130,15 @@ void psr_build_options(const psr_context *ctx, const psr_variant *in, char *buf,
     const psr_variant *v = &n;
     char extra[192] = "", set_option[48];
     set_options(ctx, v->set, set_option, sizeof set_option);
+    /* CPU compilers copy the code after a barrier under a condition
+     * (cl/tokens.cl, PSR_FLAT_BARRIERS). */
     if (psr_kernel_set_uses_logits(v->set))
         snprintf(extra, sizeof extra,
-                 " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d -DUSE_WIDE=%d -DPSR_METHOD=%d%s%s%s",
+                 " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d -DUSE_WIDE=%d -DPSR_METHOD=%d%s%s%s%s",
                  (int)v->dtype, v->fast_math ? 0 : 1, v->wide ? 1 : 0, v->method,
                  v->filtered ? " -DPSR_FILTERS=1" : "",
-                 ctx->info.capabilities & PSR_CAP_INT64_ATOMICS ? " -DPSR_INT64_ATOMICS=1" : "", set_option);
+                 ctx->info.capabilities & PSR_CAP_INT64_ATOMICS ? " -DPSR_INT64_ATOMICS=1" : "",
+                 ctx->info.type == PSR_DEVICE_CPU ? " -DPSR_FLAT_BARRIERS=1" : "", set_option);
     /* mul_hi is core OpenCL C, and Random123 otherwise builds its 32-bit
      * multiply from a 64-bit product (9-12% slower on NVIDIA). Its 64-bit
      * path wins over the intrinsic unless R123_USE_64BIT=0 (psr uses only
