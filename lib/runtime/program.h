@@ -42,7 +42,9 @@ void psr_variant_name(const psr_variant *v, char *buf, size_t len);
 bool psr_kernel_set_uses_logits(psr_kernel_set set);
 /* A small integer naming a variant, for the kernel-object cache. */
 unsigned psr_variant_code(const psr_variant *v);
-/* Builds or loads every variant of the sets in set_mask (bit i: set i). */
+/* Builds or loads every variant of the sets in set_mask (bit i: set i),
+ * each program once; *variants (may be NULL) receives how many programs
+ * (the tests warm the stream set; psr_context_warm takes warm variants). */
 psr_status psr_warm_sets(psr_context *ctx, unsigned set_mask, size_t *variants);
 /* Returns a kernel of a variant, created once per context and cached. */
 psr_status psr_kernel_get(psr_context *ctx, const psr_variant *v, const char *name, cl_kernel *out);
