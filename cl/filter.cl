@@ -46,11 +46,7 @@
  * counts, or 2048 low then 2048 high words of masses. A row's candidates
  * are `cap` keys, then the `cap` token ids of the same entries. */
 
-#include "gumbel.cl"
-
-/* Only the variant that applies thresholds builds these kernels: the
- * others would pay their compile time (minutes on PoCL) for nothing. */
-#if PSR_FILTERS
+#include "tokens.cl"
 
 #define PSR_FILTER_BINS 256                  /* one radix pass: 8 bits */
 #define PSR_FILTER_HSHIFT 20
@@ -189,7 +185,8 @@ inline void psr_filter_cross(__local const uint *hlo, __local const uint *hhi, b
  * (top-k with fewer than k tokens). The set is the row's tokens (keys ==
  * 0) or the candidate keys keys[0 .. n), which other groups wrote. Mass mode sets the goal
  * from the set's total, p * total, unless `total_in` gives the total.
- * Uniform control flow: every work-item calls it. */
+ * Uniform control flow: every work-item calls it. With PSR_FLAT_BARRIERS
+ * a set that falls short still runs the passes, over nothing. */
 inline uint psr_filter_search(__global const psr_logit_t *src, float t, float r,
                               volatile __global const uint *keys, uint n, float m, uint floor_key,
                               bool mass, ulong want, float p, ulong total_in,
@@ -200,11 +197,12 @@ inline uint psr_filter_search(__global const psr_logit_t *src, float t, float r,
     uint prefix = 0;
     ulong base = 0; /* weight of the tokens above the current prefix */
     float goal = 0.0f;
+    bool short_set = false;
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (uint b = lid; b < PSR_FILTER_BINS; b += PSR_WG_SIZE)
             hlo[b] = hhi[b] = 0;
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint i = lid; i < n; i += PSR_WG_SIZE) {
+        for (uint i = lid; i < (short_set ? 0 : n); i += PSR_WG_SIZE) {
             uint key;
             float s;
             if (keys) {
@@ -225,7 +223,8 @@ inline uint psr_filter_search(__global const psr_logit_t *src, float t, float r,
         ulong total = psr_filter_suffix(hlo, hhi, true, PSR_FILTER_BINS, seg);
         if (shift == 24) {
             goal = p * (float)(total_in ? total_in : total);
-            if (!psr_filter_reached(total, mass, want, goal))
+            short_set = !psr_filter_reached(total, mass, want, goal);
+            if (!PSR_FLAT_BARRIERS && short_set)
                 return floor_key; /* uniform: every work-item sees the same total */
         }
         psr_filter_cross(hlo, hhi, true, PSR_FILTER_BINS, base, mass, want, goal, seg, pick);
@@ -233,7 +232,7 @@ inline uint psr_filter_search(__global const psr_logit_t *src, float t, float r,
         base = ((ulong)pick[2] << 32) | pick[1];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    return max(prefix, floor_key);
+    return short_set ? floor_key : max(prefix, floor_key);
 }
 
 /* The same result as psr_filter_search over keys[0 .. n) in local
@@ -267,9 +266,10 @@ inline uint psr_filter_rank_search(__local const uint *keys, uint n, float m, ui
     ulong total = seg[0];
     barrier(CLK_LOCAL_MEM_FENCE); /* read by all before the next call writes seg */
     float goal = p * (float)(total_in ? total_in : total);
-    if (!psr_filter_reached(total, mass, want, goal))
+    bool reached = psr_filter_reached(total, mass, want, goal);
+    if (!PSR_FLAT_BARRIERS && !reached)
         return floor_key; /* uniform: every work-item sees the same total */
-    for (uint c = lid; c < n; c += PSR_WG_SIZE) {
+    for (uint c = lid; c < (reached ? n : 0); c += PSR_WG_SIZE) {
         uint key = keys[c];
         if (key < floor_key)
             continue;
@@ -282,7 +282,7 @@ inline uint psr_filter_rank_search(__local const uint *keys, uint n, float m, ui
     barrier(CLK_LOCAL_MEM_FENCE);
     uint found = pick[0] - 1; /* set: the smallest key's weight is the total */
     barrier(CLK_LOCAL_MEM_FENCE);
-    return max(found, floor_key);
+    return reached ? max(found, floor_key) : floor_key;
 }
 
 /* One row's filter settings, read alike by every kernel. `state`:
@@ -372,6 +372,46 @@ inline void psr_filter_load8(__global const psr_logit_t *src, uint i, uint end, 
 
 #define PSR_FILTER_STEP (8 * PSR_WG_SIZE)
 
+/* Pass 1's end in the row's last group (`last`): the bin that holds the
+ * k-th largest key (state word 3), or for min-p-only rows the threshold.
+ * Other groups wrote st and h: volatile reads go past any cache. With
+ * PSR_FLAT_BARRIERS every group calls it, and only the last acts. */
+inline void psr_filter_scan_last(bool last, const psr_filter_row *f, uint row_id, __global uint *st,
+                                 __global uint *h, __global float *thresholds, __local uint *lh,
+                                 __local ulong *seg, __local uint *pick)
+{
+    uint lid = get_local_id(0);
+    volatile __global const uint *vst = st, *vh = h;
+    bool k_last = last && f->k_on;
+    if (PSR_FLAT_BARRIERS || k_last) {
+        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+            lh[b] = k_last ? vh[b] : 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ulong total = psr_filter_suffix(lh, lh, false, PSR_FILTER_HBINS, seg);
+        uint low = 0; /* fewer than k tokens: every key is a candidate */
+        bool cross = k_last && total >= (ulong)f->k;
+        if (PSR_FLAT_BARRIERS || cross) {
+            psr_filter_cross(lh, lh, false, PSR_FILTER_HBINS, 0, false, (ulong)f->k, 0.0f, seg, pick);
+            if (cross)
+                low = pick[0] << PSR_FILTER_HSHIFT;
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+        for (uint b = lid; b < (k_last ? PSR_FILTER_HBINS : 0); b += PSR_WG_SIZE)
+            h[b] = 0;
+        if (k_last && lid == 0)
+            st[3] = low;
+    }
+    bool m_last = last && !f->k_on && !f->p_on;
+    if (PSR_FLAT_BARRIERS || m_last) {
+        float cut = m_last ? psr_filter_min_p_cut(f, psr_filter_max_of(vst[0])) : 0.0f;
+        barrier(CLK_GLOBAL_MEM_FENCE);
+        if (m_last && lid == 0) {
+            psr_filter_set(thresholds, row_id, cut, false);
+            st[0] = 0;
+        }
+    }
+}
+
 /* Pass 1, groups_per_row groups per row: the row's largest key and, for
  * top-k, the count of keys in each 12-bit bin. The row's last group then
  * finds the bin that holds the k-th largest key (state word 3), or for
@@ -390,17 +430,18 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
     uint row_id = get_group_id(0) / groups_per_row;
     uint part = get_group_id(0) % groups_per_row;
     psr_filter_row f = PSR_FILTER_ROW_GET(row_id);
-    if (f.state != 2) {
-        if (part == 0 && lid == 0)
-            psr_filter_set(thresholds, row_id, f.state == 1 ? NAN : -INFINITY, false);
-        return;
-    }
+    bool on = f.state == 2;
+    if (!on && part == 0 && lid == 0)
+        psr_filter_set(thresholds, row_id, f.state == 1 ? NAN : -INFINITY, false);
+    if (!PSR_FLAT_BARRIERS && !on)
+        return; /* flat: the group runs on, reading and writing nothing */
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     __global uint *st = state + PSR_FILTER_STATE * row_id;
     __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
-    uint start = part * chunk, end = min(start + chunk, vocab);
-    if (f.k_on) {
+    uint start = part * chunk, end = on ? min(start + chunk, vocab) : start;
+    bool k_on = on && f.k_on;
+    if (PSR_FLAT_BARRIERS || k_on) {
         for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
             lh[b] = 0;
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -414,7 +455,7 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
                 continue;
             uint key = psr_filter_key(v[q]);
             mk = max(mk, key + 1);
-            if (f.k_on)
+            if (k_on)
                 atomic_inc(&lh[key >> PSR_FILTER_HSHIFT]);
         }
     }
@@ -427,38 +468,12 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid == 0 && lmax[0])
         atomic_max(&st[0], lmax[0]);
-    if (f.k_on)
+    if (k_on)
         for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
             if (lh[b])
                 atomic_add(&h[b], lh[b]);
-    /* The row's last group. Other groups wrote these: volatile reads go
-     * past any cache. */
-    bool last = psr_last_group(&st[2], groups_per_row, &pick[2]);
-    volatile __global const uint *vst = st, *vh = h;
-    if (last && f.k_on) {
-        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
-            lh[b] = vh[b];
-        barrier(CLK_LOCAL_MEM_FENCE);
-        ulong total = psr_filter_suffix(lh, lh, false, PSR_FILTER_HBINS, seg);
-        uint low = 0; /* fewer than k tokens: every key is a candidate */
-        if (total >= (ulong)f.k) {
-            psr_filter_cross(lh, lh, false, PSR_FILTER_HBINS, 0, false, (ulong)f.k, 0.0f, seg,
-                             pick);
-            low = pick[0] << PSR_FILTER_HSHIFT;
-        }
-        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
-            h[b] = 0;
-        if (lid == 0)
-            st[3] = low;
-    } else if (last && !f.p_on) {
-        float cut = psr_filter_min_p_cut(&f, psr_filter_max_of(vst[0]));
-        barrier(CLK_GLOBAL_MEM_FENCE);
-        if (lid == 0) {
-            psr_filter_set(thresholds, row_id, cut, false);
-            st[0] = 0;
-        }
-    }
+    psr_filter_scan_last(psr_last_group_if(on, &st[2], groups_per_row, &pick[2]), &f, row_id, st, h, thresholds,
+                         lh, seg, pick);
 }
 
 /* Appends the keys of [start, end) at or above `low`, and their token
@@ -579,14 +594,51 @@ inline uint psr_filter_sample_list(volatile __global const uint *keys,
     return pick[2];
 }
 
-/* A row's last group: the exact threshold from the candidate list (or
- * from the whole row when the list overflowed), the row's token when the
- * list holds every kept token, then the row's state cleared for the next
- * launch. Top-p alone (from pass 3) takes its total from the mass
- * histogram, which pass 3 summed (mass_total), as its list holds
- * only the top of the set. `low`: the smallest key the list can hold.
- * lbuf: 4096 words. */
-inline void psr_filter_finish(const psr_filter_row *fp, uint row_id, __global const psr_logit_t *src,
+/* The exact threshold of a row's last group: top-k, then top-p, each by
+ * counting over a short list (lbuf), else by radix search over the list
+ * (keys) or the whole row (keys == 0); n entries. `on` is the group's:
+ * with PSR_FLAT_BARRIERS a group that is not its row's last runs both
+ * searches over nothing, so that every group reaches their barriers. One
+ * call site per search keeps the program small: PoCL's compile time
+ * grows fast with inlined barriers. */
+inline uint psr_filter_threshold(bool on, const psr_filter_row *f, __global const psr_logit_t *src,
+                                 volatile __global const uint *keys, uint n, bool short_list, float m,
+                                 uint floor_key, ulong total, __local uint *lbuf, __local ulong *w,
+                                 __local uint *hlo, __local uint *hhi, __local ulong *seg, __local uint *pick)
+{
+#pragma unroll 1
+    for (int pass = 0; pass < 2; pass++) {
+        bool mass = pass == 1;
+        bool does = on && (mass ? f->p_on : f->k_on);
+        if (!PSR_FLAT_BARRIERS && !does)
+            continue; /* uniform */
+        ulong want = mass ? 0 : (ulong)f->k;
+        float p = mass ? fmax(f->p, FLT_MIN) : 1.0f;
+        ulong total_in = mass ? total : 0;
+        bool ranks = does && short_list, radix = does && !short_list;
+        if (PSR_FLAT_BARRIERS || short_list) {
+            uint k = psr_filter_rank_search(lbuf, ranks ? n : 0, m, floor_key, mass, want, p, total_in, w,
+                                            seg, pick);
+            floor_key = ranks ? k : floor_key;
+        }
+        if (PSR_FLAT_BARRIERS || !short_list) {
+            uint k = psr_filter_search(src, f->t, f->r, keys, radix ? n : 0, m, floor_key, mass, want, p,
+                                       total_in, hlo, hhi, seg, pick);
+            floor_key = radix ? k : floor_key;
+        }
+    }
+    return floor_key;
+}
+
+/* A row's last group (`on`): the exact threshold from the candidate list
+ * (or from the whole row when the list overflowed), the row's token when
+ * the list holds every kept token, then the row's state cleared for the
+ * next launch. Top-p alone (from pass 3) takes its total from the mass
+ * histogram, which pass 3 summed (mass_total), as its list holds only
+ * the top of the set. `low`: the smallest key the list can hold. lbuf:
+ * 4096 words. With PSR_FLAT_BARRIERS every group calls it, and only the
+ * last reads or writes anything. */
+inline void psr_filter_finish(bool on, const psr_filter_row *fp, uint row_id, __global const psr_logit_t *src,
                               float m, uint floor_key, uint low, uint vocab, uint cap,
                               __global uint *st, __global uint *h, __global uint *rc,
                               __global float *thresholds, __global const int *row_request,
@@ -599,9 +651,8 @@ inline void psr_filter_finish(const psr_filter_row *fp, uint row_id, __global co
     uint lid = get_local_id(0);
     /* Other groups wrote these: volatile reads go past any cache. */
     volatile __global const uint *vst = st, *vrc = rc;
-    float cut = psr_filter_min_p_cut(&f, m);
     bool sampled = false;
-    uint count = vst[1];
+    uint count = on ? vst[1] : 0;
     bool fits = count <= cap;
     /* The whole row's search (the list overflowed) sums the row itself.
      * Below, barriers stay out of conditions that vary at run time: PoCL
@@ -613,36 +664,20 @@ inline void psr_filter_finish(const psr_filter_row *fp, uint row_id, __global co
             lbuf[j] = vrc[j];
     barrier(CLK_LOCAL_MEM_FENCE);
     __local ulong *w = (__local ulong *)(lbuf + 2 * PSR_FILTER_RANK_MAX);
-    volatile __global const uint *keys = fits ? vrc : 0; /* 0: the whole row */
-    uint n = fits ? count : vocab;
-    /* Top-k, then top-p. One call site per search keeps the program
-     * small: PoCL's compile time grows fast with inlined barriers. */
-#pragma unroll 1
-    for (int pass = 0; pass < 2; pass++) {
-        bool mass = pass == 1;
-        if (!(mass ? f.p_on : f.k_on))
-            continue; /* uniform */
-        ulong want = mass ? 0 : (ulong)f.k;
-        float p = mass ? fmax(f.p, FLT_MIN) : 1.0f;
-        ulong total_in = mass ? total : 0;
-        if (short_list)
-            floor_key = psr_filter_rank_search(lbuf, count, m, floor_key, mass, want, p,
-                                               total_in, w, seg, pick);
-        else
-            floor_key = psr_filter_search(src, f.t, f.r, keys, n, m, floor_key, mass, want, p,
-                                          total_in, hlo, hhi, seg, pick);
-    }
-    cut = psr_filter_unkey(floor_key);
+    floor_key = psr_filter_threshold(on, &f, src, fits ? vrc : 0, fits ? count : vocab, short_list, m, floor_key,
+                                     total, lbuf, w, hlo, hhi, seg, pick);
+    float cut = psr_filter_unkey(floor_key);
     /* Every kept key is in the list when the list is whole and the
      * threshold is no lower than the list's lowest possible key. The
      * row must be one the sampler would sample (no flags). */
     int req;
-    if (tokens && fits && count <= direct_max && floor_key >= low &&
-        !psr_row_status(row_id, row_request, requests, temperatures, positions, 0, 0, 0, &req)) {
-        uint row_key = psr_row_key((ulong)seeds[req], (ulong)positions[row_id]);
-        uint token = psr_filter_sample_list(vrc, vrc + cap, count, floor_key, row_key, pick);
+    bool draws = on && tokens && fits && count <= direct_max && floor_key >= low &&
+                 !psr_row_status(row_id, row_request, requests, temperatures, positions, 0, 0, 0, &req);
+    if (PSR_FLAT_BARRIERS || draws) {
+        uint row_key = draws ? psr_row_key((ulong)seeds[req], (ulong)positions[row_id]) : 0;
+        uint token = psr_filter_sample_list(vrc, vrc + cap, draws ? count : 0, floor_key, row_key, pick);
         /* no score above -inf: the sampler flags the row as it always has */
-        sampled = token != 0xffffffffu;
+        sampled = draws && token != 0xffffffffu;
         if (sampled && lid == 0) {
             psr_store_token(tokens, row_id, (int)token, tokens64);
             if (row_flags)
@@ -651,10 +686,10 @@ inline void psr_filter_finish(const psr_filter_row *fp, uint row_id, __global co
     }
     /* Clear the row's state for the next launch, after every read. */
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-    if (!f.k_on)
+    if (on && !f.k_on)
         for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
             h[b] = 0;
-    if (lid == 0) {
+    if (on && lid == 0) {
         psr_filter_set(thresholds, row_id, cut, sampled);
         st[0] = 0;
         st[1] = 0;
@@ -699,37 +734,41 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint
                         __global uint *cand, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
 {
     PSR_FILTER_COLLECT_START;
-    if (f.state != 2 || !(f.k_on || f.p_on))
-        return;
+    bool on = f.state == 2 && (f.k_on || f.p_on);
+    if (!PSR_FLAT_BARRIERS && !on)
+        return; /* flat: the group runs on, reading and writing nothing */
     __global uint *st = state + PSR_FILTER_STATE * row_id;
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
     __global uint *rc = cand + (ulong)row_id * 2 * cap;
-    float m = psr_filter_max_of(st[0]); /* complete: pass 1 has ended */
+    float m = on ? psr_filter_max_of(st[0]) : -INFINITY; /* complete: pass 1 has ended */
     uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));
     uint start = part * chunk, end = min(start + chunk, vocab);
-    if (!(m > -INFINITY)) {
-        /* no candidates: group 0 ends the row (top-p alone: in pass 3) */
-        if (f.k_on && part == 0)
-            psr_filter_end_empty(&f, row_id, st, thresholds);
+    bool empty = on && !(m > -INFINITY);
+    /* no candidates: group 0 ends the row (top-p alone: in pass 3) */
+    if (empty && f.k_on && part == 0)
+        psr_filter_end_empty(&f, row_id, st, thresholds);
+    if (!PSR_FLAT_BARRIERS && empty)
         return;
-    }
-    if (f.k_on) {
-        uint low = max(st[3], floor_key);
-        psr_filter_gather(src, aligned, &f, start, end, low, &st[1], rc, cap, lbuf, pick);
-        if (!psr_last_group(&st[2], groups_per_row, &pick[2]))
+    bool by_k = on && !empty && f.k_on, masses = on && !empty && !f.k_on;
+    if (PSR_FLAT_BARRIERS || by_k) {
+        uint low = by_k ? max(st[3], floor_key) : 0;
+        psr_filter_gather(src, aligned, &f, start, by_k ? end : start, low, &st[1], rc, cap, lbuf, pick);
+        bool last = psr_last_group_if(by_k, &st[2], groups_per_row, &pick[2]);
+        if (!PSR_FLAT_BARRIERS && !last)
             return;
-        psr_filter_finish(&f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
+        psr_filter_finish(last, &f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
                           row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, 0,
                           lbuf, hlo, hhi, seg, pick);
-    } else {
+    }
+    if (PSR_FLAT_BARRIERS || masses) {
         /* Top-p alone: 64-bit masses per bin, local then global. */
-        __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS;
+        __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS; /* flat: free after the finish's barriers */
         for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
             lbuf[b] = 0;
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint i = start + 4 * lid; i < end; i += PSR_FILTER_STEP) {
+        for (uint i = start + 4 * lid; i < (masses ? end : start); i += PSR_FILTER_STEP) {
             float v[8];
             psr_filter_load8(src, i, end, aligned, f.t, f.r, v);
             for (int q = 0; q < 8; q++) {
@@ -743,7 +782,7 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint b = lid; b < PSR_FILTER_MBINS; b += PSR_WG_SIZE) {
+        for (uint b = lid; b < (masses ? PSR_FILTER_MBINS : 0); b += PSR_WG_SIZE) {
             ulong w = ((ulong)mhi[b] << 32) | mlo[b];
             if (w)
                 psr_filter_add_global(&h[b], &h[PSR_FILTER_MBINS + b], w);
@@ -759,36 +798,37 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, __global uint *state, __global
                              __global uint *cand, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
 {
     PSR_FILTER_COLLECT_START;
-    if (f.state != 2 || f.k_on || !f.p_on)
-        return;
+    bool on = f.state == 2 && !f.k_on && f.p_on;
+    if (!PSR_FLAT_BARRIERS && !on)
+        return; /* flat: the group runs on, reading and writing nothing */
     __global uint *st = state + PSR_FILTER_STATE * row_id;
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
     __global uint *rc = cand + (ulong)row_id * 2 * cap;
-    float m = psr_filter_max_of(st[0]);
+    float m = on ? psr_filter_max_of(st[0]) : -INFINITY;
     uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));
     uint start = part * chunk, end = min(start + chunk, vocab);
-    if (!(m > -INFINITY)) {
-        if (part == 0)
-            psr_filter_end_empty(&f, row_id, st, thresholds);
+    bool empty = on && !(m > -INFINITY);
+    if (empty && part == 0)
+        psr_filter_end_empty(&f, row_id, st, thresholds);
+    if (!PSR_FLAT_BARRIERS && empty)
         return;
-    }
+    bool live = on && !empty;
     __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS;
     for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
-        lbuf[b] = h[b];
+        lbuf[b] = live ? h[b] : 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     ulong total = psr_filter_suffix(mlo, mhi, true, PSR_FILTER_MBINS, seg);
     float goal = fmax(f.p, FLT_MIN) * (float)total;
     psr_filter_cross(mlo, mhi, true, PSR_FILTER_MBINS, 0, true, 0, goal, seg, pick);
     uint low = max(floor_key, pick[0] << PSR_FILTER_MSHIFT);
     barrier(CLK_LOCAL_MEM_FENCE);
-    psr_filter_gather(src, aligned, &f, start, end, low, &st[1], rc, cap, lbuf, pick);
-    if (!psr_last_group(&st[2], groups_per_row, &pick[2]))
+    psr_filter_gather(src, aligned, &f, start, live ? end : start, low, &st[1], rc, cap, lbuf, pick);
+    bool last = psr_last_group_if(live, &st[2], groups_per_row, &pick[2]);
+    if (!PSR_FLAT_BARRIERS && !last)
         return;
-    psr_filter_finish(&f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
+    psr_filter_finish(last, &f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
                       row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, total,
                       lbuf, hlo, hhi, seg, pick);
 }
-
-#endif /* PSR_FILTERS */

@@ -39,14 +39,16 @@ inline bool psr_last_arrival(__global uint *done, uint groups, uint launch, uint
 
 /* Called by every work-item once the group's stores are issued: true in
  * the last of `groups` groups to get here for the count `done`, which
- * that group resets to 0 for the next launch. */
-inline bool psr_last_group(__global uint *done, uint groups, __local uint *flag)
+ * that group resets to 0 for the next launch. Groups without `join` go
+ * through the barriers without counting, and are never last (so every
+ * group can reach the barriers, PSR_FLAT_BARRIERS in tokens.cl). */
+inline bool psr_last_group_if(bool join, __global uint *done, uint groups, __local uint *flag)
 {
     mem_fence(CLK_GLOBAL_MEM_FENCE);
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     if (get_local_id(0) == 0) {
-        uint before = atomic_inc(done);
-        flag[0] = before == groups - 1;
+        uint before = join ? atomic_inc(done) : 0;
+        flag[0] = join && before == groups - 1;
         if (flag[0])
             atomic_xchg(done, 0);
     }
@@ -55,4 +57,9 @@ inline bool psr_last_group(__global uint *done, uint groups, __local uint *flag)
     if (last)
         mem_fence(CLK_GLOBAL_MEM_FENCE);
     return last;
+}
+
+inline bool psr_last_group(__global uint *done, uint groups, __local uint *flag)
+{
+    return psr_last_group_if(true, done, groups, flag);
 }

@@ -1,7 +1,6 @@
-/* Logprobs of sampled tokens (docs/api.md, "Logprobs"), with verify.cl's
- * super-blocks and log-sum-exp
- * order, so a logprob is the same bits on every device and in
- * lib/oracle/logprobs.c.
+/* Logprobs of sampled tokens (docs/api.md, "Logprobs"), with
+ * verification's super-blocks and log-sum-exp order (lse.cl), so a
+ * logprob is the same bits on every device and in lib/oracle/logprobs.c.
  *
  * psr_logprobs_partial: per (row, super-block): the (max, sum) of the
  *   log-sum-exp, how many tokens beat the sampled one, and the block's
@@ -16,7 +15,7 @@
  * themselves (raw); NaN counts as -inf.
  */
 
-#include "verify.cl"
+#include "lse.cl"
 
 #define PSR_MAX_TOP_N 20
 /* Top-N candidates of a block: at most N work-items' tokens reach the
@@ -359,10 +358,25 @@ inline void psr_lp_gather_candidates(const psr_lp_lanes *ln, const uint *steps, 
         }
 }
 
+/* The work-item's tokens under the bound (tau_v, tau_i) gathered; every
+ * work-item calls it (barriers). Returns whether they fit. No bound
+ * (every token qualifies): the row's last token bounds it, so tokens past
+ * the row (-inf) never qualify. */
+inline bool psr_lp_gather_under(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
+                                const float4 *v, float tau_v, uint tau_i, __local psr_lp_block_locals *l)
+{
+    psr_lp_gather_candidates(ln, steps, src, v, tau_v, tau_i == PSR_LP_NONE ? ln->vocab - 1 : tau_i, l);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    bool fits = l->lcount[0] <= PSR_LP_CANDIDATES; /* the same for every work-item */
+    barrier(CLK_LOCAL_MEM_FENCE); /* all have read it before it is reset */
+    return fits;
+}
+
 /* The block's candidates, from each work-item's best (bv, bi): under the
  * cheap bound first where the kernel takes it, then, if they overflow,
- * under the exact one. Every work-item of the group calls it (barriers);
- * their count is in lcount[0]. */
+ * under the exact one (with PSR_FLAT_BARRIERS every group sorts for it,
+ * and those whose candidates fit gather nothing more). Every work-item of
+ * the group calls it (barriers); their count is in lcount[0]. */
 inline void psr_lp_bound_candidates(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
                                     const float4 *v, float bv, uint bi, uint top_n, bool segments_first,
                                     __local psr_lp_block_locals *l)
@@ -370,26 +384,19 @@ inline void psr_lp_bound_candidates(const psr_lp_lanes *ln, const uint *steps, _
     uint lid = ln->lid;
     if (lid == 0)
         l->lcount[0] = 0; /* the candidates */
-    /* a constant of each kernel, so the other bound's code is dropped */
-    for (uint kind = segments_first && PSR_LP_SEGMENTS_FIT ? 0 : 1; kind < 2; kind++) { /* uniform */
-        float tau_v;
-        uint tau_i;
-        if (kind == 0)
-            psr_lp_tau_segments(bv, bi, top_n, lid, l->lbv, l->lbi, l->lm, l->lcount, &tau_v, &tau_i);
-        else
-            psr_lp_tau_sorted(bv, bi, top_n, lid, l->lbv, l->lbi, &tau_v, &tau_i);
-        /* No bound (every token qualifies): the row's last token bounds
-         * it, so tokens past the row (-inf) never qualify. */
-        if (tau_i == PSR_LP_NONE)
-            tau_i = ln->vocab - 1;
-        psr_lp_gather_candidates(ln, steps, src, v, tau_v, tau_i, l);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        bool fits = l->lcount[0] <= PSR_LP_CANDIDATES; /* the same for every work-item */
-        barrier(CLK_LOCAL_MEM_FENCE); /* all have read it before it is reset */
-        if (fits)
-            break;
-        if (kind == 0 && lid == 0)
+    bool fits = false;
+    float tau_v;
+    uint tau_i;
+    if (segments_first && PSR_LP_SEGMENTS_FIT) { /* a constant of each kernel */
+        psr_lp_tau_segments(bv, bi, top_n, lid, l->lbv, l->lbi, l->lm, l->lcount, &tau_v, &tau_i);
+        fits = psr_lp_gather_under(ln, steps, src, v, tau_v, tau_i, l);
+        if (!fits && lid == 0)
             l->lcount[0] = 0; /* the exact bound counts afresh (it always fits) */
+    }
+    if (PSR_FLAT_BARRIERS || !fits) {
+        const uint none[PSR_LPT] = {0};
+        psr_lp_tau_sorted(bv, bi, top_n, lid, l->lbv, l->lbi, &tau_v, &tau_i);
+        psr_lp_gather_under(ln, fits ? none : steps, src, v, tau_v, tau_i, l);
     }
 }
 
@@ -457,10 +464,12 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
      * local memory, first under the cheap bound; if they overflow it, again
      * under the exact one, under which they always fit. Each candidate is
      * then placed by how many candidates beat it. */
-    if (top_n > 0) { /* uniform */
+    if (PSR_FLAT_BARRIERS || top_n > 0) { /* uniform; flat: without top-N a group reads nothing */
+        const uint none[PSR_LPT] = {0};
+        const uint *lanes = top_n > 0 ? steps : none;
         uint bi;
-        float bv = psr_lp_lane_best(&ln, steps, src, v, &bi);
-        psr_lp_bound_candidates(&ln, steps, src, v, bv, bi, top_n, segments_first, l);
+        float bv = psr_lp_lane_best(&ln, lanes, src, v, &bi);
+        psr_lp_bound_candidates(&ln, lanes, src, v, bv, bi, max(top_n, 1u), segments_first, l);
         psr_lp_place_candidates(l, top_n, at, top_v, top_i, lid);
     }
 }

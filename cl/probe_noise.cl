@@ -2,7 +2,7 @@
  * (scalar and vector paths, for the bit-exactness tests) and the
  * lower-tail census of the noise options. Only the test-only "noise" set
  * builds them, with the sampler's build options. */
-#include "gumbel.cl"
+#include "tokens.cl"
 
 /* Noise of (seed, pos, token) triples, for the bit-exactness tests. */
 __kernel void psr_gumbel_noise_kat(__global const long *seeds, __global const long *positions,

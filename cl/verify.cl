@@ -32,10 +32,7 @@
  * with the memory traffic of the others.
  */
 
-#include "gumbel.cl"
-#include "shuffle.cl"
-
-#define PSR_VWG (PSR_WG_SIZE < PSR_LANES ? PSR_WG_SIZE : PSR_LANES)
+#include "lse.cl"
 
 /* A region of psr_verify's state buffer (psr_shared.h's PSR_VS_*), NULL
  * where the host left it out; needs the kernel's `p` and `state`. */
@@ -77,25 +74,6 @@ inline __global const float *psr_cache_row(__global const float *cache, uint req
     return cache + ((ulong)req * cache_k + j) * vocab;
 }
 
-/* Steps of a lane starting at `first` that reach into the row. */
-inline uint psr_steps_left(uint first, uint vocab)
-{
-    return first < vocab ? min((uint)PSR_SB_STEPS, (vocab - first + 4 * PSR_LANES - 1) / (4 * PSR_LANES)) : 0u;
-}
-
-/* exp(x - m) of a scaled logit against its lane's max m, as
- * 2^((x - m) log2 e): NaN and -inf add 0, x == m exactly 1. With m = +inf
- * the row's log-sum-exp is +inf whatever the terms (psr_row_lse). */
-inline float psr_lse_term(float x, float m)
-{
-    return psr_det_exp2_neg((x - m) * 0x1.715476p+0f);
-}
-
-inline float4 psr_exp_terms(float4 x, float m)
-{
-    return (float4)(psr_lse_term(x.s0, m), psr_lse_term(x.s1, m), psr_lse_term(x.s2, m),
-                    psr_lse_term(x.s3, m));
-}
 
 inline float4 psr_scaled4(float4 x, float t, float r)
 {
@@ -103,72 +81,6 @@ inline float4 psr_scaled4(float4 x, float t, float r)
                     psr_scaled(x.s3, t, r));
 }
 
-#define PSR_LPT (PSR_LANES / PSR_VWG) /* lanes of 4 tokens per work-item */
-
-/* Two (max, sum) pairs merged: each sum scaled to the larger max. */
-inline float2 psr_lse_merge(float2 a, float2 b)
-{
-    float m = fmax(a.x, b.x);
-    return (float2)(m, a.y * psr_lse_term(a.x, m) + b.y * psr_lse_term(b.x, m));
-}
-
-/* Warp shuffles (shuffle.cl) for the steps within one warp, where the
- * device has them and groups are whole warps. */
-#if PSR_NV_SHUFFLE && PSR_VWG % 32 == 0
-#define PSR_USE_SHUFFLE 1
-#else
-#define PSR_USE_SHUFFLE 0
-#endif
-
-/* Merges the 256 lanes' (max, sum) in lm, ls pairwise, lane L + s into L
- * for s = 128, 64, ..., 1 (psr_lse_merge); the super-block's (max, sum),
- * valid in every work-item. With `use_shuffles` (a constant), where the
- * device has them (PSR_USE_SHUFFLE), the steps below 32 run in the first
- * warp's registers, the same merges in the same order. The verification
- * statistics take them; logprobs do not (slower there on the H200,
- * docs/benchmarks.md). */
-inline float2 psr_lse_tree(uint lid, __local float *lm, __local float *ls, bool use_shuffles)
-{
-    bool shuffle = use_shuffles && PSR_USE_SHUFFLE;
-    uint s = PSR_LANES / 2;
-    for (; s > (shuffle ? 16u : 0u); s >>= 1) { /* with shuffles, down to s = 32 */
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint l = lid; l < s; l += PSR_VWG) {
-            float2 p = psr_lse_merge((float2)(lm[l], ls[l]), (float2)(lm[l + s], ls[l + s]));
-            lm[l] = p.x;
-            ls[l] = p.y;
-        }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-#if PSR_USE_SHUFFLE
-    if (shuffle && lid < PSR_WARP) { /* the whole first warp, which holds lanes 0 .. 31 */
-        float2 p = (float2)(lm[lid], ls[lid]);
-        for (; s > 0; s >>= 1) {
-            float2 o = (float2)(psr_shfl_down_f(p.x, s), psr_shfl_down_f(p.y, s));
-            if (lid < s)
-                p = psr_lse_merge(p, o);
-        }
-        if (lid == 0) {
-            lm[0] = p.x;
-            ls[0] = p.y;
-        }
-    }
-    if (shuffle)
-        barrier(CLK_LOCAL_MEM_FENCE);
-#endif
-    return (float2)(lm[0], ls[0]);
-}
-
-/* A lane's sum from its four exp chains. */
-inline float psr_lane_sum(float4 s)
-{
-    return (s.s0 + s.s1) + (s.s2 + s.s3);
-}
-
-inline float psr_max4(float4 x)
-{
-    return fmax(fmax(x.s0, x.s1), fmax(x.s2, x.s3));
-}
 
 /* One lane's 4 tokens: logits i .. i + 3 of the target or the draft row. */
 inline float4 psr_stats_load(bool is_draft, __global const psr_logit_t *src, __global const float *q,
@@ -177,8 +89,10 @@ inline float4 psr_stats_load(bool is_draft, __global const psr_logit_t *src, __g
     return is_draft ? psr_load4_f32(q, i, vocab, aligned) : psr_load4(src, i, vocab, aligned);
 }
 
-/* Checks the inputs only the device holds; one group, the result in *status. */
-inline void psr_verify_check(uint lid, uint rows, uint requests, uint vocab, __global const int *row_req,
+/* Checks the inputs only the device holds; one group (`on`), the result
+ * in *status. With PSR_FLAT_BARRIERS the other groups of the launch go
+ * through its barriers too, checking nothing. */
+inline void psr_verify_check(bool on, uint lid, uint rows, uint requests, uint vocab, __global const int *row_req,
                              __global const int *cu, __global const int *draft_tokens,
                              __global const long *positions, __global const float *temperatures,
                              __global uint *status, __local uint *flags)
@@ -187,7 +101,7 @@ inline void psr_verify_check(uint lid, uint rows, uint requests, uint vocab, __g
         *flags = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     uint mine = 0;
-    for (uint row = lid; row < rows; row += PSR_VWG) {
+    for (uint row = lid; row < (on ? rows : 0); row += PSR_VWG) {
         int req = row_req[row];
         long pos = positions[row];
         if (pos < 0 || pos >= PSR_MAX_POSITION)
@@ -198,7 +112,7 @@ inline void psr_verify_check(uint lid, uint rows, uint requests, uint vocab, __g
                 mine |= PSR_VERIFY_BAD_TOKEN;
         }
     }
-    for (uint r = lid; r < requests; r += PSR_VWG) {
+    for (uint r = lid; r < (on ? requests : 0); r += PSR_VWG) {
         float t = temperatures[r];
         if (!(t == 0.0f || (isnormal(t) && t > 0.0f)))
             mine |= PSR_VERIFY_BAD_TEMPERATURE;
@@ -206,59 +120,10 @@ inline void psr_verify_check(uint lid, uint rows, uint requests, uint vocab, __g
     if (mine)
         atomic_or(flags, mine);
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid == 0)
+    if (on && lid == 0)
         *status = *flags;
 }
 
-/* Partial `at` of the statistics; `published` reads one that another
- * group of the running launch published (groups.cl), else a plain load
- * (partials of an earlier launch). */
-inline float2 psr_lse_partial(__global const float2 *lse, ulong at, bool published)
-{
-    return published ? *(volatile __global const float2 *)(lse + at) : lse[at];
-}
-
-/* A row's log-sum-exp from its super-blocks' (max, sum): M the largest
- * max, then sum_i s_i exp(m_i - M) added in order of i. The exps are
- * independent, so the walk waits for one, not one per super-block. */
-inline float psr_row_lse_of(__global const float2 *lse, uint row, uint nsb, bool published)
-{
-    ulong at = (ulong)row * nsb;
-    float big = -INFINITY;
-    for (uint sb = 0; sb < nsb; sb++)
-        big = fmax(big, psr_lse_partial(lse, at + sb, published).x);
-    if (isinf(big))
-        return big; /* no finite logit, or an infinite one */
-    float sum = 0.0f;
-    for (uint sb = 0; sb < nsb; sb++) {
-        float2 p = psr_lse_partial(lse, at + sb, published);
-        sum += p.y * psr_lse_term(p.x, big);
-    }
-    return big + psr_det_log(sum);
-}
-
-#define PSR_HELD 12 /* partials a deciding work-item holds (vocabularies up to 196,608) */
-#if PSR_HELD % 2
-#error "psr_published_pair reads partials in pairs: PSR_HELD must be even"
-#endif
-
-/* psr_row_lse_of over partials held in p (PSR_HELD, those past nsb
- * (-inf, 0)): the same arithmetic in the same order. */
-inline float psr_held_lse(const float2 *p, uint nsb)
-{
-    float big = -INFINITY;
-#pragma unroll
-    for (uint sb = 0; sb < PSR_HELD; sb++)
-        big = fmax(big, p[sb].x);
-    if (isinf(big))
-        return big;
-    float sum = 0.0f;
-#pragma unroll
-    for (uint sb = 0; sb < PSR_HELD; sb++)
-        if (sb < nsb)
-            sum += p[sb].y * psr_lse_term(p[sb].x, big);
-    return big + psr_det_log(sum);
-}
 
 /* Published partials sb and sb + 1 of a row starting at `at` (at even:
  * one 16-byte volatile load, since volatile loads of one work-item go one
@@ -450,8 +315,11 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
 
 /* One statistics group's work (g counts from 0 after the check's group);
  * `fused` when the sampling groups of the same launch read its results
- * (psr_verify_fused). The locals are the kernel's. */
-inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+ * (psr_verify_fused). The locals are the kernel's. A group that has
+ * nothing to do returns early; with PSR_FLAT_BARRIERS it goes on through
+ * the barriers, reading and writing nothing (`skip`), as does the check's
+ * group (`on` false). */
+inline void psr_stats_group(bool on, __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                             uint vocab, uint nsb, __global const int4 *order,
                             __global const float *temperatures, __global const long *seeds,
                             uint greedy_all, __global const float *draft_cache, uint cache_k,
@@ -481,29 +349,29 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
     bool draft_row = slot + 1 < (uint)o.w;
     /* In one launch every exit counts the group into its request's
      * req_done (after its own stores), for the sampling groups to wait on. */
-    if (!draft_row && scale) {
-        if (lid == 0 && fused)
-            psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
-        return; /* a bonus row is sampled without its log-sum-exp */
-    }
-    if (is_draft && !(draft_cache && draft_row && scale)) {
-        /* Nothing to read (a greedy request's draft row): counted at once. */
-        if (lid == 0 && decide && draft_row)
-            psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
-                          greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
-                          t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows, g, fused);
-        if (lid == 0 && fused)
-            psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
+    bool bonus = on && !draft_row && scale; /* a bonus row is sampled without its log-sum-exp */
+    /* Nothing to read (a greedy request's draft row): counted at once. */
+    bool no_read = on && !bonus && is_draft && !(draft_cache && draft_row && scale);
+    if (no_read && lid == 0 && decide && draft_row)
+        psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
+                      greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
+                      t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows, g, fused);
+    if ((bonus || no_read) && lid == 0 && fused)
+        psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
+    bool skip = !on || bonus || no_read;
+    if (!PSR_FLAT_BARRIERS && skip)
         return; /* uniform across the group */
-    }
-    if (decide && slot > 0) { /* nothing is recorded before a request's first draft */
+    bool known = !skip && decide && slot > 0; /* nothing is recorded before a request's first draft */
+    if (PSR_FLAT_BARRIERS || known) {
         if (lid == 0)
-            *lskip = psr_known_rejection(rejected, req, epoch) < slot;
+            *lskip = known && psr_known_rejection(rejected, req, epoch) < slot;
         barrier(CLK_LOCAL_MEM_FENCE);
         if (*lskip) {
             if (lid == 0 && fused)
                 psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
-            return; /* past a recorded rejection: never read (uncounted, so never decided) */
+            if (!PSR_FLAT_BARRIERS)
+                return; /* past a recorded rejection: never read (uncounted, so never decided) */
+            skip = true;
         }
     }
     uint base = sb * PSR_SB;
@@ -516,7 +384,7 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
                             : ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     uint steps[PSR_LPT];
     for (uint l = 0; l < PSR_LPT; l++)
-        steps[l] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
+        steps[l] = skip ? 0 : full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
 #if PSR_LPT == 1
     /* GPUs: one lane per work-item, its 16 steps held in registers. Every
      * load is issued first, none waiting on another, so the memory system
@@ -537,7 +405,10 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
     }
 #endif
 
-    if (!scale) {
+    /* Flat barriers: both parts go through their barriers, and only the
+     * one the row needs reads or publishes anything. */
+    bool argmax = !skip && !scale, sums = !skip && scale;
+    if (PSR_FLAT_BARRIERS || !scale) {
         /* Greedy: only the argmax, ties to the lowest index (NaN never
          * wins); a work-item's tokens are in increasing order only when
          * it has one lane, so ties compare indices. */
@@ -552,7 +423,7 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
             float4 x = v[k];
 #else
         for (uint l = 0; l < PSR_LPT; l++)
-        for (uint k = 0; k < steps[l]; k++) {
+        for (uint k = 0; k < (argmax ? steps[l] : 0); k++) {
             uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
             float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
 #endif
@@ -574,11 +445,12 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
                 lbi[lid] = lbi[lid + s];
             }
         }
-        if (lid == 0) {
+        if (lid == 0 && argmax) {
             psr_publish((__global uint *)(t_best + at), as_uint(lbv[0]));
             psr_publish(t_best_i + at, lbi[0]);
         }
-    } else {
+    }
+    if (PSR_FLAT_BARRIERS || scale) {
         /* Each lane's max of logits / T, then its exp sums against it. */
 #if PSR_LPT == 1
         float wm = -INFINITY;
@@ -600,13 +472,13 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
 #else
         for (uint l = 0; l < PSR_LPT; l++) {
             float wm = -INFINITY;
-            for (uint k = 0; k < steps[l]; k++) {
+            for (uint k = 0; k < (sums ? steps[l] : 0); k++) {
                 uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
                 float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
                 wm = fmax(wm, psr_max4(divide ? psr_scaled4(x, t, r) : x));
             }
             float4 lane = (float4)(0.0f);
-            for (uint k = 0; k < steps[l]; k++) {
+            for (uint k = 0; k < (sums ? steps[l] : 0); k++) {
                 uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
                 float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
                 lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, wm);
@@ -616,18 +488,18 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
         }
 #endif
         float2 part = psr_lse_tree(lid, lm, ls, true);
-        if (lid == 0) {
+        if (lid == 0 && sums) {
             __global uint *w = (__global uint *)((is_draft ? q_lse : t_lse) + at);
             psr_publish(w, as_uint(part.x));
             psr_publish(w + 1, as_uint(part.y));
         }
     }
 
-    if (lid == 0 && decide)
+    if (lid == 0 && decide && !skip)
         psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
                       greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
                       t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows, g, fused);
-    if (lid == 0 && fused)
+    if (lid == 0 && fused && !skip)
         psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
 }
 
@@ -660,20 +532,24 @@ void psr_verify_stats(const psr_verify_params p, __global const psr_logit_t *log
     __local uint lbi[PSR_VWG];
     __local uint lflags, lskip;
     uint lid = get_local_id(0);
-    if (get_group_id(0) == 0) {
+    bool checks = get_group_id(0) == 0;
+    if (PSR_FLAT_BARRIERS || checks) {
         /* A group of its own for the check, which returns: under a
          * condition in a group that goes on, its barriers would make PoCL
-         * copy the rest of the kernel (2.6x its build time). */
-        psr_verify_check(lid, p.rows, p.requests, p.vocab, row_req, cu, draft_tokens, positions,
+         * copy the rest of the kernel (2.6x its build time). With
+         * PSR_FLAT_BARRIERS every group goes through both, each doing
+         * its own part. */
+        psr_verify_check(checks, lid, p.rows, p.requests, p.vocab, row_req, cu, draft_tokens, positions,
                          temperatures, PSR_VS(uint, PSR_VS_STATUS), &lflags);
-        return;
+        if (!PSR_FLAT_BARRIERS)
+            return;
     }
-    psr_stats_group(logits, p.logits_offset, p.row_stride, p.vocab, p.blocks_per_row, order, temperatures,
+    psr_stats_group(!checks, logits, p.logits_offset, p.row_stride, p.vocab, p.blocks_per_row, order, temperatures,
                     seeds, p.greedy_all, draft_cache, p.cache_k, draft_tokens, positions,
                     PSR_VS(float2, PSR_VS_T_LSE), PSR_VS(float, PSR_VS_T_BEST), PSR_VS(uint, PSR_VS_T_BEST_I),
                     PSR_VS(float2, PSR_VS_Q_LSE), PSR_VS(uint, PSR_VS_DONE), PSR_VS(uint, PSR_VS_REJECTED),
                     p.epoch, p.decide, PSR_VS(float2, PSR_VS_ROW_LSE), p.draft_rows,
-                    (uint)get_group_id(0) - 1, false, NULL, lid, lm, ls, lbv, lbi, &lskip);
+                    checks ? 0 : (uint)get_group_id(0) - 1, false, NULL, lid, lm, ls, lbv, lbi, &lskip);
 }
 
 /* The residual of one rejected row: log max(p - q, 0) + g. */
@@ -774,19 +650,25 @@ inline void psr_write_output(uint req, const psr_walk *walk, int token, uint lid
  * group that got there just before. The counts are apart from the keys,
  * which are never cleared. True in the last group, with the best index in
  * *best_i. */
-inline bool psr_gather_best(__global ulong *keys, __global uint *count, uint part, uint groups, uint epoch,
-                            float v, uint idx, uint lid, __local ulong *lk, __local int *flag,
+inline bool psr_gather_best(bool join, __global ulong *keys, __global uint *count, uint part, uint groups,
+                            uint epoch, float v, uint idx, uint lid, __local ulong *lk, __local int *flag,
                             uint *best_i)
 {
-    if (lid == 0) {
+    if (lid == 0 && join) {
         atom_xchg(keys + part, psr_best_key(v, idx));
         *flag = psr_last_arrival(count, groups, epoch, PSR_REJECT_BITS);
+    } else if (lid == 0) {
+        *flag = 0; /* PSR_FLAT_BARRIERS: a group that does not gather */
     }
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-    if (!*flag)
+    bool last = *flag != 0;
+    if (!PSR_FLAT_BARRIERS && !last)
         return false;
-    mem_fence(CLK_GLOBAL_MEM_FENCE); /* every reader, as psr_last_group */
-    ulong key = psr_largest_key(keys, groups, lid, lk);
+    if (last)
+        mem_fence(CLK_GLOBAL_MEM_FENCE); /* every reader, as psr_last_group */
+    ulong key = psr_largest_key(keys, last ? groups : 0, lid, lk);
+    if (!last)
+        return false;
     *best_i = psr_key_index(key);
     return true;
 }
@@ -997,7 +879,8 @@ inline void psr_sample_scan(int mode, psr_row *row, psr_residual *res, __global 
     float4 y_next = with_q ? psr_load4_f32(q, next, end, q_aligned) : (float4)(NAN);
     if (active)
         psr_verify_step(mode, row, res, x, y, i, best, best_i);
-    if (active && start + 4 * PSR_WG_SIZE < end) {
+    bool floors = active && start + 4 * PSR_WG_SIZE < end;
+    if (PSR_FLAT_BARRIERS || floors) {
         /* After one step the group's best so far prunes the rest (a
          * uniform condition: every work-item reaches the barriers). */
         lv[lid] = *best;
@@ -1007,7 +890,8 @@ inline void psr_sample_scan(int mode, psr_row *row, psr_residual *res, __global 
                 lv[lid] = fmax(lv[lid], lv[lid + s]); /* max() is undefined for -inf */
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        row->floor = res->floor = lv[0];
+        if (floors)
+            row->floor = res->floor = lv[0];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     for (i = next; active && i < end; i += 4 * PSR_WG_SIZE) {
@@ -1080,13 +964,17 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
     psr_acc_t final_v = lv[0];
     uint final_i = li[0];
     bool finish = groups_per_row == 1 || !active;
-    if (!active && part != 0)
+    bool quits = !active && part != 0;
+    if (!PSR_FLAT_BARRIERS && quits)
         return;
 #if PSR_ROW_WORDS
-    if (!finish && best_keys)
-        finish = psr_gather_best(best_keys + (ulong)req * groups_per_row, best_count + req, part,
-                                 groups_per_row, epoch, final_v, final_i, lid, lk, lfinish, &final_i);
+    bool gather = !quits && !finish && best_keys;
+    if (PSR_FLAT_BARRIERS || gather)
+        finish = psr_gather_best(gather, best_keys + (ulong)req * groups_per_row, best_count + req, part,
+                                 groups_per_row, epoch, final_v, final_i, lid, lk, lfinish, &final_i) || finish;
 #endif
+    if (quits)
+        return; /* flat: after every barrier */
     if (finish) {
         if (!bad)
             psr_write_output(req, &walk, walk.mode == 0 ? walk.token : (int)final_i, lid, cols,
@@ -1189,7 +1077,7 @@ void psr_verify_fused(const psr_verify_params p, __global const psr_logit_t *log
     uint ticket = lticket;
     uint lid = get_local_id(0);
     if (ticket == 0) {
-        psr_verify_check(lid, p.rows, p.requests, vocab, row_req, cu, draft_tokens, positions,
+        psr_verify_check(true, lid, p.rows, p.requests, vocab, row_req, cu, draft_tokens, positions,
                          temperatures, status, &lflags);
         if (lid == 0) {
             psr_publish(status, lflags);
@@ -1216,7 +1104,7 @@ void psr_verify_fused(const psr_verify_params p, __global const psr_logit_t *log
         return;
     }
     /* The statistics last, as in psr_verify_stats. */
-    psr_stats_group(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds, greedy_all,
+    psr_stats_group(true, logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds, greedy_all,
                     draft_cache, cache_k, draft_tokens, positions, t_lse, t_best, t_best_i, q_lse, done,
                     rejected, epoch, 1u, row_lse, p.draft_rows, ticket - 1, true, req_done, lid, lm, ls, lbv,
                     lbi, &lskip);

@@ -93,7 +93,7 @@ static void test_context_calls_with_null(void **state)
     assert_int_equal(psr_context_cache_stats(NULL, &stats), PSR_ERR_NULL_ARGUMENT);
     expect_detail("ctx");
     assert_int_equal(psr_context_cl(NULL, &c, NULL, NULL), PSR_ERR_NULL_ARGUMENT);
-    assert_int_equal(psr_context_warm(NULL, NULL), PSR_ERR_NULL_ARGUMENT);
+    assert_int_equal(psr_context_warm(NULL, NULL, NULL), PSR_ERR_NULL_ARGUMENT);
     expect_detail("ctx");
     assert_string_equal(psr_context_build_log(NULL), "");
     assert_non_null(psr_last_error(NULL));

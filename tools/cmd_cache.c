@@ -10,7 +10,7 @@
 static void cache_usage(FILE *out)
 {
     fprintf(out,
-            "usage: psr cache warm [--device SEL]\n"
+            "usage: psr cache warm [--device SEL] [--launch]\n"
             "       psr cache list [--json]\n"
             "       psr cache clear\n"
             "\n"
@@ -18,8 +18,12 @@ static void cache_usage(FILE *out)
             "else $XDG_CACHE_HOME/psr, else ~/.cache/psr. PSR_CACHE=0 turns it off; it is\n"
             "off by default where the driver caches its own builds (PoCL): PSR_CACHE=1.\n"
             "\n"
-            "  warm    build every kernel variant for a device into the cache\n"
+            "  warm    build every kernel variant for a device into the cache, a line each:\n"
+            "          [index/total] name ... seconds\n"
             "          --device SEL   a selector (see psr info); default $PSR_DEVICE or auto\n"
+            "          --launch       also run each kernel once on a tiny input, for drivers\n"
+            "                         that compile a kernel at its first launch (PoCL, into\n"
+            "                         its own cache): minutes there\n"
             "  list    entries with device, driver, size and age (--json: a JSON list)\n"
             "  clear   remove psr's cached binaries\n");
 }
@@ -57,14 +61,36 @@ void cli_cache_summary(const char *dir, unsigned long long *files, unsigned long
     free(e);
 }
 
+static double cli_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* One line per variant warmed, as it ends. */
+static void warm_progress(size_t index, size_t total, const char *name, double seconds, void *user_data)
+{
+    (void)user_data;
+    int width = snprintf(NULL, 0, "%zu", total);
+    printf("[%*zu/%zu] %s ... %.1f s\n", width, index, total, name, seconds);
+    fflush(stdout);
+}
+
 static int cache_warm(int argc, char **argv)
 {
     const char *device = NULL;
+    psr_warm_options o;
+    psr_warm_options_init(&o, sizeof o);
+    o.launch = PSR_WARM_LAUNCH_OFF; /* every variant: launching them all takes minutes on PoCL */
+    o.progress = warm_progress;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
             device = argv[++i];
         else if (strcmp(argv[i], "--device") == 0)
             return cli_usage_error("cache warm", "--device needs a selector");
+        else if (strcmp(argv[i], "--launch") == 0)
+            o.launch = PSR_WARM_LAUNCH_AUTO; /* where the driver compiles at first launch */
         else
             return cli_usage_error("cache warm", "unknown argument \"%s\"", argv[i]);
     }
@@ -72,7 +98,8 @@ static int cache_warm(int argc, char **argv)
     if (!ctx)
         return CLI_FAILED;
     size_t variants = 0;
-    psr_status st = psr_context_warm(ctx, &variants);
+    double start = cli_seconds();
+    psr_status st = psr_context_warm(ctx, &o, &variants);
     if (st != PSR_OK) {
         int rc = cli_report(st, ctx);
         psr_context_free(ctx);
@@ -82,8 +109,8 @@ static int cache_warm(int argc, char **argv)
     psr_cache_stats s;
     psr_context_device_info(ctx, &d);
     psr_context_cache_stats(ctx, &s);
-    printf("%zu kernel variants ready for %u:%u %s\n", variants, d.platform_index, d.device_index,
-           d.name);
+    printf("%zu kernel variants ready for %u:%u %s in %.1f s\n", variants, d.platform_index, d.device_index,
+           d.name, cli_seconds() - start);
     printf("built %llu, loaded from disk %llu, rebuilt %llu, written %llu%s%s\n",
            (unsigned long long)s.builds, (unsigned long long)s.disk_hits,
            (unsigned long long)s.rebuilds, (unsigned long long)s.disk_writes,

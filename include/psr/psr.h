@@ -256,14 +256,6 @@ PSR_API psr_status psr_context_cl(const psr_context *ctx, cl_context *cl_ctx,
 /* The log of the last kernel build that failed on this context ("" if none). */
 PSR_API const char *psr_context_build_log(const psr_context *ctx);
 
-/* Builds (or loads from the cache) every variant of the sampling and
- * verification programs this device can run, so later calls start
- * without compiling (the filtered variants are
- * built by the first filtered call; PoCL compiles each kernel at its
- * first launch whatever was warmed). *variants (may be NULL) receives how
- * many variants are now ready. */
-PSR_API psr_status psr_context_warm(psr_context *ctx, size_t *variants);
-
 /* ------------------------------------------------------------------ */
 /* Sampling                                                            */
 /* ------------------------------------------------------------------ */
@@ -623,6 +615,65 @@ typedef struct psr_lm_head_args {
 
 PSR_API psr_status psr_lm_head_args_init(psr_lm_head_args *args, size_t struct_size);
 PSR_API psr_status psr_lm_head(psr_context *ctx, const psr_lm_head_args *args, cl_event *event);
+
+/* ------------------------------------------------------------------ */
+/* Warming: the first call without a compile                           */
+/* ------------------------------------------------------------------ */
+/* Which call a psr_warm_variant prepares. */
+typedef enum psr_warm_call {
+    PSR_WARM_SAMPLE = 0,   /* psr_sample and psr_sample_host */
+    PSR_WARM_LOGPROBS = 1, /* psr_logprobs and psr_logprobs_host */
+    PSR_WARM_VERIFY = 2    /* psr_verify and psr_verify_host */
+} psr_warm_call;
+
+/* One kind of call an application will make: warming it builds what the
+ * first such call would (docs/cache.md lists the programs of each). An
+ * element of an array the library reads, so its layout stays for the
+ * whole soname (new fields would come in a new struct). */
+typedef struct psr_warm_variant {
+    psr_warm_call call;
+    unsigned flags;   /* sample: PSR_SAMPLE_* as in psr_sample_args.flags; others: 0 */
+    psr_noise noise;  /* sample, verify: the call's noise; logprobs: PSR_NOISE_FP32 */
+    psr_dtype dtype;  /* the logits' (verify: the target's) */
+    int filtered;     /* sample, logprobs: non-zero for calls with top_k, top_p or min_p */
+} psr_warm_variant;
+
+/* Called after each variant is warmed: index from 1 to total, a short
+ * name ("sample f16 drafting"), and the seconds it took. */
+typedef void (*psr_warm_progress_fn)(size_t index, size_t total, const char *name, double seconds,
+                                     void *user_data);
+
+/* psr_warm_options.launch: whether warming also launches each kernel once
+ * on a tiny input, for drivers that compile a kernel at its first launch
+ * (PoCL: per work-group size, so a launch of the sizes psr uses). */
+typedef enum psr_warm_launch {
+    PSR_WARM_LAUNCH_AUTO = 0, /* where the driver compiles at first launch (PoCL) */
+    PSR_WARM_LAUNCH_ON = 1,   /* always (on other drivers it only runs the kernels) */
+    PSR_WARM_LAUNCH_OFF = 2   /* build the programs only */
+} psr_warm_launch;
+
+typedef struct psr_warm_options {
+    size_t struct_size;                 /* sizeof, through psr_warm_options_init() */
+    const psr_warm_variant *variants;   /* NULL: every variant the device can run */
+    size_t variant_count;               /* entries in variants (0 with NULL) */
+    psr_warm_launch launch;
+    psr_warm_progress_fn progress;      /* optional */
+    void *progress_user_data;
+} psr_warm_options;
+
+/* The defaults (see "ABI"): every variant, PSR_WARM_LAUNCH_AUTO. */
+PSR_API psr_status psr_warm_options_init(psr_warm_options *options, size_t struct_size);
+
+/* Builds (or loads from the cache) the programs of each variant asked for
+ * (options NULL: every variant this device can run, fp64 ones only with
+ * fp64), and with options->launch runs each of its kernels once on a tiny
+ * input, so the first real call of each starts without compiling (on
+ * PoCL: calls of fewer than 65,535 work-items, docs/cache.md). Each build
+ * is logged at INFO with its time, and options->progress is called per
+ * variant. A bad entry fails before anything is built, with a message
+ * naming it; a build failure stops warming. *variants (may be NULL)
+ * receives how many variants are now warm. */
+PSR_API psr_status psr_context_warm(psr_context *ctx, const psr_warm_options *options, size_t *variants);
 
 /* ------------------------------------------------------------------ */
 /* Kernel cache                                                        */

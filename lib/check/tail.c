@@ -8,7 +8,7 @@ psr_status psr_tail_census(psr_context *ctx, psr_noise noise, unsigned long long
                            unsigned long long *c32)
 {
     unsigned flags, resolved;
-    psr_status st = psr_call_flags(ctx, 0, noise, false, "noise", &flags);
+    psr_status st = psr_call_flags(ctx, 0, noise, false, "", &flags);
     if (st == PSR_OK)
         st = psr_resolve_flags(ctx, flags, "noise", &resolved);
     if (st != PSR_OK)

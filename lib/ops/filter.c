@@ -85,12 +85,15 @@ static psr_status bind_filter(psr_context *ctx, cl_kernel k, const char *name, c
     return psr_kernel_args_end(&b);
 }
 
-/* Gets kernel `name` of variant v and binds its arguments. */
+/* Gets kernel `name` of the filter program of the caller's variant v and
+ * binds its arguments. */
 static psr_status filter_kernel(psr_context *ctx, const psr_variant *v, const char *name,
                                 const psr_sample_args *a, const psr_filter_params *params, cl_mem cand,
                                 cl_mem cut, cl_mem direct_tokens, cl_kernel *k)
 {
-    psr_status st = psr_kernel_get(ctx, v, name, k);
+    psr_variant fv = *v;
+    fv.set = PSR_KERNELS_FILTER;
+    psr_status st = psr_kernel_get(ctx, &fv, name, k);
     return st == PSR_OK ? bind_filter(ctx, *k, name, a, params, cand, cut, direct_tokens) : st;
 }
 

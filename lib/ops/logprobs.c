@@ -186,7 +186,7 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_even
     bool one = blocks <= ctx->tuning.logprobs.one_blocks;
     bool few = !one && blocks <= ctx->tuning.logprobs.few_blocks;
     const char *pname = one ? "psr_logprobs_one" : few ? "psr_logprobs_partial_few" : "psr_logprobs_partial";
-    psr_variant v = {.set = PSR_KERNELS_VERIFY, .dtype = a->logits_dtype};
+    psr_variant v = {.set = PSR_KERNELS_LOGPROBS, .dtype = a->logits_dtype};
     cl_kernel partial = NULL, finish = NULL;
     st = psr_kernel_get(ctx, &v, pname, &partial);
     if (st == PSR_OK && !one)
@@ -206,7 +206,7 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_even
     bool filtered = psr_filter_requested(&view);
     psr_filter_plan filter = {0};
     if (filtered) {
-        psr_variant fv = {.set = PSR_KERNELS_GUMBEL, .dtype = a->logits_dtype, .filtered = true};
+        psr_variant fv = {.set = PSR_KERNELS_FILTER, .dtype = a->logits_dtype};
         st = psr_filter_prepare(ctx, &view, &fv, false, &filter);
         if (st != PSR_OK)
             return st;

@@ -67,6 +67,13 @@ psr_status psr_check_host_filters(psr_context *ctx, size_t rows, const int32_t *
                                   const float *min_p);
 size_t psr_token_size(psr_token_dtype dtype);
 
+/* ---- warming's launches (warm_launch.c): one call of each kind on tiny
+ * inputs; flags are internal (noise bits included) ---- */
+
+psr_status psr_warm_launch_sample(psr_context *ctx, unsigned flags, psr_dtype dtype, bool filtered);
+psr_status psr_warm_launch_logprobs(psr_context *ctx, psr_dtype dtype, bool filtered);
+psr_status psr_warm_launch_verify(psr_context *ctx, unsigned flags, psr_dtype dtype);
+
 /* ---- verification (verify.c) ---- */
 
 /* The host check of args->cu against requests, rows, max_drafts and the draft cache. */

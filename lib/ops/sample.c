@@ -112,7 +112,7 @@ static psr_status read_args(psr_context *ctx, const psr_sample_args *caller, psr
 {
     psr_status st = psr_struct_read(ctx, caller, &psr_sample_args_layout, "args", a);
     if (st == PSR_OK)
-        st = psr_call_flags(ctx, a->flags, a->noise, legacy_layout(a), "args", &a->flags);
+        st = psr_call_flags(ctx, a->flags, a->noise, legacy_layout(a), "args->", &a->flags);
     if (st == PSR_OK)
         st = psr_resolve_flags(ctx, a->flags, "args->flags", flags);
     if (st == PSR_OK && a->requests == 0 && !a->row_request)
@@ -187,7 +187,7 @@ typedef struct sample_plan {
 static void plan_sample(psr_context *ctx, const psr_sample_args *a, unsigned flags, sample_plan *pl)
 {
     memset(pl, 0, sizeof *pl);
-    pl->v = psr_variant_of(PSR_KERNELS_GUMBEL, flags, a->logits_dtype);
+    pl->v = psr_variant_of(PSR_KERNELS_SAMPLE, flags, a->logits_dtype);
     pl->v.filtered = psr_filter_requested(a);
     cl_uint chunk, groups;
     psr_split_rows(ctx, a->rows, a->vocab, &chunk, &groups);

@@ -64,7 +64,7 @@ static psr_status check_args(psr_context *ctx, const psr_verify_args *a, unsigne
     bool legacy = legacy_layout(a);
     REQUIRE(!(a->flags & ~(legacy ? PSR_FLAG_FP64_NOISE | PSR_FLAG_WIDE_NOISE : 0u)), PSR_ERR_INVALID_ARGUMENT,
             "args->flags 0x%x: reserved, must be 0 (choose the noise with args->noise)", a->flags);
-    psr_status st = psr_call_flags(ctx, a->flags, a->noise, legacy, "args", flags);
+    psr_status st = psr_call_flags(ctx, a->flags, a->noise, legacy, "args->", flags);
     if (st == PSR_OK)
         st = psr_resolve_flags(ctx, *flags, "args->noise", flags);
     if (st != PSR_OK)

@@ -383,59 +383,63 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
     return PSR_OK;
 }
 
-/* Is this combination one psr_sample can ask for? (It strips fast math
- * from wide noise and the race, and reads probabilities only in fp32.) */
+/* ---- warming (psr_context_warm) ---- */
+
+/* Is this combination one a call can ask for? (psr_sample strips fast
+ * math from wide noise and the race, and reads probabilities only in
+ * fp32.) */
 static bool variant_used(const psr_variant *v)
 {
     if (!psr_kernel_set_uses_logits(v->set))
         return v->method == 0 && !v->wide && !v->fast_math && v->dtype == PSR_DTYPE_F32;
     if (v->fast_math && (v->wide || v->method != 0))
         return false;
-    if (v->set == PSR_KERNELS_VERIFY) /* the target stream, Gumbel-max, deterministic */
-        return !v->drafting && v->method == 0 && !v->fast_math;
     return v->method != 2 || v->dtype == PSR_DTYPE_F32;
+}
+
+/* Builds v unless a variant of the same program was built before (codes
+ * of those in seen[0 .. *n)). */
+static psr_status warm_program_once(psr_context *ctx, const psr_variant *in, unsigned *seen, size_t *n)
+{
+    psr_variant v = psr_variant_normal(in);
+    unsigned code = psr_variant_code(&v);
+    for (size_t i = 0; i < *n; i++)
+        if (seen[i] == code)
+            return PSR_OK;
+    cl_program p;
+    psr_status st = psr_program_get(ctx, &v, &p);
+    if (st == PSR_OK)
+        seen[(*n)++] = code;
+    return st;
 }
 
 psr_status psr_warm_sets(psr_context *ctx, unsigned set_mask, size_t *variants)
 {
+    unsigned seen[256];
     size_t ready = 0;
     bool fp64_ok = ctx->info.capabilities & PSR_CAP_FP64;
     for (int set = 0; set < PSR_KERNEL_SET_COUNT; set++) {
         if (!(set_mask & (1u << set)))
             continue;
-        /* noise: 0 fp32, 1 fp64, 2 wide */
-        for (int method = 0; method <= 2; method++)
-            for (int drafting = 0; drafting <= 1; drafting++)
-                for (int noise = 0; noise <= 2; noise++)
-                    for (int dtype = 0; dtype <= PSR_DTYPE_BF16; dtype++)
-                        for (int fast = 0; fast <= 1; fast++) {
-                            psr_variant v = {.set = (psr_kernel_set)set,
-                                             .drafting = drafting,
-                                             .fp64 = noise == 1,
-                                             .wide = noise == 2,
-                                             .dtype = (psr_dtype)dtype,
-                                             .fast_math = fast,
-                                             .method = method};
-                            if (!variant_used(&v) || (v.fp64 && !fp64_ok))
-                                continue;
-                            cl_program p;
-                            psr_status st = psr_program_get(ctx, &v, &p);
-                            if (st != PSR_OK)
-                                return st;
-                            ready++;
-                        }
+        for (unsigned c = 0; c < 2 * 3 * 2 * 3 * 3; c++) { /* fast, noise, drafting, method, dtype */
+            unsigned noise = c / 2 % 3; /* 0 fp32, 1 fp64, 2 wide */
+            psr_variant v = {.set = (psr_kernel_set)set,
+                             .drafting = c / 6 % 2,
+                             .fp64 = noise == 1,
+                             .wide = noise == 2,
+                             .dtype = (psr_dtype)(c / 36),
+                             .fast_math = c % 2,
+                             .method = (int)(c / 12 % 3)};
+            if (!variant_used(&v) || (v.fp64 && !fp64_ok))
+                continue;
+            psr_status st = warm_program_once(ctx, &v, seen, &ready);
+            if (st != PSR_OK)
+                return st;
+        }
     }
     if (variants)
         *variants = ready;
     return PSR_OK;
-}
-
-psr_status psr_context_warm(psr_context *ctx, size_t *variants)
-{
-    if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_warm: ctx is NULL");
-    /* The production sets only: the stream and noise sets are for tests. */
-    return psr_warm_sets(ctx, 1u << PSR_KERNELS_GUMBEL | 1u << PSR_KERNELS_VERIFY, variants);
 }
 
 void psr_context_options_changed(psr_context *ctx)

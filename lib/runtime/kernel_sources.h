@@ -5,7 +5,7 @@
 #include <stddef.h>
 
 typedef struct psr_embedded_source {
-    const char *name;   /* the kernel set: "gumbel", "verify", ... */
+    const char *name;   /* the kernel set: "sample", "filter", "logprobs", "verify", ... */
     const char *text;   /* not NUL-terminated: use length */
     size_t length;
 } psr_embedded_source;

@@ -1,5 +1,5 @@
-/* Kernel sets: which embedded sources make up each program, and the
- * canonical build options of a variant. */
+/* Kernel sets: which embedded source makes up each program, the variants
+ * each set tells apart, and the canonical build options of a variant. */
 #include "runtime/runtime.h"
 #include "runtime/kernel_sources.h"
 
@@ -7,12 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Each set is one embedded source (cl/meson.build names its roots). */
+/* Each set is one embedded source (cl/meson.build names its root file). */
 static const char *const set_names[PSR_KERNEL_SET_COUNT] = {
-    [PSR_KERNELS_STREAM] = "stream",
-    [PSR_KERNELS_GUMBEL] = "gumbel",
-    [PSR_KERNELS_VERIFY] = "verify",
-    [PSR_KERNELS_NOISE] = "noise",
+    [PSR_KERNELS_STREAM] = "stream", [PSR_KERNELS_SAMPLE] = "sample",     [PSR_KERNELS_VERIFY] = "verify",
+    [PSR_KERNELS_NOISE] = "noise",   [PSR_KERNELS_FILTER] = "filter",     [PSR_KERNELS_LOGPROBS] = "logprobs",
 };
 
 psr_variant psr_variant_of(psr_kernel_set set, unsigned flags, psr_dtype dtype)
@@ -24,6 +22,38 @@ psr_variant psr_variant_of(psr_kernel_set set, unsigned flags, psr_dtype dtype)
                      .dtype = dtype,
                      .fast_math = (flags & PSR_SAMPLE_FAST_MATH) != 0,
                      .method = !(flags & PSR_SAMPLE_RACE) ? 0 : (flags & PSR_SAMPLE_PROBS) ? 2 : 1};
+    return psr_variant_normal(&v);
+}
+
+/* Only what a set's source reads tells its variants apart: the filters
+ * draw (a row's token from its list) with Gumbel-max only, so the race's
+ * calls share the Gumbel-max filter programs; logprobs read logits and
+ * nothing of the noise; verification runs on the target stream with
+ * Gumbel-max and deterministic math; the stream set reads no logits. */
+psr_variant psr_variant_normal(const psr_variant *in)
+{
+    psr_variant v = *in;
+    switch (v.set) {
+    case PSR_KERNELS_SAMPLE:
+    case PSR_KERNELS_NOISE:
+        break;
+    case PSR_KERNELS_FILTER:
+        v.method = 0;
+        v.filtered = false;
+        break;
+    case PSR_KERNELS_VERIFY:
+        v.drafting = v.fast_math = v.filtered = false;
+        v.method = 0;
+        break;
+    case PSR_KERNELS_LOGPROBS:
+        v = (psr_variant){.set = v.set, .dtype = v.dtype};
+        break;
+    default:
+        v = (psr_variant){.set = v.set, .drafting = v.drafting, .fp64 = v.fp64};
+        break;
+    }
+    if (v.set != PSR_KERNELS_SAMPLE)
+        v.filtered = false;
     return v;
 }
 
@@ -41,6 +71,17 @@ unsigned psr_variant_code(const psr_variant *v)
 const char *psr_kernel_set_name(psr_kernel_set set)
 {
     return (unsigned)set < PSR_KERNEL_SET_COUNT ? set_names[set] : "unknown";
+}
+
+void psr_variant_name(const psr_variant *v, char *buf, size_t len)
+{
+    static const char *const dtypes[] = {"f32", "f16", "bf16"};
+    static const char *const methods[] = {"", " race", " race-probs"};
+    bool logits = psr_kernel_set_uses_logits(v->set);
+    snprintf(buf, len, "%s%s%s%s%s%s%s%s", psr_kernel_set_name(v->set),
+             logits ? " " : "", logits ? dtypes[v->dtype % 3] : "", methods[v->method % 3],
+             v->fp64 ? " fp64" : v->wide ? " wide" : "", v->fast_math ? " fast" : "",
+             v->drafting ? " drafting" : "", v->filtered ? " filtered" : "");
 }
 
 char *psr_kernel_source(psr_kernel_set set)
@@ -70,23 +111,34 @@ static int opencl_c_version(const psr_device_info *info)
     return major * 10 + minor;
 }
 
-void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, size_t len)
+/* The options only some sets read: the vector path (the sampler and its
+ * noise probes), logprobs' bound, verification's warp shuffles. */
+static void set_options(const psr_context *ctx, psr_kernel_set set, char *buf, size_t len)
 {
-    char extra[192] = "", set_option[48] = "";
-    /* Only the sampling program (and its noise probes) has a vector path, and only the verify
-     * program (which holds logprobs.cl) a choice of bound and warp
-     * shuffles. */
-    if ((v->set == PSR_KERNELS_GUMBEL || v->set == PSR_KERNELS_NOISE) && ctx->tuning.sample.vector_width)
-        snprintf(set_option, sizeof set_option, " -DPSR_VEC=%u", ctx->tuning.sample.vector_width);
-    if (v->set == PSR_KERNELS_VERIFY)
-        snprintf(set_option, sizeof set_option, "%s%s", ctx->tuning.logprobs.segment_tau ? "" : " -DPSR_LP_SEGMENT_TAU=0",
-                 ctx->tuning.verify.warp_shuffle ? " -DPSR_NV_SHUFFLE=1" : "");
+    buf[0] = '\0';
+    if ((set == PSR_KERNELS_SAMPLE || set == PSR_KERNELS_NOISE) && ctx->tuning.sample.vector_width)
+        snprintf(buf, len, " -DPSR_VEC=%u", ctx->tuning.sample.vector_width);
+    if (set == PSR_KERNELS_LOGPROBS && !ctx->tuning.logprobs.segment_tau)
+        snprintf(buf, len, " -DPSR_LP_SEGMENT_TAU=0");
+    if (set == PSR_KERNELS_VERIFY && ctx->tuning.verify.warp_shuffle)
+        snprintf(buf, len, " -DPSR_NV_SHUFFLE=1");
+}
+
+void psr_build_options(const psr_context *ctx, const psr_variant *in, char *buf, size_t len)
+{
+    psr_variant n = psr_variant_normal(in);
+    const psr_variant *v = &n;
+    char extra[192] = "", set_option[48];
+    set_options(ctx, v->set, set_option, sizeof set_option);
+    /* CPU compilers copy the code after a barrier under a condition
+     * (cl/tokens.cl, PSR_FLAT_BARRIERS). */
     if (psr_kernel_set_uses_logits(v->set))
         snprintf(extra, sizeof extra,
-                 " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d -DUSE_WIDE=%d -DPSR_METHOD=%d%s%s%s",
+                 " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d -DUSE_WIDE=%d -DPSR_METHOD=%d%s%s%s%s",
                  (int)v->dtype, v->fast_math ? 0 : 1, v->wide ? 1 : 0, v->method,
                  v->filtered ? " -DPSR_FILTERS=1" : "",
-                 ctx->info.capabilities & PSR_CAP_INT64_ATOMICS ? " -DPSR_INT64_ATOMICS=1" : "", set_option);
+                 ctx->info.capabilities & PSR_CAP_INT64_ATOMICS ? " -DPSR_INT64_ATOMICS=1" : "",
+                 ctx->info.type == PSR_DEVICE_CPU ? " -DPSR_FLAT_BARRIERS=1" : "", set_option);
     /* mul_hi is core OpenCL C, and Random123 otherwise builds its 32-bit
      * multiply from a 64-bit product (9-12% slower on NVIDIA). Its 64-bit
      * path wins over the intrinsic unless R123_USE_64BIT=0 (psr uses only

@@ -117,10 +117,10 @@ psr_status psr_call_flags(psr_context *ctx, unsigned flags, psr_noise noise, boo
         return PSR_OK;
     }
     REQUIRE(!(flags & PSR_NOISE_BITS), PSR_ERR_INVALID_ARGUMENT,
-            "%s->flags has reserved bits 0x%x (the noise bits of the 0.1 layout): choose the noise "
-            "with %s->noise",
+            "%sflags has reserved bits 0x%x (the noise bits of the 0.1 layout): choose the noise "
+            "with %snoise",
             name, flags & PSR_NOISE_BITS, name);
-    REQUIRE((unsigned)noise <= PSR_NOISE_WIDE, PSR_ERR_INVALID_ARGUMENT, "%s->noise %d is not a psr_noise",
+    REQUIRE((unsigned)noise <= PSR_NOISE_WIDE, PSR_ERR_INVALID_ARGUMENT, "%snoise %d is not a psr_noise",
             name, (int)noise);
     *out = flags | (noise == PSR_NOISE_FP64 ? PSR_FLAG_FP64_NOISE : noise == PSR_NOISE_WIDE ? PSR_FLAG_WIDE_NOISE : 0);
     return PSR_OK;

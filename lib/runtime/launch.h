@@ -18,7 +18,7 @@ size_t psr_logits_bytes(size_t offset, size_t rows, size_t stride, size_t vocab,
 /* A call's public flags and noise as internal flags. `legacy`: the
  * caller's struct is the 0.1 layout, whose flags carry the noise bits
  * (and which has no noise field); otherwise those bits are reserved.
- * `name` is the struct's ("args"). */
+ * `name` prefixes the fields' names ("args->"). */
 psr_status psr_call_flags(psr_context *ctx, unsigned flags, psr_noise noise, bool legacy, const char *name,
                           unsigned *out);
 /* Checks internal flags and applies the fp64 policy: the flags to use. */

@@ -5,7 +5,15 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+double psr_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
 
 /* Keeps the build log of a failed build on the context. */
 static void keep_build_log(psr_context *ctx, cl_program program)
@@ -191,53 +199,73 @@ static psr_status remember(psr_context *ctx, const char *mem_key, cl_program p)
     return PSR_OK;
 }
 
-psr_status psr_program_get(psr_context *ctx, const psr_variant *v, cl_program *out)
+/* The program of a variant from the disk tier or a build from source,
+ * counted in the stats and logged with its time (INFO). */
+static psr_status program_load_or_build(psr_context *ctx, const psr_variant *v, const char *options,
+                                        cl_program *out)
 {
-    if ((unsigned)v->set >= PSR_KERNEL_SET_COUNT)
-        return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT, "unknown kernel set %d", (int)v->set);
-    if (v->fp64 && !(ctx->info.capabilities & PSR_CAP_FP64))
-        return psr_fail(ctx, PSR_ERR_FP64_UNSUPPORTED,
-                        "fp64 noise was requested but device \"%s\" (%s) has no fp64 "
-                        "(cl_khr_fp64); use fp32 noise, or a device with fp64",
-                        ctx->info.name, ctx->info.platform_name);
     const char *set_name = psr_kernel_set_name(v->set);
-    char options[1024];
-    psr_build_options(ctx, v, options, sizeof options);
-    char mem_key[1100];
-    snprintf(mem_key, sizeof mem_key, "%s|%s", set_name, options);
-    for (size_t i = 0; i < ctx->program_count; i++)
-        if (strcmp(ctx->programs[i].key, mem_key) == 0) {
-            ctx->stats.memory_hits++;
-            *out = ctx->programs[i].program;
-            return PSR_OK;
-        }
-
     char *source = psr_kernel_source(v->set);
     if (!source)
         return psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "out of memory assembling kernels '%s'",
                         set_name);
     uint8_t key[32];
     cache_key(ctx, set_name, source, options, key);
-
+    double start = psr_seconds();
     cl_program p = NULL;
     bool discarded = false;
     if (ctx->disk_enabled)
         p = load_from_disk(ctx, key, options, &discarded);
-    if (p) {
+    psr_status st = PSR_OK;
+    bool loaded = p != NULL;
+    if (loaded) {
         ctx->stats.disk_hits++;
     } else {
-        psr_status st = psr_program_build_source(ctx, set_name, source, options, &p);
-        if (st != PSR_OK) {
-            free(source);
-            return st;
+        st = psr_program_build_source(ctx, set_name, source, options, &p);
+        if (st == PSR_OK) {
+            ctx->stats.builds++;
+            if (discarded)
+                ctx->stats.rebuilds++;
+            if (ctx->disk_enabled && ctx->disk_writable)
+                store_binary(ctx, p, key, set_name, options);
         }
-        ctx->stats.builds++;
-        if (discarded)
-            ctx->stats.rebuilds++;
-        if (ctx->disk_enabled && ctx->disk_writable)
-            store_binary(ctx, p, key, set_name, options);
     }
     free(source);
+    if (st == PSR_OK) {
+        char name[96];
+        psr_variant_name(v, name, sizeof name);
+        psr_log(ctx, PSR_LOG_INFO, "program '%s' %s in %.2f s", name,
+                loaded ? "loaded from the disk tier" : "built", psr_seconds() - start);
+        *out = p;
+    }
+    return st;
+}
+
+psr_status psr_program_get(psr_context *ctx, const psr_variant *in, cl_program *out)
+{
+    if ((unsigned)in->set >= PSR_KERNEL_SET_COUNT)
+        return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT, "unknown kernel set %d", (int)in->set);
+    psr_variant n = psr_variant_normal(in);
+    const psr_variant *v = &n;
+    if (v->fp64 && !(ctx->info.capabilities & PSR_CAP_FP64))
+        return psr_fail(ctx, PSR_ERR_FP64_UNSUPPORTED,
+                        "fp64 noise was requested but device \"%s\" (%s) has no fp64 "
+                        "(cl_khr_fp64); use fp32 noise, or a device with fp64",
+                        ctx->info.name, ctx->info.platform_name);
+    char options[1024];
+    psr_build_options(ctx, v, options, sizeof options);
+    char mem_key[1100];
+    snprintf(mem_key, sizeof mem_key, "%s|%s", psr_kernel_set_name(v->set), options);
+    for (size_t i = 0; i < ctx->program_count; i++)
+        if (strcmp(ctx->programs[i].key, mem_key) == 0) {
+            ctx->stats.memory_hits++;
+            *out = ctx->programs[i].program;
+            return PSR_OK;
+        }
+    cl_program p = NULL;
+    psr_status st = program_load_or_build(ctx, v, options, &p);
+    if (st != PSR_OK)
+        return st;
     if (remember(ctx, mem_key, p) != PSR_OK) {
         clReleaseProgram(p);
         return psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "out of memory caching a program");
@@ -246,8 +274,10 @@ psr_status psr_program_get(psr_context *ctx, const psr_variant *v, cl_program *o
     return PSR_OK;
 }
 
-psr_status psr_kernel_get(psr_context *ctx, const psr_variant *v, const char *name, cl_kernel *out)
+psr_status psr_kernel_get(psr_context *ctx, const psr_variant *in, const char *name, cl_kernel *out)
 {
+    psr_variant n = psr_variant_normal(in);
+    const psr_variant *v = &n;
     unsigned code = psr_variant_code(v);
     for (size_t i = 0; i < ctx->kernel_count; i++)
         if (ctx->kernels[i].variant == code && strcmp(ctx->kernels[i].name, name) == 0) {

@@ -8,11 +8,15 @@
 
 /* ---- kernels and programs (kernels.c, program.c) ---- */
 
+/* A kernel set is one family's kernels, one program per variant: a call
+ * builds only the families it launches (docs/cache.md). */
 typedef enum psr_kernel_set {
-    PSR_KERNELS_STREAM = 0, /* test only: the stream's known answers (cl/probe_stream.cl) */
-    PSR_KERNELS_GUMBEL = 1, /* sampling and filters (cl/gumbel.cl, cl/filter.cl) */
-    PSR_KERNELS_VERIFY = 2, /* verification and logprobs (cl/verify.cl, cl/logprobs.cl) */
-    PSR_KERNELS_NOISE = 3,  /* test only: noise probes and the tail census (cl/probe_noise.cl) */
+    PSR_KERNELS_STREAM = 0,   /* test only: the stream's known answers (cl/probe_stream.cl) */
+    PSR_KERNELS_SAMPLE = 1,   /* the sampler (cl/gumbel.cl) */
+    PSR_KERNELS_VERIFY = 2,   /* verification (cl/verify.cl) */
+    PSR_KERNELS_NOISE = 3,    /* test only: noise probes and the tail census (cl/probe_noise.cl) */
+    PSR_KERNELS_FILTER = 4,   /* the filters' threshold pre-pass (cl/filter.cl) */
+    PSR_KERNELS_LOGPROBS = 5, /* logprobs (cl/logprobs.cl) */
     PSR_KERNEL_SET_COUNT
 } psr_kernel_set;
 
@@ -27,13 +31,20 @@ typedef struct psr_variant {
     bool filtered;     /* PSR_FILTERS=1: the sampler applies filter thresholds (built on demand) */
 } psr_variant;
 
-/* The variant of a set that resolved PSR_SAMPLE_* flags select. */
+/* The variant of a set that resolved PSR_SAMPLE_* flags select (normal). */
 psr_variant psr_variant_of(psr_kernel_set set, unsigned flags, psr_dtype dtype);
+/* The variant with the fields its set does not read cleared: two
+ * variants build the same program exactly when their normal forms match. */
+psr_variant psr_variant_normal(const psr_variant *v);
+/* A short name for logs and progress: "sample f16 fp64 drafting". */
+void psr_variant_name(const psr_variant *v, char *buf, size_t len);
 /* Does the set read logits or compute noise (dtype, math mode, method)? */
 bool psr_kernel_set_uses_logits(psr_kernel_set set);
 /* A small integer naming a variant, for the kernel-object cache. */
 unsigned psr_variant_code(const psr_variant *v);
-/* Builds or loads every variant of the sets in set_mask (bit i: set i). */
+/* Builds or loads every variant of the sets in set_mask (bit i: set i),
+ * each program once; *variants (may be NULL) receives how many programs
+ * (the tests warm the stream set; psr_context_warm takes warm variants). */
 psr_status psr_warm_sets(psr_context *ctx, unsigned set_mask, size_t *variants);
 /* Returns a kernel of a variant, created once per context and cached. */
 psr_status psr_kernel_get(psr_context *ctx, const psr_variant *v, const char *name, cl_kernel *out);
@@ -48,6 +59,8 @@ void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, 
 /* Returns the program of a variant: memory tier, then disk tier, then a
  * build from source. The context owns the program. */
 psr_status psr_program_get(psr_context *ctx, const psr_variant *v, cl_program *out);
+/* A monotonic clock in seconds, for build times. */
+double psr_seconds(void);
 /* Builds arbitrary source with options, bypassing both cache tiers (used
  * by psr_program_get and by tests). The caller releases the program. */
 psr_status psr_program_build_source(psr_context *ctx, const char *label, const char *source,

@@ -1,0 +1,189 @@
+/* psr_context_warm: the variants an application will call, checked as
+ * those calls check them, their programs built (or loaded), and on drivers
+ * that compile at first launch their calls run once (warm_launch.c). */
+#include "ops/ops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+PSR_ARGS_STRUCT(psr_warm_options, sizeof(psr_warm_options), .launch = PSR_WARM_LAUNCH_AUTO)
+
+/* A warm variant's entry checked, as the call it stands for would check
+ * its flags; *flags receives the flags that call would use. */
+static psr_status check_warm_variant(psr_context *ctx, const psr_warm_variant *w, size_t i, unsigned *flags)
+{
+    char name[64];
+    snprintf(name, sizeof name, "options->variants[%zu].flags", i);
+    REQUIRE((unsigned)w->call <= PSR_WARM_VERIFY, PSR_ERR_INVALID_ARGUMENT,
+            "options->variants[%zu].call %d is not a psr_warm_call", i, (int)w->call);
+    REQUIRE((unsigned)w->dtype <= PSR_DTYPE_BF16, PSR_ERR_INVALID_ARGUMENT,
+            "options->variants[%zu].dtype %d is not a psr_dtype", i, (int)w->dtype);
+    REQUIRE(w->call == PSR_WARM_SAMPLE || w->flags == 0, PSR_ERR_INVALID_ARGUMENT,
+            "%s is 0x%x: only sampling takes PSR_SAMPLE_* flags", name, w->flags);
+    REQUIRE(w->call != PSR_WARM_LOGPROBS || w->noise == PSR_NOISE_FP32, PSR_ERR_INVALID_ARGUMENT,
+            "options->variants[%zu].noise: logprobs draw no noise", i);
+    REQUIRE(w->call != PSR_WARM_VERIFY || !w->filtered, PSR_ERR_INVALID_ARGUMENT,
+            "options->variants[%zu].filtered: verification takes no filters", i);
+    char prefix[48];
+    snprintf(prefix, sizeof prefix, "options->variants[%zu].", i);
+    psr_status st = psr_call_flags(ctx, w->flags, w->noise, false, prefix, flags);
+    if (st == PSR_OK)
+        st = psr_resolve_flags(ctx, *flags, name, flags);
+    if (st != PSR_OK)
+        return st;
+    REQUIRE(!(*flags & PSR_SAMPLE_PROBS) || w->dtype == PSR_DTYPE_F32, PSR_ERR_INVALID_ARGUMENT,
+            "options->variants[%zu].dtype must be PSR_DTYPE_F32 for probabilities (PSR_SAMPLE_PROBS)", i);
+    REQUIRE(!(*flags & PSR_SAMPLE_PROBS) || !w->filtered, PSR_ERR_INVALID_ARGUMENT,
+            "options->variants[%zu].filtered: top_k, top_p and min_p filter logits, not with "
+            "PSR_SAMPLE_PROBS",
+            i);
+    return PSR_OK;
+}
+
+/* The programs a warm variant's call builds: its own family's, and the
+ * filter program with filters. Returns how many (1 or 2). */
+static size_t warm_programs(const psr_warm_variant *w, unsigned flags, psr_variant out[2])
+{
+    psr_dtype dtype = w->dtype;
+    psr_kernel_set set = w->call == PSR_WARM_SAMPLE     ? PSR_KERNELS_SAMPLE
+                         : w->call == PSR_WARM_LOGPROBS ? PSR_KERNELS_LOGPROBS
+                                                        : PSR_KERNELS_VERIFY;
+    out[0] = psr_variant_of(set, flags, dtype);
+    out[0].filtered = set == PSR_KERNELS_SAMPLE && w->filtered;
+    /* logprobs' pre-pass: the target stream's deterministic fp32 filters (lib/ops/logprobs.c) */
+    out[1] = psr_variant_of(PSR_KERNELS_FILTER, set == PSR_KERNELS_SAMPLE ? flags : 0, dtype);
+    return w->filtered ? 2 : 1;
+}
+
+/* Every variant an application can reach on this device, into out (may
+ * be NULL); returns the count. */
+static size_t all_warm_variants(const psr_context *ctx, psr_warm_variant *out)
+{
+    bool fp64_ok = ctx->info.capabilities & PSR_CAP_FP64;
+    static const psr_noise noises[] = {PSR_NOISE_FP32, PSR_NOISE_FP64, PSR_NOISE_WIDE};
+    static const unsigned methods[] = {0, PSR_SAMPLE_RACE, PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS};
+    size_t n = 0;
+    for (int dtype = 0; dtype <= PSR_DTYPE_BF16; dtype++)
+        for (unsigned c = 0; c < 2 * 2 * 3 * 3 * 2; c++) { /* sample: filtered, drafting, method, noise, fast */
+            psr_noise noise = noises[c / 2 % 3];
+            unsigned method = methods[c / 6 % 3];
+            bool fast = c % 2, filtered = c / 36, drafting = c / 18 % 2;
+            if ((fast && (method || noise == PSR_NOISE_WIDE)) || (noise == PSR_NOISE_FP64 && !fp64_ok) ||
+                ((method & PSR_SAMPLE_PROBS) && (dtype != PSR_DTYPE_F32 || filtered)))
+                continue;
+            if (out)
+                out[n] = (psr_warm_variant){PSR_WARM_SAMPLE,
+                                            method | (fast ? PSR_SAMPLE_FAST_MATH : 0) |
+                                                (drafting ? PSR_SAMPLE_DRAFTING : 0),
+                                            noise, (psr_dtype)dtype, filtered};
+            n++;
+        }
+    for (int dtype = 0; dtype <= PSR_DTYPE_BF16; dtype++)
+        for (unsigned c = 0; c < 2 + 3; c++) { /* logprobs: filtered or not; verify: three noises */
+            if (c >= 2 && noises[c - 2] == PSR_NOISE_FP64 && !fp64_ok)
+                continue;
+            if (out)
+                out[n] = c < 2 ? (psr_warm_variant){PSR_WARM_LOGPROBS, 0, PSR_NOISE_FP32, (psr_dtype)dtype, (int)c}
+                               : (psr_warm_variant){PSR_WARM_VERIFY, 0, noises[c - 2], (psr_dtype)dtype, 0};
+            n++;
+        }
+    return n;
+}
+
+/* One variant: its programs built or loaded, then (launch) its call run
+ * on tiny inputs. */
+static psr_status warm_one(psr_context *ctx, const psr_warm_variant *w, unsigned flags, bool launch)
+{
+    psr_variant v[2];
+    size_t n = warm_programs(w, flags, v);
+    psr_status st = PSR_OK;
+    for (size_t i = 0; i < n && st == PSR_OK; i++) {
+        cl_program p;
+        st = psr_program_get(ctx, &v[i], &p);
+    }
+    if (st != PSR_OK || !launch)
+        return st;
+    if (w->call == PSR_WARM_SAMPLE)
+        return psr_warm_launch_sample(ctx, flags, w->dtype, w->filtered);
+    if (w->call == PSR_WARM_LOGPROBS)
+        return psr_warm_launch_logprobs(ctx, w->dtype, w->filtered);
+    return psr_warm_launch_verify(ctx, flags, w->dtype);
+}
+
+/* The variant's name: its own program's ("sample f16 drafting filtered",
+ * "logprobs bf16 filtered"). */
+static void warm_name(const psr_warm_variant *w, unsigned flags, char *buf, size_t len)
+{
+    psr_variant v[2];
+    warm_programs(w, flags, v);
+    v[0].filtered = false;
+    psr_variant_name(&v[0], buf, len);
+    size_t used = strlen(buf);
+    if (w->filtered && used + 10 < len)
+        snprintf(buf + used, len - used, " filtered");
+}
+
+/* The options' list (or every variant) checked, with each entry's flags. */
+static psr_status warm_list(psr_context *ctx, const psr_warm_options *o, psr_warm_variant **list, size_t *n,
+                            unsigned **flags)
+{
+    REQUIRE(o->variants || !o->variant_count, PSR_ERR_NULL_ARGUMENT,
+            "options->variants is NULL but options->variant_count is %zu", o->variant_count);
+    REQUIRE(!o->variants || o->variant_count, PSR_ERR_INVALID_ARGUMENT,
+            "options->variant_count is 0 with options->variants set (NULL warms every variant)");
+    REQUIRE((unsigned)o->launch <= PSR_WARM_LAUNCH_OFF, PSR_ERR_INVALID_ARGUMENT,
+            "options->launch %d is not a psr_warm_launch", (int)o->launch);
+    *n = o->variants ? o->variant_count : all_warm_variants(ctx, NULL);
+    *list = malloc(*n * sizeof **list);
+    *flags = malloc(*n * sizeof **flags);
+    if (!*list || !*flags)
+        return psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "psr_context_warm: out of memory");
+    if (o->variants)
+        memcpy(*list, o->variants, *n * sizeof **list);
+    else
+        all_warm_variants(ctx, *list);
+    for (size_t i = 0; i < *n; i++) {
+        psr_status st = check_warm_variant(ctx, &(*list)[i], i, &(*flags)[i]);
+        if (st != PSR_OK)
+            return st;
+    }
+    return PSR_OK;
+}
+
+psr_status psr_context_warm(psr_context *ctx, const psr_warm_options *options, size_t *variants)
+{
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_warm: ctx is NULL");
+    psr_warm_options o;
+    psr_warm_options_init(&o, sizeof o);
+    if (options) {
+        psr_status read = psr_struct_read(ctx, options, &psr_warm_options_layout, "options", &o);
+        if (read != PSR_OK)
+            return read;
+    }
+    psr_warm_variant *list = NULL;
+    unsigned *flags = NULL;
+    size_t n = 0;
+    psr_status st = warm_list(ctx, &o, &list, &n, &flags);
+    /* PoCL compiles each kernel at its first launch (docs/cache.md). */
+    bool launch = o.launch == PSR_WARM_LAUNCH_ON || (o.launch == PSR_WARM_LAUNCH_AUTO && ctx->tuning.driver_caches);
+    for (size_t i = 0; i < n && st == PSR_OK; i++) {
+        double start = psr_seconds();
+        st = warm_one(ctx, &list[i], flags[i], launch);
+        char name[96];
+        warm_name(&list[i], flags[i], name, sizeof name);
+        double seconds = psr_seconds() - start;
+        if (st == PSR_OK)
+            psr_log(ctx, PSR_LOG_INFO, "warm [%zu/%zu] %s%s: %.2f s", i + 1, n, name,
+                    launch ? " (launched)" : "", seconds);
+        if (st == PSR_OK && o.progress)
+            o.progress(i + 1, n, name, seconds, o.progress_user_data);
+    }
+    free(list);
+    free(flags);
+    if (st == PSR_OK && variants)
+        *variants = n;
+    return st;
+}
+

@@ -1,0 +1,220 @@
+/* psr_context_warm with a list: exactly the programs of the variants
+ * asked for, the progress callback, the launch on drivers that compile at
+ * first launch, and refusals that name the argument. Programs only (no
+ * launch) except in one case, so the test costs a few builds. */
+#include "common.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static psr_cache_stats stats_of(psr_context *ctx)
+{
+    psr_cache_stats s;
+    assert_int_equal(psr_context_cache_stats(ctx, &s), PSR_OK);
+    return s;
+}
+
+static void expect_detail(psr_context *ctx, const char *word)
+{
+    const char *detail = psr_last_error(ctx);
+    if (!strstr(detail, word))
+        fail_msg("error detail \"%s\" does not name \"%s\"", detail, word);
+}
+
+/* What the progress callback saw. */
+typedef struct progress_log {
+    size_t calls, last_index, total;
+    bool consistent;
+    char names[4][96];
+} progress_log;
+
+static void record_progress(size_t index, size_t total, const char *name, double seconds, void *user_data)
+{
+    progress_log *log = user_data;
+    if (log->calls == 0)
+        log->total = total;
+    log->consistent = log->consistent && index == log->last_index + 1 && total == log->total &&
+                      index <= total && seconds >= 0.0;
+    if (log->calls < 4)
+        snprintf(log->names[log->calls], sizeof log->names[0], "%s", name);
+    log->last_index = index;
+    log->calls++;
+}
+
+/* Plain sampling (the sample program) and filtered bf16 logprobs (the
+ * logprobs and filter programs): three programs, two variants. */
+static void test_warm_builds_exactly_the_list(void **state)
+{
+    (void)state;
+    psr_context *ctx = open_context(NULL);
+    const psr_warm_variant list[] = {{PSR_WARM_SAMPLE, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 0},
+                                     {PSR_WARM_LOGPROBS, 0, PSR_NOISE_FP32, PSR_DTYPE_BF16, 1}};
+    progress_log log = {.consistent = true};
+    psr_warm_options o;
+    psr_warm_options_init(&o, sizeof o);
+    o.variants = list;
+    o.variant_count = 2;
+    o.launch = PSR_WARM_LAUNCH_OFF;
+    o.progress = record_progress;
+    o.progress_user_data = &log;
+    size_t n = 0;
+    assert_int_equal(psr_context_warm(ctx, &o, &n), PSR_OK);
+    assert_int_equal(n, 2);
+    psr_cache_stats s = stats_of(ctx);
+    assert_int_equal(s.builds, 3);
+    assert_int_equal(s.memory_hits, 0);
+    assert_int_equal(log.calls, 2);
+    assert_int_equal(log.total, 2);
+    assert_true(log.consistent);
+    assert_string_equal(log.names[0], "sample f32");
+    assert_string_equal(log.names[1], "logprobs bf16 filtered");
+
+    /* Again: served from memory, nothing built. */
+    log = (progress_log){.consistent = true};
+    assert_int_equal(psr_context_warm(ctx, &o, &n), PSR_OK);
+    s = stats_of(ctx);
+    assert_int_equal(s.builds, 3);
+    assert_int_equal(s.memory_hits, 3);
+    assert_int_equal(log.calls, 2);
+
+    /* A sampling call of the warmed variant builds nothing either. */
+    const float logits[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    const int64_t seed = 1, pos = 0;
+    const float t = 1.0f;
+    int32_t token = -1;
+    assert_int_equal(sample_host(ctx, logits, PSR_DTYPE_F32, 1, 8, 0, &seed, &pos, &t, 0, &token, NULL, NULL),
+                     PSR_OK);
+    assert_int_equal(stats_of(ctx).builds, 3);
+    psr_context_free(ctx);
+}
+
+/* Variants that share programs build them once: the race's filtered
+ * calls use the Gumbel-max filter program, verification's noise decides
+ * its program. */
+static void test_warm_shares_programs(void **state)
+{
+    (void)state;
+    psr_context *ctx = open_context(NULL);
+    const psr_warm_variant list[] = {{PSR_WARM_SAMPLE, 0, PSR_NOISE_WIDE, PSR_DTYPE_F16, 1},
+                                     {PSR_WARM_SAMPLE, PSR_SAMPLE_RACE, PSR_NOISE_WIDE, PSR_DTYPE_F16, 1},
+                                     {PSR_WARM_VERIFY, 0, PSR_NOISE_WIDE, PSR_DTYPE_F16, 0}};
+    psr_warm_options o;
+    psr_warm_options_init(&o, sizeof o);
+    o.variants = list;
+    o.variant_count = 3;
+    o.launch = PSR_WARM_LAUNCH_OFF;
+    size_t n = 0;
+    assert_int_equal(psr_context_warm(ctx, &o, &n), PSR_OK);
+    assert_int_equal(n, 3);
+    /* sample (Gumbel-max, race), one filter program, verify */
+    assert_int_equal(stats_of(ctx).builds, 4);
+    psr_context_free(ctx);
+}
+
+/* With the launch, the variant's call runs on tiny inputs (on PoCL that
+ * compiles its kernels); the programs are the same. */
+static void test_warm_launch(void **state)
+{
+    (void)state;
+    psr_context *ctx = open_context(NULL);
+    const psr_warm_variant list[] = {{PSR_WARM_SAMPLE, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 0}};
+    psr_warm_options o;
+    psr_warm_options_init(&o, sizeof o);
+    o.variants = list;
+    o.variant_count = 1;
+    o.launch = PSR_WARM_LAUNCH_ON;
+    size_t n = 0;
+    assert_int_equal(psr_context_warm(ctx, &o, &n), PSR_OK);
+    assert_int_equal(n, 1);
+    psr_cache_stats s = stats_of(ctx);
+    assert_int_equal(s.builds, 1);
+    assert_true(s.memory_hits >= 1); /* the launch found the program warmed */
+    psr_context_free(ctx);
+}
+
+/* Refused before anything is built, naming the argument. */
+static void expect_refused(psr_context *ctx, const psr_warm_options *o, psr_status status, const char *word)
+{
+    size_t n = 12345;
+    assert_int_equal(psr_context_warm(ctx, o, &n), status);
+    expect_detail(ctx, word);
+    assert_int_equal(n, 12345);
+    assert_int_equal(stats_of(ctx).builds, 0);
+}
+
+static void test_warm_refusals(void **state)
+{
+    (void)state;
+    psr_context *ctx = open_context(NULL);
+    psr_warm_options o;
+    memset(&o, 0, sizeof o);
+    expect_refused(ctx, &o, PSR_ERR_STRUCT_SIZE, "options->struct_size");
+    psr_warm_options_init(&o, sizeof o);
+    o.variant_count = 2;
+    expect_refused(ctx, &o, PSR_ERR_NULL_ARGUMENT, "options->variants");
+    psr_warm_variant bad[2] = {{PSR_WARM_SAMPLE, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 0}, {(psr_warm_call)7, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 0}};
+    o.variants = bad;
+    o.variant_count = 0;
+    expect_refused(ctx, &o, PSR_ERR_INVALID_ARGUMENT, "options->variant_count");
+    o.variant_count = 2;
+    expect_refused(ctx, &o, PSR_ERR_INVALID_ARGUMENT, "options->variants[1].call");
+    const struct {
+        psr_warm_variant v;
+        const char *word;
+    } cases[] = {
+        {{PSR_WARM_SAMPLE, 0, PSR_NOISE_FP32, (psr_dtype)3, 0}, "options->variants[1].dtype"},
+        {{PSR_WARM_SAMPLE, 1u << 20, PSR_NOISE_FP32, PSR_DTYPE_F32, 0}, "options->variants[1].flags"},
+        {{PSR_WARM_SAMPLE, PSR_FLAG_WIDE_NOISE, PSR_NOISE_FP32, PSR_DTYPE_F32, 0}, "options->variants[1].flags"},
+        {{PSR_WARM_SAMPLE, 0, (psr_noise)5, PSR_DTYPE_F32, 0}, "options->variants[1].noise"},
+        {{PSR_WARM_SAMPLE, PSR_SAMPLE_PROBS, PSR_NOISE_FP32, PSR_DTYPE_F32, 0}, "options->variants[1].flags"},
+        {{PSR_WARM_SAMPLE, PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, PSR_NOISE_FP32, PSR_DTYPE_F16, 0}, "options->variants[1].dtype"},
+        {{PSR_WARM_SAMPLE, PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, PSR_NOISE_FP32, PSR_DTYPE_F32, 1}, "options->variants[1].filtered"},
+        {{PSR_WARM_LOGPROBS, PSR_SAMPLE_DRAFTING, PSR_NOISE_FP32, PSR_DTYPE_F32, 0}, "options->variants[1].flags"},
+        {{PSR_WARM_VERIFY, PSR_SAMPLE_RACE, PSR_NOISE_FP32, PSR_DTYPE_F32, 0}, "options->variants[1].flags"},
+        {{PSR_WARM_LOGPROBS, 0, PSR_NOISE_WIDE, PSR_DTYPE_F32, 0}, "options->variants[1].noise"},
+        {{PSR_WARM_VERIFY, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 1}, "options->variants[1].filtered"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bad[1] = cases[i].v;
+        expect_refused(ctx, &o, PSR_ERR_INVALID_ARGUMENT, cases[i].word);
+    }
+    bad[1] = bad[0];
+    o.launch = (psr_warm_launch)9;
+    expect_refused(ctx, &o, PSR_ERR_INVALID_ARGUMENT, "options->launch");
+    assert_int_equal(psr_context_warm(NULL, &o, NULL), PSR_ERR_NULL_ARGUMENT);
+    psr_context_free(ctx);
+}
+
+/* fp64 noise on a device without fp64: the status of the call it stands
+ * for, naming the entry. */
+static void test_warm_fp64_unsupported(void **state)
+{
+    (void)state;
+    psr_context_options co;
+    psr_context_options_init(&co, sizeof co);
+    co.disk_cache = PSR_DISK_CACHE_OFF;
+    co.hide_capabilities = PSR_CAP_FP64;
+    psr_context *ctx;
+    assert_int_equal(psr_context_create(&co, &ctx), PSR_OK);
+    const psr_warm_variant list[] = {{PSR_WARM_VERIFY, 0, PSR_NOISE_FP64, PSR_DTYPE_F32, 0}};
+    psr_warm_options o;
+    psr_warm_options_init(&o, sizeof o);
+    o.variants = list;
+    o.variant_count = 1;
+    expect_refused(ctx, &o, PSR_ERR_FP64_UNSUPPORTED, "options->variants[0]");
+    psr_context_free(ctx);
+}
+
+int main(void)
+{
+    if (!have_device())
+        return TEST_SKIP;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_warm_builds_exactly_the_list),
+        cmocka_unit_test(test_warm_shares_programs),
+        cmocka_unit_test(test_warm_launch),
+        cmocka_unit_test(test_warm_refusals),
+        cmocka_unit_test(test_warm_fp64_unsupported),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
