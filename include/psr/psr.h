@@ -207,7 +207,7 @@ typedef enum psr_disk_cache_mode {
 typedef enum psr_fp64_policy {
     PSR_FP64_ERROR = 0, /* fail with PSR_ERR_FP64_UNSUPPORTED (the default) */
     PSR_FP64_WIDE = 1   /* use wide-tail noise instead; said once through the log callback
-                           (warning) and in the effective flags of every call */
+                           (warning) and in the effective_noise of every call */
 } psr_fp64_policy;
 
 typedef struct psr_context_options {
@@ -222,7 +222,7 @@ typedef struct psr_context_options {
     /* Testing aid: PSR_CAP_* bits to treat as absent on this device, so the
      * paths for devices without fp64 (or fp16) can be exercised anywhere. */
     uint32_t hide_capabilities;
-    psr_fp64_policy fp64_policy; /* what PSR_SAMPLE_FP64_NOISE does without fp64 */
+    psr_fp64_policy fp64_policy; /* what PSR_NOISE_FP64 does without fp64 */
 } psr_context_options;
 
 /* Fills *options with the defaults (see "ABI"); call it before setting fields. */
@@ -360,7 +360,7 @@ typedef struct psr_sample_args {
     /* Added in 0.2 (a 0.1-layout caller gets the defaults). */
     psr_noise noise;          /* default PSR_NOISE_FP32 */
     psr_token_dtype tokens_dtype; /* of tokens; default PSR_TOKENS_I32 */
-    int all_top_k;            /* every request's top-k when top_k is NULL; default 0 (off) */
+    int all_top_k;            /* every request's top-k when top_k is NULL; <= 0 or >= vocab: off */
     float all_top_p;          /* every request's top-p when top_p is NULL; default 1 (off) */
     float all_min_p;          /* every request's min-p when min_p is NULL; default 0 (off) */
 } psr_sample_args;
@@ -539,7 +539,8 @@ typedef struct psr_logprobs_args {
     size_t logits_offset;
     size_t row_stride;       /* 0 means vocab */
     cl_mem row_request;      /* optional int32 [rows], as in psr_sample_args */
-    size_t requests;         /* 0 means rows (only without row_request) */
+    size_t requests;         /* 0 means rows (only without row_request; not read with
+                                PSR_LOGPROBS_RAW, which reads no per-request array) */
     cl_mem temperatures;     /* float32 [requests]; not read with PSR_LOGPROBS_RAW */
     cl_mem tokens;           /* [rows] of tokens_dtype: the sampled tokens; outside [0, vocab)
                                 (e.g. -1 padding) gives logprob NaN and rank 0 */

@@ -9,7 +9,7 @@
 
 bool psr_filter_requested(const psr_sample_args *a)
 {
-    return a->top_k || a->top_p || a->min_p || a->all_top_k != 0 || a->all_top_p != 1.0f ||
+    return a->top_k || a->top_p || a->min_p || a->all_top_k > 0 || a->all_top_p != 1.0f ||
            a->all_min_p != 0.0f;
 }
 
@@ -19,7 +19,7 @@ psr_status psr_filter_check(psr_context *ctx, const psr_sample_args *a, unsigned
         return PSR_OK;
     REQUIRE(!(flags & PSR_SAMPLE_PROBS), PSR_ERR_INVALID_ARGUMENT,
             "args->top_k, top_p and min_p filter logits: not with PSR_SAMPLE_PROBS");
-    REQUIRE(!a->top_k || a->all_top_k == 0, PSR_ERR_INVALID_ARGUMENT,
+    REQUIRE(!a->top_k || a->all_top_k <= 0, PSR_ERR_INVALID_ARGUMENT,
             "args->top_k and args->all_top_k are both set: choose one");
     REQUIRE(!a->top_p || a->all_top_p == 1.0f, PSR_ERR_INVALID_ARGUMENT,
             "args->top_p and args->all_top_p are both set: choose one");
@@ -102,7 +102,7 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
 {
     memset(plan, 0, sizeof *plan);
     bool mass = a->top_p || a->all_top_p != 1.0f;
-    bool searches = mass || a->top_k || a->all_top_k != 0;
+    bool searches = mass || a->top_k || a->all_top_k > 0;
     /* Rows whose kept tokens all lie in the list are drawn by the search's
      * last group: the Gumbel-max sampler only (the race scales by a
      * group's own maximum), and not while it also fills a draft cache.

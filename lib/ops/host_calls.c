@@ -146,7 +146,7 @@ static psr_status check_logprobs_host(psr_context *ctx, const void *args, size_t
             "args->top_n %d is outside 0 .. %d", h->top_n, PSR_LOGPROBS_MAX_TOP_N);
     psr_status st = check_logits_shape(ctx, h->logits, h->logits_dtype, h->rows, h->vocab,
                                        h->row_stride ? h->row_stride : h->vocab, logits_bytes);
-    for (size_t r = 0; st == PSR_OK && h->temperatures && r < h->rows; r++)
+    for (size_t r = 0; st == PSR_OK && h->temperatures && !(h->flags & PSR_LOGPROBS_RAW) && r < h->rows; r++)
         REQUIRE(psr_temperature_ok(h->temperatures[r]), PSR_ERR_TEMPERATURE,
                 "args->temperatures[%zu] = %g is not 0 or a positive normal number", r,
                 (double)h->temperatures[r]);
