@@ -19,15 +19,10 @@ static psr_sample_args filter_view(const psr_logprobs_args *a)
 {
     psr_sample_args v;
     psr_sample_args_init(&v, sizeof v);
-    v.rows = a->rows;
-    v.vocab = a->vocab;
-    v.logits = a->logits;
-    v.logits_dtype = a->logits_dtype;
-    v.logits_offset = a->logits_offset;
-    v.row_stride = a->row_stride;
-    v.row_request = a->row_request;
-    v.requests = a->requests;
-    v.temperatures = a->temperatures;
+    v.rows = a->rows, v.vocab = a->vocab, v.requests = a->requests;
+    v.logits = a->logits, v.logits_dtype = a->logits_dtype;
+    v.logits_offset = a->logits_offset, v.row_stride = a->row_stride;
+    v.row_request = a->row_request, v.temperatures = a->temperatures;
     v.top_k = a->top_k;
     v.top_p = a->top_p;
     v.min_p = a->min_p;

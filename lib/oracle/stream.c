@@ -114,6 +114,22 @@ float psr_oracle_log1p_neg(float u)
     return psr_oracle_log(1.0f - u);
 }
 
+/* A polynomial by Horner's rule, c[0] the highest coefficient, one fma a
+ * step as the kernels evaluate it (cl/detmath.cl). */
+static float horner(const float *c, size_t n, float x)
+{
+    float p = c[0];
+    for (size_t i = 1; i < n; i++)
+        p = fmaf(p, x, c[i]);
+    return p;
+}
+
+/* 2^k for a normal exponent k, from its bits. */
+static float pow2i(int k)
+{
+    return as_float((uint32_t)(k + 127) << 23);
+}
+
 float psr_oracle_exp_neg(float y)
 {
     if (!(y > -87.0f))
@@ -121,15 +137,9 @@ float psr_oracle_exp_neg(float y)
     float k = rintf(y * 0x1.715476p+0f);
     float r = fmaf(-k, 0x1.62e000p-1f, y);
     r = fmaf(-k, 0x1.0bfbe8p-15f, r);
-    float p = 0x1.a01a02p-13f;
-    p = fmaf(p, r, 0x1.6c16c2p-10f);
-    p = fmaf(p, r, 0x1.111112p-7f);
-    p = fmaf(p, r, 0x1.555556p-5f);
-    p = fmaf(p, r, 0x1.555556p-3f);
-    p = fmaf(p, r, 0.5f);
-    p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f);
-    return p * as_float((uint32_t)((int)k + 127) << 23);
+    static const float c[] = {0x1.a01a02p-13f, 0x1.6c16c2p-10f, 0x1.111112p-7f, 0x1.555556p-5f,
+                              0x1.555556p-3f,  0.5f,            1.0f,           1.0f};
+    return horner(c, sizeof c / sizeof c[0], r) * pow2i((int)k);
 }
 
 float psr_oracle_exp2_neg(float z)
@@ -138,13 +148,9 @@ float psr_oracle_exp2_neg(float z)
         return 0.0f;
     float k = rintf(z);
     float f = z - k;
-    float p = 0x1.5bba14p-10f;
-    p = fmaf(p, f, 0x1.3cea88p-7f);
-    p = fmaf(p, f, 0x1.c6b752p-5f);
-    p = fmaf(p, f, 0x1.ebf9bcp-3f);
-    p = fmaf(p, f, 0x1.62e42ap-1f);
-    p = fmaf(p, f, 1.0f);
-    return p * as_float((uint32_t)((int)k + 127) << 23);
+    static const float c[] = {0x1.5bba14p-10f, 0x1.3cea88p-7f, 0x1.c6b752p-5f, 0x1.ebf9bcp-3f, 0x1.62e42ap-1f,
+                              1.0f};
+    return horner(c, sizeof c / sizeof c[0], f) * pow2i((int)k);
 }
 
 float psr_oracle_recip(float b)
