@@ -89,10 +89,8 @@ inline float4 psr_stats_load(bool is_draft, __global const psr_logit_t *src, __g
     return is_draft ? psr_load4_f32(q, i, vocab, aligned) : psr_load4(src, i, vocab, aligned);
 }
 
-/* Checks the inputs only the device holds; one group (`on`), the result
- * in *status. With PSR_FLAT_BARRIERS the other groups of the launch go
- * through its barriers too, checking nothing. */
-inline void psr_verify_check(bool on, uint lid, uint rows, uint requests, uint vocab, __global const int *row_req,
+/* Checks the inputs only the device holds; one group, the result in *status. */
+inline void psr_verify_check(uint lid, uint rows, uint requests, uint vocab, __global const int *row_req,
                              __global const int *cu, __global const int *draft_tokens,
                              __global const long *positions, __global const float *temperatures,
                              __global uint *status, __local uint *flags)
@@ -101,7 +99,7 @@ inline void psr_verify_check(bool on, uint lid, uint rows, uint requests, uint v
         *flags = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     uint mine = 0;
-    for (uint row = lid; row < (on ? rows : 0); row += PSR_VWG) {
+    for (uint row = lid; row < rows; row += PSR_VWG) {
         int req = row_req[row];
         long pos = positions[row];
         if (pos < 0 || pos >= PSR_MAX_POSITION)
@@ -112,7 +110,7 @@ inline void psr_verify_check(bool on, uint lid, uint rows, uint requests, uint v
                 mine |= PSR_VERIFY_BAD_TOKEN;
         }
     }
-    for (uint r = lid; r < (on ? requests : 0); r += PSR_VWG) {
+    for (uint r = lid; r < requests; r += PSR_VWG) {
         float t = temperatures[r];
         if (!(t == 0.0f || (isnormal(t) && t > 0.0f)))
             mine |= PSR_VERIFY_BAD_TEMPERATURE;
@@ -120,7 +118,7 @@ inline void psr_verify_check(bool on, uint lid, uint rows, uint requests, uint v
     if (mine)
         atomic_or(flags, mine);
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (on && lid == 0)
+    if (lid == 0)
         *status = *flags;
 }
 
@@ -315,11 +313,8 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
 
 /* One statistics group's work (g counts from 0 after the check's group);
  * `fused` when the sampling groups of the same launch read its results
- * (psr_verify_fused). The locals are the kernel's. A group that has
- * nothing to do returns early; with PSR_FLAT_BARRIERS it goes on through
- * the barriers, reading and writing nothing (`skip`), as does the check's
- * group (`on` false). */
-inline void psr_stats_group(bool on, __global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
+ * (psr_verify_fused). The locals are the kernel's. */
+inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                             uint vocab, uint nsb, __global const int4 *order,
                             __global const float *temperatures, __global const long *seeds,
                             uint greedy_all, __global const float *draft_cache, uint cache_k,
@@ -349,29 +344,29 @@ inline void psr_stats_group(bool on, __global const psr_logit_t *logits, ulong l
     bool draft_row = slot + 1 < (uint)o.w;
     /* In one launch every exit counts the group into its request's
      * req_done (after its own stores), for the sampling groups to wait on. */
-    bool bonus = on && !draft_row && scale; /* a bonus row is sampled without its log-sum-exp */
-    /* Nothing to read (a greedy request's draft row): counted at once. */
-    bool no_read = on && !bonus && is_draft && !(draft_cache && draft_row && scale);
-    if (no_read && lid == 0 && decide && draft_row)
-        psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
-                      greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
-                      t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows, g, fused);
-    if ((bonus || no_read) && lid == 0 && fused)
-        psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
-    bool skip = !on || bonus || no_read;
-    if (!PSR_FLAT_BARRIERS && skip)
+    if (!draft_row && scale) {
+        if (lid == 0 && fused)
+            psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
+        return; /* a bonus row is sampled without its log-sum-exp */
+    }
+    if (is_draft && !(draft_cache && draft_row && scale)) {
+        /* Nothing to read (a greedy request's draft row): counted at once. */
+        if (lid == 0 && decide && draft_row)
+            psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
+                          greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
+                          t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows, g, fused);
+        if (lid == 0 && fused)
+            psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
         return; /* uniform across the group */
-    bool known = !skip && decide && slot > 0; /* nothing is recorded before a request's first draft */
-    if (PSR_FLAT_BARRIERS || known) {
+    }
+    if (decide && slot > 0) { /* nothing is recorded before a request's first draft */
         if (lid == 0)
-            *lskip = known && psr_known_rejection(rejected, req, epoch) < slot;
+            *lskip = psr_known_rejection(rejected, req, epoch) < slot;
         barrier(CLK_LOCAL_MEM_FENCE);
         if (*lskip) {
             if (lid == 0 && fused)
                 psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
-            if (!PSR_FLAT_BARRIERS)
-                return; /* past a recorded rejection: never read (uncounted, so never decided) */
-            skip = true;
+            return; /* past a recorded rejection: never read (uncounted, so never decided) */
         }
     }
     uint base = sb * PSR_SB;
@@ -384,7 +379,7 @@ inline void psr_stats_group(bool on, __global const psr_logit_t *logits, ulong l
                             : ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     uint steps[PSR_LPT];
     for (uint l = 0; l < PSR_LPT; l++)
-        steps[l] = skip ? 0 : full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
+        steps[l] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
 #if PSR_LPT == 1
     /* GPUs: one lane per work-item, its 16 steps held in registers. Every
      * load is issued first, none waiting on another, so the memory system
@@ -405,10 +400,7 @@ inline void psr_stats_group(bool on, __global const psr_logit_t *logits, ulong l
     }
 #endif
 
-    /* Flat barriers: both parts go through their barriers, and only the
-     * one the row needs reads or publishes anything. */
-    bool argmax = !skip && !scale, sums = !skip && scale;
-    if (PSR_FLAT_BARRIERS || !scale) {
+    if (!scale) {
         /* Greedy: only the argmax, ties to the lowest index (NaN never
          * wins); a work-item's tokens are in increasing order only when
          * it has one lane, so ties compare indices. */
@@ -423,7 +415,7 @@ inline void psr_stats_group(bool on, __global const psr_logit_t *logits, ulong l
             float4 x = v[k];
 #else
         for (uint l = 0; l < PSR_LPT; l++)
-        for (uint k = 0; k < (argmax ? steps[l] : 0); k++) {
+        for (uint k = 0; k < steps[l]; k++) {
             uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
             float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
 #endif
@@ -445,12 +437,11 @@ inline void psr_stats_group(bool on, __global const psr_logit_t *logits, ulong l
                 lbi[lid] = lbi[lid + s];
             }
         }
-        if (lid == 0 && argmax) {
+        if (lid == 0) {
             psr_publish((__global uint *)(t_best + at), as_uint(lbv[0]));
             psr_publish(t_best_i + at, lbi[0]);
         }
-    }
-    if (PSR_FLAT_BARRIERS || scale) {
+    } else {
         /* Each lane's max of logits / T, then its exp sums against it. */
 #if PSR_LPT == 1
         float wm = -INFINITY;
@@ -472,13 +463,13 @@ inline void psr_stats_group(bool on, __global const psr_logit_t *logits, ulong l
 #else
         for (uint l = 0; l < PSR_LPT; l++) {
             float wm = -INFINITY;
-            for (uint k = 0; k < (sums ? steps[l] : 0); k++) {
+            for (uint k = 0; k < steps[l]; k++) {
                 uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
                 float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
                 wm = fmax(wm, psr_max4(divide ? psr_scaled4(x, t, r) : x));
             }
             float4 lane = (float4)(0.0f);
-            for (uint k = 0; k < (sums ? steps[l] : 0); k++) {
+            for (uint k = 0; k < steps[l]; k++) {
                 uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
                 float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
                 lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, wm);
@@ -488,18 +479,18 @@ inline void psr_stats_group(bool on, __global const psr_logit_t *logits, ulong l
         }
 #endif
         float2 part = psr_lse_tree(lid, lm, ls, true);
-        if (lid == 0 && sums) {
+        if (lid == 0) {
             __global uint *w = (__global uint *)((is_draft ? q_lse : t_lse) + at);
             psr_publish(w, as_uint(part.x));
             psr_publish(w + 1, as_uint(part.y));
         }
     }
 
-    if (lid == 0 && decide && !skip)
+    if (lid == 0 && decide)
         psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
                       greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
                       t_best_i, q_lse, done, rejected, epoch, row_lse, draft_rows, g, fused);
-    if (lid == 0 && fused && !skip)
+    if (lid == 0 && fused)
         psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
 }
 
@@ -532,24 +523,20 @@ void psr_verify_stats(const psr_verify_params p, __global const psr_logit_t *log
     __local uint lbi[PSR_VWG];
     __local uint lflags, lskip;
     uint lid = get_local_id(0);
-    bool checks = get_group_id(0) == 0;
-    if (PSR_FLAT_BARRIERS || checks) {
+    if (get_group_id(0) == 0) {
         /* A group of its own for the check, which returns: under a
          * condition in a group that goes on, its barriers would make PoCL
-         * copy the rest of the kernel (2.6x its build time). With
-         * PSR_FLAT_BARRIERS every group goes through both, each doing
-         * its own part. */
-        psr_verify_check(checks, lid, p.rows, p.requests, p.vocab, row_req, cu, draft_tokens, positions,
+         * copy the rest of the kernel (2.6x its build time). */
+        psr_verify_check(lid, p.rows, p.requests, p.vocab, row_req, cu, draft_tokens, positions,
                          temperatures, PSR_VS(uint, PSR_VS_STATUS), &lflags);
-        if (!PSR_FLAT_BARRIERS)
-            return;
+        return;
     }
-    psr_stats_group(!checks, logits, p.logits_offset, p.row_stride, p.vocab, p.blocks_per_row, order, temperatures,
+    psr_stats_group(logits, p.logits_offset, p.row_stride, p.vocab, p.blocks_per_row, order, temperatures,
                     seeds, p.greedy_all, draft_cache, p.cache_k, draft_tokens, positions,
                     PSR_VS(float2, PSR_VS_T_LSE), PSR_VS(float, PSR_VS_T_BEST), PSR_VS(uint, PSR_VS_T_BEST_I),
                     PSR_VS(float2, PSR_VS_Q_LSE), PSR_VS(uint, PSR_VS_DONE), PSR_VS(uint, PSR_VS_REJECTED),
                     p.epoch, p.decide, PSR_VS(float2, PSR_VS_ROW_LSE), p.draft_rows,
-                    checks ? 0 : (uint)get_group_id(0) - 1, false, NULL, lid, lm, ls, lbv, lbi, &lskip);
+                    (uint)get_group_id(0) - 1, false, NULL, lid, lm, ls, lbv, lbi, &lskip);
 }
 
 /* The residual of one rejected row: log max(p - q, 0) + g. */
@@ -1077,7 +1064,7 @@ void psr_verify_fused(const psr_verify_params p, __global const psr_logit_t *log
     uint ticket = lticket;
     uint lid = get_local_id(0);
     if (ticket == 0) {
-        psr_verify_check(true, lid, p.rows, p.requests, vocab, row_req, cu, draft_tokens, positions,
+        psr_verify_check(lid, p.rows, p.requests, vocab, row_req, cu, draft_tokens, positions,
                          temperatures, status, &lflags);
         if (lid == 0) {
             psr_publish(status, lflags);
@@ -1104,7 +1091,7 @@ void psr_verify_fused(const psr_verify_params p, __global const psr_logit_t *log
         return;
     }
     /* The statistics last, as in psr_verify_stats. */
-    psr_stats_group(true, logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds, greedy_all,
+    psr_stats_group(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds, greedy_all,
                     draft_cache, cache_k, draft_tokens, positions, t_lse, t_best, t_best_i, q_lse, done,
                     rejected, epoch, 1u, row_lse, p.draft_rows, ticket - 1, true, req_done, lid, lm, ls, lbv,
                     lbi, &lskip);
