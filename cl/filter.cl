@@ -417,6 +417,7 @@ inline void psr_filter_scan_last(bool last, const psr_filter_row *f, uint row_id
  * finds the bin that holds the k-th largest key (state word 3), or for
  * min-p-only rows writes the threshold. Rows without a filter get their
  * threshold from their first group. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_filter_scan)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist,
                      __global float *thresholds)
@@ -475,6 +476,7 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
     psr_filter_scan_last(psr_last_group_if(on, &st[2], groups_per_row, &pick[2]), &f, row_id, st, h, thresholds,
                          lh, seg, pick);
 }
+#endif
 
 /* Appends the keys of [start, end) at or above `low`, and their token
  * ids, to the row's candidate list: gathered in local memory, then one
@@ -729,6 +731,7 @@ inline void psr_filter_end_empty(const psr_filter_row *f, uint row_id, __global 
  * and the min-p cut; the row's last group finishes it. Rows with top-p
  * and no top-k: the masses of the keys at or above the min-p cut, per
  * 11-bit bin. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_filter_collect)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist,
                         __global uint *cand, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
@@ -789,10 +792,12 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint
         }
     }
 }
+#endif
 
 /* Pass 3 (enqueued with top-p), for rows with top-p and no top-k: the
  * bin where the mass from the top reaches p * total, then the keys at or
  * above it; the row's last group finishes it. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_filter_collect_mass)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist,
                              __global uint *cand, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
@@ -832,3 +837,4 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, __global uint *state, __global
                       row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, total,
                       lbuf, hlo, hhi, seg, pick);
 }
+#endif

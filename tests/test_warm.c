@@ -132,6 +132,47 @@ static void test_warm_launch(void **state)
     psr_context_free(ctx);
 }
 
+/* Where the driver compiles every kernel at its build (not PoCL: forced
+ * here through the tuning), a program holds one kernel: warming a
+ * filtered call builds the sampler's and each filter kernel's, the call
+ * then builds nothing, and its tokens are those of the family programs. */
+static void test_warm_one_kernel_programs(void **state)
+{
+    (void)state;
+    psr_context *family = open_context(NULL), *ctx = open_context(NULL);
+    psr_tuning t;
+    assert_int_equal(psr_context_tuning(ctx, &t), PSR_OK);
+    t.driver_caches = 0;
+    assert_int_equal(psr_context_set_tuning(ctx, &t), PSR_OK);
+    const psr_warm_variant list[] = {{PSR_WARM_SAMPLE, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 1}};
+    psr_warm_options o;
+    psr_warm_options_init(&o, sizeof o);
+    o.variants = list;
+    o.variant_count = 1;
+    o.launch = PSR_WARM_LAUNCH_OFF;
+    assert_int_equal(psr_context_warm(ctx, &o, NULL), PSR_OK);
+    size_t built = stats_of(ctx).builds;
+    assert_true(built >= 4); /* sample (and its finishing kernel without one pass), scan, collect, collect_mass */
+    enum { ROWS = 3, VOCAB = 700 };
+    static float logits[ROWS * VOCAB];
+    for (size_t i = 0; i < ROWS * VOCAB; i++)
+        logits[i] = (float)((i * 7919u) % 1000u) / 100.0f;
+    const int64_t seeds[ROWS] = {1, 2, 3}, pos[ROWS] = {0, 5, 9};
+    const float temps[ROWS] = {1.0f, 0.7f, 1.3f}, top_p[ROWS] = {0.9f, 1.0f, 0.5f}, min_p[ROWS] = {0.0f, 0.1f, 0.0f};
+    const int32_t top_k[ROWS] = {20, 0, 0};
+    int32_t mine[ROWS], theirs[ROWS];
+    assert_int_equal(sample_host_filtered(ctx, logits, PSR_DTYPE_F32, ROWS, VOCAB, 0, seeds, pos, temps, top_k, top_p,
+                                          min_p, 0, mine, NULL, NULL),
+                     PSR_OK);
+    assert_int_equal(stats_of(ctx).builds, built);
+    assert_int_equal(sample_host_filtered(family, logits, PSR_DTYPE_F32, ROWS, VOCAB, 0, seeds, pos, temps, top_k,
+                                          top_p, min_p, 0, theirs, NULL, NULL),
+                     PSR_OK);
+    assert_memory_equal(mine, theirs, sizeof mine);
+    psr_context_free(ctx);
+    psr_context_free(family);
+}
+
 /* Refused before anything is built, naming the argument. */
 static void expect_refused(psr_context *ctx, const psr_warm_options *o, psr_status status, const char *word)
 {
@@ -213,6 +254,7 @@ int main(void)
         cmocka_unit_test(test_warm_builds_exactly_the_list),
         cmocka_unit_test(test_warm_shares_programs),
         cmocka_unit_test(test_warm_launch),
+        cmocka_unit_test(test_warm_one_kernel_programs),
         cmocka_unit_test(test_warm_refusals),
         cmocka_unit_test(test_warm_fp64_unsupported),
     };
