@@ -399,6 +399,7 @@ inline bool psr_row_cut(__global const float *thresholds, uint row_id, int req, 
 /* Each work-item takes 4 consecutive tokens per step (PSR_VEC on the
  * vector path), the group a chunk of the row. After the first step the
  * group's best so far becomes the pruning floor for the rest of it. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_gumbel_sample)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *logits,
                        __global const int *row_request, __global const long *seeds,
@@ -479,9 +480,11 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
         psr_write_result(finish, req, flags, final_v, final_i, row_id, tokens, p.tokens64, row_flags, part_value,
                          part_index, best_keys != 0);
 }
+#endif
 
 
 /* Combines the partial results of each row: one work-group per row. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_gumbel_finalize)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_gumbel_finalize(const psr_sample_params p, __global const psr_acc_t *part_value,
                          __global const uint *part_index, __global const int *row_request,
@@ -519,3 +522,4 @@ void psr_gumbel_finalize(const psr_sample_params p, __global const psr_acc_t *pa
     if (row_flags)
         row_flags[row] = flags;
 }
+#endif

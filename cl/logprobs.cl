@@ -495,8 +495,12 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
                      token_value, get_group_id(0) / nsb, get_group_id(0) % nsb, get_local_id(0), segments_first, &l); \
     }
 
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_logprobs_partial)
 PSR_LP_PARTIAL_KERNEL(psr_logprobs_partial, PSR_LP_SEGMENT_TAU)
+#endif
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_logprobs_partial_few)
 PSR_LP_PARTIAL_KERNEL(psr_logprobs_partial_few, true)
+#endif
 
 /* How many of a block's top-n list (sorted best first, absent tokens
  * last) beat (v, i): a prefix of the list, found by bisection. */
@@ -603,6 +607,7 @@ inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, uint to
 }
 
 /* One group per row: merges the row's blocks and writes the outputs. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_logprobs_finish)
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
 void psr_logprobs_finish(const psr_logprobs_params p, __global const int *tokens,
                          __global const float2 *lse_in, __global const uint *beat_in,
@@ -614,12 +619,14 @@ void psr_logprobs_finish(const psr_logprobs_params p, __global const int *tokens
     psr_lp_row(p.vocab, p.blocks_per_row, tokens, p.tokens64, lse_in, beat_in, top_v, top_i, p.top_n, token_value,
                token_logprobs, token_ranks, top_ids, top_logprobs, get_group_id(0), false, get_local_id(0), &l);
 }
+#endif
 
 /* Small batches in one launch: the blocks of psr_logprobs_partial, and
  * each row's last block to finish merges the row as psr_logprobs_finish
  * does. `done` holds a count per row, which that block resets. The merge
  * starts after every work-item's pass (the count's barriers), so the two
  * share their local memory. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_logprobs_one)
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
 void psr_logprobs_one(const psr_logprobs_params p, __global const psr_logit_t *logits,
                       __global const int *row_request, __global const float *temperatures,
@@ -644,3 +651,4 @@ void psr_logprobs_one(const psr_logprobs_params p, __global const psr_logit_t *l
     psr_lp_row(vocab, nsb, tokens, p.tokens64, lse, beat, top_v, top_i, top_n, token_value, token_logprobs, token_ranks,
                top_ids, top_logprobs, row, true, lid, &l.row);
 }
+#endif

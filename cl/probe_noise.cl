@@ -5,6 +5,7 @@
 #include "tokens.cl"
 
 /* Noise of (seed, pos, token) triples, for the bit-exactness tests. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_gumbel_noise_kat)
 __kernel void psr_gumbel_noise_kat(__global const long *seeds, __global const long *positions,
                                    __global const uint *tokens, uint n, __global psr_acc_t *noise)
 {
@@ -14,10 +15,12 @@ __kernel void psr_gumbel_noise_kat(__global const long *seeds, __global const lo
     uint key = psr_row_key((ulong)seeds[i], (ulong)positions[i]);
     noise[i] = psr_noise(psr_token_words(key, tokens[i]));
 }
+#endif
 
 #if PSR_VEC_PATH
 /* The vector path's noise and bound of tokens first .. first + 16 * n - 1
  * of row key `key`, 16 per work-item, for the bit-exactness tests. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_gumbel_vnoise_kat)
 __kernel void psr_gumbel_vnoise_kat(uint key, uint first, uint n, __global psr_acc_t *noise,
                                     __global psr_acc_t *bound)
 {
@@ -29,6 +32,7 @@ __kernel void psr_gumbel_vnoise_kat(uint key, uint first, uint n, __global psr_a
     psr_vstore(psr_vnoise_bound(w0, w1), i, bound);
 }
 #endif
+#endif
 
 /* Lower-tail census of the noise option this program was built with:
  * counts[0] += draws with E < 2^-24, counts[1] += draws with E < 2^-32,
@@ -36,6 +40,7 @@ __kernel void psr_gumbel_vnoise_kat(uint key, uint first, uint n, __global psr_a
  * Draw k of work-item i is token i * per_item + k of the row key `key`.
  * top_slice = 1 keeps only the words whose 64-bit uniform lies in its top
  * 2^-32 (w1 = 0xffffffff): the draws that should give E < 2^-32. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_tail_count)
 __kernel void psr_tail_count(uint key, uint per_item, uint top_slice, __global uint *counts)
 {
     __local uint l24, l32;
@@ -69,3 +74,4 @@ __kernel void psr_tail_count(uint key, uint per_item, uint top_slice, __global u
         atomic_add(&counts[1], l32);
     }
 }
+#endif

@@ -5,6 +5,7 @@
 
 /* Raw Philox4x32-10 for known-answer tests: 6 words in (ctr0..3, key0..1),
  * 4 words out per case. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_philox_kat)
 __kernel void psr_philox_kat(__global const uint *in, __global uint *out, uint n)
 {
     uint i = get_global_id(0);
@@ -16,8 +17,10 @@ __kernel void psr_philox_kat(__global const uint *in, __global uint *out, uint n
     for (int k = 0; k < 4; k++)
         out[4 * i + k] = r.v[k];
 }
+#endif
 
 /* Stream words of (seed, pos) pairs: draw's 4 words and u32 of word 0. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_stream_words)
 __kernel void psr_stream_words(__global const long *seeds, __global const long *positions,
                                uint n, __global uint *words, __global uint *u32_bits)
 {
@@ -28,9 +31,11 @@ __kernel void psr_stream_words(__global const long *seeds, __global const long *
     vstore4(w, i, words);
     u32_bits[i] = as_uint(psr_u32(w.x));
 }
+#endif
 
 /* Per-token uniforms: the row key, the fp32 uniform and (USE_FP64) the
  * fp64 uniform's bits of token tokens[i] in row (seeds[i], positions[i]). */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_token_uniforms)
 __kernel void psr_token_uniforms(__global const long *seeds, __global const long *positions,
                                  __global const uint *tokens, uint n, __global uint *row_keys,
                                  __global uint *u32_bits, __global ulong *u64_bits)
@@ -48,3 +53,4 @@ __kernel void psr_token_uniforms(__global const long *seeds, __global const long
     u64_bits[i] = 0;
 #endif
 }
+#endif

@@ -511,6 +511,7 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
  * timing, the tokens do not. With `decide` 0 (launches of about a wave,
  * where every row starts before any decision) no group counts, decides or
  * skips. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_verify_stats)
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
 void psr_verify_stats(const psr_verify_params p, __global const psr_logit_t *logits,
                       __global const int *row_req, __global const int *cu, __global const int4 *order,
@@ -538,6 +539,7 @@ void psr_verify_stats(const psr_verify_params p, __global const psr_logit_t *log
                     p.epoch, p.decide, PSR_VS(float2, PSR_VS_ROW_LSE), p.draft_rows,
                     (uint)get_group_id(0) - 1, false, NULL, lid, lm, ls, lbv, lbi, &lskip);
 }
+#endif
 
 /* The residual of one rejected row: log max(p - q, 0) + g. */
 typedef struct psr_residual {
@@ -972,6 +974,7 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
     }
 }
 
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_verify_sample)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_verify_sample(const psr_verify_params p, __global const psr_logit_t *logits,
                        __global const int *cu, __global const int *draft_tokens, __global const long *seeds,
@@ -998,6 +1001,7 @@ void psr_verify_sample(const psr_verify_params p, __global const psr_logit_t *lo
                      (uint)get_group_id(0), false, get_local_id(0), lv, li, &first_reject, &lwalk, lres,
                      &lfinish, &lrows, lk);
 }
+#endif
 
 #if PSR_WG_SIZE <= PSR_LANES
 /* Spins until other groups of the launch have stored `a_value` at `a` and
@@ -1025,6 +1029,7 @@ inline void psr_wait_for(__global const uint *a, uint a_value, __global const ui
  * device holds at once. The host chooses this kernel when all tickets fit
  * the count's 12 bits, every draft slot is recordable and the sampling
  * groups need no finishing kernel. Same tokens as the two kernels. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_verify_fused)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_verify_fused(const psr_verify_params p, __global const psr_logit_t *logits,
                       __global const int *row_req, __global const int *cu, __global const int4 *order,
@@ -1097,9 +1102,11 @@ void psr_verify_fused(const psr_verify_params p, __global const psr_logit_t *log
                     lbi, &lskip);
 }
 #endif
+#endif
 
 /* Without the one-kernel gather: combines each request's chunks and writes
  * its output row. One group per request. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_verify_finalize)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_verify_finalize(const psr_verify_params p, __global const psr_acc_t *part_value,
                          __global const uint *part_index, __global const int *cu,
@@ -1123,3 +1130,4 @@ void psr_verify_finalize(const psr_verify_params p, __global const psr_acc_t *pa
     psr_write_output(req, &walk, w.y >= 0 ? w.y : (int)li[0], lid, cols, (uint)cu[req], draft_tokens,
                      NULL, 0, tokens, tokens64, num_sampled);
 }
+#endif

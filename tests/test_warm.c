@@ -14,6 +14,15 @@ static psr_cache_stats stats_of(psr_context *ctx)
     return s;
 }
 
+/* Does the context build a program per kernel family (drivers that
+ * compile at first launch, PoCL), or one per kernel? */
+static bool family_programs(psr_context *ctx)
+{
+    psr_tuning t;
+    assert_int_equal(psr_context_tuning(ctx, &t), PSR_OK);
+    return t.driver_caches != 0;
+}
+
 static void expect_detail(psr_context *ctx, const char *word)
 {
     const char *detail = psr_last_error(ctx);
@@ -42,7 +51,8 @@ static void record_progress(size_t index, size_t total, const char *name, double
 }
 
 /* Plain sampling (the sample program) and filtered bf16 logprobs (the
- * logprobs and filter programs): three programs, two variants. */
+ * logprobs and filter programs): three programs on PoCL, two variants;
+ * elsewhere a program per kernel they launch. */
 static void test_warm_builds_exactly_the_list(void **state)
 {
     (void)state;
@@ -61,7 +71,11 @@ static void test_warm_builds_exactly_the_list(void **state)
     assert_int_equal(psr_context_warm(ctx, &o, &n), PSR_OK);
     assert_int_equal(n, 2);
     psr_cache_stats s = stats_of(ctx);
-    assert_int_equal(s.builds, 3);
+    size_t built = s.builds;
+    if (family_programs(ctx))
+        assert_int_equal(built, 3);
+    else /* a program per kernel: the sampler, logprobs' partial and finish at least, scan, collect */
+        assert_true(built >= 5);
     assert_int_equal(s.memory_hits, 0);
     assert_int_equal(log.calls, 2);
     assert_int_equal(log.total, 2);
@@ -73,8 +87,8 @@ static void test_warm_builds_exactly_the_list(void **state)
     log = (progress_log){.consistent = true};
     assert_int_equal(psr_context_warm(ctx, &o, &n), PSR_OK);
     s = stats_of(ctx);
-    assert_int_equal(s.builds, 3);
-    assert_int_equal(s.memory_hits, 3);
+    assert_int_equal(s.builds, built);
+    assert_int_equal(s.memory_hits, built);
     assert_int_equal(log.calls, 2);
 
     /* A sampling call of the warmed variant builds nothing either. */
@@ -84,7 +98,7 @@ static void test_warm_builds_exactly_the_list(void **state)
     int32_t token = -1;
     assert_int_equal(sample_host(ctx, logits, PSR_DTYPE_F32, 1, 8, 0, &seed, &pos, &t, 0, &token, NULL, NULL),
                      PSR_OK);
-    assert_int_equal(stats_of(ctx).builds, 3);
+    assert_int_equal(stats_of(ctx).builds, built);
     psr_context_free(ctx);
 }
 
@@ -101,13 +115,20 @@ static void test_warm_shares_programs(void **state)
     psr_warm_options o;
     psr_warm_options_init(&o, sizeof o);
     o.variants = list;
-    o.variant_count = 3;
+    o.variant_count = 1;
     o.launch = PSR_WARM_LAUNCH_OFF;
+    assert_int_equal(psr_context_warm(ctx, &o, NULL), PSR_OK);
+    size_t gumbel = stats_of(ctx).builds;
+    /* the race adds its sampler only: the filters' programs are shared */
+    o.variant_count = 2;
+    assert_int_equal(psr_context_warm(ctx, &o, NULL), PSR_OK);
+    assert_int_equal(stats_of(ctx).builds, gumbel + 1);
     size_t n = 0;
+    o.variant_count = 3;
     assert_int_equal(psr_context_warm(ctx, &o, &n), PSR_OK);
     assert_int_equal(n, 3);
-    /* sample (Gumbel-max, race), one filter program, verify */
-    assert_int_equal(stats_of(ctx).builds, 4);
+    if (family_programs(ctx)) /* sample (Gumbel-max, race), one filter program, verify */
+        assert_int_equal(stats_of(ctx).builds, 4);
     psr_context_free(ctx);
 }
 
@@ -130,6 +151,49 @@ static void test_warm_launch(void **state)
     assert_int_equal(s.builds, 1);
     assert_true(s.memory_hits >= 1); /* the launch found the program warmed */
     psr_context_free(ctx);
+}
+
+/* Where the driver compiles every kernel at its build (not PoCL: set
+ * here through the tuning), a program holds one kernel: warming a
+ * filtered call builds the sampler's and each filter kernel's, the call
+ * then builds nothing, and its tokens are those of the family programs. */
+static void test_warm_one_kernel_programs(void **state)
+{
+    (void)state;
+    psr_context *family = open_context(NULL), *ctx = open_context(NULL);
+    psr_tuning t;
+    assert_int_equal(psr_context_tuning(ctx, &t), PSR_OK);
+    t.driver_caches = 0;
+    assert_int_equal(psr_context_set_tuning(ctx, &t), PSR_OK);
+    t.driver_caches = 1; /* and the other context builds family programs, on every device */
+    assert_int_equal(psr_context_set_tuning(family, &t), PSR_OK);
+    const psr_warm_variant list[] = {{PSR_WARM_SAMPLE, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 1}};
+    psr_warm_options o;
+    psr_warm_options_init(&o, sizeof o);
+    o.variants = list;
+    o.variant_count = 1;
+    o.launch = PSR_WARM_LAUNCH_OFF;
+    assert_int_equal(psr_context_warm(ctx, &o, NULL), PSR_OK);
+    size_t built = stats_of(ctx).builds;
+    assert_true(built >= 3); /* sample (and its finishing kernel without one pass), scan, collect */
+    enum { ROWS = 3, VOCAB = 700 };
+    static float logits[ROWS * VOCAB];
+    for (size_t i = 0; i < ROWS * VOCAB; i++)
+        logits[i] = (float)((i * 7919u) % 1000u) / 100.0f;
+    const int64_t seeds[ROWS] = {1, 2, 3}, pos[ROWS] = {0, 5, 9};
+    const float temps[ROWS] = {1.0f, 0.7f, 1.3f}, top_p[ROWS] = {0.9f, 1.0f, 0.5f}, min_p[ROWS] = {0.0f, 0.1f, 0.0f};
+    const int32_t top_k[ROWS] = {20, 0, 0};
+    int32_t mine[ROWS], theirs[ROWS];
+    assert_int_equal(sample_host_filtered(ctx, logits, PSR_DTYPE_F32, ROWS, VOCAB, 0, seeds, pos, temps, top_k, top_p,
+                                          min_p, 0, mine, NULL, NULL),
+                     PSR_OK);
+    assert_int_equal(stats_of(ctx).builds, built);
+    assert_int_equal(sample_host_filtered(family, logits, PSR_DTYPE_F32, ROWS, VOCAB, 0, seeds, pos, temps, top_k,
+                                          top_p, min_p, 0, theirs, NULL, NULL),
+                     PSR_OK);
+    assert_memory_equal(mine, theirs, sizeof mine);
+    psr_context_free(ctx);
+    psr_context_free(family);
 }
 
 /* Refused before anything is built, naming the argument. */
@@ -213,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_warm_builds_exactly_the_list),
         cmocka_unit_test(test_warm_shares_programs),
         cmocka_unit_test(test_warm_launch),
+        cmocka_unit_test(test_warm_one_kernel_programs),
         cmocka_unit_test(test_warm_refusals),
         cmocka_unit_test(test_warm_fp64_unsupported),
     };

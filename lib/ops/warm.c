@@ -41,19 +41,58 @@ static psr_status check_warm_variant(psr_context *ctx, const psr_warm_variant *w
     return PSR_OK;
 }
 
-/* The programs a warm variant's call builds: its own family's, and the
- * filter program with filters. Returns how many (1 or 2). */
-static size_t warm_programs(const psr_warm_variant *w, unsigned flags, psr_variant out[2])
+#define WARM_KERNELS 8
+
+/* Appends kernel `name` of v's family to the list, unless its program is
+ * there already (every kernel of a family shares one on PoCL). */
+static void warm_add(const psr_context *ctx, const psr_variant *v, const char *name, psr_variant *out, size_t *n)
 {
-    psr_dtype dtype = w->dtype;
-    psr_kernel_set set = w->call == PSR_WARM_SAMPLE     ? PSR_KERNELS_SAMPLE
-                         : w->call == PSR_WARM_LOGPROBS ? PSR_KERNELS_LOGPROBS
-                                                        : PSR_KERNELS_VERIFY;
-    out[0] = psr_variant_of(set, flags, dtype);
-    out[0].filtered = set == PSR_KERNELS_SAMPLE && w->filtered;
-    /* logprobs' pre-pass: the target stream's deterministic fp32 filters (lib/ops/logprobs.c) */
-    out[1] = psr_variant_of(PSR_KERNELS_FILTER, set == PSR_KERNELS_SAMPLE ? flags : 0, dtype);
-    return w->filtered ? 2 : 1;
+    psr_variant k = psr_variant_for_kernel(ctx, v, name);
+    for (size_t i = 0; i < *n; i++)
+        if (psr_variant_code(&out[i]) == psr_variant_code(&k) && (!k.kernel || strcmp(out[i].kernel, k.kernel) == 0))
+            return;
+    out[(*n)++] = k;
+}
+
+/* The programs of the kernels a warm variant's call launches: its
+ * family's (the finishing kernel where rows are not sampled in one pass;
+ * logprobs' and verification's one-launch kernels where the tuning takes
+ * them) and, with filters, the filters'. Returns how many. */
+static size_t warm_programs(const psr_context *ctx, const psr_warm_variant *w, unsigned flags,
+                            psr_variant out[WARM_KERNELS])
+{
+    size_t n = 0;
+    const psr_tuning *t = &ctx->tuning;
+    if (w->call == PSR_WARM_SAMPLE) {
+        psr_variant v = psr_variant_of(PSR_KERNELS_SAMPLE, flags, w->dtype);
+        v.filtered = w->filtered;
+        warm_add(ctx, &v, "psr_gumbel_sample", out, &n);
+        if (!psr_one_pass(ctx, 1u << 17, 2, v.fp64))
+            warm_add(ctx, &v, "psr_gumbel_finalize", out, &n);
+    } else if (w->call == PSR_WARM_LOGPROBS) {
+        psr_variant v = psr_variant_of(PSR_KERNELS_LOGPROBS, 0, w->dtype);
+        if (t->logprobs.one_blocks)
+            warm_add(ctx, &v, "psr_logprobs_one", out, &n);
+        if (t->logprobs.few_blocks > t->logprobs.one_blocks)
+            warm_add(ctx, &v, "psr_logprobs_partial_few", out, &n);
+        warm_add(ctx, &v, "psr_logprobs_partial", out, &n);
+        warm_add(ctx, &v, "psr_logprobs_finish", out, &n);
+    } else {
+        psr_variant v = psr_variant_of(PSR_KERNELS_VERIFY, flags, w->dtype);
+        if (t->verify.fused_groups && !t->verify.fused_broken && t->sample.work_group_size <= PSR_LANES)
+            warm_add(ctx, &v, "psr_verify_fused", out, &n);
+        warm_add(ctx, &v, "psr_verify_stats", out, &n);
+        warm_add(ctx, &v, "psr_verify_sample", out, &n);
+        if (!psr_one_pass(ctx, 1u << 17, 2, v.fp64))
+            warm_add(ctx, &v, "psr_verify_finalize", out, &n);
+    }
+    if (w->filtered) {
+        /* logprobs' pre-pass: the target stream's deterministic fp32 filters (lib/ops/logprobs.c) */
+        psr_variant f = psr_variant_of(PSR_KERNELS_FILTER, w->call == PSR_WARM_SAMPLE ? flags : 0, w->dtype);
+        warm_add(ctx, &f, "psr_filter_scan", out, &n);
+        warm_add(ctx, &f, "psr_filter_collect", out, &n); /* passes 2 and 3 */
+    }
+    return n;
 }
 
 /* Every variant an application can reach on this device, into out (may
@@ -95,8 +134,8 @@ static size_t all_warm_variants(const psr_context *ctx, psr_warm_variant *out)
  * on tiny inputs. */
 static psr_status warm_one(psr_context *ctx, const psr_warm_variant *w, unsigned flags, bool launch)
 {
-    psr_variant v[2];
-    size_t n = warm_programs(w, flags, v);
+    psr_variant v[WARM_KERNELS];
+    size_t n = warm_programs(ctx, w, flags, v);
     psr_status st = PSR_OK;
     for (size_t i = 0; i < n && st == PSR_OK; i++) {
         cl_program p;
@@ -113,11 +152,12 @@ static psr_status warm_one(psr_context *ctx, const psr_warm_variant *w, unsigned
 
 /* The variant's name: its own program's ("sample f16 drafting filtered",
  * "logprobs bf16 filtered"). */
-static void warm_name(const psr_warm_variant *w, unsigned flags, char *buf, size_t len)
+static void warm_name(const psr_context *ctx, const psr_warm_variant *w, unsigned flags, char *buf, size_t len)
 {
-    psr_variant v[2];
-    warm_programs(w, flags, v);
+    psr_variant v[WARM_KERNELS];
+    warm_programs(ctx, w, flags, v);
     v[0].filtered = false;
+    v[0].kernel = NULL;
     psr_variant_name(&v[0], buf, len);
     size_t used = strlen(buf);
     if (w->filtered && used + 10 < len)
@@ -172,7 +212,7 @@ psr_status psr_context_warm(psr_context *ctx, const psr_warm_options *options, s
         double start = psr_seconds();
         st = warm_one(ctx, &list[i], flags[i], launch);
         char name[96];
-        warm_name(&list[i], flags[i], name, sizeof name);
+        warm_name(ctx, &list[i], flags[i], name, sizeof name);
         double seconds = psr_seconds() - start;
         if (st == PSR_OK)
             psr_log(ctx, PSR_LOG_INFO, "warm [%zu/%zu] %s%s: %.2f s", i + 1, n, name,

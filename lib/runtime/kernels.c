@@ -64,7 +64,7 @@ bool psr_kernel_set_uses_logits(psr_kernel_set set)
 
 unsigned psr_variant_code(const psr_variant *v)
 {
-    return (unsigned)v->filtered << 16 | (unsigned)v->method << 12 | (unsigned)v->set << 8 | (unsigned)v->dtype << 4 | (unsigned)v->wide << 3 |
+    return (unsigned)(v->kernel != NULL) << 20 | (unsigned)v->filtered << 16 | (unsigned)v->method << 12 | (unsigned)v->set << 8 | (unsigned)v->dtype << 4 | (unsigned)v->wide << 3 |
            (unsigned)v->drafting << 2 | (unsigned)v->fp64 << 1 | (unsigned)v->fast_math;
 }
 
@@ -78,10 +78,11 @@ void psr_variant_name(const psr_variant *v, char *buf, size_t len)
     static const char *const dtypes[] = {"f32", "f16", "bf16"};
     static const char *const methods[] = {"", " race", " race-probs"};
     bool logits = psr_kernel_set_uses_logits(v->set);
-    snprintf(buf, len, "%s%s%s%s%s%s%s%s", psr_kernel_set_name(v->set),
+    snprintf(buf, len, "%s%s%s%s%s%s%s%s%s%s", psr_kernel_set_name(v->set),
              logits ? " " : "", logits ? dtypes[v->dtype % 3] : "", methods[v->method % 3],
              v->fp64 ? " fp64" : v->wide ? " wide" : "", v->fast_math ? " fast" : "",
-             v->drafting ? " drafting" : "", v->filtered ? " filtered" : "");
+             v->drafting ? " drafting" : "", v->filtered ? " filtered" : "", v->kernel ? ": " : "",
+             v->kernel ? v->kernel : "");
 }
 
 char *psr_kernel_source(psr_kernel_set set)
@@ -143,12 +144,15 @@ void psr_build_options(const psr_context *ctx, const psr_variant *in, char *buf,
      * multiply from a 64-bit product (9-12% slower on NVIDIA). Its 64-bit
      * path wins over the intrinsic unless R123_USE_64BIT=0 (psr uses only
      * philox4x32, so nothing is lost). */
+    char one[96] = "";
+    if (v->kernel) /* a program of one kernel (cl/embed.py checks the guards) */
+        snprintf(one, sizeof one, " -DPSR_ONE_KERNEL -DPSR_ONLY_%s", v->kernel);
     snprintf(buf, len,
-             "%s-DIS_DRAFTING=%d -DUSE_FP64=%d -DPSR_WG_SIZE=%zu%s%s%s%s",
+             "%s-DIS_DRAFTING=%d -DUSE_FP64=%d -DPSR_WG_SIZE=%zu%s%s%s%s%s",
              opencl_c_version(&ctx->info) >= 12 ? "-cl-std=CL1.2 " : "", v->drafting ? 1 : 0,
              v->fp64 ? 1 : 0, ctx->tuning.sample.work_group_size,
              ctx->tuning.sample.mulhi ? " -DR123_USE_64BIT=0 -DR123_USE_MULHILO32_MULHI_INTRIN=1 "
                                  "-DR123_MULHILO32_MULHI_INTRIN=mul_hi"
                                : "",
-             extra, *ctx->tuning.extra_options ? " " : "", ctx->tuning.extra_options);
+             extra, one, *ctx->tuning.extra_options ? " " : "", ctx->tuning.extra_options);
 }

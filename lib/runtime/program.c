@@ -274,9 +274,20 @@ psr_status psr_program_get(psr_context *ctx, const psr_variant *in, cl_program *
     return PSR_OK;
 }
 
+/* A driver that compiles each kernel at its first launch (PoCL) compiles
+ * only what it launches: there a program per family costs one front end
+ * for its kernels. Other drivers compile every kernel of a program at its
+ * build, so there a program holds one kernel (docs/cache.md). */
+psr_variant psr_variant_for_kernel(const psr_context *ctx, const psr_variant *in, const char *name)
+{
+    psr_variant v = psr_variant_normal(in);
+    v.kernel = ctx->tuning.driver_caches ? NULL : name;
+    return v;
+}
+
 psr_status psr_kernel_get(psr_context *ctx, const psr_variant *in, const char *name, cl_kernel *out)
 {
-    psr_variant n = psr_variant_normal(in);
+    psr_variant n = psr_variant_for_kernel(ctx, in, name);
     const psr_variant *v = &n;
     unsigned code = psr_variant_code(v);
     for (size_t i = 0; i < ctx->kernel_count; i++)

@@ -29,6 +29,7 @@ typedef struct psr_variant {
     psr_dtype dtype;   /* PSR_LOGIT_DTYPE (sets that read logits) */
     bool fast_math;    /* PSR_DETERMINISTIC=0 */
     bool filtered;     /* PSR_FILTERS=1: the sampler applies filter thresholds (built on demand) */
+    const char *kernel; /* NULL: every kernel of the set; else this one alone (-DPSR_ONLY_<kernel>) */
 } psr_variant;
 
 /* The variant of a set that resolved PSR_SAMPLE_* flags select (normal). */
@@ -46,6 +47,10 @@ unsigned psr_variant_code(const psr_variant *v);
  * each program once; *variants (may be NULL) receives how many programs
  * (the tests warm the stream set; psr_context_warm takes warm variants). */
 psr_status psr_warm_sets(psr_context *ctx, unsigned set_mask, size_t *variants);
+/* The variant whose program holds kernel `name`: the family's program
+ * where the driver compiles at first launch (PoCL), else one of that
+ * kernel alone. */
+psr_variant psr_variant_for_kernel(const psr_context *ctx, const psr_variant *v, const char *name);
 /* Returns a kernel of a variant, created once per context and cached. */
 psr_status psr_kernel_get(psr_context *ctx, const psr_variant *v, const char *name, cl_kernel *out);
 
