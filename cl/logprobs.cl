@@ -1,4 +1,4 @@
-/* Logprobs of sampled tokens (docs/api.md, "Logprobs"), with
+/* Logprobs of sampled tokens (docs/api/logprobs.md), with
  * verification's super-blocks and log-sum-exp order (lse.cl), so a
  * logprob is the same bits on every device and in lib/oracle/logprobs.c.
  *
