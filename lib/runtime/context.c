@@ -274,7 +274,6 @@ void psr_context_free(psr_context *ctx)
 {
     if (!ctx)
         return;
-    psr_buffer_memo_clear(&ctx->buffers);
     for (size_t i = 0; i < ctx->kernel_count; i++)
         clReleaseKernel(ctx->kernels[i].kernel);
     free(ctx->kernels);

@@ -2,7 +2,6 @@
 #ifndef PSR_RUNTIME_CONTEXT_H
 #define PSR_RUNTIME_CONTEXT_H
 
-#include "runtime/buffer_memo.h"
 #include "runtime/cache.h"
 #include "runtime/status.h"
 #include "runtime/tuning.h"
@@ -94,7 +93,6 @@ struct psr_context {
     bool fp64_fallback_said;     /* the log has said once that fp64 became wide */
     unsigned last_sample_flags;
 
-    psr_buffer_memo buffers; /* the app's buffers checked before (buffer_memo.c) */
     bool check_arg_names; /* built with -cl-kernel-arg-info: the argument builder checks names */
     char *build_log;
     char error[PSR_ERROR_MAX];

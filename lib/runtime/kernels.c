@@ -46,10 +46,10 @@ psr_variant psr_variant_normal(const psr_variant *in)
         v.method = 0;
         break;
     case PSR_KERNELS_LOGPROBS:
-        v = (psr_variant){.set = v.set, .dtype = v.dtype};
+        v = (psr_variant){.set = v.set, .dtype = v.dtype, .kernel = in->kernel};
         break;
     default:
-        v = (psr_variant){.set = v.set, .drafting = v.drafting, .fp64 = v.fp64};
+        v = (psr_variant){.set = v.set, .drafting = v.drafting, .fp64 = v.fp64, .kernel = in->kernel};
         break;
     }
     if (v.set != PSR_KERNELS_SAMPLE)

@@ -23,33 +23,39 @@ size_t psr_logits_bytes(size_t offset, size_t rows, size_t stride, size_t vocab,
     return (offset + span) * esize;
 }
 
-/* Where a buffer lies, and that it belongs to the context: from the
- * memo when the buffer was seen before, else from the driver. */
-static psr_status locate(psr_context *ctx, cl_mem buf, const char *name, psr_buffer_facts *f)
+/* Where a buffer lies: its root (itself, or the parent of a sub-buffer)
+ * and its bytes there. */
+typedef struct buffer_span {
+    cl_mem root;
+    size_t offset, size;
+} buffer_span;
+
+/* Where a buffer lies, and that it belongs to the context. The driver is
+ * asked every call: a handle alone cannot name a buffer for long (a
+ * destroyed buffer's handle is handed out again, and on NVIDIA's driver
+ * before its destructor callbacks have run). */
+static psr_status locate(psr_context *ctx, cl_mem buf, const char *name, buffer_span *f)
 {
-    if (!psr_buffer_memo_find(&ctx->buffers, buf, f)) {
-        cl_context owner = NULL;
-        cl_mem parent = NULL;
-        f->offset = f->size = 0;
-        cl_int err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof f->size, &f->size, NULL);
-        if (err == CL_SUCCESS)
-            err = clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
-        if (err == CL_SUCCESS)
-            err = clGetMemObjectInfo(buf, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL);
-        if (err == CL_SUCCESS && parent)
-            err = clGetMemObjectInfo(buf, CL_MEM_OFFSET, sizeof f->offset, &f->offset, NULL);
-        if (err != CL_SUCCESS)
-            return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT, "%s is not a usable cl_mem: %s (%d)", name,
-                            psr_cl_error_string(err), err);
-        f->root = parent ? parent : buf;
-        f->ours = owner == ctx->cl_ctx;
-        psr_buffer_memo_keep(&ctx->buffers, buf, f);
-    }
-    REQUIRE(f->ours, PSR_ERR_FOREIGN_BUFFER, "%s belongs to another cl_context than the psr context's", name);
+    cl_context owner = NULL;
+    cl_mem parent = NULL;
+    f->offset = f->size = 0;
+    cl_int err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof f->size, &f->size, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetMemObjectInfo(buf, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL);
+    if (err == CL_SUCCESS && parent)
+        err = clGetMemObjectInfo(buf, CL_MEM_OFFSET, sizeof f->offset, &f->offset, NULL);
+    if (err != CL_SUCCESS)
+        return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT, "%s is not a usable cl_mem: %s (%d)", name,
+                        psr_cl_error_string(err), err);
+    REQUIRE(owner == ctx->cl_ctx, PSR_ERR_FOREIGN_BUFFER, "%s belongs to another cl_context than the psr context's",
+            name);
+    f->root = parent ? parent : buf;
     return PSR_OK;
 }
 
-static psr_status check_size(psr_context *ctx, const psr_buffer_need *n, const psr_buffer_facts *span)
+static psr_status check_size(psr_context *ctx, const psr_buffer_need *n, const buffer_span *span)
 {
     REQUIRE(span->size >= n->bytes, PSR_ERR_BUFFER_TOO_SMALL, "%s holds %zu bytes; the shape needs %zu",
             n->name, span->size, n->bytes);
@@ -59,7 +65,7 @@ static psr_status check_size(psr_context *ctx, const psr_buffer_need *n, const p
 psr_status psr_check_buffer(psr_context *ctx, cl_mem buf, size_t need, const char *name)
 {
     psr_buffer_need n = {buf, need, name, false};
-    psr_buffer_facts span;
+    buffer_span span;
     psr_status st = locate(ctx, buf, name, &span);
     return st == PSR_OK ? check_size(ctx, &n, &span) : st;
 }
@@ -71,7 +77,7 @@ psr_status psr_check_required(psr_context *ctx, const psr_buffer_need *needs, si
     return PSR_OK;
 }
 
-static bool spans_meet(const psr_buffer_facts *x, const psr_buffer_facts *y)
+static bool spans_meet(const buffer_span *x, const buffer_span *y)
 {
     return x->root == y->root && x->offset < y->offset + y->size && y->offset < x->offset + x->size;
 }
@@ -80,7 +86,7 @@ static bool spans_meet(const psr_buffer_facts *x, const psr_buffer_facts *y)
  * another buffer; then the sizes. */
 psr_status psr_check_buffers(psr_context *ctx, const psr_buffer_need *needs, size_t count)
 {
-    psr_buffer_facts spans[PSR_MAX_CALL_BUFFERS];
+    buffer_span spans[PSR_MAX_CALL_BUFFERS];
     REQUIRE(count <= PSR_MAX_CALL_BUFFERS, PSR_ERR_INVALID_ARGUMENT, "too many buffers in one call");
     for (size_t i = 0; i < count; i++) {
         spans[i].root = NULL;
