@@ -9,7 +9,7 @@
  * does not depend on the order of the sums and lib/oracle/filter.c gets
  * the same bits.
  *
- * Up to three launches of two kernels, many work-groups per row, so that a few rows
+ * Up to three kernels with many work-groups per row, so that a few rows
  * still fill the device; the last group of a row to finish a pass does
  * the row's remaining work, which saves a launch per pass (lib/ops/filter.c
  * enqueues them):
@@ -24,10 +24,9 @@
  *                       search (8 bits a pass), over the whole row when
  *                       the list overflowed. Rows with top-p but no
  *                       top-k: a histogram of masses (11 bits).
- *   psr_filter_collect again (mass_pass = 1, with top-p)  rows with
- *                       top-p alone: the bin where the mass from the top
- *                       reaches p, the keys at or above it, and the same
- *                       exact search in the last group.
+ *   psr_filter_collect_mass  rows with top-p alone: the bin where the
+ *                       mass from the top reaches p, the keys at or above
+ *                       it, and the same exact search in the last group.
  * Data that crosses work-groups is written with atomics and read with
  * volatile loads; a group fences its writes before it counts itself done.
  * Output, two floats per row: the threshold, -inf (nothing removed), NaN
@@ -714,51 +713,31 @@ inline void psr_filter_end_empty(const psr_filter_row *f, uint row_id, __global 
     st[3] = 0;
 }
 
-/* The bin where the mass from the top of a top-p-alone row reaches
- * p * total, from the masses pass 2 summed (hist), with that total.
- * Every work-item calls it; `live`: the row is the group's to collect. */
-inline uint psr_filter_mass_bin(bool live, const psr_filter_row *f, __global const uint *h, __local uint *lbuf,
-                                __local ulong *seg, __local uint *pick, ulong *total)
-{
-    __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS;
-    for (uint b = get_local_id(0); b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
-        lbuf[b] = live ? h[b] : 0;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    *total = psr_filter_suffix(mlo, mhi, true, PSR_FILTER_MBINS, seg);
-    float goal = fmax(f->p, FLT_MIN) * (float)*total;
-    psr_filter_cross(mlo, mhi, true, PSR_FILTER_MBINS, 0, true, 0, goal, seg, pick);
-    uint bin = pick[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return bin;
-}
+#define PSR_FILTER_COLLECT_START                                                                  \
+    __local ulong lbuf64[PSR_FILTER_MBINS]; /* 4096 words: a histogram or keys */                 \
+    __local uint *lbuf = (__local uint *)lbuf64;                                                   \
+    __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS];                                       \
+    __local ulong seg[PSR_WG_SIZE];                                                                \
+    __local uint pick[3];                                                                          \
+    PSR_FILTER_ROWS_UNPACK;                                                                        \
+    const uint cap = p.cap, direct_max = p.direct_max;                                             \
+    uint lid = get_local_id(0);                                                                    \
+    uint row_id = get_group_id(0) / groups_per_row;                                                \
+    uint part = get_group_id(0) % groups_per_row;                                                  \
+    psr_filter_row f = PSR_FILTER_ROW_GET(row_id)
 
-/* Passes 2 and 3, groups_per_row groups per row; `mass_pass` (0 or 1,
- * the same for every group of a launch) picks the pass. One kernel for
- * both, so that the row's finish (psr_filter_finish) is compiled once.
- * Pass 2, for rows with top-k or top-p. Top-k rows: the candidates, keys
- * at or above both the bin pass 1 found and the min-p cut; the row's last
- * group finishes it. Rows with top-p and no top-k: the masses of the
- * keys at or above the min-p cut, per 11-bit bin.
- * Pass 3 (enqueued with top-p), for rows with top-p and no top-k: the
- * bin where the mass from the top reaches p * total, then the keys at or
- * above it; the row's last group finishes it. */
+/* Pass 2, groups_per_row groups per row, for rows with top-k or top-p.
+ * Top-k rows: the candidates, keys at or above both the bin pass 1 found
+ * and the min-p cut; the row's last group finishes it. Rows with top-p
+ * and no top-k: the masses of the keys at or above the min-p cut, per
+ * 11-bit bin. */
 #if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_filter_collect)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist,
-                        __global uint *cand, __global float *thresholds, PSR_FILTER_DIRECT_ARGS, uint mass_pass)
+                        __global uint *cand, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
 {
-    __local ulong lbuf64[PSR_FILTER_MBINS]; /* 4096 words: a histogram or keys */
-    __local uint *lbuf = (__local uint *)lbuf64;
-    __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS];
-    __local ulong seg[PSR_WG_SIZE];
-    __local uint pick[3];
-    PSR_FILTER_ROWS_UNPACK;
-    const uint cap = p.cap, direct_max = p.direct_max;
-    uint lid = get_local_id(0);
-    uint row_id = get_group_id(0) / groups_per_row;
-    uint part = get_group_id(0) % groups_per_row;
-    psr_filter_row f = PSR_FILTER_ROW_GET(row_id);
-    bool on = f.state == 2 && (mass_pass ? !f.k_on && f.p_on : f.k_on || f.p_on);
+    PSR_FILTER_COLLECT_START;
+    bool on = f.state == 2 && (f.k_on || f.p_on);
     if (!PSR_FLAT_BARRIERS && !on)
         return; /* flat: the group runs on, reading and writing nothing */
     __global uint *st = state + PSR_FILTER_STATE * row_id;
@@ -766,30 +745,24 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
     __global uint *rc = cand + (ulong)row_id * 2 * cap;
-    float m = on ? psr_filter_max_of(st[0]) : -INFINITY; /* complete: the pass before has ended */
+    float m = on ? psr_filter_max_of(st[0]) : -INFINITY; /* complete: pass 1 has ended */
     uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));
     uint start = part * chunk, end = min(start + chunk, vocab);
     bool empty = on && !(m > -INFINITY);
     /* no candidates: group 0 ends the row (top-p alone: in pass 3) */
-    if (empty && (f.k_on || mass_pass) && part == 0)
+    if (empty && f.k_on && part == 0)
         psr_filter_end_empty(&f, row_id, st, thresholds);
     if (!PSR_FLAT_BARRIERS && empty)
         return;
-    /* the rows whose candidates this pass gathers: top-k in pass 2, top-p alone in pass 3 */
-    bool gathers = on && !empty && (mass_pass || f.k_on), masses = on && !empty && !f.k_on && !mass_pass;
-    uint low = gathers && !mass_pass ? max(st[3], floor_key) : 0;
-    ulong total = 0;
-    if (PSR_FLAT_BARRIERS || mass_pass) {
-        uint bin = psr_filter_mass_bin(gathers && mass_pass, &f, h, lbuf, seg, pick, &total);
-        low = mass_pass ? max(floor_key, bin << PSR_FILTER_MSHIFT) : low;
-    }
-    if (PSR_FLAT_BARRIERS || gathers) {
-        psr_filter_gather(src, aligned, &f, start, gathers ? end : start, low, &st[1], rc, cap, lbuf, pick);
-        bool last = psr_last_group_if(gathers, &st[2], groups_per_row, &pick[2]);
+    bool by_k = on && !empty && f.k_on, masses = on && !empty && !f.k_on;
+    if (PSR_FLAT_BARRIERS || by_k) {
+        uint low = by_k ? max(st[3], floor_key) : 0;
+        psr_filter_gather(src, aligned, &f, start, by_k ? end : start, low, &st[1], rc, cap, lbuf, pick);
+        bool last = psr_last_group_if(by_k, &st[2], groups_per_row, &pick[2]);
         if (!PSR_FLAT_BARRIERS && !last)
             return;
         psr_filter_finish(last, &f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
-                          row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, total,
+                          row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, 0,
                           lbuf, hlo, hhi, seg, pick);
     }
     if (PSR_FLAT_BARRIERS || masses) {
@@ -818,5 +791,50 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint
                 psr_filter_add_global(&h[b], &h[PSR_FILTER_MBINS + b], w);
         }
     }
+}
+#endif
+
+/* Pass 3 (enqueued with top-p), for rows with top-p and no top-k: the
+ * bin where the mass from the top reaches p * total, then the keys at or
+ * above it; the row's last group finishes it. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_filter_collect_mass)
+__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
+void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist,
+                             __global uint *cand, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
+{
+    PSR_FILTER_COLLECT_START;
+    bool on = f.state == 2 && !f.k_on && f.p_on;
+    if (!PSR_FLAT_BARRIERS && !on)
+        return; /* flat: the group runs on, reading and writing nothing */
+    __global uint *st = state + PSR_FILTER_STATE * row_id;
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
+    bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
+    __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
+    __global uint *rc = cand + (ulong)row_id * 2 * cap;
+    float m = on ? psr_filter_max_of(st[0]) : -INFINITY;
+    uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));
+    uint start = part * chunk, end = min(start + chunk, vocab);
+    bool empty = on && !(m > -INFINITY);
+    if (empty && part == 0)
+        psr_filter_end_empty(&f, row_id, st, thresholds);
+    if (!PSR_FLAT_BARRIERS && empty)
+        return;
+    bool live = on && !empty;
+    __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS;
+    for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
+        lbuf[b] = live ? h[b] : 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong total = psr_filter_suffix(mlo, mhi, true, PSR_FILTER_MBINS, seg);
+    float goal = fmax(f.p, FLT_MIN) * (float)total;
+    psr_filter_cross(mlo, mhi, true, PSR_FILTER_MBINS, 0, true, 0, goal, seg, pick);
+    uint low = max(floor_key, pick[0] << PSR_FILTER_MSHIFT);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    psr_filter_gather(src, aligned, &f, start, live ? end : start, low, &st[1], rc, cap, lbuf, pick);
+    bool last = psr_last_group_if(live, &st[2], groups_per_row, &pick[2]);
+    if (!PSR_FLAT_BARRIERS && !last)
+        return;
+    psr_filter_finish(last, &f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
+                      row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, total,
+                      lbuf, hlo, hhi, seg, pick);
 }
 #endif

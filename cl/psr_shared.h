@@ -65,7 +65,7 @@ typedef struct psr_sample_params {
     psr_uint32_t tokens64;               /* the tokens are int64 */
 } psr_sample_params;
 
-/* psr_filter_scan and psr_filter_collect (passes 2 and 3). */
+/* psr_filter_scan, psr_filter_collect and psr_filter_collect_mass. */
 typedef struct psr_filter_params {
     psr_rows_params rows;
     psr_uint32_t cap;        /* candidates per row, a multiple of 4 */

@@ -56,9 +56,6 @@ psr_status psr_filter_check_values(psr_context *ctx, const char *who, size_t i,
     return PSR_OK;
 }
 
-/* psr_filter_collect's last argument: 0 pass 2, 1 pass 3. */
-#define PSR_FILTER_MASS_PASS_ARG 15
-
 /* Binds a filter kernel's arguments: the rows' every filter kernel
  * starts with, then its state, then (collect only) the candidates and the
  * sampler's outputs for rows it draws itself. */
@@ -82,8 +79,6 @@ static psr_status bind_filter(psr_context *ctx, cl_kernel k, const char *name, c
         psr_arg_mem(&b, "positions", a->positions);
         psr_arg_mem(&b, "tokens", direct_tokens);
         psr_arg_mem(&b, "row_flags", a->row_flags);
-        cl_uint pass2 = 0; /* psr_filter_launch sets 1 for pass 3 */
-        psr_arg_value(&b, "mass_pass", &pass2, sizeof pass2);
     } else {
         psr_arg_mem(&b, "thresholds", cut);
     }
@@ -147,8 +142,9 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
     if (st == PSR_OK && searches)
         st = filter_kernel(ctx, v, "psr_filter_collect", a, &params, cand, plan->cut, direct_tokens,
                            &plan->collect);
-    if (st == PSR_OK && mass) /* pass 3: the same kernel (cl/filter.cl) */
-        plan->collect_mass = plan->collect;
+    if (st == PSR_OK && mass)
+        st = filter_kernel(ctx, v, "psr_filter_collect_mass", a, &params, cand, plan->cut, direct_tokens,
+                           &plan->collect_mass);
     return st;
 }
 
@@ -179,13 +175,9 @@ psr_status psr_filter_launch(psr_context *ctx, const psr_sample_args *a, const p
                                 clear ? NULL : event);
     if (st == PSR_OK && plan->collect)
         st = psr_enqueue_groups(ctx, plan->collect, "psr_filter_collect", plan->groups, wg, 0, NULL, NULL);
-    if (st == PSR_OK && plan->collect_mass) {
-        cl_uint pass3 = 1;
-        cl_int err = clSetKernelArg(plan->collect_mass, PSR_FILTER_MASS_PASS_ARG, sizeof pass3, &pass3);
-        st = err == CL_SUCCESS ? psr_enqueue_groups(ctx, plan->collect_mass, "psr_filter_collect", plan->groups,
-                                                    wg, 0, NULL, NULL)
-                               : psr_fail_cl(ctx, err, "setting psr_filter_collect's mass_pass failed");
-    }
+    if (st == PSR_OK && plan->collect_mass)
+        st = psr_enqueue_groups(ctx, plan->collect_mass, "psr_filter_collect_mass", plan->groups, wg, 0,
+                                NULL, NULL);
     if (st == PSR_OK)
         ctx->filter_dirty = false;
     else if (event && *event) {

@@ -90,7 +90,8 @@ static size_t warm_programs(const psr_context *ctx, const psr_warm_variant *w, u
         /* logprobs' pre-pass: the target stream's deterministic fp32 filters (lib/ops/logprobs.c) */
         psr_variant f = psr_variant_of(PSR_KERNELS_FILTER, w->call == PSR_WARM_SAMPLE ? flags : 0, w->dtype);
         warm_add(ctx, &f, "psr_filter_scan", out, &n);
-        warm_add(ctx, &f, "psr_filter_collect", out, &n); /* passes 2 and 3 */
+        warm_add(ctx, &f, "psr_filter_collect", out, &n);
+        warm_add(ctx, &f, "psr_filter_collect_mass", out, &n);
     }
     return n;
 }
