@@ -20,7 +20,7 @@ static bool family_programs(psr_context *ctx)
 {
     psr_tuning t;
     assert_int_equal(psr_context_tuning(ctx, &t), PSR_OK);
-    return t.driver_caches != 0;
+    return !t.one_kernel_programs;
 }
 
 static void expect_detail(psr_context *ctx, const char *word)
@@ -163,9 +163,9 @@ static void test_warm_one_kernel_programs(void **state)
     psr_context *family = open_context(NULL), *ctx = open_context(NULL);
     psr_tuning t;
     assert_int_equal(psr_context_tuning(ctx, &t), PSR_OK);
-    t.driver_caches = 0;
+    t.one_kernel_programs = 1;
     assert_int_equal(psr_context_set_tuning(ctx, &t), PSR_OK);
-    t.driver_caches = 1; /* and the other context builds family programs, on every device */
+    t.one_kernel_programs = 0; /* and the other context builds family programs, on every device */
     assert_int_equal(psr_context_set_tuning(family, &t), PSR_OK);
     const psr_warm_variant list[] = {{PSR_WARM_SAMPLE, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 1}};
     psr_warm_options o;

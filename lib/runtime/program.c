@@ -281,7 +281,7 @@ psr_status psr_program_get(psr_context *ctx, const psr_variant *in, cl_program *
 psr_variant psr_variant_for_kernel(const psr_context *ctx, const psr_variant *in, const char *name)
 {
     psr_variant v = psr_variant_normal(in);
-    v.kernel = ctx->tuning.driver_caches ? NULL : name;
+    v.kernel = ctx->tuning.one_kernel_programs ? name : NULL;
     return v;
 }
 
