@@ -23,6 +23,17 @@ static bool family_programs(psr_context *ctx)
     return !t.one_kernel_programs;
 }
 
+/* Options that warm the first `count` entries of `list`. */
+static psr_warm_options list_options(const psr_warm_variant *list, size_t count, psr_warm_launch launch)
+{
+    psr_warm_options o;
+    assert_int_equal(psr_warm_options_init(&o, sizeof o), PSR_OK);
+    o.variants = list;
+    o.variant_count = count;
+    o.launch = launch;
+    return o;
+}
+
 static void expect_detail(psr_context *ctx, const char *word)
 {
     const char *detail = psr_last_error(ctx);
@@ -60,11 +71,7 @@ static void test_warm_builds_exactly_the_list(void **state)
     const psr_warm_variant list[] = {{PSR_WARM_SAMPLE, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 0},
                                      {PSR_WARM_LOGPROBS, 0, PSR_NOISE_FP32, PSR_DTYPE_BF16, 1}};
     progress_log log = {.consistent = true};
-    psr_warm_options o;
-    psr_warm_options_init(&o, sizeof o);
-    o.variants = list;
-    o.variant_count = 2;
-    o.launch = PSR_WARM_LAUNCH_OFF;
+    psr_warm_options o = list_options(list, 2, PSR_WARM_LAUNCH_OFF);
     o.progress = record_progress;
     o.progress_user_data = &log;
     size_t n = 0;
@@ -112,11 +119,7 @@ static void test_warm_shares_programs(void **state)
     const psr_warm_variant list[] = {{PSR_WARM_SAMPLE, 0, PSR_NOISE_WIDE, PSR_DTYPE_F16, 1},
                                      {PSR_WARM_SAMPLE, PSR_SAMPLE_RACE, PSR_NOISE_WIDE, PSR_DTYPE_F16, 1},
                                      {PSR_WARM_VERIFY, 0, PSR_NOISE_WIDE, PSR_DTYPE_F16, 0}};
-    psr_warm_options o;
-    psr_warm_options_init(&o, sizeof o);
-    o.variants = list;
-    o.variant_count = 1;
-    o.launch = PSR_WARM_LAUNCH_OFF;
+    psr_warm_options o = list_options(list, 1, PSR_WARM_LAUNCH_OFF);
     assert_int_equal(psr_context_warm(ctx, &o, NULL), PSR_OK);
     size_t gumbel = stats_of(ctx).builds;
     /* the race adds its sampler only: the filters' programs are shared */
@@ -139,11 +142,7 @@ static void test_warm_launch(void **state)
     (void)state;
     psr_context *ctx = open_context(NULL);
     const psr_warm_variant list[] = {{PSR_WARM_SAMPLE, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 0}};
-    psr_warm_options o;
-    psr_warm_options_init(&o, sizeof o);
-    o.variants = list;
-    o.variant_count = 1;
-    o.launch = PSR_WARM_LAUNCH_ON;
+    psr_warm_options o = list_options(list, 1, PSR_WARM_LAUNCH_ON);
     size_t n = 0;
     assert_int_equal(psr_context_warm(ctx, &o, &n), PSR_OK);
     assert_int_equal(n, 1);
@@ -168,11 +167,7 @@ static void test_warm_one_kernel_programs(void **state)
     t.one_kernel_programs = 0; /* and the other context builds family programs, on every device */
     assert_int_equal(psr_context_set_tuning(family, &t), PSR_OK);
     const psr_warm_variant list[] = {{PSR_WARM_SAMPLE, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 1}};
-    psr_warm_options o;
-    psr_warm_options_init(&o, sizeof o);
-    o.variants = list;
-    o.variant_count = 1;
-    o.launch = PSR_WARM_LAUNCH_OFF;
+    psr_warm_options o = list_options(list, 1, PSR_WARM_LAUNCH_OFF);
     assert_int_equal(psr_context_warm(ctx, &o, NULL), PSR_OK);
     size_t built = stats_of(ctx).builds;
     assert_true(built >= 4); /* sample (and its finishing kernel without one pass), scan, collect, collect_mass */
@@ -261,10 +256,7 @@ static void test_warm_fp64_unsupported(void **state)
     psr_context *ctx;
     assert_int_equal(psr_context_create(&co, &ctx), PSR_OK);
     const psr_warm_variant list[] = {{PSR_WARM_VERIFY, 0, PSR_NOISE_FP64, PSR_DTYPE_F32, 0}};
-    psr_warm_options o;
-    psr_warm_options_init(&o, sizeof o);
-    o.variants = list;
-    o.variant_count = 1;
+    psr_warm_options o = list_options(list, 1, PSR_WARM_LAUNCH_AUTO);
     expect_refused(ctx, &o, PSR_ERR_FP64_UNSUPPORTED, "options->variants[0]");
     psr_context_free(ctx);
 }
