@@ -63,7 +63,6 @@ typedef struct sample_options {
     const char *seeds_path, *positions_path, *device;
     int64_t seed, pos, top_k;
     float temperature, top_p, min_p;
-    bool filtered; /* --top-k, --top-p or --min-p given */
     bool json, raw_logprobs;
     int logprobs;  /* --logprobs N; -1: no logprobs */
     unsigned flags;
@@ -77,8 +76,6 @@ typedef struct sample_rows {
     size_t rows, vocab;
     int64_t *seeds, *positions;
     float *temps;
-    int32_t *top_k;       /* with filters only, */
-    float *top_p, *min_p; /* else NULL */
     int32_t *tokens;
     uint32_t *row_flags;
     size_t no_finite;     /* rows without a finite logit */
@@ -168,11 +165,9 @@ static int number_option(sample_options *o, const char *arg, const char *val)
     } else if (strcmp(arg, "--top-k") == 0) {
         if (!parse_int64(val, &o->top_k) || o->top_k < INT32_MIN || o->top_k > INT32_MAX)
             return cli_usage_error("sample", "--top-k \"%s\" is not a 32-bit integer", val);
-        o->filtered = true;
     } else if (strcmp(arg, "--top-p") == 0 || strcmp(arg, "--min-p") == 0) {
         if (!parse_float(val, arg[2] == 't' ? &o->top_p : &o->min_p))
             return cli_usage_error("sample", "%s \"%s\" is not a number", arg, val);
-        o->filtered = true;
     } else if (strcmp(arg, "--logprobs") == 0) {
         if (!parse_int64(val, &n) || n < 0 || n > PSR_LOGPROBS_MAX_TOP_N)
             return cli_usage_error("sample", "--logprobs \"%s\" is not 0..%d", val, PSR_LOGPROBS_MAX_TOP_N);
@@ -297,23 +292,17 @@ static int read_matrices(const sample_options *o, sample_rows *in)
     return CLI_OK;
 }
 
-/* Every row's seed, position, temperature and filters, from the options
- * and the --seeds and --positions files. */
+/* Every row's seed, position and temperature, from the options and the
+ * --seeds and --positions files (the filters are one value for every row). */
 static int fill_rows(const sample_options *o, sample_rows *in)
 {
     size_t rows = in->rows;
     in->seeds = malloc(rows * 8), in->positions = malloc(rows * 8), in->temps = malloc(rows * 4);
     in->tokens = malloc(rows * 4), in->row_flags = malloc(rows * 4);
-    if (o->filtered)
-        in->top_k = malloc(rows * 4), in->top_p = malloc(rows * 4), in->min_p = malloc(rows * 4);
-    if (!in->seeds || !in->positions || !in->temps || !in->tokens || !in->row_flags ||
-        (o->filtered && (!in->top_k || !in->top_p || !in->min_p)))
+    if (!in->seeds || !in->positions || !in->temps || !in->tokens || !in->row_flags)
         return cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
-    for (size_t r = 0; r < rows; r++) {
+    for (size_t r = 0; r < rows; r++)
         in->seeds[r] = o->seed, in->positions[r] = o->pos, in->temps[r] = o->temperature;
-        if (o->filtered)
-            in->top_k[r] = (int32_t)o->top_k, in->top_p[r] = o->top_p, in->min_p[r] = o->min_p;
-    }
     char err[512];
     if ((o->seeds_path && per_row_int64(o->seeds_path, rows, in->seeds, err, sizeof err)) ||
         (o->positions_path && per_row_int64(o->positions_path, rows, in->positions, err, sizeof err))) {
@@ -327,7 +316,6 @@ static void free_rows(sample_rows *in)
 {
     npy_free(&in->logits), npy_free(&in->hidden), npy_free(&in->weights);
     free(in->seeds), free(in->positions), free(in->temps), free(in->tokens), free(in->row_flags);
-    free(in->top_k), free(in->top_p), free(in->min_p);
 }
 
 static bool temperature_ok(float t)
@@ -336,7 +324,7 @@ static bool temperature_ok(float t)
 }
 
 /* What psr_sample_host checks of every row, for the LM head path, which
- * reaches psr_sample with device buffers. */
+ * reaches psr_sample with device buffers (which checks the filters). */
 static psr_status check_rows(const sample_rows *in)
 {
     for (size_t r = 0; r < in->rows; r++) {
@@ -346,19 +334,12 @@ static psr_status check_rows(const sample_rows *in)
         if (!temperature_ok(in->temps[r]))
             return cli_fail(PSR_ERR_TEMPERATURE, "temperatures[%zu] = %g is not 0 or a positive normal number",
                             r, (double)in->temps[r]);
-        if (in->top_p && !(in->top_p[r] > 0.0f && in->top_p[r] <= 1.0f))
-            return cli_fail(PSR_ERR_FILTER_RANGE, "psr sample: top_p[%zu] = %g is outside (0, 1]", r,
-                            (double)in->top_p[r]);
-        if (in->min_p && !(in->min_p[r] >= 0.0f && in->min_p[r] <= 1.0f))
-            return cli_fail(PSR_ERR_FILTER_RANGE, "psr sample: min_p[%zu] = %g is outside [0, 1]", r,
-                            (double)in->min_p[r]);
     }
     return PSR_OK;
 }
 
 /* The LM head path's device buffers, by index. */
-enum { H_HIDDEN, H_WEIGHTS, H_LOGITS, H_SEEDS, H_POSITIONS, H_TEMPS, H_TOKENS, H_ROW_FLAGS, H_TOP_K, H_TOP_P,
-       H_MIN_P, H_BUFFERS };
+enum { H_HIDDEN, H_WEIGHTS, H_LOGITS, H_SEEDS, H_POSITIONS, H_TEMPS, H_TOKENS, H_ROW_FLAGS, H_BUFFERS };
 
 static psr_status hidden_buffers(psr_context *ctx, const sample_rows *in, cl_mem *m)
 {
@@ -367,14 +348,11 @@ static psr_status hidden_buffers(psr_context *ctx, const sample_rows *in, cl_mem
     if (vocab > SIZE_MAX / es / rows)
         return cli_fail(PSR_ERR_INVALID_ARGUMENT, "%zu rows x %zu tokens of logits overflow a size_t", rows,
                         vocab);
-    size_t filter_bytes = in->top_k ? rows * 4 : 0;
     const cli_buffer spec[H_BUFFERS] = {
         [H_HIDDEN] = {rows * hsize * es, in->hidden.data}, [H_WEIGHTS] = {vocab * hsize * es, in->weights.data},
         [H_LOGITS] = {rows * vocab * es, NULL},            [H_SEEDS] = {rows * 8, in->seeds},
         [H_POSITIONS] = {rows * 8, in->positions},         [H_TEMPS] = {rows * 4, in->temps},
         [H_TOKENS] = {rows * 4, NULL},                     [H_ROW_FLAGS] = {rows * 4, NULL},
-        [H_TOP_K] = {filter_bytes, in->top_k},             [H_TOP_P] = {filter_bytes, in->top_p},
-        [H_MIN_P] = {filter_bytes, in->min_p},
     };
     cl_int err = cli_make_buffers(ctx, spec, H_BUFFERS, m);
     if (err != CL_SUCCESS)
@@ -401,7 +379,7 @@ static psr_status enqueue_hidden(psr_context *ctx, const sample_rows *in, const 
     a.logits = m[H_LOGITS], a.logits_dtype = dtype;
     a.seeds = m[H_SEEDS], a.positions = m[H_POSITIONS], a.temperatures = m[H_TEMPS];
     a.tokens = m[H_TOKENS], a.row_flags = m[H_ROW_FLAGS];
-    a.top_k = m[H_TOP_K], a.top_p = m[H_TOP_P], a.min_p = m[H_MIN_P];
+    a.all_top_k = (int)o->top_k, a.all_top_p = o->top_p, a.all_min_p = o->min_p;
     a.flags = o->flags;
     a.noise = o->noise;
     a.num_events_in_wait_list = 1;
@@ -436,7 +414,7 @@ static psr_status sample_hidden(psr_context *ctx, sample_rows *in, const sample_
 }
 
 /* Logprobs of the sampled tokens for host logits (psr_logprobs_host). */
-static psr_status host_logprobs(psr_context *ctx, const sample_rows *in, int top_n, bool raw,
+static psr_status host_logprobs(psr_context *ctx, const sample_options *o, const sample_rows *in,
                                 sample_logprobs *out)
 {
     psr_logprobs_host_args a;
@@ -444,8 +422,10 @@ static psr_status host_logprobs(psr_context *ctx, const sample_rows *in, int top
     a.rows = in->rows, a.vocab = in->vocab;
     a.logits = in->logits.data, a.logits_dtype = psr_dtype_of(&in->logits);
     a.temperatures = in->temps, a.tokens = in->tokens;
+    int top_n = o->logprobs;
+    bool raw = o->raw_logprobs;
     if (!raw) /* the filters shape processed logprobs only */
-        a.top_k = in->top_k, a.top_p = in->top_p, a.min_p = in->min_p;
+        a.all_top_k = (int)o->top_k, a.all_top_p = o->top_p, a.all_min_p = o->min_p;
     a.top_n = top_n;
     a.flags = raw ? PSR_LOGPROBS_RAW : 0;
     a.token_logprobs = out->logprobs, a.token_ranks = out->ranks;
@@ -464,7 +444,7 @@ static psr_status draw_tokens(psr_context *ctx, const sample_options *o, sample_
     a.rows = in->rows, a.vocab = in->vocab;
     a.logits = in->logits.data, a.logits_dtype = psr_dtype_of(&in->logits);
     a.seeds = in->seeds, a.positions = in->positions, a.temperatures = in->temps;
-    a.top_k = in->top_k, a.top_p = in->top_p, a.min_p = in->min_p;
+    a.all_top_k = (int)o->top_k, a.all_top_p = o->top_p, a.all_min_p = o->min_p;
     a.flags = o->flags, a.noise = o->noise;
     a.tokens = in->tokens, a.row_flags = in->row_flags, a.no_finite_rows = &in->no_finite;
     return psr_sample_host(ctx, &a);
@@ -478,7 +458,7 @@ static psr_status logprobs_of_tokens(psr_context *ctx, const sample_options *o, 
     lp->top_logprobs = malloc(rows * tn * 4), lp->top_ids = malloc(rows * tn * 4);
     if (!lp->logprobs || !lp->ranks || !lp->top_logprobs || !lp->top_ids)
         return PSR_ERR_OUT_OF_HOST_MEMORY;
-    return host_logprobs(ctx, in, o->logprobs, o->raw_logprobs, lp);
+    return host_logprobs(ctx, o, in, lp);
 }
 
 /* "logprobs", "ranks" and "top": [[[id, logprob], ...], ...]. */
