@@ -339,6 +339,28 @@ static bool is_ours(const char *dir, const char *name)
     return lstat(path, &st) == 0 && time(NULL) - st.st_mtime > STALE_TMP_SECONDS;
 }
 
+static bool is_binary(const char *dir, const char *name)
+{
+    (void)dir;
+    return has_suffix(name, SUFFIX);
+}
+
+/* The next entry of d that `wanted` names and that is a regular file (psr
+ * only ever writes those), its path in file and its lstat in st; NULL at
+ * the end (or with no directory). */
+static struct dirent *next_file(DIR *d, const char *dir, bool (*wanted)(const char *dir, const char *name),
+                                char *file, size_t len, struct stat *st)
+{
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!wanted(dir, e->d_name))
+            continue;
+        snprintf(file, len, "%s/%s", dir, e->d_name);
+        if (lstat(file, st) == 0 && S_ISREG(st->st_mode))
+            return e;
+    }
+    return NULL;
+}
+
 static psr_status open_cache_dir(const char *dir, char *resolved, size_t len, DIR **out)
 {
     psr_clear_thread_error();
@@ -384,14 +406,9 @@ psr_status psr_cache_list(const char *dir, psr_cache_entry *entries, size_t capa
     if (st != PSR_OK)
         return st;
     size_t n = 0;
-    for (struct dirent *e; d && (e = readdir(d));) {
-        if (!has_suffix(e->d_name, SUFFIX))
-            continue;
-        char entry_path[PSR_PATH_MAX * 2];
-        snprintf(entry_path, sizeof entry_path, "%s/%s", path, e->d_name);
-        struct stat lst;
-        if (lstat(entry_path, &lst) != 0 || !S_ISREG(lst.st_mode))
-            continue; /* psr only ever writes regular files */
+    char entry_path[PSR_PATH_MAX * 2];
+    struct stat lst;
+    for (struct dirent *e; (e = next_file(d, path, is_binary, entry_path, sizeof entry_path, &lst));) {
         if (n < capacity) {
             psr_cache_entry *out = &entries[n];
             memset(out, 0, sizeof *out);
@@ -421,22 +438,17 @@ psr_status psr_cache_list(const char *dir, psr_cache_entry *entries, size_t capa
 
 psr_status psr_cache_clear(const char *dir, size_t *removed)
 {
+    size_t n = 0;
     char path[PSR_PATH_MAX];
     DIR *d;
     psr_status st = open_cache_dir(dir, path, sizeof path, &d);
     if (st != PSR_OK)
         return st;
-    size_t n = 0;
     int failure = 0;
     char failed_name[256] = "";
-    for (struct dirent *e; d && (e = readdir(d));) {
-        if (!is_ours(path, e->d_name))
-            continue;
-        char file[PSR_PATH_MAX * 2];
-        snprintf(file, sizeof file, "%s/%s", path, e->d_name);
-        struct stat lst;
-        if (lstat(file, &lst) != 0 || !S_ISREG(lst.st_mode))
-            continue;
+    char file[PSR_PATH_MAX * 2];
+    struct stat lst;
+    for (struct dirent *e; (e = next_file(d, path, is_ours, file, sizeof file, &lst));) {
         if (unlink(file) == 0) {
             n++;
         } else if (errno != ENOENT && !failure) {
