@@ -17,10 +17,7 @@ typedef psr_status (*host_check)(psr_context *ctx, const void *args, size_t *log
 static psr_status enter(psr_context *ctx, const void *args, const psr_struct_layout *layout, const char *call,
                         void *out, host_check check, size_t *logits_bytes)
 {
-    if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "%s: ctx is NULL", call);
-    REQUIRE(args, PSR_ERR_NULL_ARGUMENT, "%s: args is NULL", call);
-    psr_status st = psr_struct_read(ctx, args, layout, "args", out);
+    psr_status st = psr_args_read(ctx, args, layout, call, out);
     return st == PSR_OK ? check(ctx, out, logits_bytes) : st;
 }
 

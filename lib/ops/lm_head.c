@@ -300,12 +300,8 @@ psr_status psr_lm_head(psr_context *ctx, const psr_lm_head_args *caller, cl_even
 {
     if (event)
         *event = NULL;
-    if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_lm_head: ctx is NULL");
-    if (!caller)
-        return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_lm_head: args is NULL");
     psr_lm_head_args args;
-    psr_status st = psr_struct_read(ctx, caller, &psr_lm_head_args_layout, "args", &args);
+    psr_status st = psr_args_read(ctx, caller, &psr_lm_head_args_layout, "psr_lm_head", &args);
     if (st == PSR_OK)
         st = check_args(ctx, &args);
     if (st != PSR_OK)

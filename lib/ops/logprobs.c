@@ -101,7 +101,9 @@ static psr_status check_args(psr_context *ctx, const psr_logprobs_args *a)
 /* The call's own copy of the caller's args (0.2 defaults filled in). */
 static psr_status read_args(psr_context *ctx, const psr_logprobs_args *caller, psr_logprobs_args *a)
 {
-    psr_status st = psr_struct_read(ctx, caller, &psr_logprobs_args_layout, "args", a);
+    psr_status st = psr_args_read(ctx, caller, &psr_logprobs_args_layout, "psr_logprobs", a);
+    if (st == PSR_OK)
+        ctx->logprobs_one_last = ctx->logprobs_few_last = false;
     if (st == PSR_OK && a->requests == 0 && !a->row_request)
         a->requests = a->rows;
     return st == PSR_OK ? check_args(ctx, a) : st;
@@ -160,11 +162,6 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_even
 {
     if (event)
         *event = NULL;
-    if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_logprobs: ctx is NULL");
-    if (!args)
-        return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_logprobs: args is NULL");
-    ctx->logprobs_one_last = ctx->logprobs_few_last = false;
     psr_logprobs_args call;
     psr_status st = read_args(ctx, args, &call);
     if (st != PSR_OK)

@@ -110,7 +110,7 @@ static psr_status check_buffers(psr_context *ctx, const psr_sample_args *a)
 static psr_status read_args(psr_context *ctx, const psr_sample_args *caller, psr_sample_args *a,
                             unsigned *flags)
 {
-    psr_status st = psr_struct_read(ctx, caller, &psr_sample_args_layout, "args", a);
+    psr_status st = psr_args_read(ctx, caller, &psr_sample_args_layout, "psr_sample", a);
     if (st == PSR_OK)
         st = psr_call_flags(ctx, a->flags, a->noise, legacy_layout(a), "args->", &a->flags);
     if (st == PSR_OK)
@@ -285,10 +285,6 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *args, cl_
         *first = NULL;
     if (last)
         *last = NULL;
-    if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_sample: ctx is NULL");
-    if (!args)
-        return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_sample: args is NULL");
     psr_sample_args a;
     unsigned flags;
     psr_status st = read_args(ctx, args, &a, &flags);

@@ -448,16 +448,13 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *args, cl_
         *first = NULL;
     if (event)
         *event = NULL;
-    if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_verify: ctx is NULL");
-    if (!args)
-        return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "psr_verify: args is NULL");
-    ctx->verify_fused_last = false;
     psr_verify_args call;
     unsigned flags;
-    psr_status st = psr_struct_read(ctx, args, &psr_verify_args_layout, "args", &call);
-    if (st == PSR_OK)
+    psr_status st = psr_args_read(ctx, args, &psr_verify_args_layout, "psr_verify", &call);
+    if (st == PSR_OK) {
+        ctx->verify_fused_last = false;
         st = check_args(ctx, &call, &flags);
+    }
     if (st != PSR_OK)
         return st;
     const psr_verify_args *a = &call;

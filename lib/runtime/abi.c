@@ -29,6 +29,15 @@ psr_status psr_struct_init(void *args, size_t struct_size, const psr_struct_layo
     return PSR_OK;
 }
 
+psr_status psr_args_read(psr_context *ctx, const void *args, const psr_struct_layout *layout, const char *call,
+                         void *out)
+{
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "%s: ctx is NULL", call);
+    REQUIRE(args, PSR_ERR_NULL_ARGUMENT, "%s: args is NULL", call);
+    return psr_struct_read(ctx, args, layout, "args", out);
+}
+
 psr_status psr_struct_read(psr_context *ctx, const void *args, const psr_struct_layout *layout,
                            const char *name, void *out)
 {

@@ -29,6 +29,12 @@ psr_status psr_struct_init(void *args, size_t struct_size, const psr_struct_layo
 psr_status psr_struct_read(psr_context *ctx, const void *args, const psr_struct_layout *layout,
                            const char *name, void *out);
 
+/* The start of every call that takes an argument struct: `call` names
+ * the call in the messages of a NULL ctx or args (PSR_ERR_NULL_ARGUMENT),
+ * then psr_struct_read of args into out. */
+psr_status psr_args_read(psr_context *ctx, const void *args, const psr_struct_layout *layout, const char *call,
+                         void *out);
+
 /* Defines an argument struct's defaults (the designated initialisers
  * after `first_size`), its layout `type##_layout` and its public init call
  * type##_init(type *, size_t). */
