@@ -202,7 +202,8 @@ static void test_tuning_variables(void **state)
     const char *expected[] = {"PSR_TUNE_WG", "PSR_TUNE_RESIDENT", "PSR_TUNE_VECTOR", "PSR_TUNE_MIN_STEPS",
                               "PSR_TUNE_TWO_PASS", "PSR_TUNE_MULHI", "PSR_TUNE_VERIFY_SKIP",
                               "PSR_TUNE_VERIFY_FUSED", "PSR_TUNE_SHUFFLE", "PSR_TUNE_LOGPROBS_ONE",
-                              "PSR_TUNE_LOGPROBS_FEW", "PSR_TUNE_FILTER_DIRECT", "PSR_TUNE_BUILD_OPTIONS"};
+                              "PSR_TUNE_LOGPROBS_FEW", "PSR_TUNE_FILTER_DIRECT", "PSR_TUNE_ONE_KERNEL",
+                              "PSR_TUNE_BUILD_OPTIONS"};
     const size_t n_expected = sizeof expected / sizeof expected[0];
     bool seen[sizeof expected / sizeof expected[0]] = {false};
     size_t n = 0;

@@ -236,6 +236,7 @@ static psr_status program_load_or_build(psr_context *ctx, const psr_variant *v, 
         psr_variant_name(v, name, sizeof name);
         psr_log(ctx, PSR_LOG_INFO, "program '%s' %s in %.2f s", name,
                 loaded ? "loaded from the disk tier" : "built", psr_seconds() - start);
+        psr_log(ctx, PSR_LOG_DEBUG, "program '%s' options: %s", name, options);
         *out = p;
     }
     return st;

@@ -227,6 +227,8 @@ static const tune_var tune_vars[] = {
      TUNE_SIZE, AT(logprobs.few_blocks), 0, 0, COUNT_MAX, 0},
     {{"PSR_TUNE_FILTER_DIRECT", "filter.direct_max", "0 (never) .. SIZE_MAX"},
      TUNE_SIZE, AT(filter.direct_max), 0, 0, COUNT_MAX, 0},
+    {{"PSR_TUNE_ONE_KERNEL", "one_kernel_programs", "0 or 1"},
+     TUNE_BOOL, AT(one_kernel_programs), 0, 0, 1, 0},
     {{"PSR_TUNE_BUILD_OPTIONS", "extra_options", "at most 255 bytes"}, TUNE_TEXT, AT(extra_options), 0, 0, 255, 0},
 };
 
