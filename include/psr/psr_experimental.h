@@ -85,8 +85,8 @@ typedef struct psr_tuning {
     psr_tuning_logprobs logprobs;
     psr_tuning_filter filter;
     int driver_caches;        /* the driver caches its own builds, so psr's disk tier is off by default */
-    int one_kernel_programs;  /* a program per kernel instead of per kernel family: off on every
-                                 device (on the H200 first calls were 0.3-1.4 s slower) */
+    int one_kernel_programs;  /* a program per kernel instead of per kernel family: on where the
+                                 driver compiles a whole program at its build, off on PoCL */
     char extra_options[256];  /* appended to every build (PSR_TUNE_BUILD_OPTIONS), or "" */
 } psr_tuning;
 

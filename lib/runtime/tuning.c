@@ -153,7 +153,13 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                     .verify = vr->v,
                     .logprobs = lr->v,
                     .filter = FIND(filter_rows, info)->v,
-                    .driver_caches = is_pocl(info)};
+                    .driver_caches = is_pocl(info),
+                    /* Drivers that compile every kernel of a program at its
+                     * build: on the H200 a first --logprobs call built its
+                     * family in 4.4 s, its two kernels alone in 1.4 s. PoCL
+                     * compiles a kernel at its first launch, and a program
+                     * more costs it a front end over the whole source. */
+                    .one_kernel_programs = !is_pocl(info)};
     /* 4 groups per compute unit, a little over a wave of the statistics
      * kernel (it holds 3 per SM on the H200): within a wave every row
      * starts before any decision, and deciding only lengthens the launch. */
