@@ -63,9 +63,7 @@ static psr_status bind_filter(psr_context *ctx, cl_kernel k, const char *name, c
                               const psr_filter_params *params, cl_mem cand, cl_mem cut, cl_mem direct_tokens)
 {
     psr_kernel_args b = psr_kernel_args_begin(ctx, k, name);
-    psr_arg_value(&b, "p", params, sizeof *params);
-    psr_arg_mem(&b, "logits", a->logits);
-    psr_arg_mem(&b, "row_request", a->row_request);
+    psr_arg_rows(&b, params, sizeof *params, a);
     psr_arg_mem(&b, "temperatures", a->temperatures);
     psr_arg_mem(&b, "top_k", a->top_k);
     psr_arg_mem(&b, "top_p", a->top_p);

@@ -35,6 +35,37 @@ psr_status psr_filter_launch(psr_context *ctx, const psr_sample_args *args, cons
 psr_status psr_filter_check_values(psr_context *ctx, const char *who, size_t index,
                                    const int32_t *top_k, const float *top_p, const float *min_p);
 
+/* ---- the two-ended launches (sample.c, verify.c) ---- */
+
+/* The start of an enqueue call: both events NULL (either may be absent)
+ * until its launches give them, then psr_args_read of args into a. */
+psr_status psr_enqueue_begin(psr_context *ctx, const void *args, const psr_struct_layout *layout,
+                             const char *call, void *a, cl_event *first, cl_event *last);
+/* After a launch is fully enqueued: the flags it used, kept on the
+ * context and reported to the caller's effective_noise. */
+void psr_record_flags(psr_context *ctx, void *effective_noise, bool legacy, unsigned flags);
+
+/* The checks of a call's vocabulary (it must fit an int32 token id) and
+ * of its logits' and tokens' types; `dtype_field` names the logits' field
+ * in the message. */
+psr_status psr_check_vocab_types(psr_context *ctx, size_t vocab, psr_dtype dtype, const char *dtype_field,
+                                 psr_token_dtype tokens_dtype);
+/* The entries of a call's buffer list (psr_check_buffers) for the inputs
+ * of its noise: seeds and temperatures per request, positions per row. */
+#define PSR_NOISE_INPUT_NEEDS(a)                                                                  \
+    {(a)->seeds, (a)->requests * 8, "args->seeds", false},                                       \
+        {(a)->temperatures, (a)->requests * 4, "args->temperatures", false},                     \
+        {(a)->positions, (a)->rows * 8, "args->positions", false}
+
+/* The arguments every row kernel of psr_sample starts with (cl/gumbel.cl's
+ * psr_gumbel_sample, cl/filter.cl's PSR_FILTER_ROW_ARGS): its parameters
+ * `p`, the logits and the row-to-request map. */
+void psr_arg_rows(psr_kernel_args *b, const void *params, size_t size, const psr_sample_args *a);
+/* part_value and part_index, the partials of rows split over groups
+ * (psr_reserve_partials), for a launch whose finishing kernel reduces
+ * them (`split`); NULL for one that keeps none. */
+void psr_arg_partials(psr_kernel_args *b, bool split);
+
 /* ---- host arrays for the host-array calls (host_stage.c) ---- */
 
 /* One array of a host call: an input (`in`) or an output (`output`, read

@@ -16,18 +16,27 @@ static bool legacy_layout(const psr_sample_args *a)
     return a->struct_size < PSR_LAYOUT_END(psr_sample_args, noise);
 }
 
+psr_status psr_check_vocab_types(psr_context *ctx, size_t vocab, psr_dtype dtype, const char *dtype_field,
+                                 psr_token_dtype tokens_dtype)
+{
+    REQUIRE(vocab > 0, PSR_ERR_INVALID_ARGUMENT, "args->vocab is 0");
+    REQUIRE(vocab <= INT32_MAX, PSR_ERR_INVALID_ARGUMENT, "args->vocab %zu does not fit an int32 token id",
+            vocab);
+    REQUIRE((unsigned)dtype <= PSR_DTYPE_BF16, PSR_ERR_INVALID_ARGUMENT, "args->%s %d is not a psr_dtype",
+            dtype_field, (int)dtype);
+    REQUIRE((unsigned)tokens_dtype <= PSR_TOKENS_I64, PSR_ERR_INVALID_ARGUMENT,
+            "args->tokens_dtype %d is not a psr_token_dtype", (int)tokens_dtype);
+    return PSR_OK;
+}
+
 static psr_status check_shape(psr_context *ctx, const psr_sample_args *a, unsigned flags)
 {
     REQUIRE(a->rows > 0, PSR_ERR_INVALID_ARGUMENT, "args->rows is 0");
     REQUIRE(a->rows <= UINT32_MAX / 64, PSR_ERR_INVALID_ARGUMENT, "args->rows %zu is too large",
             a->rows);
-    REQUIRE(a->vocab > 0, PSR_ERR_INVALID_ARGUMENT, "args->vocab is 0");
-    REQUIRE(a->vocab <= INT32_MAX, PSR_ERR_INVALID_ARGUMENT,
-            "args->vocab %zu does not fit an int32 token id", a->vocab);
-    REQUIRE((unsigned)a->logits_dtype <= PSR_DTYPE_BF16, PSR_ERR_INVALID_ARGUMENT,
-            "args->logits_dtype %d is not a psr_dtype", (int)a->logits_dtype);
-    REQUIRE((unsigned)a->tokens_dtype <= PSR_TOKENS_I64, PSR_ERR_INVALID_ARGUMENT,
-            "args->tokens_dtype %d is not a psr_token_dtype", (int)a->tokens_dtype);
+    psr_status st = psr_check_vocab_types(ctx, a->vocab, a->logits_dtype, "logits_dtype", a->tokens_dtype);
+    if (st != PSR_OK)
+        return st;
     REQUIRE(!(flags & PSR_SAMPLE_PROBS) || a->logits_dtype == PSR_DTYPE_F32, PSR_ERR_INVALID_ARGUMENT,
             "args->logits_dtype must be PSR_DTYPE_F32 for probabilities (PSR_SAMPLE_PROBS)");
     REQUIRE(!a->row_stride || a->row_stride >= a->vocab, PSR_ERR_INVALID_ARGUMENT,
@@ -91,9 +100,7 @@ static psr_status check_buffers(psr_context *ctx, const psr_sample_args *a)
     size_t token_bytes = a->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4;
     const psr_buffer_need needs[] = {
         {a->logits, logits_bytes, "args->logits", false},
-        {a->seeds, a->requests * 8, "args->seeds", false},
-        {a->temperatures, a->requests * 4, "args->temperatures", false},
-        {a->positions, a->rows * 8, "args->positions", false},
+        PSR_NOISE_INPUT_NEEDS(a),
         {a->row_request, a->rows * 4, "args->row_request", false},
         {a->draft_cache_rows, a->rows * 4, "args->draft_cache_rows", false},
         {a->top_k, a->requests * 4, "args->top_k", false},
@@ -105,14 +112,12 @@ static psr_status check_buffers(psr_context *ctx, const psr_sample_args *a)
     return psr_check_buffers(ctx, needs, sizeof needs / sizeof needs[0]);
 }
 
-/* The call's own copy of the caller's args, with the 0.2 defaults filled
- * in and the flags made internal (the noise as two bits), resolved. */
-static psr_status read_args(psr_context *ctx, const psr_sample_args *caller, psr_sample_args *a,
-                            unsigned *flags)
+/* Checks the call's own copy of the caller's args (psr_enqueue_begin
+ * filled in the 0.2 defaults), with the flags made internal (the noise as
+ * two bits) and resolved. */
+static psr_status check_args(psr_context *ctx, psr_sample_args *a, unsigned *flags)
 {
-    psr_status st = psr_args_read(ctx, caller, &psr_sample_args_layout, "psr_sample", a);
-    if (st == PSR_OK)
-        st = psr_call_flags(ctx, a->flags, a->noise, legacy_layout(a), "args->", &a->flags);
+    psr_status st = psr_call_flags(ctx, a->flags, a->noise, legacy_layout(a), "args->", &a->flags);
     if (st == PSR_OK)
         st = psr_resolve_flags(ctx, a->flags, "args->flags", flags);
     if (st == PSR_OK && a->requests == 0 && !a->row_request)
@@ -124,23 +129,39 @@ static psr_status read_args(psr_context *ctx, const psr_sample_args *caller, psr
     return st;
 }
 
+void psr_arg_rows(psr_kernel_args *b, const void *params, size_t size, const psr_sample_args *a)
+{
+    psr_arg_value(b, "p", params, size);
+    psr_arg_mem(b, "logits", a->logits);
+    psr_arg_mem(b, "row_request", a->row_request);
+}
+
+void psr_arg_partials(psr_kernel_args *b, bool split)
+{
+    psr_arg_mem(b, "part_value", split ? b->ctx->part_value.buffer : NULL);
+    psr_arg_mem(b, "part_index", split ? b->ctx->part_index.buffer : NULL);
+}
+
+/* What both sampling kernels write, and the draft cache's row map. */
+static void bind_row_outputs(psr_kernel_args *b, const psr_sample_args *a)
+{
+    psr_arg_mem(b, "tokens", a->tokens);
+    psr_arg_mem(b, "row_flags", a->row_flags);
+    psr_arg_mem(b, "draft_cache", a->draft_cache);
+    psr_arg_mem(b, "draft_cache_rows", a->draft_cache_rows);
+}
+
 static psr_status bind_sample(psr_context *ctx, cl_kernel k, const psr_sample_args *a,
-                              const psr_sample_params *params, cl_mem part_value, cl_mem part_index,
-                              cl_mem best_keys, cl_mem best_count, cl_mem cut)
+                              const psr_sample_params *params, bool split, cl_mem best_keys,
+                              cl_mem best_count, cl_mem cut)
 {
     psr_kernel_args b = psr_kernel_args_begin(ctx, k, "psr_gumbel_sample");
-    psr_arg_value(&b, "p", params, sizeof *params);
-    psr_arg_mem(&b, "logits", a->logits);
-    psr_arg_mem(&b, "row_request", a->row_request);
+    psr_arg_rows(&b, params, sizeof *params, a);
     psr_arg_mem(&b, "seeds", a->seeds);
     psr_arg_mem(&b, "temperatures", a->temperatures);
     psr_arg_mem(&b, "positions", a->positions);
-    psr_arg_mem(&b, "part_value", part_value);
-    psr_arg_mem(&b, "part_index", part_index);
-    psr_arg_mem(&b, "tokens", a->tokens);
-    psr_arg_mem(&b, "row_flags", a->row_flags);
-    psr_arg_mem(&b, "draft_cache", a->draft_cache);
-    psr_arg_mem(&b, "draft_cache_rows", a->draft_cache_rows);
+    psr_arg_partials(&b, split);
+    bind_row_outputs(&b, a);
     psr_arg_mem(&b, "best_keys", best_keys);
     psr_arg_mem(&b, "best_count", best_count);
     psr_arg_mem(&b, "thresholds", cut);
@@ -148,29 +169,33 @@ static psr_status bind_sample(psr_context *ctx, cl_kernel k, const psr_sample_ar
 }
 
 static psr_status bind_finalize(psr_context *ctx, cl_kernel k, const psr_sample_args *a,
-                                const psr_sample_params *params, cl_mem part_value, cl_mem part_index,
-                                cl_mem cut)
+                                const psr_sample_params *params, cl_mem cut)
 {
     psr_kernel_args b = psr_kernel_args_begin(ctx, k, "psr_gumbel_finalize");
     psr_arg_value(&b, "p", params, sizeof *params);
-    psr_arg_mem(&b, "part_value", part_value);
-    psr_arg_mem(&b, "part_index", part_index);
+    psr_arg_partials(&b, true);
     psr_arg_mem(&b, "row_request", a->row_request);
     psr_arg_mem(&b, "temperatures", a->temperatures);
     psr_arg_mem(&b, "positions", a->positions);
-    psr_arg_mem(&b, "tokens", a->tokens);
-    psr_arg_mem(&b, "row_flags", a->row_flags);
-    psr_arg_mem(&b, "draft_cache", a->draft_cache);
-    psr_arg_mem(&b, "draft_cache_rows", a->draft_cache_rows);
+    bind_row_outputs(&b, a);
     psr_arg_mem(&b, "thresholds", cut);
     return psr_kernel_args_end(&b);
 }
 
-/* After a launch is fully enqueued: the flags it used. */
-static void record_flags(psr_context *ctx, const psr_sample_args *a, unsigned flags)
+psr_status psr_enqueue_begin(psr_context *ctx, const void *args, const psr_struct_layout *layout,
+                             const char *call, void *a, cl_event *first, cl_event *last)
+{
+    if (first)
+        *first = NULL;
+    if (last)
+        *last = NULL;
+    return psr_args_read(ctx, args, layout, call, a);
+}
+
+void psr_record_flags(psr_context *ctx, void *effective_noise, bool legacy, unsigned flags)
 {
     ctx->last_sample_flags = flags;
-    psr_report_noise(a->effective_noise, legacy_layout(a), flags);
+    psr_report_noise(effective_noise, legacy, flags);
 }
 
 /* One call's launch: its kernels, geometry and parameters. */
@@ -180,7 +205,7 @@ typedef struct sample_plan {
     size_t parts;               /* sampling groups */
     bool one_pass;
     psr_filter_plan filter;     /* its kernels NULL without filters */
-    cl_mem part_value, part_index, best_keys, best_count;
+    cl_mem best_keys, best_count;
     psr_sample_params params;
 } sample_plan;
 
@@ -217,8 +242,6 @@ static psr_status reserve_sample(psr_context *ctx, const psr_sample_args *a, sam
         pl->best_count = ctx->best_count.buffer;
     } else if (st == PSR_OK && groups > 1) {
         st = psr_reserve_partials(ctx, &pl->v, "psr_gumbel_finalize", pl->parts, &pl->finalize);
-        pl->part_value = ctx->part_value.buffer;
-        pl->part_index = ctx->part_index.buffer;
     }
     if (st == PSR_OK && pl->v.filtered)
         st = psr_filter_prepare(ctx, a, &pl->v, true, &pl->filter);
@@ -227,11 +250,10 @@ static psr_status reserve_sample(psr_context *ctx, const psr_sample_args *a, sam
 
 static psr_status bind_plan(psr_context *ctx, const psr_sample_args *a, const sample_plan *pl)
 {
-    psr_status st = bind_sample(ctx, pl->sample, a, &pl->params, pl->part_value, pl->part_index,
-                                pl->best_keys, pl->best_count, pl->filter.cut);
+    psr_status st = bind_sample(ctx, pl->sample, a, &pl->params, pl->finalize != NULL, pl->best_keys,
+                                pl->best_count, pl->filter.cut);
     if (st == PSR_OK && pl->finalize)
-        st = bind_finalize(ctx, pl->finalize, a, &pl->params, pl->part_value, pl->part_index,
-                           pl->filter.cut);
+        st = bind_finalize(ctx, pl->finalize, a, &pl->params, pl->filter.cut);
     return st;
 }
 
@@ -278,16 +300,19 @@ static psr_status launch_sample(psr_context *ctx, const psr_sample_args *a, cons
     return st;
 }
 
+psr_status psr_sample(psr_context *ctx, const psr_sample_args *args, cl_event *event)
+{
+    return psr_sample_enqueue(ctx, args, NULL, event);
+}
+
 psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *args, cl_event *first,
                               cl_event *last)
 {
-    if (first)
-        *first = NULL;
-    if (last)
-        *last = NULL;
     psr_sample_args a;
     unsigned flags;
-    psr_status st = read_args(ctx, args, &a, &flags);
+    psr_status st = psr_enqueue_begin(ctx, args, &psr_sample_args_layout, "psr_sample", &a, first, last);
+    if (st == PSR_OK)
+        st = check_args(ctx, &a, &flags);
     if (st != PSR_OK)
         return st;
     sample_plan pl;
@@ -298,11 +323,6 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *args, cl_
     if (st == PSR_OK)
         st = launch_sample(ctx, &a, &pl, first, last);
     if (st == PSR_OK)
-        record_flags(ctx, &a, flags);
+        psr_record_flags(ctx, a.effective_noise, legacy_layout(&a), flags);
     return st;
-}
-
-psr_status psr_sample(psr_context *ctx, const psr_sample_args *args, cl_event *event)
-{
-    return psr_sample_enqueue(ctx, args, NULL, event);
 }

@@ -52,19 +52,15 @@ static psr_status check_args(psr_context *ctx, const psr_verify_args *a, unsigne
     REQUIRE(a->rows < INT32_MAX / 64, PSR_ERR_INVALID_ARGUMENT, "args->rows %zu is too large", a->rows);
     REQUIRE(a->max_drafts < INT32_MAX / 2, PSR_ERR_INVALID_ARGUMENT,
             "args->max_drafts %zu is too large", a->max_drafts);
-    REQUIRE(a->vocab > 0, PSR_ERR_INVALID_ARGUMENT, "args->vocab is 0");
-    REQUIRE(a->vocab <= INT32_MAX, PSR_ERR_INVALID_ARGUMENT,
-            "args->vocab %zu does not fit an int32 token id", a->vocab);
-    REQUIRE((unsigned)a->target_dtype <= PSR_DTYPE_BF16, PSR_ERR_INVALID_ARGUMENT,
-            "args->target_dtype %d is not a psr_dtype", (int)a->target_dtype);
-    REQUIRE((unsigned)a->tokens_dtype <= PSR_TOKENS_I64, PSR_ERR_INVALID_ARGUMENT,
-            "args->tokens_dtype %d is not a psr_token_dtype", (int)a->tokens_dtype);
+    psr_status st = psr_check_vocab_types(ctx, a->vocab, a->target_dtype, "target_dtype", a->tokens_dtype);
+    if (st != PSR_OK)
+        return st;
     REQUIRE((unsigned)a->method <= PSR_VERIFY_GREEDY, PSR_ERR_INVALID_ARGUMENT,
             "args->method %d is not a psr_verify_method", (int)a->method);
     bool legacy = legacy_layout(a);
     REQUIRE(!(a->flags & ~(legacy ? PSR_FLAG_FP64_NOISE | PSR_FLAG_WIDE_NOISE : 0u)), PSR_ERR_INVALID_ARGUMENT,
             "args->flags 0x%x: reserved, must be 0 (choose the noise with args->noise)", a->flags);
-    psr_status st = psr_call_flags(ctx, a->flags, a->noise, legacy, "args->", flags);
+    st = psr_call_flags(ctx, a->flags, a->noise, legacy, "args->", flags);
     if (st == PSR_OK)
         st = psr_resolve_flags(ctx, *flags, "args->noise", flags);
     if (st != PSR_OK)
@@ -105,9 +101,7 @@ static psr_status check_args(psr_context *ctx, const psr_verify_args *a, unsigne
     const psr_buffer_need needs[] = {
         {a->target_logits, logits_bytes, "args->target_logits", false},
         {a->draft_tokens, a->rows * 4, "args->draft_tokens", false},
-        {a->seeds, a->requests * 8, "args->seeds", false},
-        {a->temperatures, a->requests * 4, "args->temperatures", false},
-        {a->positions, a->rows * 8, "args->positions", false},
+        PSR_NOISE_INPUT_NEEDS(a),
         {a->draft_cache, a->requests * a->draft_cache_k * a->vocab * 4, "args->draft_cache", false},
         {a->tokens, a->requests * cols * tsize, "args->tokens", true},
         {a->num_sampled, a->requests * 4, "args->num_sampled", true},
@@ -251,7 +245,6 @@ typedef struct verify_plan {
     size_t parts;        /* sampling groups */
     size_t stats_groups; /* statistics groups, the check's not counted */
     cl_kernel stats, sample, finalize, one;
-    cl_mem part_value, part_index;
     psr_verify_params params;
 } verify_plan;
 
@@ -313,8 +306,6 @@ static psr_status reserve(psr_context *ctx, const psr_verify_args *a, verify_pla
         st = reserve_state(ctx, need);
     if (st == PSR_OK && !pl->one_pass && pl->params.groups_per_row > 1 && !pl->fused) {
         st = psr_reserve_partials(ctx, &pl->v, "psr_verify_finalize", pl->parts, &pl->finalize);
-        pl->part_value = ctx->part_value.buffer;
-        pl->part_index = ctx->part_index.buffer;
     }
     if (st == PSR_OK)
         st = upload_layout(ctx, a);
@@ -379,8 +370,7 @@ static psr_status bind_split(psr_context *ctx, const psr_verify_args *a, const v
     psr_arg_mem(&b, "temperatures", a->temperatures);
     psr_arg_mem(&b, "positions", a->positions);
     psr_arg_mem(&b, "draft_cache", a->draft_cache);
-    psr_arg_mem(&b, "part_value", pl->part_value);
-    psr_arg_mem(&b, "part_index", pl->part_index);
+    psr_arg_partials(&b, pl->finalize != NULL);
     psr_arg_mem(&b, "state", ctx->verify_state.buffer);
     psr_arg_mem(&b, "user_status", a->status);
     bind_outputs(&b, a);
@@ -389,8 +379,7 @@ static psr_status bind_split(psr_context *ctx, const psr_verify_args *a, const v
         return st;
     b = psr_kernel_args_begin(ctx, pl->finalize, "psr_verify_finalize");
     psr_arg_value(&b, "p", &pl->params, sizeof pl->params);
-    psr_arg_mem(&b, "part_value", pl->part_value);
-    psr_arg_mem(&b, "part_index", pl->part_index);
+    psr_arg_partials(&b, true);
     psr_arg_mem(&b, "cu", ctx->verify_layout[0]);
     psr_arg_mem(&b, "draft_tokens", a->draft_tokens);
     psr_arg_mem(&b, "state", ctx->verify_state.buffer);
@@ -444,17 +433,13 @@ static psr_status launch_split(psr_context *ctx, const psr_verify_args *a, const
 psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *args, cl_event *first,
                               cl_event *event)
 {
-    if (first)
-        *first = NULL;
-    if (event)
-        *event = NULL;
     psr_verify_args call;
     unsigned flags;
-    psr_status st = psr_args_read(ctx, args, &psr_verify_args_layout, "psr_verify", &call);
-    if (st == PSR_OK) {
-        ctx->verify_fused_last = false;
-        st = check_args(ctx, &call, &flags);
-    }
+    psr_status st = psr_enqueue_begin(ctx, args, &psr_verify_args_layout, "psr_verify", &call, first, event);
+    if (st != PSR_OK)
+        return st;
+    ctx->verify_fused_last = false;
+    st = check_args(ctx, &call, &flags);
     if (st != PSR_OK)
         return st;
     const psr_verify_args *a = &call;
@@ -465,9 +450,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *args, cl_
         st = pl.fused ? bind_fused(ctx, a, &pl) : bind_split(ctx, a, &pl);
     if (st == PSR_OK)
         st = pl.fused ? launch_fused(ctx, a, &pl, first, event) : launch_split(ctx, a, &pl, first, event);
-    if (st == PSR_OK) {
-        ctx->last_sample_flags = flags;
-        psr_report_noise(a->effective_noise, legacy_layout(a), flags);
-    }
+    if (st == PSR_OK)
+        psr_record_flags(ctx, a->effective_noise, legacy_layout(a), flags);
     return st;
 }

@@ -147,14 +147,27 @@ static psr_status abandon(psr_context *ctx, psr_status st)
     return st;
 }
 
-psr_status psr_context_create(const psr_context_options *options, psr_context **out)
+/* The start of both creations: out (then set to NULL) and the `n` OpenCL
+ * handles a call adopts must not be NULL, in that order; then the
+ * caller's options are read into o. */
+static psr_status begin_create(const char *call, psr_context **out, const void *const *handles,
+                               const char *const *names, size_t n, const psr_context_options *options,
+                               psr_context_options *o)
 {
     psr_clear_thread_error();
     if (!out)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_create: out is NULL");
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "%s: out is NULL", call);
     *out = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!handles[i])
+            return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "%s: %s is NULL", call, names[i]);
+    return read_options(options, o);
+}
+
+psr_status psr_context_create(const psr_context_options *options, psr_context **out)
+{
     psr_context_options opts;
-    psr_status st = read_options(options, &opts);
+    psr_status st = begin_create("psr_context_create", out, NULL, NULL, 0, options, &opts);
     if (st != PSR_OK)
         return st;
     options = &opts;
@@ -208,18 +221,10 @@ static void find_indices(psr_context *ctx)
 psr_status psr_context_create_from_cl(cl_context cl_ctx, cl_device_id device, cl_command_queue queue,
                                       const psr_context_options *options, psr_context **out)
 {
-    psr_clear_thread_error();
-    if (!out)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_create_from_cl: out is NULL");
-    *out = NULL;
-    if (!cl_ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_create_from_cl: cl_ctx is NULL");
-    if (!device)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_create_from_cl: device is NULL");
-    if (!queue)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_create_from_cl: queue is NULL");
+    const void *handles[] = {cl_ctx, device, queue};
+    static const char *const names[] = {"cl_ctx", "device", "queue"};
     psr_context_options opts;
-    psr_status st = read_options(options, &opts);
+    psr_status st = begin_create("psr_context_create_from_cl", out, handles, names, 3, options, &opts);
     if (st != PSR_OK)
         return st;
     options = &opts;
@@ -314,15 +319,22 @@ void psr_context_free(psr_context *ctx)
     free(ctx);
 }
 
-psr_status psr_context_device_info(const psr_context *ctx, psr_device_info *out)
+psr_status psr_context_check_call(const psr_context *ctx, const void *arg, const char *call,
+                                  const char *name)
 {
     if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_device_info: ctx is NULL");
-    if (!out)
-        return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT,
-                        "psr_context_device_info: out is NULL");
-    *out = ctx->info;
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "%s: ctx is NULL", call);
+    if (!arg)
+        return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT, "%s: %s is NULL", call, name);
     return PSR_OK;
+}
+
+psr_status psr_context_device_info(const psr_context *ctx, psr_device_info *out)
+{
+    psr_status st = psr_context_check_call(ctx, out, "psr_context_device_info", "out");
+    if (st == PSR_OK)
+        *out = ctx->info;
+    return st;
 }
 
 psr_status psr_context_cl(const psr_context *ctx, cl_context *cl_ctx, cl_device_id *device,
@@ -346,11 +358,9 @@ const char *psr_context_build_log(const psr_context *ctx)
 
 psr_status psr_context_cache_stats(const psr_context *ctx, psr_cache_stats *out)
 {
-    if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_cache_stats: ctx is NULL");
-    if (!out)
-        return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT,
-                        "psr_context_cache_stats: out is NULL");
+    psr_status st = psr_context_check_call(ctx, out, "psr_context_cache_stats", "out");
+    if (st != PSR_OK)
+        return st;
     *out = ctx->stats;
     out->disk_enabled = ctx->disk_enabled;
     psr_strlcpy(out->cache_dir, ctx->disk_enabled ? ctx->cache_dir : "", sizeof out->cache_dir);
@@ -359,21 +369,17 @@ psr_status psr_context_cache_stats(const psr_context *ctx, psr_cache_stats *out)
 
 psr_status psr_context_last_noise(const psr_context *ctx, psr_noise *noise)
 {
-    if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_last_noise: ctx is NULL");
-    if (!noise)
-        return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT, "psr_context_last_noise: noise is NULL");
-    *noise = psr_noise_of(ctx->last_sample_flags);
-    return PSR_OK;
+    psr_status st = psr_context_check_call(ctx, noise, "psr_context_last_noise", "noise");
+    if (st == PSR_OK)
+        *noise = psr_noise_of(ctx->last_sample_flags);
+    return st;
 }
 
 psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
 {
-    if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_scratch_bytes: ctx is NULL");
-    if (!bytes)
-        return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT,
-                        "psr_context_scratch_bytes: bytes is NULL");
+    psr_status st = psr_context_check_call(ctx, bytes, "psr_context_scratch_bytes", "bytes");
+    if (st != PSR_OK)
+        return st;
     *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->best_keys.bytes + ctx->best_count.bytes +
              ctx->filter_cut.bytes + ctx->filter_state.bytes + ctx->filter_hist.bytes +
              ctx->filter_cand.bytes;

@@ -39,6 +39,12 @@ typedef struct psr_scratch {
  * names (the kernels are built with -cl-kernel-arg-info). */
 void psr_context_options_changed(psr_context *ctx);
 
+/* The start of a context call: a NULL ctx, then a NULL `arg` (its
+ * pointer argument, `name` in the message), is PSR_ERR_NULL_ARGUMENT
+ * from `call`; the second failure is also kept on ctx. */
+psr_status psr_context_check_call(const psr_context *ctx, const void *arg, const char *call,
+                                  const char *name);
+
 /* Grows a scratch buffer to at least `bytes`; new memory is zero-filled
  * (enqueued, so it is ordered before the kernels that follow). */
 psr_status psr_scratch_reserve(psr_context *ctx, psr_scratch *s, size_t bytes);

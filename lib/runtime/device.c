@@ -4,74 +4,70 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Copies an info string into a fixed field, cut to fit: OpenCL refuses a
+/* clGetPlatformInfo and clGetDeviceInfo under one signature. */
+typedef cl_int (*info_getter)(const void *obj, cl_uint what, size_t size, void *value, size_t *size_ret);
+
+static cl_int platform_info(const void *obj, cl_uint what, size_t size, void *value, size_t *size_ret)
+{
+    return clGetPlatformInfo((cl_platform_id)obj, what, size, value, size_ret);
+}
+
+static cl_int device_info(const void *obj, cl_uint what, size_t size, void *value, size_t *size_ret)
+{
+    return clGetDeviceInfo((cl_device_id)obj, what, size, value, size_ret);
+}
+
+/* An info string whole (NULL when empty or on failure): OpenCL refuses a
  * buffer that is too small, so ask for the size first. */
-static void fit_string(cl_int size_err, size_t size, char *(*fetch)(const void *, cl_uint, size_t),
-                       const void *obj, cl_uint what, char *buf, size_t len)
+static char *fetch_string(info_getter get, const void *obj, cl_uint what)
+{
+    size_t size = 0;
+    if (get(obj, what, 0, NULL, &size) != CL_SUCCESS || size == 0)
+        return NULL;
+    char *s = malloc(size + 1);
+    if (s && get(obj, what, size, s, NULL) != CL_SUCCESS) {
+        free(s);
+        return NULL;
+    }
+    if (s)
+        s[size] = '\0';
+    return s;
+}
+
+/* Copies an info string into a fixed field, cut to fit. */
+static void fit_string(info_getter get, const void *obj, cl_uint what, char *buf, size_t len)
 {
     buf[0] = '\0';
-    if (size_err != CL_SUCCESS || size == 0)
-        return;
-    char *full = fetch(obj, what, size);
+    char *full = fetch_string(get, obj, what);
     if (full) {
         psr_strlcpy(buf, full, len);
         free(full);
     }
 }
 
-static char *fetch_platform(const void *obj, cl_uint what, size_t size)
-{
-    char *s = malloc(size + 1);
-    if (s && clGetPlatformInfo((cl_platform_id)obj, what, size, s, NULL) != CL_SUCCESS) {
-        free(s);
-        return NULL;
-    }
-    if (s)
-        s[size] = '\0';
-    return s;
-}
-
-static char *fetch_device(const void *obj, cl_uint what, size_t size)
-{
-    char *s = malloc(size + 1);
-    if (s && clGetDeviceInfo((cl_device_id)obj, what, size, s, NULL) != CL_SUCCESS) {
-        free(s);
-        return NULL;
-    }
-    if (s)
-        s[size] = '\0';
-    return s;
-}
-
 static void get_platform_string(cl_platform_id p, cl_platform_info what, char *buf, size_t len)
 {
-    size_t size = 0;
-    cl_int err = clGetPlatformInfo(p, what, 0, NULL, &size);
-    fit_string(err, size, fetch_platform, p, what, buf, len);
+    fit_string(platform_info, p, what, buf, len);
 }
 
 static void get_device_string(cl_device_id d, cl_device_info what, char *buf, size_t len)
 {
-    size_t size = 0;
-    cl_int err = clGetDeviceInfo(d, what, 0, NULL, &size);
-    fit_string(err, size, fetch_device, d, what, buf, len);
+    fit_string(device_info, d, what, buf, len);
 }
 
 /* The extension string can be long; fetch it whole to look for names. */
 static char *get_extensions(cl_device_id d)
 {
-    size_t n = 0;
-    if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, 0, NULL, &n) != CL_SUCCESS || n == 0)
-        return NULL;
-    char *s = malloc(n + 1);
-    if (!s)
-        return NULL;
-    if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, n, s, NULL) != CL_SUCCESS) {
-        free(s);
-        return NULL;
-    }
-    s[n] = '\0';
-    return s;
+    return fetch_string(device_info, d, CL_DEVICE_EXTENSIONS);
+}
+
+/* A number the driver may not give (the field keeps its 0 then), of the
+ * field's own size: cl_uint, size_t or cl_ulong as the query returns. */
+static void get_number(cl_device_id d, cl_device_info what, void *field, size_t size)
+{
+    cl_ulong value = 0; /* the widest of them */
+    if (size <= sizeof value && clGetDeviceInfo(d, what, size, &value, NULL) == CL_SUCCESS)
+        memcpy(field, &value, size);
 }
 
 static bool has_extension(const char *extensions, const char *name)
@@ -117,23 +113,14 @@ psr_status psr_query_device(cl_platform_id platform, cl_device_id device, unsign
                 : (type & CL_DEVICE_TYPE_ACCELERATOR) ? PSR_DEVICE_ACCELERATOR
                                                       : PSR_DEVICE_OTHER;
 
-    cl_uint u = 0;
-    if (clGetDeviceInfo(device, CL_DEVICE_VENDOR_ID, sizeof u, &u, NULL) == CL_SUCCESS)
-        out->vendor_id = u;
-    if (clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof u, &u, NULL) == CL_SUCCESS)
-        out->compute_units = u;
-    if (clGetDeviceInfo(device, CL_DEVICE_MAX_CLOCK_FREQUENCY, sizeof u, &u, NULL) == CL_SUCCESS)
-        out->max_clock_mhz = u;
-    size_t wg = 0;
-    if (clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) == CL_SUCCESS)
-        out->max_work_group_size = wg;
-    cl_ulong ul = 0;
-    if (clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof ul, &ul, NULL) == CL_SUCCESS)
-        out->local_mem_bytes = ul;
-    if (clGetDeviceInfo(device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof ul, &ul, NULL) == CL_SUCCESS)
-        out->global_mem_bytes = ul;
-    if (clGetDeviceInfo(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ul, &ul, NULL) == CL_SUCCESS)
-        out->max_alloc_bytes = ul;
+    get_number(device, CL_DEVICE_VENDOR_ID, &out->vendor_id, sizeof out->vendor_id);
+    get_number(device, CL_DEVICE_MAX_COMPUTE_UNITS, &out->compute_units, sizeof out->compute_units);
+    get_number(device, CL_DEVICE_MAX_CLOCK_FREQUENCY, &out->max_clock_mhz, sizeof out->max_clock_mhz);
+    get_number(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, &out->max_work_group_size,
+               sizeof out->max_work_group_size);
+    get_number(device, CL_DEVICE_LOCAL_MEM_SIZE, &out->local_mem_bytes, sizeof out->local_mem_bytes);
+    get_number(device, CL_DEVICE_GLOBAL_MEM_SIZE, &out->global_mem_bytes, sizeof out->global_mem_bytes);
+    get_number(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, &out->max_alloc_bytes, sizeof out->max_alloc_bytes);
 
     char *ext = get_extensions(device);
     cl_device_fp_config fp64_config = 0;

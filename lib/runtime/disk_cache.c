@@ -345,32 +345,35 @@ static bool is_binary(const char *dir, const char *name)
     return has_suffix(name, SUFFIX);
 }
 
-/* The next entry of d that `wanted` names and that is a regular file (psr
- * only ever writes those), its path in file and its lstat in st; NULL at
- * the end (or with no directory). */
-static struct dirent *next_file(DIR *d, const char *dir, bool (*wanted)(const char *dir, const char *name),
-                                char *file, size_t len, struct stat *st)
-{
-    for (struct dirent *e; d && (e = readdir(d));) {
-        if (!wanted(dir, e->d_name))
-            continue;
-        snprintf(file, len, "%s/%s", dir, e->d_name);
-        if (lstat(file, st) == 0 && S_ISREG(st->st_mode))
-            return e;
-    }
-    return NULL;
-}
+/* A call of walk_cache for each file it finds: its name in the
+ * directory, its path and its lstat. */
+typedef void (*file_visit)(void *state, const char *name, const char *file, const struct stat *st);
 
-static psr_status open_cache_dir(const char *dir, char *resolved, size_t len, DIR **out)
+/* Resolves dir (into resolved) and calls visit for each entry that
+ * `wanted` names and that is a regular file (psr only ever writes those);
+ * a directory that does not exist has none. */
+static psr_status walk_cache(const char *dir, bool (*wanted)(const char *dir, const char *name),
+                             file_visit visit, void *state, char *resolved, size_t len)
 {
     psr_clear_thread_error();
     psr_status st = psr_cache_resolve_dir(dir, resolved, len);
     if (st != PSR_OK)
         return st;
-    *out = opendir(resolved);
-    if (!*out && errno != ENOENT)
+    DIR *d = opendir(resolved);
+    if (!d && errno != ENOENT)
         return psr_fail(NULL, PSR_ERR_CACHE_IO, "cannot open cache directory %s: %s", resolved,
                         strerror(errno));
+    char file[PSR_PATH_MAX * 2];
+    struct stat lst;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!wanted(resolved, e->d_name))
+            continue;
+        snprintf(file, sizeof file, "%s/%s", resolved, e->d_name);
+        if (lstat(file, &lst) == 0 && S_ISREG(lst.st_mode))
+            visit(state, e->d_name, file, &lst);
+    }
+    if (d)
+        closedir(d);
     return PSR_OK;
 }
 
@@ -393,6 +396,36 @@ psr_status psr_cache_directory(char *buf, size_t capacity)
     return PSR_OK;
 }
 
+/* psr_cache_list's walk: entries[0 .. capacity) filled, n counted. */
+typedef struct list_walk {
+    psr_cache_entry *entries;
+    size_t capacity, n;
+} list_walk;
+
+static void list_one(void *state, const char *name, const char *file, const struct stat *st)
+{
+    list_walk *w = state;
+    if (w->n++ >= w->capacity)
+        return; /* counted only */
+    psr_cache_entry *out = &w->entries[w->n - 1];
+    memset(out, 0, sizeof *out);
+    psr_strlcpy(out->file, name, sizeof out->file);
+    out->bytes = (uint64_t)st->st_size;
+    out->mtime = (int64_t)st->st_mtime;
+    size_t len = 0, at, plen;
+    unsigned char *data = read_all(file, &len);
+    psr_cache_meta meta;
+    if (data && !check_file(data, len, NULL, &meta, &at, &plen)) {
+        out->valid = 1;
+        psr_strlcpy(out->kernels, meta.kernels, sizeof out->kernels);
+        psr_strlcpy(out->platform, meta.platform, sizeof out->platform);
+        psr_strlcpy(out->device, meta.device, sizeof out->device);
+        psr_strlcpy(out->driver_version, meta.driver_version, sizeof out->driver_version);
+        psr_strlcpy(out->options, meta.options, sizeof out->options);
+    }
+    free(data);
+}
+
 psr_status psr_cache_list(const char *dir, psr_cache_entry *entries, size_t capacity, size_t *count)
 {
     if (!count)
@@ -400,68 +433,44 @@ psr_status psr_cache_list(const char *dir, psr_cache_entry *entries, size_t capa
     if (!entries && capacity > 0)
         return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT,
                         "psr_cache_list: entries is NULL but capacity is %zu", capacity);
+    list_walk w = {entries, capacity, 0};
     char path[PSR_PATH_MAX];
-    DIR *d;
-    psr_status st = open_cache_dir(dir, path, sizeof path, &d);
-    if (st != PSR_OK)
-        return st;
-    size_t n = 0;
-    char entry_path[PSR_PATH_MAX * 2];
-    struct stat lst;
-    for (struct dirent *e; (e = next_file(d, path, is_binary, entry_path, sizeof entry_path, &lst));) {
-        if (n < capacity) {
-            psr_cache_entry *out = &entries[n];
-            memset(out, 0, sizeof *out);
-            psr_strlcpy(out->file, e->d_name, sizeof out->file);
-            out->bytes = (uint64_t)lst.st_size;
-            out->mtime = (int64_t)lst.st_mtime;
-            size_t len = 0, at, plen;
-            unsigned char *data = read_all(entry_path, &len);
-            psr_cache_meta meta;
-            if (data && !check_file(data, len, NULL, &meta, &at, &plen)) {
-                out->valid = 1;
-                psr_strlcpy(out->kernels, meta.kernels, sizeof out->kernels);
-                psr_strlcpy(out->platform, meta.platform, sizeof out->platform);
-                psr_strlcpy(out->device, meta.device, sizeof out->device);
-                psr_strlcpy(out->driver_version, meta.driver_version, sizeof out->driver_version);
-                psr_strlcpy(out->options, meta.options, sizeof out->options);
-            }
-            free(data);
-        }
-        n++;
+    psr_status st = walk_cache(dir, is_binary, list_one, &w, path, sizeof path);
+    if (st == PSR_OK)
+        *count = w.n;
+    return st;
+}
+
+/* psr_cache_clear's walk: the files removed, and the first failure. */
+typedef struct clear_walk {
+    size_t removed;
+    int failure;
+    char failed_name[256];
+} clear_walk;
+
+static void remove_one(void *state, const char *name, const char *file, const struct stat *st)
+{
+    clear_walk *w = state;
+    (void)st;
+    if (unlink(file) == 0) {
+        w->removed++;
+    } else if (errno != ENOENT && !w->failure) {
+        w->failure = errno;
+        psr_strlcpy(w->failed_name, name, sizeof w->failed_name);
     }
-    if (d)
-        closedir(d);
-    *count = n;
-    return PSR_OK;
 }
 
 psr_status psr_cache_clear(const char *dir, size_t *removed)
 {
-    size_t n = 0;
+    clear_walk w = {0, 0, ""};
     char path[PSR_PATH_MAX];
-    DIR *d;
-    psr_status st = open_cache_dir(dir, path, sizeof path, &d);
+    psr_status st = walk_cache(dir, is_ours, remove_one, &w, path, sizeof path);
     if (st != PSR_OK)
         return st;
-    int failure = 0;
-    char failed_name[256] = "";
-    char file[PSR_PATH_MAX * 2];
-    struct stat lst;
-    for (struct dirent *e; (e = next_file(d, path, is_ours, file, sizeof file, &lst));) {
-        if (unlink(file) == 0) {
-            n++;
-        } else if (errno != ENOENT && !failure) {
-            failure = errno;
-            psr_strlcpy(failed_name, e->d_name, sizeof failed_name);
-        }
-    }
-    if (d)
-        closedir(d);
     if (removed)
-        *removed = n;
-    if (failure)
-        return psr_fail(NULL, PSR_ERR_CACHE_IO, "cannot remove %s/%s: %s", path, failed_name,
-                        strerror(failure));
+        *removed = w.removed;
+    if (w.failure)
+        return psr_fail(NULL, PSR_ERR_CACHE_IO, "cannot remove %s/%s: %s", path, w.failed_name,
+                        strerror(w.failure));
     return PSR_OK;
 }

@@ -16,19 +16,17 @@ psr_status psr_device_tuning(const psr_device_info *info, psr_tuning *out)
 
 psr_status psr_context_tuning(const psr_context *ctx, psr_tuning *out)
 {
-    if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_tuning: ctx is NULL");
-    if (!out)
-        return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT, "psr_context_tuning: out is NULL");
-    *out = ctx->tuning;
-    return PSR_OK;
+    psr_status st = psr_context_check_call(ctx, out, "psr_context_tuning", "out");
+    if (st == PSR_OK)
+        *out = ctx->tuning;
+    return st;
 }
 
 psr_status psr_context_set_tuning(psr_context *ctx, const psr_tuning *t)
 {
-    if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_set_tuning: ctx is NULL");
-    REQUIRE(t, PSR_ERR_NULL_ARGUMENT, "psr_context_set_tuning: tuning is NULL");
+    psr_status st = psr_context_check_call(ctx, t, "psr_context_set_tuning", "tuning");
+    if (st != PSR_OK)
+        return st;
     size_t wg = t->sample.work_group_size;
     REQUIRE(wg >= 16 && !(wg & (wg - 1)) && wg <= ctx->info.max_work_group_size, PSR_ERR_INVALID_ARGUMENT,
             "tuning->sample.work_group_size %zu is not a power of two from 16 up to the device's %zu", wg,
@@ -49,9 +47,9 @@ psr_status psr_context_set_tuning(psr_context *ctx, const psr_tuning *t)
 
 psr_status psr_context_add_build_options(psr_context *ctx, const char *options)
 {
-    if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_add_build_options: ctx is NULL");
-    REQUIRE(options, PSR_ERR_NULL_ARGUMENT, "psr_context_add_build_options: options is NULL");
+    psr_status st = psr_context_check_call(ctx, options, "psr_context_add_build_options", "options");
+    if (st != PSR_OK)
+        return st;
     REQUIRE(!ctx->program_count, PSR_ERR_INVALID_ARGUMENT,
             "build options must be added before the context builds any program");
     char *extra = ctx->tuning.extra_options;
@@ -67,10 +65,9 @@ psr_status psr_context_add_build_options(psr_context *ctx, const char *options)
 
 psr_status psr_context_last_paths(const psr_context *ctx, psr_last_paths *out)
 {
-    if (!ctx)
-        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_last_paths: ctx is NULL");
-    if (!out)
-        return psr_fail((psr_context *)ctx, PSR_ERR_NULL_ARGUMENT, "psr_context_last_paths: out is NULL");
+    psr_status st = psr_context_check_call(ctx, out, "psr_context_last_paths", "out");
+    if (st != PSR_OK)
+        return st;
     out->verify_one_launch = ctx->verify_fused_last;
     out->logprobs_one_launch = ctx->logprobs_one_last;
     out->logprobs_few_blocks = ctx->logprobs_few_last;
