@@ -494,6 +494,13 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
         psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
 }
 
+/* The parameters of psr_verify_stats, which psr_verify_fused starts with. */
+#define PSR_VERIFY_STATS_ARGS                                                                            \
+    const psr_verify_params p, __global const psr_logit_t *logits, __global const int *row_req,          \
+        __global const int *cu, __global const int4 *order, __global const float *temperatures,          \
+        __global const long *seeds, __global const float *draft_cache, __global const int *draft_tokens, \
+        __global const long *positions, __global uchar *state
+
 /* Group 0 checks the inputs only the device holds (status). Then one
  * group per (row, super-block) of the target logits: for a greedy
  * request the argmax partial, else the log-sum-exp partial of logits / T
@@ -513,11 +520,7 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
  * skips. */
 #if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_verify_stats)
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
-void psr_verify_stats(const psr_verify_params p, __global const psr_logit_t *logits,
-                      __global const int *row_req, __global const int *cu, __global const int4 *order,
-                      __global const float *temperatures, __global const long *seeds,
-                      __global const float *draft_cache, __global const int *draft_tokens,
-                      __global const long *positions, __global uchar *state)
+void psr_verify_stats(PSR_VERIFY_STATS_ARGS)
 {
     __local float lm[PSR_LANES], ls[PSR_LANES];
     __local float lbv[PSR_VWG];
@@ -893,9 +896,21 @@ inline void psr_sample_scan(int mode, psr_row *row, psr_residual *res, __global 
     }
 }
 
+/* The locals of a sampling group (psr_sample_group), the kernel's. */
+typedef struct psr_sample_locals {
+    psr_acc_t lv[PSR_WG_SIZE]; /* the work-items' bests (the scan's floors first) */
+    uint li[PSR_WG_SIZE];
+    int first_reject;
+    psr_walk lwalk;
+    float lres[2];             /* the sampled row's log-sum-exps */
+    int lfinish;
+    psr_walk_rows lrows;
+    ulong lk[PSR_WG_SIZE];     /* the gather's keys */
+} psr_sample_locals;
+
 /* One sampling group's work: group `gid` of the sampling groups; `fused`
  * when the statistics ran in the same launch (psr_verify_fused), so their
- * results are read as published. The locals are the kernel's. */
+ * results are read as published. */
 inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                              uint vocab, uint nsb, __global const int *cu, __global const int *draft_tokens,
                              __global const long *seeds, __global const float *temperatures,
@@ -908,27 +923,25 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
                              __global uint *user_status, uint cols, __global int *tokens, uint tokens64,
                              __global int *num_sampled, uint decide, __global const uint *rejected,
                              uint epoch, __global const float2 *row_lse, uint gid, bool fused, uint lid,
-                             __local psr_acc_t *lv, __local uint *li, __local int *first_reject,
-                             __local psr_walk *lwalk, __local float *lres, __local int *lfinish,
-                             __local psr_walk_rows *lrows, __local ulong *lk)
+                             __local psr_sample_locals *l)
 {
     psr_sample_req rq;
     psr_sample_request(&rq, cu, temperatures, seeds, greedy_all, groups_per_row, decide, gid, fused);
-    psr_walk_read_ahead(&rq, lid, fused, status, rejected, epoch, positions, draft_tokens, row_lse, first_reject,
-                        lrows);
+    psr_walk_read_ahead(&rq, lid, fused, status, rejected, epoch, positions, draft_tokens, row_lse,
+                        &l->first_reject, &l->lrows);
     barrier(CLK_LOCAL_MEM_FENCE);
-    uint checked = lrows->status;
+    uint checked = l->lrows.status;
     bool bad = checked != 0;
     if (gid == 0 && lid == 0 && user_status)
         *user_status = checked;
     psr_walk_unrecorded(&rq, bad, lid, logits, logits_offset, row_stride, vocab, nsb, positions, draft_tokens,
-                        draft_cache, cache_k, t_lse, t_best, t_best_i, q_lse, first_reject, lrows);
+                        draft_cache, cache_k, t_lse, t_best, t_best_i, q_lse, &l->first_reject, &l->lrows);
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid == 0)
         psr_walk_decide(&rq, bad, nsb, positions, draft_tokens, draft_cache, t_lse, t_best, t_best_i, q_lse,
-                        row_lse, walks, fused, first_reject, lrows, lwalk, lres);
+                        row_lse, walks, fused, &l->first_reject, &l->lrows, &l->lwalk, l->lres);
     barrier(CLK_LOCAL_MEM_FENCE);
-    psr_walk walk = *lwalk;
+    psr_walk walk = l->lwalk;
     bool active = walk.mode != 0;
 
     /* The residual or bonus row's scan over the group's chunk. */
@@ -943,15 +956,15 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
     psr_residual res;
     bool q_aligned;
     __global const float *q = psr_sample_setup(&row, &res, &q_aligned, &rq, &walk, draft_cache, cache_k, vocab,
-                                               lres);
-    psr_sample_scan(walk.mode, &row, &res, src, aligned, q, q_aligned, start, end, lid, lv, &best, &best_i);
+                                               l->lres);
+    psr_sample_scan(walk.mode, &row, &res, src, aligned, q, q_aligned, start, end, lid, l->lv, &best, &best_i);
 
     /* The gather and the output. */
-    lv[lid] = best;
-    li[lid] = best_i;
-    psr_reduce_best(lv, li, lid);
-    psr_acc_t final_v = lv[0];
-    uint final_i = li[0];
+    l->lv[lid] = best;
+    l->li[lid] = best_i;
+    psr_reduce_best(l->lv, l->li, lid);
+    psr_acc_t final_v = l->lv[0];
+    uint final_i = l->li[0];
     bool finish = groups_per_row == 1 || !active;
     bool quits = !active && part != 0;
     if (!PSR_FLAT_BARRIERS && quits)
@@ -960,14 +973,14 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
     bool gather = !quits && !finish && best_keys;
     if (PSR_FLAT_BARRIERS || gather)
         finish = psr_gather_best(gather, best_keys + (ulong)req * groups_per_row, best_count + req, part,
-                                 groups_per_row, epoch, final_v, final_i, lid, lk, lfinish, &final_i) || finish;
+                                 groups_per_row, epoch, final_v, final_i, lid, l->lk, &l->lfinish, &final_i) || finish;
 #endif
     if (quits)
         return; /* flat: after every barrier */
     if (finish) {
         if (!bad)
             psr_write_output(req, &walk, walk.mode == 0 ? walk.token : (int)final_i, lid, cols,
-                             rq.first_row, draft_tokens, lrows->draft, rq.ahead, tokens, tokens64, num_sampled);
+                             rq.first_row, draft_tokens, l->lrows.draft, rq.ahead, tokens, tokens64, num_sampled);
     } else if (!best_keys && lid == 0) {
         part_value[gid] = final_v;
         part_index[gid] = final_i;
@@ -983,14 +996,7 @@ void psr_verify_sample(const psr_verify_params p, __global const psr_logit_t *lo
                        __global uint *part_index, __global uchar *state, __global uint *user_status,
                        __global int *tokens, __global int *num_sampled)
 {
-    __local psr_acc_t lv[PSR_WG_SIZE];
-    __local uint li[PSR_WG_SIZE];
-    __local int first_reject;
-    __local psr_walk lwalk;
-    __local float lres[2];
-    __local int lfinish;
-    __local psr_walk_rows lrows;
-    __local ulong lk[PSR_WG_SIZE];
+    __local psr_sample_locals l;
     psr_sample_group(logits, p.logits_offset, p.row_stride, p.vocab, p.blocks_per_row, cu, draft_tokens, seeds,
                      temperatures, positions, p.greedy_all, draft_cache, p.cache_k,
                      PSR_VS(float2, PSR_VS_T_LSE), PSR_VS(float, PSR_VS_T_BEST), PSR_VS(uint, PSR_VS_T_BEST_I),
@@ -998,8 +1004,7 @@ void psr_verify_sample(const psr_verify_params p, __global const psr_logit_t *lo
                      PSR_VS(uint, PSR_VS_BEST_COUNT), part_value, part_index, PSR_VS(int4, PSR_VS_WALKS),
                      PSR_VS(uint, PSR_VS_STATUS), user_status, p.cols, tokens, p.tokens64, num_sampled,
                      p.decide, PSR_VS(uint, PSR_VS_REJECTED), p.epoch, PSR_VS(float2, PSR_VS_ROW_LSE),
-                     (uint)get_group_id(0), false, get_local_id(0), lv, li, &first_reject, &lwalk, lres,
-                     &lfinish, &lrows, lk);
+                     (uint)get_group_id(0), false, get_local_id(0), &l);
 }
 #endif
 
@@ -1031,12 +1036,8 @@ inline void psr_wait_for(__global const uint *a, uint a_value, __global const ui
  * groups need no finishing kernel. Same tokens as the two kernels. */
 #if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_verify_fused)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_verify_fused(const psr_verify_params p, __global const psr_logit_t *logits,
-                      __global const int *row_req, __global const int *cu, __global const int4 *order,
-                      __global const float *temperatures, __global const long *seeds,
-                      __global const float *draft_cache, __global const int *draft_tokens,
-                      __global const long *positions, __global uchar *state, __global uint *user_status,
-                      __global int *tokens, __global int *num_sampled)
+void psr_verify_fused(PSR_VERIFY_STATS_ARGS, __global uint *user_status, __global int *tokens,
+                      __global int *num_sampled)
 {
     const ulong logits_offset = p.logits_offset, row_stride = p.row_stride;
     const uint vocab = p.vocab, nsb = p.blocks_per_row, greedy_all = p.greedy_all, cache_k = p.cache_k;
@@ -1053,14 +1054,7 @@ void psr_verify_fused(const psr_verify_params p, __global const psr_logit_t *log
     __local float lbv[PSR_VWG];
     __local uint lbi[PSR_VWG];
     __local uint lflags, lskip, lticket;
-    __local psr_acc_t lv[PSR_WG_SIZE];
-    __local uint li[PSR_WG_SIZE];
-    __local int first_reject;
-    __local psr_walk lwalk;
-    __local float lres[2];
-    __local int lfinish;
-    __local psr_walk_rows lrows;
-    __local ulong lk[PSR_WG_SIZE];
+    __local psr_sample_locals l;
     if (get_local_id(0) == 0) {
         atomic_max(tickets, epoch << PSR_REJECT_BITS);
         lticket = atomic_inc(tickets) & ((1u << PSR_REJECT_BITS) - 1);
@@ -1092,7 +1086,7 @@ void psr_verify_fused(const psr_verify_params p, __global const psr_logit_t *log
                          temperatures, positions, greedy_all, draft_cache, cache_k, t_lse, t_best, t_best_i,
                          q_lse, groups_per_row, p.chunk, best_keys, best_count, NULL, NULL, NULL, status,
                          user_status, p.cols, tokens, p.tokens64, num_sampled, 1u, rejected, epoch, row_lse, gid,
-                         true, lid, lv, li, &first_reject, &lwalk, lres, &lfinish, &lrows, lk);
+                         true, lid, &l);
         return;
     }
     /* The statistics last, as in psr_verify_stats. */
@@ -1109,9 +1103,8 @@ void psr_verify_fused(const psr_verify_params p, __global const psr_logit_t *log
 #if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_verify_finalize)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_verify_finalize(const psr_verify_params p, __global const psr_acc_t *part_value,
-                         __global const uint *part_index, __global const int *cu,
-                         __global const int *draft_tokens, __global uchar *state, __global int *tokens,
-                         __global int *num_sampled)
+                         __global const uint *part_index, __global const int *cu, __global const int *draft_tokens,
+                         __global uchar *state, __global int *tokens, __global int *num_sampled)
 {
     const uint groups_per_row = p.groups_per_row, cols = p.cols, tokens64 = p.tokens64;
     __global const int4 *walks = PSR_VS(int4, PSR_VS_WALKS);
