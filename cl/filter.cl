@@ -724,7 +724,51 @@ inline void psr_filter_end_empty(const psr_filter_row *f, uint row_id, __global 
     uint lid = get_local_id(0);                                                                    \
     uint row_id = get_group_id(0) / groups_per_row;                                                \
     uint part = get_group_id(0) % groups_per_row;                                                  \
-    psr_filter_row f = PSR_FILTER_ROW_GET(row_id)
+    psr_filter_row f = PSR_FILTER_ROW_GET(row_id);                                                 \
+    __global uint *st = state + PSR_FILTER_STATE * row_id;                                         \
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;         \
+    bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;                             \
+    __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;                                    \
+    __global uint *rc = cand + (ulong)row_id * 2 * cap
+
+/* A group's part of a row in passes 2 and 3, once pass 1 has ended. */
+typedef struct psr_filter_part {
+    float m;         /* the row's largest scaled logit (complete: pass 1 has ended) */
+    uint floor_key;  /* the min-p cut's key */
+    uint start, end; /* the group's tokens */
+    bool empty;      /* the row takes the pass but has no value above -inf */
+} psr_filter_part;
+
+/* The part of group `part` of a row in passes 2 and 3 (on: the row takes
+ * the pass); a row with no candidates ends in its group 0 where
+ * `ends_empty`. */
+inline psr_filter_part psr_filter_part_start(bool on, bool ends_empty, const psr_filter_row *f, uint row_id,
+                                             uint part, uint chunk, uint vocab, __global uint *st,
+                                             __global float *thresholds)
+{
+    psr_filter_part g;
+    g.m = on ? psr_filter_max_of(st[0]) : -INFINITY;
+    g.floor_key = psr_filter_key(psr_filter_min_p_cut(f, g.m));
+    g.start = part * chunk;
+    g.end = min(g.start + chunk, vocab);
+    g.empty = on && !(g.m > -INFINITY);
+    if (g.empty && ends_empty && part == 0)
+        psr_filter_end_empty(f, row_id, st, thresholds);
+    return g;
+}
+
+/* Top-p alone: a token's mass (s, its scaled logit) into its bin of the
+ * group's masses, none below the min-p cut (floor_key) or for NaN. */
+inline void psr_filter_add_mass(float s, float m, uint floor_key, __local uint *mlo, __local uint *mhi)
+{
+    if (isnan(s))
+        return;
+    uint key = psr_filter_key(s);
+    uint b = key >> PSR_FILTER_MSHIFT;
+    ulong w = key < floor_key ? 0 : psr_filter_weight(s, m, true);
+    if (w)
+        psr_filter_add_local(&mlo[b], &mhi[b], w);
+}
 
 /* Pass 2, groups_per_row groups per row, for rows with top-k or top-p.
  * Top-k rows: the candidates, keys at or above both the bin pass 1 found
@@ -740,28 +784,18 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint
     bool on = f.state == 2 && (f.k_on || f.p_on);
     if (!PSR_FLAT_BARRIERS && !on)
         return; /* flat: the group runs on, reading and writing nothing */
-    __global uint *st = state + PSR_FILTER_STATE * row_id;
-    __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
-    bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
-    __global uint *rc = cand + (ulong)row_id * 2 * cap;
-    float m = on ? psr_filter_max_of(st[0]) : -INFINITY; /* complete: pass 1 has ended */
-    uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));
-    uint start = part * chunk, end = min(start + chunk, vocab);
-    bool empty = on && !(m > -INFINITY);
-    /* no candidates: group 0 ends the row (top-p alone: in pass 3) */
-    if (empty && f.k_on && part == 0)
-        psr_filter_end_empty(&f, row_id, st, thresholds);
-    if (!PSR_FLAT_BARRIERS && empty)
+    /* no candidates: group 0 ends a top-k row (top-p alone: in pass 3) */
+    psr_filter_part g = psr_filter_part_start(on, f.k_on, &f, row_id, part, chunk, vocab, st, thresholds);
+    if (!PSR_FLAT_BARRIERS && g.empty)
         return;
-    bool by_k = on && !empty && f.k_on, masses = on && !empty && !f.k_on;
+    bool by_k = on && !g.empty && f.k_on, masses = on && !g.empty && !f.k_on;
     if (PSR_FLAT_BARRIERS || by_k) {
-        uint low = by_k ? max(st[3], floor_key) : 0;
-        psr_filter_gather(src, aligned, &f, start, by_k ? end : start, low, &st[1], rc, cap, lbuf, pick);
+        uint low = by_k ? max(st[3], g.floor_key) : 0;
+        psr_filter_gather(src, aligned, &f, g.start, by_k ? g.end : g.start, low, &st[1], rc, cap, lbuf, pick);
         bool last = psr_last_group_if(by_k, &st[2], groups_per_row, &pick[2]);
         if (!PSR_FLAT_BARRIERS && !last)
             return;
-        psr_filter_finish(last, &f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
+        psr_filter_finish(last, &f, row_id, src, g.m, g.floor_key, low, vocab, cap, st, h, rc, thresholds,
                           row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, 0,
                           lbuf, hlo, hhi, seg, pick);
     }
@@ -771,18 +805,11 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint
         for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
             lbuf[b] = 0;
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint i = start + 4 * lid; i < (masses ? end : start); i += PSR_FILTER_STEP) {
+        for (uint i = g.start + 4 * lid; i < (masses ? g.end : g.start); i += PSR_FILTER_STEP) {
             float v[8];
-            psr_filter_load8(src, i, end, aligned, f.t, f.r, v);
-            for (int q = 0; q < 8; q++) {
-                if (isnan(v[q]))
-                    continue;
-                uint key = psr_filter_key(v[q]);
-                uint b = key >> PSR_FILTER_MSHIFT;
-                ulong w = key < floor_key ? 0 : psr_filter_weight(v[q], m, true);
-                if (w)
-                    psr_filter_add_local(&mlo[b], &mhi[b], w);
-            }
+            psr_filter_load8(src, i, g.end, aligned, f.t, f.r, v);
+            for (int q = 0; q < 8; q++)
+                psr_filter_add_mass(v[q], g.m, g.floor_key, mlo, mhi);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (uint b = lid; b < (masses ? PSR_FILTER_MBINS : 0); b += PSR_WG_SIZE) {
@@ -806,20 +833,10 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, __global uint *state, __global
     bool on = f.state == 2 && !f.k_on && f.p_on;
     if (!PSR_FLAT_BARRIERS && !on)
         return; /* flat: the group runs on, reading and writing nothing */
-    __global uint *st = state + PSR_FILTER_STATE * row_id;
-    __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
-    bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
-    __global uint *rc = cand + (ulong)row_id * 2 * cap;
-    float m = on ? psr_filter_max_of(st[0]) : -INFINITY;
-    uint floor_key = psr_filter_key(psr_filter_min_p_cut(&f, m));
-    uint start = part * chunk, end = min(start + chunk, vocab);
-    bool empty = on && !(m > -INFINITY);
-    if (empty && part == 0)
-        psr_filter_end_empty(&f, row_id, st, thresholds);
-    if (!PSR_FLAT_BARRIERS && empty)
+    psr_filter_part g = psr_filter_part_start(on, true, &f, row_id, part, chunk, vocab, st, thresholds);
+    if (!PSR_FLAT_BARRIERS && g.empty)
         return;
-    bool live = on && !empty;
+    bool live = on && !g.empty;
     __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS;
     for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
         lbuf[b] = live ? h[b] : 0;
@@ -827,13 +844,13 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, __global uint *state, __global
     ulong total = psr_filter_suffix(mlo, mhi, true, PSR_FILTER_MBINS, seg);
     float goal = fmax(f.p, FLT_MIN) * (float)total;
     psr_filter_cross(mlo, mhi, true, PSR_FILTER_MBINS, 0, true, 0, goal, seg, pick);
-    uint low = max(floor_key, pick[0] << PSR_FILTER_MSHIFT);
+    uint low = max(g.floor_key, pick[0] << PSR_FILTER_MSHIFT);
     barrier(CLK_LOCAL_MEM_FENCE);
-    psr_filter_gather(src, aligned, &f, start, live ? end : start, low, &st[1], rc, cap, lbuf, pick);
+    psr_filter_gather(src, aligned, &f, g.start, live ? g.end : g.start, low, &st[1], rc, cap, lbuf, pick);
     bool last = psr_last_group_if(live, &st[2], groups_per_row, &pick[2]);
     if (!PSR_FLAT_BARRIERS && !last)
         return;
-    psr_filter_finish(last, &f, row_id, src, m, floor_key, low, vocab, cap, st, h, rc, thresholds,
+    psr_filter_finish(last, &f, row_id, src, g.m, g.floor_key, low, vocab, cap, st, h, rc, thresholds,
                       row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, total,
                       lbuf, hlo, hhi, seg, pick);
 }

@@ -200,6 +200,16 @@ typedef struct psr_lp_lanes {
     psr_lp_values(psr_load4(src, i, ln->vocab, ln->aligned), ln->divide, ln->t, ln->r, ln->cut)
 #endif
 
+/* The start of step k of a loop over lane j's steps (the loop's bound is
+ * PSR_SB_STEPS, above): leaves the loop past the lane's steps, else
+ * declares i, the step's first token, and x, its values. Needs `base`,
+ * `lid` and `steps`. */
+#define PSR_LP_STEP(j, k, i, x)                                                                   \
+    if ((k) >= steps[j])                                                                           \
+        break;                                                                                     \
+    uint i = base + 4 * (lid + (j) * PSR_VWG) + (k) * 4 * PSR_LANES;                               \
+    float4 x = PSR_LP_VALUES(j, k, i)
+
 /* The row's temperature and filter, and the block's lanes (sb of the row
  * at src); returns the sampled token's value. */
 inline float psr_lp_block_setup(psr_lp_lanes *ln, uint *steps, __global const psr_logit_t *src, uint vocab,
@@ -218,15 +228,8 @@ inline float psr_lp_block_setup(psr_lp_lanes *ln, uint *steps, __global const ps
     int tok = psr_load_token(tokens, row, tokens64);
     float tv = tok >= 0 && (uint)tok < vocab ? psr_lp_value(psr_load_logit(src, (ulong)tok), divide, t, r, cut)
                                              : INFINITY; /* nothing beats it: rank 0 later */
-    ln->t = t;
-    ln->r = r;
-    ln->cut = cut;
-    ln->divide = divide;
-    ln->full = full;
-    ln->aligned = aligned;
-    ln->base = base;
-    ln->vocab = vocab;
-    ln->lid = lid;
+    psr_lp_lanes lanes = {t, r, cut, divide, full, aligned, base, vocab, lid};
+    *ln = lanes;
     for (uint j = 0; j < PSR_LPT; j++)
         steps[j] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + j * PSR_VWG), vocab);
     return tv;
@@ -269,10 +272,7 @@ inline uint psr_lp_lane_sums(const psr_lp_lanes *ln, const uint *steps, __global
 #pragma unroll
 #endif
         for (uint k = 0; k < PSR_SB_STEPS; k++) {
-            if (k >= steps[j])
-                break;
-            uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
-            float4 x = PSR_LP_VALUES(j, k, i);
+            PSR_LP_STEP(j, k, i, x);
             wm = fmax(wm, psr_max4(x));
             beat += (x.s0 > tv) + (x.s1 > tv) + (x.s2 > tv) + (x.s3 > tv);
             /* past the row's end the values are -inf: they beat nothing */
@@ -282,10 +282,8 @@ inline uint psr_lp_lane_sums(const psr_lp_lanes *ln, const uint *steps, __global
 #pragma unroll
 #endif
         for (uint k = 0; k < PSR_SB_STEPS; k++) {
-            if (k >= steps[j])
-                break;
-            uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
-            lane += psr_exp_terms(PSR_LP_VALUES(j, k, i), wm);
+            PSR_LP_STEP(j, k, i, x);
+            lane += psr_exp_terms(x, wm);
         }
         ls[PSR_LANES + lid + j * PSR_VWG] = wm;
         ls[lid + j * PSR_VWG] = psr_lane_sum(lane);
@@ -342,10 +340,7 @@ inline void psr_lp_gather_candidates(const psr_lp_lanes *ln, const uint *steps, 
 #pragma unroll
 #endif
         for (uint k = 0; k < PSR_SB_STEPS; k++) {
-            if (k >= steps[j])
-                break;
-            uint i = base + 4 * (lid + j * PSR_VWG) + k * 4 * PSR_LANES;
-            float4 x = PSR_LP_VALUES(j, k, i);
+            PSR_LP_STEP(j, k, i, x);
             float xs[4] = {x.s0, x.s1, x.s2, x.s3};
             for (uint c = 0; c < 4; c++)
                 if (!psr_after(xs[c], i + c, tau_v, tau_i)) {
@@ -473,6 +468,7 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
         psr_lp_place_candidates(l, top_n, at, top_v, top_i, lid);
     }
 }
+#undef PSR_LP_STEP
 #undef PSR_LP_VALUES
 
 /* The partial kernel, with the tuning's bound (psr_logprobs_partial) and

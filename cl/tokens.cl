@@ -362,17 +362,14 @@ inline int psr_race_e_shift(uint2 w) /* E >= u >= 2^-(1 + clz(s)) */
 }
 #endif
 
-/* The race over one token: score p / E as p * (1/E) (fp64: in double).
- * A scaled logit below `cut` (filter.cl's threshold) is filtered out. */
-inline void psr_consider_cut(const psr_row *row, float x, uint i, psr_acc_t *best, uint *best_i,
-                             float cut)
+/* The race's score of token i, p / E as p * (1/E) (fp64: in double), into
+ * *v; false where the token cannot win. A scaled logit below `cut`
+ * (filter.cl's threshold) is filtered out. */
+inline bool psr_token_score(const psr_row *row, float x, uint i, float cut, psr_acc_t *v)
 {
-    if (isnan(x))
-        return;
-    psr_acc_t v;
 #if PSR_METHOD == 2
     if (!(x > 0.0f))
-        return; /* a probability that is 0, negative or NaN never wins */
+        return false; /* a probability that is 0, negative or NaN never wins */
     float p = x;
 #else
     float p;
@@ -384,64 +381,68 @@ inline void psr_consider_cut(const psr_row *row, float x, uint i, psr_acc_t *bes
         float xs = isinf(x) ? x : psr_scale(x, row->t, row->r);
 #if PSR_FILTERS
         if (xs < cut)
-            return;
+            return false;
 #endif
         p = isinf(xs) ? (xs > 0.0f ? INFINITY : 0.0f) : psr_det_exp_neg(xs - row->shift);
     }
 #endif
     if (row->greedy) {
-        v = p;
+        *v = p;
     } else {
         if (!(p > 0.0f))
-            return;
+            return false;
         uint2 w = psr_token_words(row->key, i);
         int k = psr_race_e_shift(w);
         /* Exact pruning: p * 2^k (exact) bounds the score; 1.001 covers rounding. */
         if (k < 1000 && (psr_acc_t)ldexp(p, min(k, 200)) * (psr_acc_t)1.001f < row->floor)
-            return;
+            return false;
 #if USE_FP64
-        v = (double)p * (1.0 / psr_race_e(w));
+        *v = (double)p * (1.0 / psr_race_e(w));
 #else
-        v = p * psr_det_recip(psr_race_e(w));
+        *v = p * psr_det_recip(psr_race_e(w));
 #endif
     }
-    if (v > *best) {
-        *best = v;
-        *best_i = i;
-    }
+    return true;
 }
 #else
-/* Folds token i with logit x into the running (best, best_i). Tokens go in
- * increasing order, so a strict > keeps the lowest index on ties. A scaled
- * logit below `cut` (filter.cl's threshold) is filtered out; greedy rows
- * ignore it, as the argmax is always kept. */
-inline void psr_consider_cut(const psr_row *row, float x, uint i, psr_acc_t *best, uint *best_i,
-                             float cut)
+/* Gumbel-max's value of token i, logit plus noise, into *v; false where
+ * the token cannot win. A scaled logit below `cut` (filter.cl's threshold)
+ * is filtered out; greedy rows ignore it, as the argmax is always kept. */
+inline bool psr_token_score(const psr_row *row, float x, uint i, float cut, psr_acc_t *v)
 {
-    if (isnan(x))
-        return;
-    psr_acc_t v;
     if (row->greedy || isinf(x)) {
-        v = x;
+        *v = x;
     } else {
         float xf = psr_scale(x, row->t, row->r);
 #if PSR_FILTERS
         if (xf < cut)
-            return;
+            return false;
 #endif
         psr_acc_t xs = (psr_acc_t)xf;
         uint2 w = psr_token_words(row->key, i);
         /* Exact pruning: skip the logs of a token that cannot win. */
         if (xs + psr_noise_bound(w) < row->floor)
-            return;
-        v = xs + psr_noise(w);
+            return false;
+        *v = xs + psr_noise(w);
     }
+    return true;
+}
+#endif
+
+/* Folds token i with logit x into the running (best, best_i), by the
+ * method's score; NaN never wins. Tokens go in increasing order, so a
+ * strict > keeps the lowest index on ties. */
+inline void psr_consider_cut(const psr_row *row, float x, uint i, psr_acc_t *best, uint *best_i,
+                             float cut)
+{
+    psr_acc_t v;
+    if (isnan(x) || !psr_token_score(row, x, i, cut, &v))
+        return;
     if (v > *best) {
         *best = v;
         *best_i = i;
     }
 }
-#endif
 
 inline void psr_consider(const psr_row *row, float x, uint i, psr_acc_t *best, uint *best_i)
 {

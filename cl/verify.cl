@@ -311,6 +311,174 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
         psr_record_rejection(rejected, req, epoch, slot);
 }
 
+/* Statistics group g's work (g counts from 0 after the check's group):
+ * the draft rows' groups (target and draft logits), then the bonus rows'
+ * (target logits only). Its row, request, draft slot and super-block,
+ * whether it reads the draft logits, whether its row is a draft row, and
+ * the request's temperature (scale: not greedy). False for a group with
+ * nothing to read, which returns at once: a sampled request's bonus row
+ * (sampled without its log-sum-exp) or a greedy request's draft logits. */
+inline bool psr_stats_job(__global const int4 *order, __global const float *temperatures, uint greedy_all,
+                          __global const float *draft_cache, uint nsb, uint draft_rows, uint g, uint *row,
+                          uint *req, uint *slot, uint *sb, bool *is_draft, bool *draft_row, float *t,
+                          bool *scale)
+{
+    uint per_row = draft_cache ? 2 * nsb : nsb;
+    uint in_drafts = draft_rows * per_row;
+    uint h = g < in_drafts ? g % per_row : (g - in_drafts) % nsb;
+    *is_draft = h >= nsb;
+    *sb = *is_draft ? h - nsb : h;
+    int4 o = order[psr_order_entry(g, per_row, nsb, draft_rows)];
+    /* row, request, slot, the request's rows */
+    *row = (uint)o.x, *req = (uint)o.y, *slot = (uint)o.z;
+    *t = temperatures[*req];
+    *scale = !greedy_all && isnormal(*t) && *t > 0.0f;
+    *draft_row = *slot + 1 < (uint)o.w;
+    if (!*draft_row && *scale)
+        return false;
+    return !*is_draft || (draft_cache && *draft_row && *scale);
+}
+
+/* How many of its 16 steps each of the work-item's lanes has in the row,
+ * for the super-block at `base`. */
+inline void psr_stats_steps(uint *steps, bool full, uint base, uint vocab, uint lid)
+{
+    for (uint l = 0; l < PSR_LPT; l++)
+        steps[l] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
+}
+
+#if PSR_LPT == 1
+/* GPUs: one lane per work-item, its 16 steps (from token `first`) into
+ * v, which the caller holds in registers. Every load is issued first,
+ * none waiting on another, so the memory system sees all of a
+ * work-item's requests at once. */
+inline void psr_stats_load_lane(float4 *v, bool is_draft, __global const psr_logit_t *src,
+                                __global const float *q, uint first, uint steps, bool full, bool aligned,
+                                uint vocab)
+{
+    if (full && aligned) {
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
+            uint i = first + k * 4 * PSR_LANES;
+            v[k] = is_draft ? *(__global const float4 *)(q + i) : psr_load4_aligned(src, i);
+        }
+    } else {
+#pragma unroll /* constant indices keep v in registers */
+        for (uint k = 0; k < PSR_SB_STEPS; k++)
+            if (k < steps)
+                v[k] = psr_stats_load(is_draft, src, q, first + k * 4 * PSR_LANES, vocab, aligned);
+    }
+}
+#endif
+
+/* Greedy: the super-block's argmax partial into *best, *best_i, ties to
+ * the lowest index (NaN never wins); a work-item's tokens are in
+ * increasing order only when it has one lane, so ties compare indices.
+ * Every work-item calls it (barriers). */
+inline void psr_stats_argmax(bool is_draft, __global const psr_logit_t *src, __global const float *q,
+                             bool aligned, bool full, uint base, uint vocab, uint lid, __local float *lbv,
+                             __local uint *lbi, __global float *best, __global uint *best_i)
+{
+    uint steps[PSR_LPT];
+    psr_stats_steps(steps, full, base, vocab, lid);
+#if PSR_LPT == 1
+    float4 v[PSR_SB_STEPS];
+    uint first = base + 4 * lid;
+    psr_stats_load_lane(v, is_draft, src, q, first, steps[0], full, aligned, vocab);
+#endif
+    float bv = -INFINITY;
+    uint bi = base + 4 * lid < vocab ? base + 4 * lid : 0xffffffffu;
+#if PSR_LPT == 1
+#pragma unroll
+    for (uint k = 0; k < PSR_SB_STEPS; k++) {
+        if (k >= steps[0])
+            break; /* the rest of the lane is past the row */
+        uint i = first + k * 4 * PSR_LANES;
+        float4 x = v[k];
+#else
+    for (uint l = 0; l < PSR_LPT; l++)
+    for (uint k = 0; k < steps[l]; k++) {
+        uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
+        float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+#endif
+        if (psr_better(x.s0, i, bv, bi))
+            bv = x.s0, bi = i;
+        if (psr_better(x.s1, i + 1, bv, bi))
+            bv = x.s1, bi = i + 1;
+        if (psr_better(x.s2, i + 2, bv, bi))
+            bv = x.s2, bi = i + 2;
+        if (psr_better(x.s3, i + 3, bv, bi))
+            bv = x.s3, bi = i + 3;
+    }
+    lbv[lid] = bv;
+    lbi[lid] = bi;
+    for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < s && psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid])) {
+            lbv[lid] = lbv[lid + s];
+            lbi[lid] = lbi[lid + s];
+        }
+    }
+    if (lid == 0) {
+        psr_publish((__global uint *)best, as_uint(lbv[0]));
+        psr_publish(best_i, lbi[0]);
+    }
+}
+
+/* The super-block's log-sum-exp partial of logits / T into *part: each
+ * lane's max of logits / T, then its exp sums against it (divide: T is
+ * not 1, r its reciprocal). Every work-item calls it (barriers). */
+inline void psr_stats_lse(bool is_draft, __global const psr_logit_t *src, __global const float *q, bool aligned,
+                          bool full, uint base, uint vocab, uint lid, bool divide, float t, float r,
+                          __local float *lm, __local float *ls, __global float2 *part)
+{
+    uint steps[PSR_LPT];
+    psr_stats_steps(steps, full, base, vocab, lid);
+#if PSR_LPT == 1
+    float4 v[PSR_SB_STEPS];
+    psr_stats_load_lane(v, is_draft, src, q, base + 4 * lid, steps[0], full, aligned, vocab);
+    float wm = -INFINITY;
+#pragma unroll
+    for (uint k = 0; k < PSR_SB_STEPS; k++) {
+        if (k >= steps[0])
+            break; /* the rest of the lane is past the row */
+        if (divide)
+            v[k] = psr_scaled4(v[k], t, r);
+        wm = fmax(wm, psr_max4(v[k]));
+    }
+    float4 lane = (float4)(0.0f);
+#pragma unroll
+    for (uint k = 0; k < PSR_SB_STEPS; k++)
+        if (k < steps[0])
+            lane += psr_exp_terms(v[k], wm);
+    lm[lid] = wm;
+    ls[lid] = psr_lane_sum(lane);
+#else
+    for (uint l = 0; l < PSR_LPT; l++) {
+        float wm = -INFINITY;
+        for (uint k = 0; k < steps[l]; k++) {
+            uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
+            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+            wm = fmax(wm, psr_max4(divide ? psr_scaled4(x, t, r) : x));
+        }
+        float4 lane = (float4)(0.0f);
+        for (uint k = 0; k < steps[l]; k++) {
+            uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
+            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+            lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, wm);
+        }
+        lm[lid + l * PSR_VWG] = wm;
+        ls[lid + l * PSR_VWG] = psr_lane_sum(lane);
+    }
+#endif
+    float2 lse = psr_lse_tree(lid, lm, ls, true);
+    if (lid == 0) {
+        __global uint *w = (__global uint *)part;
+        psr_publish(w, as_uint(lse.x));
+        psr_publish(w + 1, as_uint(lse.y));
+    }
+}
+
 /* One statistics group's work (g counts from 0 after the check's group);
  * `fused` when the sampling groups of the same launch read its results
  * (psr_verify_fused). The locals are the kernel's. */
@@ -326,31 +494,17 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
                             __local float *ls, __local float *lbv, __local uint *lbi,
                             __local uint *lskip)
 {
-    /* The draft rows' groups (target and draft logits), then the bonus
-     * rows' (target logits only). */
-    uint per_row = draft_cache ? 2 * nsb : nsb;
-    uint in_drafts = draft_rows * per_row;
-    uint h = g < in_drafts ? g % per_row : (g - in_drafts) % nsb;
-    bool is_draft = h >= nsb;
-    uint sb = is_draft ? h - nsb : h;
-    int4 o = order[psr_order_entry(g, per_row, nsb, draft_rows)];
-    /* row, request, slot, the request's rows */
-    uint row = (uint)o.x, req = (uint)o.y, slot = (uint)o.z;
-
-    float t = temperatures[req];
-    bool scale = !greedy_all && isnormal(t) && t > 0.0f;
+    uint row, req, slot, sb;
+    bool is_draft, draft_row, scale;
+    float t;
+    bool reads = psr_stats_job(order, temperatures, greedy_all, draft_cache, nsb, draft_rows, g, &row, &req, &slot,
+                               &sb, &is_draft, &draft_row, &t, &scale);
     bool divide = scale && t != 1.0f; /* x / 1 is x: skip the division */
     float r = scale ? psr_temp_recip(t) : 1.0f;
-    bool draft_row = slot + 1 < (uint)o.w;
     /* In one launch every exit counts the group into its request's
      * req_done (after its own stores), for the sampling groups to wait on. */
-    if (!draft_row && scale) {
-        if (lid == 0 && fused)
-            psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
-        return; /* a bonus row is sampled without its log-sum-exp */
-    }
-    if (is_draft && !(draft_cache && draft_row && scale)) {
-        /* Nothing to read (a greedy request's draft row): counted at once. */
+    if (!reads) {
+        /* Nothing to read: a draft row's group is counted at once. */
         if (lid == 0 && decide && draft_row)
             psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
                           greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
@@ -372,120 +526,15 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
     uint base = sb * PSR_SB;
     bool full = base + PSR_SB <= vocab;
     ulong at = (ulong)row * nsb + sb;
-
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
     __global const float *q = is_draft ? psr_cache_row(draft_cache, req, cache_k, slot, vocab) : 0;
     bool aligned = is_draft ? ((size_t)q & 15) == 0
                             : ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    uint steps[PSR_LPT];
-    for (uint l = 0; l < PSR_LPT; l++)
-        steps[l] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
-#if PSR_LPT == 1
-    /* GPUs: one lane per work-item, its 16 steps held in registers. Every
-     * load is issued first, none waiting on another, so the memory system
-     * sees all of a work-item's requests at once. */
-    float4 v[PSR_SB_STEPS];
-    uint first = base + 4 * lid;
-    if (full && aligned) {
-#pragma unroll
-        for (uint k = 0; k < PSR_SB_STEPS; k++) {
-            uint i = first + k * 4 * PSR_LANES;
-            v[k] = is_draft ? *(__global const float4 *)(q + i) : psr_load4_aligned(src, i);
-        }
-    } else {
-#pragma unroll /* constant indices keep v in registers */
-        for (uint k = 0; k < PSR_SB_STEPS; k++)
-            if (k < steps[0])
-                v[k] = psr_stats_load(is_draft, src, q, first + k * 4 * PSR_LANES, vocab, aligned);
-    }
-#endif
-
-    if (!scale) {
-        /* Greedy: only the argmax, ties to the lowest index (NaN never
-         * wins); a work-item's tokens are in increasing order only when
-         * it has one lane, so ties compare indices. */
-        float bv = -INFINITY;
-        uint bi = base + 4 * lid < vocab ? base + 4 * lid : 0xffffffffu;
-#if PSR_LPT == 1
-#pragma unroll
-        for (uint k = 0; k < PSR_SB_STEPS; k++) {
-            if (k >= steps[0])
-                break; /* the rest of the lane is past the row */
-            uint i = first + k * 4 * PSR_LANES;
-            float4 x = v[k];
-#else
-        for (uint l = 0; l < PSR_LPT; l++)
-        for (uint k = 0; k < steps[l]; k++) {
-            uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
-            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-#endif
-            if (psr_better(x.s0, i, bv, bi))
-                bv = x.s0, bi = i;
-            if (psr_better(x.s1, i + 1, bv, bi))
-                bv = x.s1, bi = i + 1;
-            if (psr_better(x.s2, i + 2, bv, bi))
-                bv = x.s2, bi = i + 2;
-            if (psr_better(x.s3, i + 3, bv, bi))
-                bv = x.s3, bi = i + 3;
-        }
-        lbv[lid] = bv;
-        lbi[lid] = bi;
-        for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if (lid < s && psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid])) {
-                lbv[lid] = lbv[lid + s];
-                lbi[lid] = lbi[lid + s];
-            }
-        }
-        if (lid == 0) {
-            psr_publish((__global uint *)(t_best + at), as_uint(lbv[0]));
-            psr_publish(t_best_i + at, lbi[0]);
-        }
-    } else {
-        /* Each lane's max of logits / T, then its exp sums against it. */
-#if PSR_LPT == 1
-        float wm = -INFINITY;
-#pragma unroll
-        for (uint k = 0; k < PSR_SB_STEPS; k++) {
-            if (k >= steps[0])
-                break; /* the rest of the lane is past the row */
-            if (divide)
-                v[k] = psr_scaled4(v[k], t, r);
-            wm = fmax(wm, psr_max4(v[k]));
-        }
-        float4 lane = (float4)(0.0f);
-#pragma unroll
-        for (uint k = 0; k < PSR_SB_STEPS; k++)
-            if (k < steps[0])
-                lane += psr_exp_terms(v[k], wm);
-        lm[lid] = wm;
-        ls[lid] = psr_lane_sum(lane);
-#else
-        for (uint l = 0; l < PSR_LPT; l++) {
-            float wm = -INFINITY;
-            for (uint k = 0; k < steps[l]; k++) {
-                uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
-                float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-                wm = fmax(wm, psr_max4(divide ? psr_scaled4(x, t, r) : x));
-            }
-            float4 lane = (float4)(0.0f);
-            for (uint k = 0; k < steps[l]; k++) {
-                uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
-                float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-                lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, wm);
-            }
-            lm[lid + l * PSR_VWG] = wm;
-            ls[lid + l * PSR_VWG] = psr_lane_sum(lane);
-        }
-#endif
-        float2 part = psr_lse_tree(lid, lm, ls, true);
-        if (lid == 0) {
-            __global uint *w = (__global uint *)((is_draft ? q_lse : t_lse) + at);
-            psr_publish(w, as_uint(part.x));
-            psr_publish(w + 1, as_uint(part.y));
-        }
-    }
-
+    if (!scale)
+        psr_stats_argmax(is_draft, src, q, aligned, full, base, vocab, lid, lbv, lbi, t_best + at, t_best_i + at);
+    else
+        psr_stats_lse(is_draft, src, q, aligned, full, base, vocab, lid, divide, t, r, lm, ls,
+                      (is_draft ? q_lse : t_lse) + at);
     if (lid == 0 && decide)
         psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
                       greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
@@ -493,6 +542,13 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
     if (lid == 0 && fused)
         psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
 }
+
+/* The parameters of psr_verify_stats, which psr_verify_fused starts with. */
+#define PSR_VERIFY_STATS_ARGS                                                                            \
+    const psr_verify_params p, __global const psr_logit_t *logits, __global const int *row_req,          \
+        __global const int *cu, __global const int4 *order, __global const float *temperatures,          \
+        __global const long *seeds, __global const float *draft_cache, __global const int *draft_tokens, \
+        __global const long *positions, __global uchar *state
 
 /* Group 0 checks the inputs only the device holds (status). Then one
  * group per (row, super-block) of the target logits: for a greedy
@@ -513,11 +569,7 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
  * skips. */
 #if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_verify_stats)
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
-void psr_verify_stats(const psr_verify_params p, __global const psr_logit_t *logits,
-                      __global const int *row_req, __global const int *cu, __global const int4 *order,
-                      __global const float *temperatures, __global const long *seeds,
-                      __global const float *draft_cache, __global const int *draft_tokens,
-                      __global const long *positions, __global uchar *state)
+void psr_verify_stats(PSR_VERIFY_STATS_ARGS)
 {
     __local float lm[PSR_LANES], ls[PSR_LANES];
     __local float lbv[PSR_VWG];
@@ -893,9 +945,21 @@ inline void psr_sample_scan(int mode, psr_row *row, psr_residual *res, __global 
     }
 }
 
+/* The locals of a sampling group (psr_sample_group), the kernel's. */
+typedef struct psr_sample_locals {
+    psr_acc_t lv[PSR_WG_SIZE]; /* the work-items' bests (the scan's floors first) */
+    uint li[PSR_WG_SIZE];
+    int first_reject;
+    psr_walk lwalk;
+    float lres[2];             /* the sampled row's log-sum-exps */
+    int lfinish;
+    psr_walk_rows lrows;
+    ulong lk[PSR_WG_SIZE];     /* the gather's keys */
+} psr_sample_locals;
+
 /* One sampling group's work: group `gid` of the sampling groups; `fused`
  * when the statistics ran in the same launch (psr_verify_fused), so their
- * results are read as published. The locals are the kernel's. */
+ * results are read as published. */
 inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
                              uint vocab, uint nsb, __global const int *cu, __global const int *draft_tokens,
                              __global const long *seeds, __global const float *temperatures,
@@ -908,27 +972,25 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
                              __global uint *user_status, uint cols, __global int *tokens, uint tokens64,
                              __global int *num_sampled, uint decide, __global const uint *rejected,
                              uint epoch, __global const float2 *row_lse, uint gid, bool fused, uint lid,
-                             __local psr_acc_t *lv, __local uint *li, __local int *first_reject,
-                             __local psr_walk *lwalk, __local float *lres, __local int *lfinish,
-                             __local psr_walk_rows *lrows, __local ulong *lk)
+                             __local psr_sample_locals *l)
 {
     psr_sample_req rq;
     psr_sample_request(&rq, cu, temperatures, seeds, greedy_all, groups_per_row, decide, gid, fused);
-    psr_walk_read_ahead(&rq, lid, fused, status, rejected, epoch, positions, draft_tokens, row_lse, first_reject,
-                        lrows);
+    psr_walk_read_ahead(&rq, lid, fused, status, rejected, epoch, positions, draft_tokens, row_lse,
+                        &l->first_reject, &l->lrows);
     barrier(CLK_LOCAL_MEM_FENCE);
-    uint checked = lrows->status;
+    uint checked = l->lrows.status;
     bool bad = checked != 0;
     if (gid == 0 && lid == 0 && user_status)
         *user_status = checked;
     psr_walk_unrecorded(&rq, bad, lid, logits, logits_offset, row_stride, vocab, nsb, positions, draft_tokens,
-                        draft_cache, cache_k, t_lse, t_best, t_best_i, q_lse, first_reject, lrows);
+                        draft_cache, cache_k, t_lse, t_best, t_best_i, q_lse, &l->first_reject, &l->lrows);
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid == 0)
         psr_walk_decide(&rq, bad, nsb, positions, draft_tokens, draft_cache, t_lse, t_best, t_best_i, q_lse,
-                        row_lse, walks, fused, first_reject, lrows, lwalk, lres);
+                        row_lse, walks, fused, &l->first_reject, &l->lrows, &l->lwalk, l->lres);
     barrier(CLK_LOCAL_MEM_FENCE);
-    psr_walk walk = *lwalk;
+    psr_walk walk = l->lwalk;
     bool active = walk.mode != 0;
 
     /* The residual or bonus row's scan over the group's chunk. */
@@ -943,15 +1005,15 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
     psr_residual res;
     bool q_aligned;
     __global const float *q = psr_sample_setup(&row, &res, &q_aligned, &rq, &walk, draft_cache, cache_k, vocab,
-                                               lres);
-    psr_sample_scan(walk.mode, &row, &res, src, aligned, q, q_aligned, start, end, lid, lv, &best, &best_i);
+                                               l->lres);
+    psr_sample_scan(walk.mode, &row, &res, src, aligned, q, q_aligned, start, end, lid, l->lv, &best, &best_i);
 
     /* The gather and the output. */
-    lv[lid] = best;
-    li[lid] = best_i;
-    psr_reduce_best(lv, li, lid);
-    psr_acc_t final_v = lv[0];
-    uint final_i = li[0];
+    l->lv[lid] = best;
+    l->li[lid] = best_i;
+    psr_reduce_best(l->lv, l->li, lid);
+    psr_acc_t final_v = l->lv[0];
+    uint final_i = l->li[0];
     bool finish = groups_per_row == 1 || !active;
     bool quits = !active && part != 0;
     if (!PSR_FLAT_BARRIERS && quits)
@@ -960,14 +1022,14 @@ inline void psr_sample_group(__global const psr_logit_t *logits, ulong logits_of
     bool gather = !quits && !finish && best_keys;
     if (PSR_FLAT_BARRIERS || gather)
         finish = psr_gather_best(gather, best_keys + (ulong)req * groups_per_row, best_count + req, part,
-                                 groups_per_row, epoch, final_v, final_i, lid, lk, lfinish, &final_i) || finish;
+                                 groups_per_row, epoch, final_v, final_i, lid, l->lk, &l->lfinish, &final_i) || finish;
 #endif
     if (quits)
         return; /* flat: after every barrier */
     if (finish) {
         if (!bad)
             psr_write_output(req, &walk, walk.mode == 0 ? walk.token : (int)final_i, lid, cols,
-                             rq.first_row, draft_tokens, lrows->draft, rq.ahead, tokens, tokens64, num_sampled);
+                             rq.first_row, draft_tokens, l->lrows.draft, rq.ahead, tokens, tokens64, num_sampled);
     } else if (!best_keys && lid == 0) {
         part_value[gid] = final_v;
         part_index[gid] = final_i;
@@ -983,14 +1045,7 @@ void psr_verify_sample(const psr_verify_params p, __global const psr_logit_t *lo
                        __global uint *part_index, __global uchar *state, __global uint *user_status,
                        __global int *tokens, __global int *num_sampled)
 {
-    __local psr_acc_t lv[PSR_WG_SIZE];
-    __local uint li[PSR_WG_SIZE];
-    __local int first_reject;
-    __local psr_walk lwalk;
-    __local float lres[2];
-    __local int lfinish;
-    __local psr_walk_rows lrows;
-    __local ulong lk[PSR_WG_SIZE];
+    __local psr_sample_locals l;
     psr_sample_group(logits, p.logits_offset, p.row_stride, p.vocab, p.blocks_per_row, cu, draft_tokens, seeds,
                      temperatures, positions, p.greedy_all, draft_cache, p.cache_k,
                      PSR_VS(float2, PSR_VS_T_LSE), PSR_VS(float, PSR_VS_T_BEST), PSR_VS(uint, PSR_VS_T_BEST_I),
@@ -998,8 +1053,7 @@ void psr_verify_sample(const psr_verify_params p, __global const psr_logit_t *lo
                      PSR_VS(uint, PSR_VS_BEST_COUNT), part_value, part_index, PSR_VS(int4, PSR_VS_WALKS),
                      PSR_VS(uint, PSR_VS_STATUS), user_status, p.cols, tokens, p.tokens64, num_sampled,
                      p.decide, PSR_VS(uint, PSR_VS_REJECTED), p.epoch, PSR_VS(float2, PSR_VS_ROW_LSE),
-                     (uint)get_group_id(0), false, get_local_id(0), lv, li, &first_reject, &lwalk, lres,
-                     &lfinish, &lrows, lk);
+                     (uint)get_group_id(0), false, get_local_id(0), &l);
 }
 #endif
 
@@ -1031,12 +1085,8 @@ inline void psr_wait_for(__global const uint *a, uint a_value, __global const ui
  * groups need no finishing kernel. Same tokens as the two kernels. */
 #if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_verify_fused)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_verify_fused(const psr_verify_params p, __global const psr_logit_t *logits,
-                      __global const int *row_req, __global const int *cu, __global const int4 *order,
-                      __global const float *temperatures, __global const long *seeds,
-                      __global const float *draft_cache, __global const int *draft_tokens,
-                      __global const long *positions, __global uchar *state, __global uint *user_status,
-                      __global int *tokens, __global int *num_sampled)
+void psr_verify_fused(PSR_VERIFY_STATS_ARGS, __global uint *user_status, __global int *tokens,
+                      __global int *num_sampled)
 {
     const ulong logits_offset = p.logits_offset, row_stride = p.row_stride;
     const uint vocab = p.vocab, nsb = p.blocks_per_row, greedy_all = p.greedy_all, cache_k = p.cache_k;
@@ -1053,14 +1103,7 @@ void psr_verify_fused(const psr_verify_params p, __global const psr_logit_t *log
     __local float lbv[PSR_VWG];
     __local uint lbi[PSR_VWG];
     __local uint lflags, lskip, lticket;
-    __local psr_acc_t lv[PSR_WG_SIZE];
-    __local uint li[PSR_WG_SIZE];
-    __local int first_reject;
-    __local psr_walk lwalk;
-    __local float lres[2];
-    __local int lfinish;
-    __local psr_walk_rows lrows;
-    __local ulong lk[PSR_WG_SIZE];
+    __local psr_sample_locals l;
     if (get_local_id(0) == 0) {
         atomic_max(tickets, epoch << PSR_REJECT_BITS);
         lticket = atomic_inc(tickets) & ((1u << PSR_REJECT_BITS) - 1);
@@ -1092,7 +1135,7 @@ void psr_verify_fused(const psr_verify_params p, __global const psr_logit_t *log
                          temperatures, positions, greedy_all, draft_cache, cache_k, t_lse, t_best, t_best_i,
                          q_lse, groups_per_row, p.chunk, best_keys, best_count, NULL, NULL, NULL, status,
                          user_status, p.cols, tokens, p.tokens64, num_sampled, 1u, rejected, epoch, row_lse, gid,
-                         true, lid, lv, li, &first_reject, &lwalk, lres, &lfinish, &lrows, lk);
+                         true, lid, &l);
         return;
     }
     /* The statistics last, as in psr_verify_stats. */
@@ -1109,9 +1152,8 @@ void psr_verify_fused(const psr_verify_params p, __global const psr_logit_t *log
 #if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_verify_finalize)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
 void psr_verify_finalize(const psr_verify_params p, __global const psr_acc_t *part_value,
-                         __global const uint *part_index, __global const int *cu,
-                         __global const int *draft_tokens, __global uchar *state, __global int *tokens,
-                         __global int *num_sampled)
+                         __global const uint *part_index, __global const int *cu, __global const int *draft_tokens,
+                         __global uchar *state, __global int *tokens, __global int *num_sampled)
 {
     const uint groups_per_row = p.groups_per_row, cols = p.cols, tokens64 = p.tokens64;
     __global const int4 *walks = PSR_VS(int4, PSR_VS_WALKS);
