@@ -362,14 +362,24 @@ inline int psr_race_e_shift(uint2 w) /* E >= u >= 2^-(1 + clz(s)) */
 }
 #endif
 
-/* The race's score of token i, p / E as p * (1/E) (fp64: in double), into
- * *v; false where the token cannot win. A scaled logit below `cut`
- * (filter.cl's threshold) is filtered out. */
-inline bool psr_token_score(const psr_row *row, float x, uint i, float cut, psr_acc_t *v)
+#endif
+
+/* Folds token i with logit x into the running (best, best_i): the race's
+ * score p / E as p * (1/E) (fp64: in double), or Gumbel-max's logit plus
+ * noise. Tokens go in increasing order, so a strict > keeps the lowest
+ * index on ties; NaN never wins. A scaled logit below `cut` (filter.cl's
+ * threshold) is filtered out; greedy rows of Gumbel-max ignore it, as the
+ * argmax is always kept. */
+inline void psr_consider_cut(const psr_row *row, float x, uint i, psr_acc_t *best, uint *best_i,
+                             float cut)
 {
+    if (isnan(x))
+        return;
+    psr_acc_t v;
+#if PSR_METHOD != 0
 #if PSR_METHOD == 2
     if (!(x > 0.0f))
-        return false; /* a probability that is 0, negative or NaN never wins */
+        return; /* a probability that is 0, negative or NaN never wins */
     float p = x;
 #else
     float p;
@@ -381,63 +391,44 @@ inline bool psr_token_score(const psr_row *row, float x, uint i, float cut, psr_
         float xs = isinf(x) ? x : psr_scale(x, row->t, row->r);
 #if PSR_FILTERS
         if (xs < cut)
-            return false;
+            return;
 #endif
         p = isinf(xs) ? (xs > 0.0f ? INFINITY : 0.0f) : psr_det_exp_neg(xs - row->shift);
     }
 #endif
     if (row->greedy) {
-        *v = p;
+        v = p;
     } else {
         if (!(p > 0.0f))
-            return false;
+            return;
         uint2 w = psr_token_words(row->key, i);
         int k = psr_race_e_shift(w);
         /* Exact pruning: p * 2^k (exact) bounds the score; 1.001 covers rounding. */
         if (k < 1000 && (psr_acc_t)ldexp(p, min(k, 200)) * (psr_acc_t)1.001f < row->floor)
-            return false;
+            return;
 #if USE_FP64
-        *v = (double)p * (1.0 / psr_race_e(w));
+        v = (double)p * (1.0 / psr_race_e(w));
 #else
-        *v = p * psr_det_recip(psr_race_e(w));
+        v = p * psr_det_recip(psr_race_e(w));
 #endif
     }
-    return true;
-}
 #else
-/* Gumbel-max's value of token i, logit plus noise, into *v; false where
- * the token cannot win. A scaled logit below `cut` (filter.cl's threshold)
- * is filtered out; greedy rows ignore it, as the argmax is always kept. */
-inline bool psr_token_score(const psr_row *row, float x, uint i, float cut, psr_acc_t *v)
-{
     if (row->greedy || isinf(x)) {
-        *v = x;
+        v = x;
     } else {
         float xf = psr_scale(x, row->t, row->r);
 #if PSR_FILTERS
         if (xf < cut)
-            return false;
+            return;
 #endif
         psr_acc_t xs = (psr_acc_t)xf;
         uint2 w = psr_token_words(row->key, i);
         /* Exact pruning: skip the logs of a token that cannot win. */
         if (xs + psr_noise_bound(w) < row->floor)
-            return false;
-        *v = xs + psr_noise(w);
+            return;
+        v = xs + psr_noise(w);
     }
-    return true;
-}
 #endif
-
-/* Folds token i with logit x into the running (best, best_i), by the
- * method's score; NaN never wins. Tokens go in increasing order, so a
- * strict > keeps the lowest index on ties. */
-inline void psr_consider_cut(const psr_row *row, float x, uint i, psr_acc_t *best, uint *best_i,
-                             float cut)
-{
-    psr_acc_t v;
-    if (isnan(x) || !psr_token_score(row, x, i, cut, &v))
-        return;
     if (v > *best) {
         *best = v;
         *best_i = i;
