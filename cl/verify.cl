@@ -311,174 +311,6 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
         psr_record_rejection(rejected, req, epoch, slot);
 }
 
-/* Statistics group g's work (g counts from 0 after the check's group):
- * the draft rows' groups (target and draft logits), then the bonus rows'
- * (target logits only). Its row, request, draft slot and super-block,
- * whether it reads the draft logits, whether its row is a draft row, and
- * the request's temperature (scale: not greedy). False for a group with
- * nothing to read, which returns at once: a sampled request's bonus row
- * (sampled without its log-sum-exp) or a greedy request's draft logits. */
-inline bool psr_stats_job(__global const int4 *order, __global const float *temperatures, uint greedy_all,
-                          __global const float *draft_cache, uint nsb, uint draft_rows, uint g, uint *row,
-                          uint *req, uint *slot, uint *sb, bool *is_draft, bool *draft_row, float *t,
-                          bool *scale)
-{
-    uint per_row = draft_cache ? 2 * nsb : nsb;
-    uint in_drafts = draft_rows * per_row;
-    uint h = g < in_drafts ? g % per_row : (g - in_drafts) % nsb;
-    *is_draft = h >= nsb;
-    *sb = *is_draft ? h - nsb : h;
-    int4 o = order[psr_order_entry(g, per_row, nsb, draft_rows)];
-    /* row, request, slot, the request's rows */
-    *row = (uint)o.x, *req = (uint)o.y, *slot = (uint)o.z;
-    *t = temperatures[*req];
-    *scale = !greedy_all && isnormal(*t) && *t > 0.0f;
-    *draft_row = *slot + 1 < (uint)o.w;
-    if (!*draft_row && *scale)
-        return false;
-    return !*is_draft || (draft_cache && *draft_row && *scale);
-}
-
-/* How many of its 16 steps each of the work-item's lanes has in the row,
- * for the super-block at `base`. */
-inline void psr_stats_steps(uint *steps, bool full, uint base, uint vocab, uint lid)
-{
-    for (uint l = 0; l < PSR_LPT; l++)
-        steps[l] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
-}
-
-#if PSR_LPT == 1
-/* GPUs: one lane per work-item, its 16 steps (from token `first`) into
- * v, which the caller holds in registers. Every load is issued first,
- * none waiting on another, so the memory system sees all of a
- * work-item's requests at once. */
-inline void psr_stats_load_lane(float4 *v, bool is_draft, __global const psr_logit_t *src,
-                                __global const float *q, uint first, uint steps, bool full, bool aligned,
-                                uint vocab)
-{
-    if (full && aligned) {
-#pragma unroll
-        for (uint k = 0; k < PSR_SB_STEPS; k++) {
-            uint i = first + k * 4 * PSR_LANES;
-            v[k] = is_draft ? *(__global const float4 *)(q + i) : psr_load4_aligned(src, i);
-        }
-    } else {
-#pragma unroll /* constant indices keep v in registers */
-        for (uint k = 0; k < PSR_SB_STEPS; k++)
-            if (k < steps)
-                v[k] = psr_stats_load(is_draft, src, q, first + k * 4 * PSR_LANES, vocab, aligned);
-    }
-}
-#endif
-
-/* Greedy: the super-block's argmax partial into *best, *best_i, ties to
- * the lowest index (NaN never wins); a work-item's tokens are in
- * increasing order only when it has one lane, so ties compare indices.
- * Every work-item calls it (barriers). */
-inline void psr_stats_argmax(bool is_draft, __global const psr_logit_t *src, __global const float *q,
-                             bool aligned, bool full, uint base, uint vocab, uint lid, __local float *lbv,
-                             __local uint *lbi, __global float *best, __global uint *best_i)
-{
-    uint steps[PSR_LPT];
-    psr_stats_steps(steps, full, base, vocab, lid);
-#if PSR_LPT == 1
-    float4 v[PSR_SB_STEPS];
-    uint first = base + 4 * lid;
-    psr_stats_load_lane(v, is_draft, src, q, first, steps[0], full, aligned, vocab);
-#endif
-    float bv = -INFINITY;
-    uint bi = base + 4 * lid < vocab ? base + 4 * lid : 0xffffffffu;
-#if PSR_LPT == 1
-#pragma unroll
-    for (uint k = 0; k < PSR_SB_STEPS; k++) {
-        if (k >= steps[0])
-            break; /* the rest of the lane is past the row */
-        uint i = first + k * 4 * PSR_LANES;
-        float4 x = v[k];
-#else
-    for (uint l = 0; l < PSR_LPT; l++)
-    for (uint k = 0; k < steps[l]; k++) {
-        uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
-        float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-#endif
-        if (psr_better(x.s0, i, bv, bi))
-            bv = x.s0, bi = i;
-        if (psr_better(x.s1, i + 1, bv, bi))
-            bv = x.s1, bi = i + 1;
-        if (psr_better(x.s2, i + 2, bv, bi))
-            bv = x.s2, bi = i + 2;
-        if (psr_better(x.s3, i + 3, bv, bi))
-            bv = x.s3, bi = i + 3;
-    }
-    lbv[lid] = bv;
-    lbi[lid] = bi;
-    for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid < s && psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid])) {
-            lbv[lid] = lbv[lid + s];
-            lbi[lid] = lbi[lid + s];
-        }
-    }
-    if (lid == 0) {
-        psr_publish((__global uint *)best, as_uint(lbv[0]));
-        psr_publish(best_i, lbi[0]);
-    }
-}
-
-/* The super-block's log-sum-exp partial of logits / T into *part: each
- * lane's max of logits / T, then its exp sums against it (divide: T is
- * not 1, r its reciprocal). Every work-item calls it (barriers). */
-inline void psr_stats_lse(bool is_draft, __global const psr_logit_t *src, __global const float *q, bool aligned,
-                          bool full, uint base, uint vocab, uint lid, bool divide, float t, float r,
-                          __local float *lm, __local float *ls, __global float2 *part)
-{
-    uint steps[PSR_LPT];
-    psr_stats_steps(steps, full, base, vocab, lid);
-#if PSR_LPT == 1
-    float4 v[PSR_SB_STEPS];
-    psr_stats_load_lane(v, is_draft, src, q, base + 4 * lid, steps[0], full, aligned, vocab);
-    float wm = -INFINITY;
-#pragma unroll
-    for (uint k = 0; k < PSR_SB_STEPS; k++) {
-        if (k >= steps[0])
-            break; /* the rest of the lane is past the row */
-        if (divide)
-            v[k] = psr_scaled4(v[k], t, r);
-        wm = fmax(wm, psr_max4(v[k]));
-    }
-    float4 lane = (float4)(0.0f);
-#pragma unroll
-    for (uint k = 0; k < PSR_SB_STEPS; k++)
-        if (k < steps[0])
-            lane += psr_exp_terms(v[k], wm);
-    lm[lid] = wm;
-    ls[lid] = psr_lane_sum(lane);
-#else
-    for (uint l = 0; l < PSR_LPT; l++) {
-        float wm = -INFINITY;
-        for (uint k = 0; k < steps[l]; k++) {
-            uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
-            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-            wm = fmax(wm, psr_max4(divide ? psr_scaled4(x, t, r) : x));
-        }
-        float4 lane = (float4)(0.0f);
-        for (uint k = 0; k < steps[l]; k++) {
-            uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
-            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-            lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, wm);
-        }
-        lm[lid + l * PSR_VWG] = wm;
-        ls[lid + l * PSR_VWG] = psr_lane_sum(lane);
-    }
-#endif
-    float2 lse = psr_lse_tree(lid, lm, ls, true);
-    if (lid == 0) {
-        __global uint *w = (__global uint *)part;
-        psr_publish(w, as_uint(lse.x));
-        psr_publish(w + 1, as_uint(lse.y));
-    }
-}
-
 /* One statistics group's work (g counts from 0 after the check's group);
  * `fused` when the sampling groups of the same launch read its results
  * (psr_verify_fused). The locals are the kernel's. */
@@ -494,17 +326,31 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
                             __local float *ls, __local float *lbv, __local uint *lbi,
                             __local uint *lskip)
 {
-    uint row, req, slot, sb;
-    bool is_draft, draft_row, scale;
-    float t;
-    bool reads = psr_stats_job(order, temperatures, greedy_all, draft_cache, nsb, draft_rows, g, &row, &req, &slot,
-                               &sb, &is_draft, &draft_row, &t, &scale);
+    /* The draft rows' groups (target and draft logits), then the bonus
+     * rows' (target logits only). */
+    uint per_row = draft_cache ? 2 * nsb : nsb;
+    uint in_drafts = draft_rows * per_row;
+    uint h = g < in_drafts ? g % per_row : (g - in_drafts) % nsb;
+    bool is_draft = h >= nsb;
+    uint sb = is_draft ? h - nsb : h;
+    int4 o = order[psr_order_entry(g, per_row, nsb, draft_rows)];
+    /* row, request, slot, the request's rows */
+    uint row = (uint)o.x, req = (uint)o.y, slot = (uint)o.z;
+
+    float t = temperatures[req];
+    bool scale = !greedy_all && isnormal(t) && t > 0.0f;
     bool divide = scale && t != 1.0f; /* x / 1 is x: skip the division */
     float r = scale ? psr_temp_recip(t) : 1.0f;
+    bool draft_row = slot + 1 < (uint)o.w;
     /* In one launch every exit counts the group into its request's
      * req_done (after its own stores), for the sampling groups to wait on. */
-    if (!reads) {
-        /* Nothing to read: a draft row's group is counted at once. */
+    if (!draft_row && scale) {
+        if (lid == 0 && fused)
+            psr_count_arrival(req_done + req, epoch, PSR_REJECT_BITS);
+        return; /* a bonus row is sampled without its log-sum-exp */
+    }
+    if (is_draft && !(draft_cache && draft_row && scale)) {
+        /* Nothing to read (a greedy request's draft row): counted at once. */
         if (lid == 0 && decide && draft_row)
             psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
                           greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,
@@ -526,15 +372,120 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
     uint base = sb * PSR_SB;
     bool full = base + PSR_SB <= vocab;
     ulong at = (ulong)row * nsb + sb;
+
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
     __global const float *q = is_draft ? psr_cache_row(draft_cache, req, cache_k, slot, vocab) : 0;
     bool aligned = is_draft ? ((size_t)q & 15) == 0
                             : ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    if (!scale)
-        psr_stats_argmax(is_draft, src, q, aligned, full, base, vocab, lid, lbv, lbi, t_best + at, t_best_i + at);
-    else
-        psr_stats_lse(is_draft, src, q, aligned, full, base, vocab, lid, divide, t, r, lm, ls,
-                      (is_draft ? q_lse : t_lse) + at);
+    uint steps[PSR_LPT];
+    for (uint l = 0; l < PSR_LPT; l++)
+        steps[l] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
+#if PSR_LPT == 1
+    /* GPUs: one lane per work-item, its 16 steps held in registers. Every
+     * load is issued first, none waiting on another, so the memory system
+     * sees all of a work-item's requests at once. */
+    float4 v[PSR_SB_STEPS];
+    uint first = base + 4 * lid;
+    if (full && aligned) {
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
+            uint i = first + k * 4 * PSR_LANES;
+            v[k] = is_draft ? *(__global const float4 *)(q + i) : psr_load4_aligned(src, i);
+        }
+    } else {
+#pragma unroll /* constant indices keep v in registers */
+        for (uint k = 0; k < PSR_SB_STEPS; k++)
+            if (k < steps[0])
+                v[k] = psr_stats_load(is_draft, src, q, first + k * 4 * PSR_LANES, vocab, aligned);
+    }
+#endif
+
+    if (!scale) {
+        /* Greedy: only the argmax, ties to the lowest index (NaN never
+         * wins); a work-item's tokens are in increasing order only when
+         * it has one lane, so ties compare indices. */
+        float bv = -INFINITY;
+        uint bi = base + 4 * lid < vocab ? base + 4 * lid : 0xffffffffu;
+#if PSR_LPT == 1
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
+            if (k >= steps[0])
+                break; /* the rest of the lane is past the row */
+            uint i = first + k * 4 * PSR_LANES;
+            float4 x = v[k];
+#else
+        for (uint l = 0; l < PSR_LPT; l++)
+        for (uint k = 0; k < steps[l]; k++) {
+            uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
+            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+#endif
+            if (psr_better(x.s0, i, bv, bi))
+                bv = x.s0, bi = i;
+            if (psr_better(x.s1, i + 1, bv, bi))
+                bv = x.s1, bi = i + 1;
+            if (psr_better(x.s2, i + 2, bv, bi))
+                bv = x.s2, bi = i + 2;
+            if (psr_better(x.s3, i + 3, bv, bi))
+                bv = x.s3, bi = i + 3;
+        }
+        lbv[lid] = bv;
+        lbi[lid] = bi;
+        for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (lid < s && psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid])) {
+                lbv[lid] = lbv[lid + s];
+                lbi[lid] = lbi[lid + s];
+            }
+        }
+        if (lid == 0) {
+            psr_publish((__global uint *)(t_best + at), as_uint(lbv[0]));
+            psr_publish(t_best_i + at, lbi[0]);
+        }
+    } else {
+        /* Each lane's max of logits / T, then its exp sums against it. */
+#if PSR_LPT == 1
+        float wm = -INFINITY;
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
+            if (k >= steps[0])
+                break; /* the rest of the lane is past the row */
+            if (divide)
+                v[k] = psr_scaled4(v[k], t, r);
+            wm = fmax(wm, psr_max4(v[k]));
+        }
+        float4 lane = (float4)(0.0f);
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++)
+            if (k < steps[0])
+                lane += psr_exp_terms(v[k], wm);
+        lm[lid] = wm;
+        ls[lid] = psr_lane_sum(lane);
+#else
+        for (uint l = 0; l < PSR_LPT; l++) {
+            float wm = -INFINITY;
+            for (uint k = 0; k < steps[l]; k++) {
+                uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
+                float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+                wm = fmax(wm, psr_max4(divide ? psr_scaled4(x, t, r) : x));
+            }
+            float4 lane = (float4)(0.0f);
+            for (uint k = 0; k < steps[l]; k++) {
+                uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
+                float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+                lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, wm);
+            }
+            lm[lid + l * PSR_VWG] = wm;
+            ls[lid + l * PSR_VWG] = psr_lane_sum(lane);
+        }
+#endif
+        float2 part = psr_lse_tree(lid, lm, ls, true);
+        if (lid == 0) {
+            __global uint *w = (__global uint *)((is_draft ? q_lse : t_lse) + at);
+            psr_publish(w, as_uint(part.x));
+            psr_publish(w + 1, as_uint(part.y));
+        }
+    }
+
     if (lid == 0 && decide)
         psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
                       greedy_all, draft_cache, cache_k, draft_tokens, positions, t_lse, t_best,

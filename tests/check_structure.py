@@ -12,7 +12,11 @@ import sys
 MAX_LINES = 80
 # Functions kept whole on purpose, each with the measurement that keeps it
 # so; a new entry needs one too.
-LONG_ALLOWED = {}
+LONG_ALLOWED = {
+    ("cl/verify.cl", "psr_stats_group"):
+        "split into helpers (lanes held in registers passed between them), the verification "
+        "statistics ran 13-28% slower on the H200 (docs/notes/2026-12-03-layered-architecture.md)",
+}
 MAX_PARAMS = 16
 # Which layers each layer may include (besides itself and cl/'s shared header).
 LAYERS = {"runtime": set(), "ops": {"runtime"}, "oracle": set(), "check": {"ops", "runtime", "oracle"}}
