@@ -111,7 +111,7 @@ def per_row_int(x, name, rows, dtype=np.int64):
         raise TypeError(f"{name}: expected integers, not {a.dtype}")
     if a.ndim != 1 or a.shape[0] != rows:
         raise bad(name, f"expected shape ({rows},), got {a.shape}")
-    if a.dtype != dtype and a.size and (a.min() < info.min or a.max() > info.max):
+    if a.dtype != dtype and a.size and (int(a.min()) < info.min or int(a.max()) > info.max):
         raise bad(name, f"values outside {np.dtype(dtype).name}")
     return np.ascontiguousarray(a, dtype=dtype)
 
