@@ -47,7 +47,7 @@ def call(ctx, **kw):
     (dict(noise="fp16"), psr.InvalidArgument, "noise"),
     (dict(method="argmax"), psr.InvalidArgument, "method"),
     (dict(probs=True), psr.InvalidArgument, "probs"),
-    (dict(method="race", probs=True, top_k=5), psr.InvalidArgument, ""),
+    (dict(method="race", probs=True, top_k=5), psr.InvalidArgument, None),
     (dict(tokens_dtype=np.float32), TypeError, "tokens_dtype"),
     (dict(logprobs=21), psr.InvalidArgument, "logprobs"),
     (dict(logprobs=-1), psr.InvalidArgument, "logprobs"),
