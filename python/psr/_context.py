@@ -129,13 +129,20 @@ def _is_cl(x):
     return type(x).__module__.startswith("pyopencl")
 
 
+_PYOPENCL = None
+
+
 def _pyopencl():
+    global _PYOPENCL
+    if _PYOPENCL is not None:
+        return _PYOPENCL
     try:
         import pyopencl
         import pyopencl.array
     except ImportError as e:  # pragma: no cover - depends on the machine
         raise ImportError("psr: this call needs PyOpenCL (pip install pyopencl)") from e
-    return pyopencl, pyopencl.array
+    _PYOPENCL = (pyopencl, pyopencl.array)
+    return _PYOPENCL
 
 
 class Context:
