@@ -1,0 +1,60 @@
+"""psr: LLM token sampling on any OpenCL device, from Python.
+
+ctypes over libpsr's public C API (include/psr/psr.h); no compiled
+extension. The package bundles libpsr and the host oracle's library; a
+build tree is used instead through $PSR_LIBRARY and $PSR_ORACLE_LIBRARY.
+docs/python.md is the guide.
+
+    import numpy as np, psr
+    with psr.Context() as ctx:
+        tokens = ctx.sample(logits, temperature=0.8, seeds=seeds, positions=positions)
+    assert (tokens == psr.oracle.sample(logits, 0.8, seeds, positions)).all()
+"""
+from . import _api
+from ._context import (Context, DeviceInfo, LogprobsResult, SampleResult, devices,
+                       select_device)
+from ._errors import (BadSelector, BufferOverlap, BufferTooSmall, BuildFailed, CacheIOError,
+                      DeviceNotFound, Error, FilterRange, ForeignBuffer, Fp64Unsupported,
+                      InvalidArgument, NoDevice, NotSupported, NullArgument, OpenCLError,
+                      OutOfDeviceMemory, OutOfHostMemory, PositionRange, StructSize,
+                      TemperatureRange, TokenRange)
+
+__all__ = [
+    "Context", "DeviceInfo", "LogprobsResult", "SampleResult", "devices", "select_device",
+    "version", "version_number", "features", "has_clblast", "oracle",
+    "Error", "NullArgument", "InvalidArgument", "OutOfHostMemory", "NoDevice", "BadSelector",
+    "DeviceNotFound", "OpenCLError", "BuildFailed", "Fp64Unsupported", "CacheIOError",
+    "BufferTooSmall", "PositionRange", "TemperatureRange", "TokenRange", "NotSupported",
+    "FilterRange", "StructSize", "ForeignBuffer", "BufferOverlap", "OutOfDeviceMemory",
+    "MAX_POSITION", "MAX_TOP_N",
+]
+
+MAX_POSITION = _api.PSR_MAX_POSITION
+MAX_TOP_N = _api.PSR_LOGPROBS_MAX_TOP_N
+
+
+def version():
+    """The loaded libpsr's version, "MAJOR.MINOR.PATCH"."""
+    return _api.decode(_api.lib().psr_version())
+
+
+def version_number():
+    """MAJOR * 10000 + MINOR * 100 + PATCH of the loaded libpsr."""
+    return _api.lib().psr_version_number()
+
+
+def features():
+    """psr_features(): PSR_FEATURE_* bits of the optional parts this process can use."""
+    return _api.lib().psr_features()
+
+
+def has_clblast():
+    """Whether the LM head can run here (CLBlast loads)."""
+    return bool(features() & _api.PSR_FEATURE_CLBLAST)
+
+
+def __getattr__(name):
+    if name == "oracle":  # loaded on first use: it needs libpsr_oracle
+        import importlib
+        return importlib.import_module(".oracle", __name__)
+    raise AttributeError(f"module 'psr' has no attribute {name!r}")

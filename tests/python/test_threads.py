@@ -1,0 +1,50 @@
+"""Threads: one Context shared by threads (its lock serialises the calls,
+psr.h's rule for a context), and one Context per thread."""
+import threading
+
+import numpy as np
+
+import psr
+from conftest import logits
+
+X = logits(4, 1200, seed=40)
+
+
+def _run(c, i, out, errors):
+    try:
+        for j in range(8):
+            out[(i, j)] = c.sample(X, 0.9, [i, j, 1, 2], j)
+    except Exception as e:  # pragma: no cover - reported below
+        errors.append(e)
+
+
+def _check(out):
+    for (i, j), tokens in out.items():
+        assert (tokens == psr.oracle.sample(X, 0.9, [i, j, 1, 2], j)).all()
+
+
+def test_one_context_two_threads(ctx):
+    out, errors = {}, []
+    ts = [threading.Thread(target=_run, args=(ctx, i, out, errors)) for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors and len(out) == 16
+    _check(out)
+
+
+def test_a_context_per_thread():
+    out, errors = {}, []
+
+    def own(i):
+        with psr.Context() as c:
+            _run(c, i, out, errors)
+
+    ts = [threading.Thread(target=own, args=(i,)) for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors and len(out) == 16
+    _check(out)
