@@ -311,6 +311,153 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
         psr_record_rejection(rejected, req, epoch, slot);
 }
 
+/* The group's argmax from each work-item's (bv, bi), published at *best,
+ * *best_i. Every work-item calls it (barriers). */
+inline void psr_stats_publish_best(float bv, uint bi, uint lid, __local float *lbv, __local uint *lbi,
+                                   __global float *best, __global uint *best_i)
+{
+    lbv[lid] = bv;
+    lbi[lid] = bi;
+    for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < s && psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid])) {
+            lbv[lid] = lbv[lid + s];
+            lbi[lid] = lbi[lid + s];
+        }
+    }
+    if (lid == 0) {
+        psr_publish((__global uint *)best, as_uint(lbv[0]));
+        psr_publish(best_i, lbi[0]);
+    }
+}
+
+/* The group's log-sum-exp partial from its lanes' (lm, ls), published at
+ * *part. Every work-item calls it (barriers). */
+inline void psr_stats_publish_lse(uint lid, __local float *lm, __local float *ls, __global float2 *part)
+{
+    float2 lse = psr_lse_tree(lid, lm, ls, true);
+    if (lid == 0) {
+        __global uint *w = (__global uint *)part;
+        psr_publish(w, as_uint(lse.x));
+        psr_publish(w + 1, as_uint(lse.y));
+    }
+}
+
+#if PSR_LPT > 1
+/* CPUs: each of the work-item's lanes' max of logits / T, then its exp
+ * sums against it, into lm and ls; each pass reads the lane again. */
+inline void psr_stats_lse_lanes(bool is_draft, __global const psr_logit_t *src, __global const float *q,
+                                bool aligned, bool full, uint base, uint vocab, uint lid, bool divide, float t,
+                                float r, __local float *lm, __local float *ls)
+{
+    for (uint l = 0; l < PSR_LPT; l++) {
+        uint steps = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
+        float wm = -INFINITY;
+        for (uint k = 0; k < steps; k++) {
+            uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
+            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+            wm = fmax(wm, psr_max4(divide ? psr_scaled4(x, t, r) : x));
+        }
+        float4 lane = (float4)(0.0f);
+        for (uint k = 0; k < steps; k++) {
+            uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
+            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+            lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, wm);
+        }
+        lm[lid + l * PSR_VWG] = wm;
+        ls[lid + l * PSR_VWG] = psr_lane_sum(lane);
+    }
+}
+#endif
+
+/* A statistics group's partial of the super-block at `base`, from the
+ * lanes it loads and uses here: greedy (!scale), the argmax at *best,
+ * *best_i; else the log-sum-exp of logits / T at *part (divide: T is not
+ * 1; r its reciprocal). Every work-item calls it (barriers). */
+inline void psr_stats_partial(bool scale, bool is_draft, __global const psr_logit_t *src, __global const float *q,
+                              bool aligned, bool full, uint base, uint vocab, uint lid, bool divide, float t,
+                              float r, __local float *lm, __local float *ls, __local float *lbv,
+                              __local uint *lbi, __global float *best, __global uint *best_i,
+                              __global float2 *part)
+{
+    uint steps[PSR_LPT];
+    for (uint l = 0; l < PSR_LPT; l++)
+        steps[l] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
+#if PSR_LPT == 1
+    /* GPUs: one lane per work-item, its 16 steps held in registers. Every
+     * load is issued first, none waiting on another, so the memory system
+     * sees all of a work-item's requests at once. */
+    float4 v[PSR_SB_STEPS];
+    uint first = base + 4 * lid;
+    if (full && aligned) {
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
+            uint i = first + k * 4 * PSR_LANES;
+            v[k] = is_draft ? *(__global const float4 *)(q + i) : psr_load4_aligned(src, i);
+        }
+    } else {
+#pragma unroll /* constant indices keep v in registers */
+        for (uint k = 0; k < PSR_SB_STEPS; k++)
+            if (k < steps[0])
+                v[k] = psr_stats_load(is_draft, src, q, first + k * 4 * PSR_LANES, vocab, aligned);
+    }
+#endif
+
+    if (!scale) {
+        /* Greedy: only the argmax, ties to the lowest index (NaN never
+         * wins); a work-item's tokens are in increasing order only when
+         * it has one lane, so ties compare indices. */
+        float bv = -INFINITY;
+        uint bi = base + 4 * lid < vocab ? base + 4 * lid : 0xffffffffu;
+#if PSR_LPT == 1
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
+            if (k >= steps[0])
+                break; /* the rest of the lane is past the row */
+            uint i = first + k * 4 * PSR_LANES;
+            float4 x = v[k];
+#else
+        for (uint l = 0; l < PSR_LPT; l++)
+        for (uint k = 0; k < steps[l]; k++) {
+            uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
+            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
+#endif
+            if (psr_better(x.s0, i, bv, bi))
+                bv = x.s0, bi = i;
+            if (psr_better(x.s1, i + 1, bv, bi))
+                bv = x.s1, bi = i + 1;
+            if (psr_better(x.s2, i + 2, bv, bi))
+                bv = x.s2, bi = i + 2;
+            if (psr_better(x.s3, i + 3, bv, bi))
+                bv = x.s3, bi = i + 3;
+        }
+        psr_stats_publish_best(bv, bi, lid, lbv, lbi, best, best_i);
+    } else {
+        /* Each lane's max of logits / T, then its exp sums against it. */
+#if PSR_LPT == 1
+        float wm = -INFINITY;
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++) {
+            if (k >= steps[0])
+                break; /* the rest of the lane is past the row */
+            if (divide)
+                v[k] = psr_scaled4(v[k], t, r);
+            wm = fmax(wm, psr_max4(v[k]));
+        }
+        float4 lane = (float4)(0.0f);
+#pragma unroll
+        for (uint k = 0; k < PSR_SB_STEPS; k++)
+            if (k < steps[0])
+                lane += psr_exp_terms(v[k], wm);
+        lm[lid] = wm;
+        ls[lid] = psr_lane_sum(lane);
+#else
+        psr_stats_lse_lanes(is_draft, src, q, aligned, full, base, vocab, lid, divide, t, r, lm, ls);
+#endif
+        psr_stats_publish_lse(lid, lm, ls, part);
+    }
+}
+
 /* One statistics group's work (g counts from 0 after the check's group);
  * `fused` when the sampling groups of the same launch read its results
  * (psr_verify_fused). The locals are the kernel's. */
@@ -377,114 +524,8 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
     __global const float *q = is_draft ? psr_cache_row(draft_cache, req, cache_k, slot, vocab) : 0;
     bool aligned = is_draft ? ((size_t)q & 15) == 0
                             : ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    uint steps[PSR_LPT];
-    for (uint l = 0; l < PSR_LPT; l++)
-        steps[l] = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
-#if PSR_LPT == 1
-    /* GPUs: one lane per work-item, its 16 steps held in registers. Every
-     * load is issued first, none waiting on another, so the memory system
-     * sees all of a work-item's requests at once. */
-    float4 v[PSR_SB_STEPS];
-    uint first = base + 4 * lid;
-    if (full && aligned) {
-#pragma unroll
-        for (uint k = 0; k < PSR_SB_STEPS; k++) {
-            uint i = first + k * 4 * PSR_LANES;
-            v[k] = is_draft ? *(__global const float4 *)(q + i) : psr_load4_aligned(src, i);
-        }
-    } else {
-#pragma unroll /* constant indices keep v in registers */
-        for (uint k = 0; k < PSR_SB_STEPS; k++)
-            if (k < steps[0])
-                v[k] = psr_stats_load(is_draft, src, q, first + k * 4 * PSR_LANES, vocab, aligned);
-    }
-#endif
-
-    if (!scale) {
-        /* Greedy: only the argmax, ties to the lowest index (NaN never
-         * wins); a work-item's tokens are in increasing order only when
-         * it has one lane, so ties compare indices. */
-        float bv = -INFINITY;
-        uint bi = base + 4 * lid < vocab ? base + 4 * lid : 0xffffffffu;
-#if PSR_LPT == 1
-#pragma unroll
-        for (uint k = 0; k < PSR_SB_STEPS; k++) {
-            if (k >= steps[0])
-                break; /* the rest of the lane is past the row */
-            uint i = first + k * 4 * PSR_LANES;
-            float4 x = v[k];
-#else
-        for (uint l = 0; l < PSR_LPT; l++)
-        for (uint k = 0; k < steps[l]; k++) {
-            uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
-            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-#endif
-            if (psr_better(x.s0, i, bv, bi))
-                bv = x.s0, bi = i;
-            if (psr_better(x.s1, i + 1, bv, bi))
-                bv = x.s1, bi = i + 1;
-            if (psr_better(x.s2, i + 2, bv, bi))
-                bv = x.s2, bi = i + 2;
-            if (psr_better(x.s3, i + 3, bv, bi))
-                bv = x.s3, bi = i + 3;
-        }
-        lbv[lid] = bv;
-        lbi[lid] = bi;
-        for (uint s = PSR_VWG / 2; s > 0; s >>= 1) {
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if (lid < s && psr_better(lbv[lid + s], lbi[lid + s], lbv[lid], lbi[lid])) {
-                lbv[lid] = lbv[lid + s];
-                lbi[lid] = lbi[lid + s];
-            }
-        }
-        if (lid == 0) {
-            psr_publish((__global uint *)(t_best + at), as_uint(lbv[0]));
-            psr_publish(t_best_i + at, lbi[0]);
-        }
-    } else {
-        /* Each lane's max of logits / T, then its exp sums against it. */
-#if PSR_LPT == 1
-        float wm = -INFINITY;
-#pragma unroll
-        for (uint k = 0; k < PSR_SB_STEPS; k++) {
-            if (k >= steps[0])
-                break; /* the rest of the lane is past the row */
-            if (divide)
-                v[k] = psr_scaled4(v[k], t, r);
-            wm = fmax(wm, psr_max4(v[k]));
-        }
-        float4 lane = (float4)(0.0f);
-#pragma unroll
-        for (uint k = 0; k < PSR_SB_STEPS; k++)
-            if (k < steps[0])
-                lane += psr_exp_terms(v[k], wm);
-        lm[lid] = wm;
-        ls[lid] = psr_lane_sum(lane);
-#else
-        for (uint l = 0; l < PSR_LPT; l++) {
-            float wm = -INFINITY;
-            for (uint k = 0; k < steps[l]; k++) {
-                uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
-                float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-                wm = fmax(wm, psr_max4(divide ? psr_scaled4(x, t, r) : x));
-            }
-            float4 lane = (float4)(0.0f);
-            for (uint k = 0; k < steps[l]; k++) {
-                uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
-                float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-                lane += psr_exp_terms(divide ? psr_scaled4(x, t, r) : x, wm);
-            }
-            lm[lid + l * PSR_VWG] = wm;
-            ls[lid + l * PSR_VWG] = psr_lane_sum(lane);
-        }
-#endif
-        float2 part = psr_lse_tree(lid, lm, ls, true);
-        if (lid == 0) {
-            __global uint *w = (__global uint *)((is_draft ? q_lse : t_lse) + at);
-            psr_publish(w, as_uint(part.x));
-            psr_publish(w + 1, as_uint(part.y));
-        }
-    }
+    psr_stats_partial(scale, is_draft, src, q, aligned, full, base, vocab, lid, divide, t, r, lm, ls, lbv, lbi,
+                      t_best + at, t_best_i + at, (is_draft ? q_lse : t_lse) + at);
 
     if (lid == 0 && decide)
         psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,

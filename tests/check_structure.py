@@ -12,13 +12,7 @@ import sys
 MAX_LINES = 80
 # Functions kept whole on purpose, each with the measurement that keeps it
 # so; a new entry needs one too.
-LONG_ALLOWED = {
-    ("cl/verify.cl", "psr_stats_group"):
-        "split twice on the H200: into helpers with the lanes passed between them, the "
-        "verification statistics ran 13-28% slower; into a prologue and one helper per branch "
-        "that loads its own lanes, verify 8.9% (32 x 8 x 128,256) and 11% (16 x 5 x 32,000) "
-        "slower (docs/notes/2026-12-03-layered-architecture.md)",
-}
+LONG_ALLOWED = {}
 MAX_PARAMS = 16
 # Which layers each layer may include (besides itself and cl/'s shared header).
 LAYERS = {"runtime": set(), "ops": {"runtime"}, "oracle": set(), "check": {"ops", "runtime", "oracle"}}
