@@ -366,4 +366,29 @@ for cmd in (["sample"], ["bench"], ["demo"], ["verify"]):
     r = run(*cmd, "--help")
     check(r.returncode == 0 and "usage: psr" in r.stdout, f"psr {' '.join(cmd)} --help")
 
+
+def run_to(stdout, *args, env=None):
+    """psr with stdout sent to an open file (such as /dev/full)."""
+    return subprocess.run([PSR, *args], stdout=stdout, stderr=subprocess.PIPE, text=True, env=env, timeout=1500)
+
+
+def full_device_checks(d):
+    """Every command fails, with a message, when its output cannot be written."""
+    if not os.path.exists("/dev/full"):
+        return
+    f32 = write(d, "full.npy", npy_bytes("<f4", (2, 5), struct.pack("<10f", 0, 1, 2, 3, 4, 4, 3, 2, 1, 0)))
+    cases = [["--help"], ["--version"], ["info"], ["info", "--json"], ["cache", "list"], ["sample", "--help"]]
+    if have_device:
+        cases += [["sample", "--logits", f32], ["sample", "--logits", f32, "--json"], ["demo"]]
+    env = dict(os.environ, PSR_CACHE_DIR=d)
+    for args in cases:
+        with open("/dev/full", "w") as full:
+            r = run_to(full, *args, env=env)
+        check(r.returncode == 1 and "psr:" in r.stderr and "output" in r.stderr,
+              f"psr {' '.join(args)} > /dev/full fails with a message")
+
+
+with tempfile.TemporaryDirectory() as d:
+    full_device_checks(d)
+
 sys.exit(1 if failures else 0)

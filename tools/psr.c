@@ -1,6 +1,7 @@
 /* psr: the command-line face of libpsr. */
 #include "cli.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,7 +207,8 @@ psr_context *cli_open_context(const char *device, bool profiling)
     return ctx;
 }
 
-int main(int argc, char **argv)
+/* The command line's command, run; its exit code. */
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -226,4 +228,25 @@ int main(int argc, char **argv)
     fprintf(stderr, "psr: unknown command \"%s\"\n\n", argv[1]);
     usage(stderr);
     return CLI_USAGE;
+}
+
+/* Output lost on a full disk or a closed pipe is a failure, whichever
+ * command wrote it: stdout is flushed and closed here, and checked. A
+ * stdout that was closed before psr ran and never written is no loss. */
+static int close_stdout(int rc)
+{
+    errno = 0;
+    bool failed = fflush(stdout) != 0 || ferror(stdout);
+    int err = errno;
+    if (fclose(stdout) != 0 && !failed && errno != EBADF)
+        failed = true, err = errno;
+    if (!failed)
+        return rc;
+    fprintf(stderr, "psr: writing the output failed: %s\n", err ? strerror(err) : "write error");
+    return rc == CLI_OK ? CLI_FAILED : rc;
+}
+
+int main(int argc, char **argv)
+{
+    return close_stdout(dispatch(argc, argv));
 }
