@@ -388,7 +388,31 @@ def full_device_checks(d):
               f"psr {' '.join(args)} > /dev/full fails with a message")
 
 
+def shortest_float(x):
+    """The shortest %.Ng (6 to 9) that reads back as the float32 x."""
+    for n in range(6, 10):
+        t = "%.*g" % (n, x)
+        if struct.pack("<f", float(t)) == struct.pack("<f", x):
+            return t
+    return t
+
+
+def json_number_checks(d):
+    """JSON numbers in the fewest digits that read back: floats as floats, doubles as doubles."""
+    lp = write(d, "digits.npy", npy_bytes("<f4", (2, 5), struct.pack("<10f", 0, 1, 2, 3, 4, 4, 3, 2, 1, 0)))
+    r = run("sample", "--logits", lp, "--temperature", "0", "--logprobs", "2", "--json")
+    raw = r.stdout.split('"logprobs":[', 1)[-1].split("]", 1)[0].split(",")
+    top = r.stdout.split('"top":', 1)[-1].replace("[", "").replace("]", "").replace("}", "").split(",")[1::2]
+    check(r.returncode == 0 and len(raw) == 2 and len(top) == 4
+          and all(t.strip() == shortest_float(float(t)) for t in raw + top),
+          "sample --json: float logprobs in their shortest form")
+    r = run("verify", "tail", "--noise", "wide", "--trials", "200", "--tail-tokens", "1000", "--gap", "3.3", "--json")
+    check(r.returncode == 0 and '"gap":3.3,' in r.stdout, "JSON doubles in their shortest round-trip form")
+
+
 with tempfile.TemporaryDirectory() as d:
     full_device_checks(d)
+    if have_device:
+        json_number_checks(d)
 
 sys.exit(1 if failures else 0)

@@ -469,7 +469,7 @@ static void json_logprobs(json_writer *w, const sample_options *o, const sample_
     json_key(w, "logprobs");
     json_begin_array(w);
     for (size_t r = 0; r < in->rows; r++)
-        json_double(w, lp->logprobs[r]);
+        json_float(w, lp->logprobs[r]);
     json_end_array(w);
     json_key(w, "ranks");
     json_begin_array(w);
@@ -483,7 +483,7 @@ static void json_logprobs(json_writer *w, const sample_options *o, const sample_
         for (size_t k = 0; k < (size_t)o->logprobs; k++) {
             json_begin_array(w);
             json_int(w, lp->top_ids[r * tn + k]);
-            json_double(w, lp->top_logprobs[r * tn + k]);
+            json_float(w, lp->top_logprobs[r * tn + k]);
             json_end_array(w);
         }
         json_end_array(w);
