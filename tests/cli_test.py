@@ -410,6 +410,75 @@ def json_number_checks(d):
     check(r.returncode == 0 and '"gap":3.3,' in r.stdout, "JSON doubles in their shortest round-trip form")
 
 
+def number_checks():
+    """Numbers out of range or with trailing text, unknown bench variants and
+    malformed shapes are usage errors that name the option and the text."""
+    big = "99999999999999999999999"
+    for args, opt, text in ((["sample", "--seed", big], "--seed", big), (["sample", "--pos", big], "--pos", big),
+                            (["sample", "--pos", "-" + big], "--pos", "-" + big),
+                            (["sample", "--seed", "12x"], "--seed", "12x"),
+                            (["sample", "--top-k", "3 "], "--top-k", "3 "),
+                            (["sample", "--temperature", "1e39"], "--temperature", "1e39"),
+                            (["sample", "--top-p", "0.5.1"], "--top-p", "0.5.1"),
+                            (["sample", "--logprobs", "2x"], "--logprobs", "2x"),
+                            (["bench", "sample", "--iters", big], "--iters", big),
+                            (["bench", "gemm", "--iters", "3x"], "--iters", "3x"),
+                            (["bench", "gemm", "--batch", big], "--batch", big),
+                            (["bench", "logprobs", "--top-n", "1e1"], "--top-n", "1e1")):
+        r = run(*args, *(["--logits", "x.npy"] if args[0] == "sample" else []))
+        check(r.returncode == 2 and opt in r.stderr and f'"{text}"' in r.stderr,
+              f"psr {' '.join(args)}: a usage error naming the option and the text")
+    r = run("bench", "sample", "--variants", "bogus")
+    check(r.returncode == 2 and "bogus" in r.stderr, "bench sample --variants bogus is a usage error")
+    r = run("bench", "sample", "--variants", "fp32,,race")
+    check(r.returncode == 2, "bench sample --variants with an empty name is a usage error")
+    for shapes in ("2x3000,", "+2x3000", "2x 3000", ",2x3000"):
+        r = run("bench", "sample", "--shapes", shapes)
+        check(r.returncode == 2 and "--shapes" in r.stderr, f"bench sample --shapes '{shapes}' is a usage error")
+
+
+def npy_file_checks(d):
+    """.npy files whose shape outgrows them, and paths that are no files, get their own message."""
+    huge = write(d, "huge.npy", npy_bytes("<f4", (100000, 100000), b"\0" * 20))
+    r = run("sample", "--logits", huge)
+    check(r.returncode == 1 and "huge.npy" in r.stderr and "out of memory" not in r.stderr
+          and "40000000000" in r.stderr, "a .npy shorter than its shape is refused before allocating")
+    r = run("sample", "--logits", d)
+    check(r.returncode == 1 and "directory" in r.stderr and "magic" not in r.stderr, "--logits DIR says it is a directory")
+    r = run("sample", "--logits", "/dev/null")
+    check(r.returncode == 1 and "not a regular file" in r.stderr, "--logits /dev/null says it is not a regular file")
+
+
+def option_syntax_checks():
+    """--opt=value works like --opt value; a missing value names its option; flags take no value."""
+    r = run("sample", "--seed=abc", "--logits=x.npy")
+    check(r.returncode == 2 and '--seed "abc"' in r.stderr, "sample --seed=abc is parsed as --seed abc")
+    r = run("sample", "--logits", "x.npy", "--seed")
+    check(r.returncode == 2 and "--seed needs a value" in r.stderr, "sample --seed without a value names it")
+    r = run("sample", "--logits", "x.npy", "--bogus")
+    check(r.returncode == 2 and 'unknown argument "--bogus"' in r.stderr, "sample --bogus at the end is unknown")
+    r = run("sample", "--logits", "x.npy", "--drafting=1")
+    check(r.returncode == 2 and "--drafting takes no value" in r.stderr, "sample --drafting=1 is a usage error")
+    r = run("demo", "--device")
+    check(r.returncode == 2 and "--device needs a value" in r.stderr, "demo --device without a value names it")
+    r = run("demo", "--device=1:2:3")
+    check(r.returncode == 1 and "PSR_ERR_BAD_SELECTOR" in r.stderr, "demo --device=SEL")
+    r = run("info", "--json=1")
+    check(r.returncode == 2 and "--json takes no value" in r.stderr, "info --json=1 is a usage error")
+    r = run("bench", "sample", "--iters")
+    check(r.returncode == 2 and "--iters needs a value" in r.stderr, "bench sample --iters without a value names it")
+    r = run("bench", "gemm", "--dtype=f8")
+    check(r.returncode == 2 and '"f8"' in r.stderr, "bench gemm --dtype=f8 is parsed as --dtype f8")
+    r = run("bench", "logprobs", "--top-n=21")
+    check(r.returncode == 2 and '"21"' in r.stderr, "bench logprobs --top-n=21 is parsed as --top-n 21")
+    r = run("verify", "unbiased", "--k=99")
+    check(r.returncode == 2 and '"99"' in r.stderr, "verify unbiased --k=99 is parsed as --k 99")
+    r = run("verify", "tail", "--noise=fp16")
+    check(r.returncode == 2 and '"fp16"' in r.stderr, "verify tail --noise=fp16 is parsed as --noise fp16")
+
+
+number_checks()
+option_syntax_checks()
 with tempfile.TemporaryDirectory() as d:
     full_device_checks(d)
     if have_device:

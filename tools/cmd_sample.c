@@ -87,21 +87,6 @@ typedef struct sample_logprobs {
     int32_t *ranks, *top_ids;
 } sample_logprobs;
 
-static bool parse_int64(const char *s, int64_t *out)
-{
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    *out = v;
-    return end != s && *end == '\0';
-}
-
-static bool parse_float(const char *s, float *out)
-{
-    char *end;
-    *out = strtof(s, &end);
-    return end != s && *end == '\0';
-}
-
 /* The options that take no value; false when `arg` is none of them. */
 static bool sample_flag(void *opts, const char *arg)
 {
@@ -158,27 +143,21 @@ static int mode_option(sample_options *o, const char *arg, const char *val)
  * when `arg` is none of them. */
 static int number_option(sample_options *o, const char *arg, const char *val)
 {
-    int64_t n;
-    if (strcmp(arg, "--seed") == 0 || strcmp(arg, "--pos") == 0) {
-        if (!parse_int64(val, arg[2] == 's' ? &o->seed : &o->pos))
-            return cli_usage_error("sample", "%s \"%s\" is not an integer", arg, val);
-    } else if (strcmp(arg, "--top-k") == 0) {
-        if (!parse_int64(val, &o->top_k) || o->top_k < INT32_MIN || o->top_k > INT32_MAX)
-            return cli_usage_error("sample", "--top-k \"%s\" is not a 32-bit integer", val);
-    } else if (strcmp(arg, "--top-p") == 0 || strcmp(arg, "--min-p") == 0) {
-        if (!parse_float(val, arg[2] == 't' ? &o->top_p : &o->min_p))
-            return cli_usage_error("sample", "%s \"%s\" is not a number", arg, val);
-    } else if (strcmp(arg, "--logprobs") == 0) {
-        if (!parse_int64(val, &n) || n < 0 || n > PSR_LOGPROBS_MAX_TOP_N)
-            return cli_usage_error("sample", "--logprobs \"%s\" is not 0..%d", val, PSR_LOGPROBS_MAX_TOP_N);
-        o->logprobs = (int)n;
-    } else if (strcmp(arg, "--temperature") == 0) {
-        if (!parse_float(val, &o->temperature))
-            return cli_usage_error("sample", "--temperature \"%s\" is not a number", val);
-    } else {
+    int64_t n = 0;
+    int rc;
+    if (strcmp(arg, "--seed") == 0 || strcmp(arg, "--pos") == 0) /* positions: the calls check their range */
+        return cli_int("sample", arg, val, INT64_MIN, INT64_MAX, arg[2] == 's' ? &o->seed : &o->pos);
+    if (strcmp(arg, "--top-k") == 0)
+        return cli_int("sample", arg, val, INT32_MIN, INT32_MAX, &o->top_k);
+    if (strcmp(arg, "--top-p") == 0 || strcmp(arg, "--min-p") == 0)
+        return cli_float("sample", arg, val, arg[2] == 't' ? &o->top_p : &o->min_p);
+    if (strcmp(arg, "--temperature") == 0)
+        return cli_float("sample", arg, val, &o->temperature);
+    if (strcmp(arg, "--logprobs") != 0)
         return -1;
-    }
-    return CLI_OK;
+    rc = cli_int("sample", arg, val, 0, PSR_LOGPROBS_MAX_TOP_N, &n);
+    o->logprobs = rc == CLI_OK ? (int)n : o->logprobs;
+    return rc;
 }
 
 /* The options that go together, or not. */
@@ -215,7 +194,9 @@ static int sample_value(void *opts, const char *arg, const char *val)
 static int parse_sample(int argc, char **argv, sample_options *o)
 {
     static const cli_options options = {"sample", sample_usage, sample_flag, sample_value};
-    int parsed = cli_parse(&options, argc, argv, 1, o, &o->json);
+    static const char *values = "--logits --hidden --weights --seeds --positions --device --method --noise --seed "
+                                "--pos --top-k --top-p --min-p --logprobs --temperature";
+    int parsed = cli_parse_values(&options, values, argc, argv, 1, o, &o->json);
     return parsed >= 0 ? parsed : check_options(o);
 }
 
@@ -612,20 +593,30 @@ static int demo_run(psr_context *ctx, const float *logits, const int64_t *seeds,
     return agree == DEMO_ROWS ? CLI_OK : CLI_FAILED;
 }
 
+static void demo_usage(FILE *out)
+{
+    fprintf(out, "usage: psr demo [--device SEL]\n\n"
+                 "Samples 8 rows of random logits over a 32,000-token vocabulary on the chosen\n"
+                 "device (target stream, draft stream, greedy), and checks every token\n"
+                 "against psr's host oracle, which computes the same bits on the CPU.\n");
+}
+
+/* --device, the demo's one option. */
+static int demo_value(void *opts, const char *arg, const char *val)
+{
+    (void)arg;
+    *(const char **)opts = val;
+    return CLI_OK;
+}
+
 int cmd_demo(int argc, char **argv)
 {
-    if (argc > 1) {
-        if (cli_is_help(argv[1])) {
-            printf("usage: psr demo [--device SEL]\n\n"
-                   "Samples 8 rows of random logits over a 32,000-token vocabulary on the chosen\n"
-                   "device (target stream, draft stream, greedy), and checks every token\n"
-                   "against psr's host oracle, which computes the same bits on the CPU.\n");
-            return CLI_OK;
-        }
-        if (strcmp(argv[1], "--device") != 0 || argc != 3)
-            return cli_usage_error("demo", "unknown arguments");
-    }
-    psr_context *ctx = cli_open_context(argc == 3 ? argv[2] : NULL, false);
+    static const cli_options options = {"demo", demo_usage, NULL, demo_value};
+    const char *device = NULL;
+    int parsed = cli_parse_values(&options, "--device", argc, argv, 1, &device, NULL);
+    if (parsed >= 0)
+        return parsed;
+    psr_context *ctx = cli_open_context(device, false);
     if (!ctx)
         return CLI_FAILED;
     psr_device_info info;

@@ -1,7 +1,9 @@
 /* psr: the command-line face of libpsr. */
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,27 +125,123 @@ bool cli_is_help(const char *arg)
     return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
 }
 
-int cli_parse(const cli_options *p, int argc, char **argv, int first, void *opts, bool *json)
+bool cli_word_in(const char *list, char sep, const char *word, size_t len)
+{
+    for (const char *p = list;;) {
+        const char *end = strchr(p, sep);
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == len && strncmp(p, word, len) == 0)
+            return true;
+        if (!end)
+            return false;
+        p = end + 1;
+    }
+}
+
+/* The option's name, and in *val the value joined to it by '=' ("--seed=5"),
+ * else NULL. Only options ("--...") are split: a value may hold '='. */
+static const char *split_option(const char *arg, char *buf, size_t cap, const char **val)
+{
+    const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+    *val = NULL;
+    if (!eq || (size_t)(eq - arg) >= cap)
+        return arg;
+    memcpy(buf, arg, (size_t)(eq - arg));
+    buf[eq - arg] = '\0';
+    *val = eq + 1;
+    return buf;
+}
+
+/* Sets the option `name` when it takes no value (--json, where the command
+ * has it, or one of p->flag's); false when it is none of them. */
+static bool set_flag(const cli_options *p, const char *name, void *opts, bool *json)
+{
+    if (json && strcmp(name, "--json") == 0)
+        return *json = true;
+    return p->flag && p->flag(opts, name);
+}
+
+int cli_parse_values(const cli_options *p, const char *values, int argc, char **argv, int first, void *opts,
+                     bool *json)
 {
     for (int i = first; i < argc; i++) {
-        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (cli_is_help(arg)) {
+        char buf[64];
+        const char *val, *name = split_option(argv[i], buf, sizeof buf, &val);
+        if (cli_is_help(argv[i])) {
             p->usage(stdout);
             return CLI_OK;
         }
-        if (strcmp(arg, "--json") == 0) {
-            *json = true;
+        if (set_flag(p, name, opts, json)) {
+            if (val)
+                return cli_usage_error(p->command, "%s takes no value", name);
             continue;
         }
-        if (p->flag && p->flag(opts, arg))
-            continue;
+        if (!p->value || (values && !cli_word_in(values, ' ', name, strlen(name))))
+            return cli_usage_error(p->command, "unknown argument \"%s\"", argv[i]);
+        if (!val && i + 1 < argc)
+            val = argv[++i];
         if (!val)
-            return cli_usage_error(p->command, "%s needs a value", arg);
-        if (p->value(opts, arg, val) != CLI_OK)
+            return cli_usage_error(p->command, "%s needs a value", name);
+        if (p->value(opts, name, val) != CLI_OK)
             return CLI_USAGE;
-        i++;
     }
     return -1;
+}
+
+int cli_parse(const cli_options *p, int argc, char **argv, int first, void *opts, bool *json)
+{
+    return cli_parse_values(p, NULL, argc, argv, first, opts, json);
+}
+
+/* Says that option `opt` got `text`, which is not what it takes. */
+static int bad_number(const char *command, const char *opt, const char *text, const char *why)
+{
+    return cli_usage_error(command, "%s \"%s\" %s", opt, text, why);
+}
+
+int cli_int(const char *command, const char *opt, const char *text, int64_t min, int64_t max, int64_t *out)
+{
+    char *end, range[64];
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    /* strtoll skips leading space and clamps what overflows: neither is taken */
+    if (end == text || *end || isspace((unsigned char)text[0]))
+        return bad_number(command, opt, text, "is not an integer");
+    if (errno == ERANGE || v < min || v > max) {
+        snprintf(range, sizeof range, "is not in [%lld, %lld]", (long long)min, (long long)max);
+        return bad_number(command, opt, text,
+                          min == INT64_MIN && max == INT64_MAX ? "is not a 64-bit integer" : range);
+    }
+    *out = v;
+    return CLI_OK;
+}
+
+int cli_float(const char *command, const char *opt, const char *text, float *out)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(text, &end);
+    if (end == text || *end || isspace((unsigned char)text[0]))
+        return bad_number(command, opt, text, "is not a number");
+    if (errno == ERANGE && isinf(v)) /* what underflows is as good as 0 */
+        return bad_number(command, opt, text, "is beyond a float's range");
+    *out = v;
+    return CLI_OK;
+}
+
+int cli_double(const char *command, const char *opt, const char *text, double min, double max, double *out)
+{
+    char *end, range[64];
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end || isspace((unsigned char)text[0]))
+        return bad_number(command, opt, text, "is not a number");
+    if ((errno == ERANGE && isinf(v)) || !(v >= min && v <= max)) {
+        snprintf(range, sizeof range, "is not in [%g, %g]", min, max);
+        return bad_number(command, opt, text, range);
+    }
+    *out = v;
+    return CLI_OK;
 }
 
 void cli_format_bytes(unsigned long long bytes, char *buf, size_t len)
