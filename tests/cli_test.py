@@ -479,8 +479,31 @@ def option_syntax_checks():
 
 number_checks()
 option_syntax_checks()
+def npy_file_checks(d):
+    """.npy files whose shape outgrows them, and paths that are no files, get their own message."""
+    huge = write(d, "huge.npy", npy_bytes("<f4", (100000, 100000), b"\0" * 20))
+    r = run("sample", "--logits", huge)
+    check(r.returncode == 1 and "huge.npy" in r.stderr and "out of memory" not in r.stderr
+          and "40000000000" in r.stderr, "a .npy shorter than its shape is refused before allocating")
+    r = run("sample", "--logits", d)
+    check(r.returncode == 1 and "directory" in r.stderr and "magic" not in r.stderr, "--logits DIR says it is a directory")
+    r = run("sample", "--logits", "/dev/null")
+    check(r.returncode == 1 and "not a regular file" in r.stderr, "--logits /dev/null says it is not a regular file")
+
+
+def one_row_checks(d):
+    """A 1-D .npy of logits is one row."""
+    one = write(d, "one.npy", npy_bytes("<f4", (5,), struct.pack("<5f", 0, 1, 2, 9, 4)))
+    r = run("sample", "--logits", one, "--temperature", "0", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(out.get("tokens") == [3] and out.get("rows") == 1 and out.get("vocab") == 5, "1-D logits are one row")
+
+
 with tempfile.TemporaryDirectory() as d:
     full_device_checks(d)
+    npy_file_checks(d)
+    if have_device:
+        one_row_checks(d)
     if have_device:
         json_number_checks(d)
 

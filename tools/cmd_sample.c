@@ -25,9 +25,10 @@ static void sample_usage(FILE *out)
             "\n"
             "Gumbel-max sampling with vLLM's random stream: one token per row of logits.\n"
             "\n"
-            "  --logits       2-D .npy of float32 or float16, C order: [rows, vocab]\n"
+            "  --logits       2-D .npy of float32 or float16, C order: [rows, vocab] (1-D:\n"
+            "                 one row)\n"
             "  --hidden       instead of --logits: hidden states [rows, hidden] (.npy, float32\n"
-            "                 or float16), with\n"
+            "                 or float16; 1-D: one row), with\n"
             "  --weights      the LM head [vocab, hidden] of the same dtype: the device computes\n"
             "                 logits = hidden x weights^T (CLBlast) and samples them there\n"
             "  --temperature  for every row (default 1; 0 is greedy argmax)\n"
@@ -222,13 +223,17 @@ static int per_row_int64(const char *path, size_t rows, int64_t *out, char *err,
     return rc;
 }
 
-/* A 2-D float .npy (float32 or float16), or a message in err. */
-static int read_matrix(const char *path, const char *what, npy_array *a, char *err, size_t len)
+/* A 2-D float .npy (float32 or float16), or a message in err; a 1-D one
+ * is one row where `one_row` allows it. */
+static int read_matrix(const char *path, const char *what, bool one_row, npy_array *a, char *err, size_t len)
 {
     if (npy_read(path, a, err, len))
         return 1;
+    if (one_row && a->ndim == 1)
+        a->ndim = 2, a->shape[1] = a->shape[0], a->shape[0] = 1;
     if (a->ndim != 2 || a->dtype == NPY_I8 || a->shape[0] == 0 || a->shape[1] == 0) {
-        snprintf(err, len, "%s: expected a non-empty 2-D float32 or float16 array %s", path, what);
+        snprintf(err, len, "%s: expected a non-empty %s float32 or float16 array %s", path,
+                 one_row ? "1-D or 2-D" : "2-D", what);
         npy_free(a);
         return 1;
     }
@@ -252,10 +257,10 @@ static int read_matrices(const sample_options *o, sample_rows *in)
     char err[512];
     int bad;
     if (o->logits)
-        bad = read_matrix(o->logits, "[rows, vocab]", &in->logits, err, sizeof err);
+        bad = read_matrix(o->logits, "[rows, vocab]", true, &in->logits, err, sizeof err);
     else
-        bad = read_matrix(o->hidden, "[rows, hidden]", &in->hidden, err, sizeof err) ||
-              read_matrix(o->weights, "[vocab, hidden]", &in->weights, err, sizeof err);
+        bad = read_matrix(o->hidden, "[rows, hidden]", true, &in->hidden, err, sizeof err) ||
+              read_matrix(o->weights, "[vocab, hidden]", false, &in->weights, err, sizeof err);
     if (bad) {
         fprintf(stderr, "psr sample: %s\n", err);
         return CLI_FAILED;
