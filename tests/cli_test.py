@@ -499,11 +499,54 @@ def one_row_checks(d):
     check(out.get("tokens") == [3] and out.get("rows") == 1 and out.get("vocab") == 5, "1-D logits are one row")
 
 
+def help_checks():
+    """psr --help documents PSR_LOG_LEVEL; each bench has its own help."""
+    r = run("--help")
+    check("PSR_LOG_LEVEL" in r.stdout and all(v in r.stdout for v in ("debug", "info", "warning", "error")),
+          "psr --help documents PSR_LOG_LEVEL and its values")
+    r = run("bench", "--help")
+    check(r.returncode == 0 and all(b in r.stdout for b in ("sample", "verify", "logprobs", "filters", "gemm"))
+          and "usage: psr bench sample" not in r.stdout, "psr bench --help lists the benches")
+    for b in ("sample", "verify", "logprobs", "filters", "gemm"):
+        r = run("bench", b, "--help")
+        check(r.returncode == 0 and f"usage: psr bench {b}" in r.stdout, f"psr bench {b} --help is its own")
+    for cmd in ("demo", "sample", "info"):
+        r = run(cmd, "--help")
+        check(r.returncode == 0 and f"usage: psr {cmd}" in r.stdout, f"psr {cmd} --help is its own")
+
+
+def convention_checks(d):
+    """--opt=value on a device, PSR_LOG_LEVEL in any case, the top N of --logprobs in text."""
+    lp = write(d, "conv.npy", npy_bytes("<f4", (2, 5), struct.pack("<10f", 0, 1, 2, 3, 4, 4, 3, 2, 1, 0)))
+    a = run("sample", f"--logits={lp}", "--temperature=0.7", "--seed=3", "--json")
+    b = run("sample", "--logits", lp, "--temperature", "0.7", "--seed", "3", "--json")
+    check(a.returncode == 0 and a.stdout == b.stdout, "sample --opt=value equals --opt value")
+    r = run("bench", "sample", "--shapes=2x3000", "--iters=3", "--variants=fp32", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    check([x["variant"] for x in out.get("results", [])] == ["fp32"], "bench sample --opt=value")
+    quiet = {k: v for k, v in os.environ.items() if k != "PSR_LOG_LEVEL"}
+    r = run("sample", "--logits", lp, env=quiet)
+    check(r.returncode == 0 and "psr: info:" not in r.stderr, "no info messages by default")
+    for level in ("info", "INFO", "Info"):
+        r = run("sample", "--logits", lp, env=dict(quiet, PSR_LOG_LEVEL=level))
+        check(r.returncode == 0 and "psr: info:" in r.stderr, f"PSR_LOG_LEVEL={level} prints info messages")
+    r = run("sample", "--logits", lp, env=dict(quiet, PSR_LOG_LEVEL="loud"))
+    check(r.returncode == 0 and 'PSR_LOG_LEVEL "loud"' in r.stderr and r.stderr.count("loud") == 1,
+          "an unknown PSR_LOG_LEVEL is named once")
+    r = run("sample", "--logits", lp, "--temperature", "0", "--logprobs", "2")
+    lines = [l.split("\t") for l in r.stdout.splitlines()]
+    check(r.returncode == 0 and [len(l) for l in lines] == [5, 5] and lines[0][0] == "4"
+          and [t.split(":")[0] for t in lines[0][3:]] == ["4", "3"] and [t.split(":")[0] for t in lines[1][3:]] == ["0", "1"]
+          and lines[0][3].split(":")[1] == lines[0][1], "sample --logprobs N prints the top N in text")
+
+
+help_checks()
 with tempfile.TemporaryDirectory() as d:
     full_device_checks(d)
     npy_file_checks(d)
     if have_device:
         one_row_checks(d)
+        convention_checks(d)
     if have_device:
         json_number_checks(d)
 

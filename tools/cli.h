@@ -74,7 +74,8 @@ bool cli_word_in(const char *list, char sep, const char *word, size_t len);
 /* "1.5 MiB" style sizes. */
 void cli_format_bytes(unsigned long long bytes, char *buf, size_t len);
 const char *cli_device_type_name(psr_device_type type);
-/* The log level of PSR_LOG_LEVEL (debug, info, warning, error; default warning). */
+/* The log level of PSR_LOG_LEVEL (debug, info, warning, error, in any case;
+ * default warning, and a warning on stderr for anything else). */
 psr_log_level cli_log_level(void);
 /* A context on the selected device (NULL: $PSR_DEVICE or auto) that logs
  * to stderr; NULL after reporting the failure. */

@@ -52,7 +52,7 @@ static const variant_def variants[] = {
 };
 #define NVARIANTS (sizeof variants / sizeof variants[0])
 
-static void bench_usage(FILE *out)
+static void sample_usage(FILE *out)
 {
     fprintf(out,
             "usage: psr bench sample [--shapes BxV,...] [--variants LIST] [--logits normal|peaked]\n"
@@ -81,7 +81,7 @@ static void bench_usage(FILE *out)
             "  --iters      timed runs per line (default 50, at most 10000; at least 50\n"
             "               recommended)\n"
             "\n"
-            "psr bench verify|logprobs|filters|gemm --help describe the others.\n",
+            "psr bench --help lists the other benches.\n",
             default_shapes, default_cpu_shapes);
 }
 
@@ -396,7 +396,7 @@ static size_t count_wanted(const sample_bench *sb)
 
 static int bench_sample(int argc, char **argv)
 {
-    static const bench_command command = {.name = "bench sample", .usage = bench_usage, .extra = sample_option,
+    static const bench_command command = {.name = "bench sample", .usage = sample_usage, .extra = sample_option,
                                           .values = BENCH_VALUES " --variants --logits", .dims = 2,
                                           .max_shapes = 32, .shapes_expected = "a list like 1x128256,64x32000"};
     sample_bench sb = {.s.o.iters = 50};
@@ -612,17 +612,33 @@ static int bench_gemm(int argc, char **argv)
     return parsed >= 0 ? parsed : run_gemm_bench(&g);
 }
 
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} benches[] = {
+    {"sample", bench_sample, "psr_sample per shape and variant, against the memory floor (and vLLM)"},
+    {"verify", bench_verify, "psr_verify in its three modes, against the memory floor (and vLLM)"},
+    {"logprobs", bench_logprobs, "psr_logprobs against psr_sample on the same logits"},
+    {"filters", bench_filters, "psr_sample with min-p, top-k and top-p against it plain"},
+    {"gemm", bench_gemm, "psr_lm_head, CLBlast's GEMM, alone"},
+};
+
+static void benches_usage(FILE *out)
+{
+    fprintf(out, "usage: psr bench BENCH [OPTIONS]\n\n"
+                 "Times psr's calls with OpenCL profiling events. Benches:\n");
+    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
+        fprintf(out, "  %-9s %s\n", benches[i].name, benches[i].summary);
+    fprintf(out, "\n`psr bench BENCH --help` describes each.\n");
+}
+
 int cmd_bench(int argc, char **argv)
 {
     if (argc < 2 || cli_is_help(argv[1])) {
-        bench_usage(argc < 2 ? stderr : stdout);
+        benches_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
-    static const struct {
-        const char *name;
-        int (*run)(int argc, char **argv);
-    } benches[] = {{"sample", bench_sample},     {"verify", bench_verify}, {"logprobs", bench_logprobs},
-                   {"filters", bench_filters},   {"gemm", bench_gemm}};
     for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
         if (strcmp(argv[1], benches[i].name) == 0)
             return benches[i].run(argc - 1, argv + 1);

@@ -55,7 +55,8 @@ static void sample_usage(FILE *out)
             "  --fast         native logs instead of the deterministic ones\n"
             "  --json         {\"tokens\": [...], \"device\": ..., ...} instead of one token a line\n"
             "                 (with --logprobs: \"logprobs\", \"ranks\" and \"top\": [[[id, logprob],\n"
-            "                 ...], ...]; without --json each line is token, logprob, rank)\n");
+            "                 ...], ...]; without --json each line is token, logprob, rank,\n"
+            "                 then the top N as id:logprob, separated by tabs)\n");
 }
 
 /* psr sample's command line. */
@@ -510,11 +511,25 @@ static void print_json(psr_context *ctx, const sample_options *o, const sample_r
     json_finish(&w);
 }
 
+/* A row's logprob line: token, logprob, rank, then the top N as id:logprob. */
+static void print_logprobs_line(const sample_options *o, const sample_rows *in, const sample_logprobs *lp, size_t r)
+{
+    size_t tn = o->logprobs > 0 ? (size_t)o->logprobs : 1;
+    char num[JSON_NUMBER_CHARS];
+    json_format_float(num, sizeof num, lp->logprobs[r]);
+    printf("%d\t%s\t%d", in->tokens[r], num, lp->ranks[r]);
+    for (size_t k = 0; k < (size_t)o->logprobs; k++) {
+        json_format_float(num, sizeof num, lp->top_logprobs[r * tn + k]);
+        printf("\t%d:%s", lp->top_ids[r * tn + k], num);
+    }
+    printf("\n");
+}
+
 static void print_text(const sample_options *o, const sample_rows *in, const sample_logprobs *lp)
 {
     for (size_t r = 0; r < in->rows; r++)
         if (o->logprobs >= 0)
-            printf("%d\t%.9g\t%d\n", in->tokens[r], (double)lp->logprobs[r], lp->ranks[r]);
+            print_logprobs_line(o, in, lp, r);
         else
             printf("%d\n", in->tokens[r]);
     if (in->no_finite)

@@ -35,8 +35,18 @@ static void usage(FILE *out)
         fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
     fprintf(out,
             "\n"
-            "`psr COMMAND --help` describes each command.\n"
-            "environment: PSR_DEVICE (device selector), PSR_CACHE_DIR, PSR_CACHE=0\n");
+            "`psr COMMAND --help` describes each command. Options take their value as\n"
+            "`--opt value` or `--opt=value`.\n"
+            "\n"
+            "environment:\n"
+            "  PSR_DEVICE     the default device selector (auto, gpu, cpu, a vendor, P:D or\n"
+            "                 part of a name; psr info lists the devices)\n"
+            "  PSR_CACHE_DIR  the kernel cache directory (default $XDG_CACHE_HOME/psr, else\n"
+            "                 ~/.cache/psr)\n"
+            "  PSR_CACHE      0: no disk cache; 1: the disk cache even where the driver\n"
+            "                 caches its own builds\n"
+            "  PSR_LOG_LEVEL  the least severe library message printed to stderr: debug,\n"
+            "                 info, warning (the default) or error, in any case\n");
 }
 
 /* The tool's own last failure (cli_fail), until cli_report prints it. */
@@ -269,25 +279,30 @@ const char *cli_device_type_name(psr_device_type type)
     }
 }
 
+/* The levels by psr_log_level, as PSR_LOG_LEVEL names them. */
+static const char *const level_names[] = {"debug", "info", "warning", "error"};
+
 void cli_log_to_stderr(psr_log_level level, const char *message, void *user_data)
 {
-    static const char *names[] = {"debug", "info", "warning", "error"};
     (void)user_data;
     if (level >= PSR_LOG_ERROR)
         return; /* failures reach the user through cli_report() */
-    fprintf(stderr, "psr: %s: %s\n", names[level <= PSR_LOG_ERROR ? level : PSR_LOG_ERROR], message);
+    fprintf(stderr, "psr: %s: %s\n", level_names[level], message);
 }
 
 psr_log_level cli_log_level(void)
 {
+    static bool warned;
     const char *v = getenv("PSR_LOG_LEVEL");
-    if (!v)
+    if (!v || !*v)
         return PSR_LOG_WARNING;
-    if (strcmp(v, "debug") == 0)
-        return PSR_LOG_DEBUG;
-    if (strcmp(v, "info") == 0)
-        return PSR_LOG_INFO;
-    return strcmp(v, "error") == 0 ? PSR_LOG_ERROR : PSR_LOG_WARNING;
+    for (int i = PSR_LOG_DEBUG; i <= PSR_LOG_ERROR; i++)
+        if (strcasecmp(v, level_names[i]) == 0)
+            return (psr_log_level)i;
+    if (!warned) /* once, though every context reads it */
+        fprintf(stderr, "psr: PSR_LOG_LEVEL \"%s\" is not debug, info, warning or error: using warning\n", v);
+    warned = true;
+    return PSR_LOG_WARNING;
 }
 
 psr_context *cli_open_context(const char *device, bool profiling)
