@@ -285,7 +285,7 @@ static const char *const level_names[] = {"debug", "info", "warning", "error"};
 void cli_log_to_stderr(psr_log_level level, const char *message, void *user_data)
 {
     (void)user_data;
-    if (level >= PSR_LOG_ERROR)
+    if ((unsigned)level >= PSR_LOG_ERROR)
         return; /* failures reach the user through cli_report() */
     fprintf(stderr, "psr: %s: %s\n", level_names[level], message);
 }
