@@ -86,6 +86,18 @@ void cli_log_to_stderr(psr_log_level level, const char *message, void *user_data
 /* Counts psr binaries in a cache directory and their total size. */
 void cli_cache_summary(const char *dir, unsigned long long *files, unsigned long long *bytes);
 
+/* A command (or a subcommand) by name, with a line for the usage. */
+typedef struct cli_command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} cli_command;
+/* "  NAME  summary" for each of the n commands. */
+void cli_list_commands(FILE *out, const cli_command *table, size_t n);
+/* Runs the command argv[0] names with argv[0 ..] and returns its exit
+ * code; -1 when no command has that name. */
+int cli_run_command(const cli_command *table, size_t n, int argc, char **argv);
+
 int cmd_info(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

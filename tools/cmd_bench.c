@@ -612,11 +612,7 @@ static int bench_gemm(int argc, char **argv)
     return parsed >= 0 ? parsed : run_gemm_bench(&g);
 }
 
-static const struct {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-} benches[] = {
+static const cli_command benches[] = {
     {"sample", bench_sample, "psr_sample per shape and variant, against the memory floor (and vLLM)"},
     {"verify", bench_verify, "psr_verify in its three modes, against the memory floor (and vLLM)"},
     {"logprobs", bench_logprobs, "psr_logprobs against psr_sample on the same logits"},
@@ -628,8 +624,7 @@ static void benches_usage(FILE *out)
 {
     fprintf(out, "usage: psr bench BENCH [OPTIONS]\n\n"
                  "Times psr's calls with OpenCL profiling events. Benches:\n");
-    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
-        fprintf(out, "  %-9s %s\n", benches[i].name, benches[i].summary);
+    cli_list_commands(out, benches, sizeof benches / sizeof benches[0]);
     fprintf(out, "\n`psr bench BENCH --help` describes each.\n");
 }
 
@@ -639,8 +634,8 @@ int cmd_bench(int argc, char **argv)
         benches_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
-    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
-        if (strcmp(argv[1], benches[i].name) == 0)
-            return benches[i].run(argc - 1, argv + 1);
-    return cli_usage_error("bench", "unknown benchmark \"%s\" (try: sample, verify, logprobs, filters, gemm)", argv[1]);
+    int rc = cli_run_command(benches, sizeof benches / sizeof benches[0], argc - 1, argv + 1);
+    return rc >= 0 ? rc
+                   : cli_usage_error("bench", "unknown benchmark \"%s\" (try: sample, verify, logprobs, filters, gemm)",
+                                     argv[1]);
 }

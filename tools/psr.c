@@ -10,11 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
-static const struct {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-} commands[] = {
+static const cli_command commands[] = {
     {"demo", cmd_demo, "sample on the default device and check every token against the host"},
     {"sample", cmd_sample, "sample tokens from logits in a .npy file"},
     {"info", cmd_info, "platforms, devices, capabilities, the auto choice and the cache"},
@@ -31,8 +27,7 @@ static void usage(FILE *out)
             "psr samples LLM tokens on any OpenCL device.\n"
             "\n"
             "commands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    cli_list_commands(out, commands, sizeof commands / sizeof commands[0]);
     fprintf(out,
             "\n"
             "`psr COMMAND --help` describes each command. Options take their value as\n"
@@ -320,6 +315,20 @@ psr_context *cli_open_context(const char *device, bool profiling)
     return ctx;
 }
 
+void cli_list_commands(FILE *out, const cli_command *table, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "  %-9s %s\n", table[i].name, table[i].summary);
+}
+
+int cli_run_command(const cli_command *table, size_t n, int argc, char **argv)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(argv[0], table[i].name) == 0)
+            return table[i].run(argc, argv);
+    return -1;
+}
+
 /* The command line's command, run; its exit code. */
 static int dispatch(int argc, char **argv)
 {
@@ -335,9 +344,9 @@ static int dispatch(int argc, char **argv)
         printf("psr %s\n", psr_version());
         return CLI_OK;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(argv[1], commands[i].name) == 0)
-            return commands[i].run(argc - 1, argv + 1);
+    int rc = cli_run_command(commands, sizeof commands / sizeof commands[0], argc - 1, argv + 1);
+    if (rc >= 0)
+        return rc;
     fprintf(stderr, "psr: unknown command \"%s\"\n\n", argv[1]);
     usage(stderr);
     return CLI_USAGE;
