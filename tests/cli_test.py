@@ -366,4 +366,175 @@ for cmd in (["sample"], ["bench"], ["demo"], ["verify"]):
     r = run(*cmd, "--help")
     check(r.returncode == 0 and "usage: psr" in r.stdout, f"psr {' '.join(cmd)} --help")
 
+
+def run_to(stdout, *args, env=None):
+    """psr with stdout sent to an open file (such as /dev/full)."""
+    return subprocess.run([PSR, *args], stdout=stdout, stderr=subprocess.PIPE, text=True, env=env, timeout=1500)
+
+
+def full_device_checks(d):
+    """Every command fails, with a message, when its output cannot be written."""
+    if not os.path.exists("/dev/full"):
+        return
+    f32 = write(d, "full.npy", npy_bytes("<f4", (2, 5), struct.pack("<10f", 0, 1, 2, 3, 4, 4, 3, 2, 1, 0)))
+    cases = [["--help"], ["--version"], ["info"], ["info", "--json"], ["cache", "list"], ["sample", "--help"]]
+    if have_device:
+        cases += [["sample", "--logits", f32], ["sample", "--logits", f32, "--json"], ["demo"]]
+    env = dict(os.environ, PSR_CACHE_DIR=d)
+    for args in cases:
+        with open("/dev/full", "w") as full:
+            r = run_to(full, *args, env=env)
+        check(r.returncode == 1 and "psr:" in r.stderr and "output" in r.stderr,
+              f"psr {' '.join(args)} > /dev/full fails with a message")
+
+
+def shortest_float(x):
+    """The shortest %.Ng (6 to 9) that reads back as the float32 x."""
+    for n in range(6, 10):
+        t = "%.*g" % (n, x)
+        if struct.pack("<f", float(t)) == struct.pack("<f", x):
+            return t
+    return t
+
+
+def json_number_checks(d):
+    """JSON numbers in the fewest digits that read back: floats as floats, doubles as doubles."""
+    lp = write(d, "digits.npy", npy_bytes("<f4", (2, 5), struct.pack("<10f", 0, 1, 2, 3, 4, 4, 3, 2, 1, 0)))
+    r = run("sample", "--logits", lp, "--temperature", "0", "--logprobs", "2", "--json")
+    raw = r.stdout.split('"logprobs":[', 1)[-1].split("]", 1)[0].split(",")
+    top = r.stdout.split('"top":', 1)[-1].replace("[", "").replace("]", "").replace("}", "").split(",")[1::2]
+    check(r.returncode == 0 and len(raw) == 2 and len(top) == 4
+          and all(t.strip() == shortest_float(float(t)) for t in raw + top),
+          "sample --json: float logprobs in their shortest form")
+    r = run("verify", "tail", "--noise", "wide", "--trials", "200", "--tail-tokens", "1000", "--gap", "3.3", "--json")
+    check(r.returncode == 0 and '"gap":3.3,' in r.stdout, "JSON doubles in their shortest round-trip form")
+
+
+def number_checks():
+    """Numbers out of range or with trailing text, unknown bench variants and
+    malformed shapes are usage errors that name the option and the text."""
+    big = "99999999999999999999999"
+    for args, opt, text in ((["sample", "--seed", big], "--seed", big), (["sample", "--pos", big], "--pos", big),
+                            (["sample", "--pos", "-" + big], "--pos", "-" + big),
+                            (["sample", "--seed", "12x"], "--seed", "12x"),
+                            (["sample", "--top-k", "3 "], "--top-k", "3 "),
+                            (["sample", "--temperature", "1e39"], "--temperature", "1e39"),
+                            (["sample", "--top-p", "0.5.1"], "--top-p", "0.5.1"),
+                            (["sample", "--logprobs", "2x"], "--logprobs", "2x"),
+                            (["bench", "sample", "--iters", big], "--iters", big),
+                            (["bench", "gemm", "--iters", "3x"], "--iters", "3x"),
+                            (["bench", "gemm", "--batch", big], "--batch", big),
+                            (["bench", "logprobs", "--top-n", "1e1"], "--top-n", "1e1")):
+        r = run(*args, *(["--logits", "x.npy"] if args[0] == "sample" else []))
+        check(r.returncode == 2 and opt in r.stderr and f'"{text}"' in r.stderr,
+              f"psr {' '.join(args)}: a usage error naming the option and the text")
+    r = run("bench", "sample", "--variants", "bogus")
+    check(r.returncode == 2 and "bogus" in r.stderr, "bench sample --variants bogus is a usage error")
+    r = run("bench", "sample", "--variants", "fp32,,race")
+    check(r.returncode == 2, "bench sample --variants with an empty name is a usage error")
+    for shapes in ("2x3000,", "+2x3000", "2x 3000", ",2x3000"):
+        r = run("bench", "sample", "--shapes", shapes)
+        check(r.returncode == 2 and "--shapes" in r.stderr, f"bench sample --shapes '{shapes}' is a usage error")
+
+
+def npy_file_checks(d):
+    """.npy files whose shape outgrows them, and paths that are no files, get their own message."""
+    huge = write(d, "huge.npy", npy_bytes("<f4", (100000, 100000), b"\0" * 20))
+    r = run("sample", "--logits", huge)
+    check(r.returncode == 1 and "huge.npy" in r.stderr and "out of memory" not in r.stderr
+          and "40000000000" in r.stderr, "a .npy shorter than its shape is refused before allocating")
+    r = run("sample", "--logits", d)
+    check(r.returncode == 1 and "directory" in r.stderr and "magic" not in r.stderr, "--logits DIR says it is a directory")
+    r = run("sample", "--logits", "/dev/null")
+    check(r.returncode == 1 and "not a regular file" in r.stderr, "--logits /dev/null says it is not a regular file")
+
+
+def option_syntax_checks():
+    """--opt=value works like --opt value; a missing value names its option; flags take no value."""
+    r = run("sample", "--seed=abc", "--logits=x.npy")
+    check(r.returncode == 2 and '--seed "abc"' in r.stderr, "sample --seed=abc is parsed as --seed abc")
+    r = run("sample", "--logits", "x.npy", "--seed")
+    check(r.returncode == 2 and "--seed needs a value" in r.stderr, "sample --seed without a value names it")
+    r = run("sample", "--logits", "x.npy", "--bogus")
+    check(r.returncode == 2 and 'unknown argument "--bogus"' in r.stderr, "sample --bogus at the end is unknown")
+    r = run("sample", "--logits", "x.npy", "--drafting=1")
+    check(r.returncode == 2 and "--drafting takes no value" in r.stderr, "sample --drafting=1 is a usage error")
+    r = run("demo", "--device")
+    check(r.returncode == 2 and "--device needs a value" in r.stderr, "demo --device without a value names it")
+    r = run("demo", "--device=1:2:3")
+    check(r.returncode == 1 and "PSR_ERR_BAD_SELECTOR" in r.stderr, "demo --device=SEL")
+    r = run("info", "--json=1")
+    check(r.returncode == 2 and "--json takes no value" in r.stderr, "info --json=1 is a usage error")
+    r = run("bench", "sample", "--iters")
+    check(r.returncode == 2 and "--iters needs a value" in r.stderr, "bench sample --iters without a value names it")
+    r = run("bench", "gemm", "--dtype=f8")
+    check(r.returncode == 2 and '"f8"' in r.stderr, "bench gemm --dtype=f8 is parsed as --dtype f8")
+    r = run("bench", "logprobs", "--top-n=21")
+    check(r.returncode == 2 and '"21"' in r.stderr, "bench logprobs --top-n=21 is parsed as --top-n 21")
+    r = run("verify", "unbiased", "--k=99")
+    check(r.returncode == 2 and '"99"' in r.stderr, "verify unbiased --k=99 is parsed as --k 99")
+    r = run("verify", "tail", "--noise=fp16")
+    check(r.returncode == 2 and '"fp16"' in r.stderr, "verify tail --noise=fp16 is parsed as --noise fp16")
+
+
+def one_row_checks(d):
+    """A 1-D .npy of logits is one row."""
+    one = write(d, "one.npy", npy_bytes("<f4", (5,), struct.pack("<5f", 0, 1, 2, 9, 4)))
+    r = run("sample", "--logits", one, "--temperature", "0", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(out.get("tokens") == [3] and out.get("rows") == 1 and out.get("vocab") == 5, "1-D logits are one row")
+
+
+def help_checks():
+    """psr --help documents PSR_LOG_LEVEL; each bench has its own help."""
+    r = run("--help")
+    check("PSR_LOG_LEVEL" in r.stdout and all(v in r.stdout for v in ("debug", "info", "warning", "error")),
+          "psr --help documents PSR_LOG_LEVEL and its values")
+    r = run("bench", "--help")
+    check(r.returncode == 0 and all(b in r.stdout for b in ("sample", "verify", "logprobs", "filters", "gemm"))
+          and "usage: psr bench sample" not in r.stdout, "psr bench --help lists the benches")
+    for b in ("sample", "verify", "logprobs", "filters", "gemm"):
+        r = run("bench", b, "--help")
+        check(r.returncode == 0 and f"usage: psr bench {b}" in r.stdout, f"psr bench {b} --help is its own")
+    for cmd in ("demo", "sample", "info"):
+        r = run(cmd, "--help")
+        check(r.returncode == 0 and f"usage: psr {cmd}" in r.stdout, f"psr {cmd} --help is its own")
+
+
+def convention_checks(d):
+    """--opt=value on a device, PSR_LOG_LEVEL in any case, the top N of --logprobs in text."""
+    lp = write(d, "conv.npy", npy_bytes("<f4", (2, 5), struct.pack("<10f", 0, 1, 2, 3, 4, 4, 3, 2, 1, 0)))
+    a = run("sample", f"--logits={lp}", "--temperature=0.7", "--seed=3", "--json")
+    b = run("sample", "--logits", lp, "--temperature", "0.7", "--seed", "3", "--json")
+    check(a.returncode == 0 and a.stdout == b.stdout, "sample --opt=value equals --opt value")
+    r = run("bench", "sample", "--shapes=2x3000", "--iters=3", "--variants=fp32", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    check([x["variant"] for x in out.get("results", [])] == ["fp32"], "bench sample --opt=value")
+    quiet = {k: v for k, v in os.environ.items() if k != "PSR_LOG_LEVEL"}
+    r = run("sample", "--logits", lp, env=quiet)
+    check(r.returncode == 0 and "psr: info:" not in r.stderr, "no info messages by default")
+    for level in ("info", "INFO", "Info"):
+        r = run("sample", "--logits", lp, env=dict(quiet, PSR_LOG_LEVEL=level))
+        check(r.returncode == 0 and "psr: info:" in r.stderr, f"PSR_LOG_LEVEL={level} prints info messages")
+    r = run("sample", "--logits", lp, env=dict(quiet, PSR_LOG_LEVEL="loud"))
+    check(r.returncode == 0 and 'PSR_LOG_LEVEL "loud"' in r.stderr and r.stderr.count("loud") == 1,
+          "an unknown PSR_LOG_LEVEL is named once")
+    r = run("sample", "--logits", lp, "--temperature", "0", "--logprobs", "2")
+    lines = [l.split("\t") for l in r.stdout.splitlines()]
+    check(r.returncode == 0 and [len(l) for l in lines] == [5, 5] and lines[0][0] == "4"
+          and [t.split(":")[0] for t in lines[0][3:]] == ["4", "3"] and [t.split(":")[0] for t in lines[1][3:]] == ["0", "1"]
+          and lines[0][3].split(":")[1] == lines[0][1], "sample --logprobs N prints the top N in text")
+
+
+number_checks()
+option_syntax_checks()
+help_checks()
+with tempfile.TemporaryDirectory() as d:
+    full_device_checks(d)
+    npy_file_checks(d)
+    if have_device:
+        one_row_checks(d)
+        convention_checks(d)
+        json_number_checks(d)
+
 sys.exit(1 if failures else 0)

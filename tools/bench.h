@@ -86,11 +86,12 @@ typedef struct bench_options {
     size_t nshapes;
 } bench_options;
 
-/* A bench's own options: called with an argument the common parser does
- * not know and the argument after it (NULL at the end). Returns how many
- * it used (1 or 2), 0 when `arg` is not its option, or -1 after a
- * cli_usage_error. */
-typedef int (*bench_option_fn)(const char *arg, const char *val, void *user);
+/* A bench's own option that takes a value: called with an option the
+ * common parser does not know and its value. Returns CLI_OK, CLI_USAGE
+ * after a cli_usage_error, or -1 when `arg` is not its option. */
+typedef int (*bench_option_fn)(void *user, const char *arg, const char *val);
+/* The options every bench takes with a value. */
+#define BENCH_VALUES "--shapes --device --iters"
 
 /* An open bench: its options, a profiling context, its device and the
  * JSON writer of --json. */
@@ -108,6 +109,7 @@ typedef struct bench_command {
     const char *name;            /* "bench filters", in messages */
     void (*usage)(FILE *out);
     bench_option_fn extra;       /* the bench's own options, or NULL */
+    const char *values;          /* with extra: BENCH_VALUES and its options ("... --top-n") */
     size_t dims;                 /* numbers per shape: 2 (BxV) or 3 (RxKxV) */
     size_t max_shapes;           /* at most BENCH_MAX_SHAPES */
     const char *shapes_expected; /* what a bad --shapes is not: "a list of BxV" */
@@ -117,9 +119,9 @@ typedef struct bench_command {
     psr_status (*shape)(bench_session *s, const size_t *shape, void *user);
 } bench_command;
 
-/* Parses argv[1 ..] into s->o (set its defaults first): --help, --json,
- * --shapes, --device, --iters, then cmd->extra's; then the shapes, and
- * opens a profiling context on the device. Returns -1 when the bench
+/* Parses argv[1 ..] into s->o (set its defaults first) as cli_parse does:
+ * --help, --json, --shapes, --device, --iters, then cmd->extra's; then
+ * the shapes, and opens a profiling context on the device. Returns -1 when the bench
  * should run, else the exit code: CLI_OK after printing the usage for
  * --help, CLI_USAGE after a usage error, CLI_FAILED when no context. */
 int bench_open(bench_session *s, const bench_command *cmd, int argc, char **argv, void *user);

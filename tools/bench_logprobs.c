@@ -44,22 +44,15 @@ typedef struct logprobs_bench {
 } logprobs_bench;
 
 /* --top-n N, 0 .. PSR_LOGPROBS_MAX_TOP_N (a bench_option_fn). */
-static int top_n_option(const char *arg, const char *val, void *user)
+static int top_n_option(void *user, const char *arg, const char *val)
 {
+    int64_t n = 0;
     if (strcmp(arg, "--top-n") != 0)
-        return 0;
-    if (!val) {
-        cli_usage_error("bench logprobs", "--top-n needs a value");
         return -1;
-    }
-    char *end;
-    long v = strtol(val, &end, 10);
-    if (end == val || *end || v < 0 || v > PSR_LOGPROBS_MAX_TOP_N) {
-        cli_usage_error("bench logprobs", "--top-n \"%s\" is not 0..%d", val, PSR_LOGPROBS_MAX_TOP_N);
-        return -1;
-    }
-    ((logprobs_bench *)user)->top_n = (int)v;
-    return 2;
+    int rc = cli_int("bench logprobs", arg, val, 0, PSR_LOGPROBS_MAX_TOP_N, &n);
+    if (rc == CLI_OK)
+        ((logprobs_bench *)user)->top_n = (int)n;
+    return rc;
 }
 
 /* The buffers of one shape: the rows' (BENCH_*), then psr_logprobs' outputs. */
@@ -154,8 +147,9 @@ static void print_header(bench_session *s, void *user)
 int bench_logprobs(int argc, char **argv)
 {
     static const bench_command command = {.name = "bench logprobs", .usage = usage, .extra = top_n_option,
-                                          .dims = 2, .max_shapes = 16, .shapes_expected = "a list of BxV",
-                                          .header = print_header, .shape = logprobs_shape};
+                                          .values = BENCH_VALUES " --top-n", .dims = 2, .max_shapes = 16,
+                                          .shapes_expected = "a list of BxV", .header = print_header,
+                                          .shape = logprobs_shape};
     bench_session s = {.o = {.shapes = default_shapes, .iters = 50}};
     logprobs_bench lb = {.top_n = 20, .state = 99};
     return bench_main(&command, &s, argc, argv, &lb);

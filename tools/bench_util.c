@@ -2,6 +2,7 @@
 #include "bench.h"
 #include "cli.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -361,60 +362,39 @@ void bench_json_costs(json_writer *w, const bench_costs *c, const char *bandwidt
     json_key_double(w, "enqueue_event_host_us", c->enqueue_event_us);
 }
 
-/* --shapes, --device or --iters with its value; false after a usage error. */
-static bool common_value(bench_options *o, const char *command, const char *arg, const char *val)
-{
-    if (arg[2] == 's') {
-        o->shapes = val;
-    } else if (arg[2] == 'd') {
-        o->device = val;
-    } else {
-        char *end;
-        long n = strtol(val, &end, 10);
-        if (end == val || *end || n < 1 || n > 10000) {
-            cli_usage_error(command, "--iters \"%s\" is not 1..10000", val);
-            return false;
-        }
-        o->iters = (int)n;
-    }
-    return true;
-}
+/* What bench_value sets: the common options, then the bench's own. */
+typedef struct bench_args {
+    bench_options *o;
+    const bench_command *cmd;
+    void *user;
+} bench_args;
 
-/* How many arguments from argv[i] one option takes (1 or 2); 0 after
- * --help (the usage printed), -1 after a usage error. */
-static int parse_one(bench_options *o, const bench_command *cmd, const char *arg, const char *val, void *user)
+/* --shapes, --device, --iters or one of the bench's own options, with its
+ * value (a cli_options value). */
+static int bench_value(void *opts, const char *arg, const char *val)
 {
-    if (cli_is_help(arg)) {
-        cmd->usage(stdout);
-        return 0;
-    }
-    if (strcmp(arg, "--json") == 0) {
-        o->json = true;
-        return 1;
-    }
-    if (strcmp(arg, "--shapes") == 0 || strcmp(arg, "--device") == 0 || strcmp(arg, "--iters") == 0) {
-        if (!val) {
-            cli_usage_error(cmd->name, "%s needs a value", arg);
-            return -1;
-        }
-        return common_value(o, cmd->name, arg, val) ? 2 : -1;
-    }
-    int used = cmd->extra ? cmd->extra(arg, val, user) : 0;
-    if (used == 0) {
-        cli_usage_error(cmd->name, "unknown argument \"%s\"", arg);
-        return -1;
-    }
-    return used;
+    bench_args *b = opts;
+    int64_t n = 0;
+    int rc = CLI_OK;
+    if (strcmp(arg, "--shapes") == 0)
+        b->o->shapes = val;
+    else if (strcmp(arg, "--device") == 0)
+        b->o->device = val;
+    else if (strcmp(arg, "--iters") == 0 && (rc = cli_int(b->cmd->name, arg, val, 1, 10000, &n)) == CLI_OK)
+        b->o->iters = (int)n;
+    else if (strcmp(arg, "--iters") != 0)
+        rc = b->cmd->extra ? b->cmd->extra(b->user, arg, val) : -1;
+    return rc >= 0 ? rc : cli_usage_error(b->cmd->name, "unknown argument \"%s\"", arg);
 }
 
 int bench_open(bench_session *s, const bench_command *cmd, int argc, char **argv, void *user)
 {
-    for (int i = 1; i < argc; i++) {
-        int used = parse_one(&s->o, cmd, argv[i], i + 1 < argc ? argv[i + 1] : NULL, user);
-        if (used <= 0)
-            return used == 0 ? CLI_OK : CLI_USAGE;
-        i += used - 1;
-    }
+    const cli_options options = {cmd->name, cmd->usage, NULL, bench_value};
+    bench_args args = {&s->o, cmd, user};
+    int parsed = cli_parse_values(&options, cmd->values ? cmd->values : BENCH_VALUES, argc, argv, 1, &args,
+                                  &s->o.json);
+    if (parsed >= 0)
+        return parsed;
     if (s->o.shapes && !bench_parse_shapes(s->o.shapes, cmd->dims, cmd->max_shapes, s->o.shape, &s->o.nshapes))
         return cli_usage_error(cmd->name, "--shapes \"%s\" is not %s", s->o.shapes, cmd->shapes_expected);
     s->ctx = cli_open_context(s->o.device, true);
@@ -476,13 +456,14 @@ bool bench_parse_shapes(const char *s, size_t dims, size_t cap, size_t (*shape)[
         for (size_t d = 0; d < dims; d++) {
             char *end;
             unsigned long long v = strtoull(s, &end, 10);
-            if (end == s || v < lo[d] || v > hi[d] || (d + 1 < dims && *end != 'x'))
+            /* digits only: strtoull would take a sign and leading space */
+            if (!isdigit((unsigned char)*s) || v < lo[d] || v > hi[d] || (d + 1 < dims && *end != 'x'))
                 return false;
             shape[*n][d] = (size_t)v;
             s = d + 1 < dims ? end + 1 : end;
         }
         (*n)++;
-        if (*s == ',')
+        if (*s == ',' && s[1]) /* a comma before another shape */
             s++;
         else if (*s)
             return false;

@@ -5,6 +5,7 @@
 #include <psr/psr.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* Exit codes: 0 success, 1 a failure psr reported, 2 bad usage. */
@@ -50,14 +51,31 @@ typedef struct cli_options {
     int (*value)(void *opts, const char *arg, const char *val);
 } cli_options;
 /* Parses argv[first ..] into opts: --help prints the usage, --json sets
- * *json, then p->flag's (may be NULL), then options with a value (one with
- * none after it "needs a value"). Returns -1 when the command should
- * run, else the exit code. */
+ * *json (json NULL: the command has no --json), then p->flag's (may be
+ * NULL), then options with a value, given as "--opt value" or
+ * "--opt=value" ("--opt" last "needs a value"; a flag given a value is an
+ * error). Returns -1 when the command should run, else the exit code. */
 int cli_parse(const cli_options *p, int argc, char **argv, int first, void *opts, bool *json);
+/* cli_parse that knows the options taking a value, separated by spaces
+ * ("--device --k"): any other that is no flag is unknown, even last (NULL:
+ * as cli_parse, every other argument goes to p->value). p->value may be
+ * NULL when `values` is "". */
+int cli_parse_values(const cli_options *p, const char *values, int argc, char **argv, int first, void *opts,
+                     bool *json);
+/* Numbers of options, for cli_options' value: the whole text, no leading
+ * space, in range, else a usage error that names the option and the text.
+ * CLI_OK, or CLI_USAGE after the message. cli_float takes inf and nan as
+ * written (the calls check those) but nothing beyond a float's range. */
+int cli_int(const char *command, const char *opt, const char *text, int64_t min, int64_t max, int64_t *out);
+int cli_float(const char *command, const char *opt, const char *text, float *out);
+int cli_double(const char *command, const char *opt, const char *text, double min, double max, double *out);
+/* Is word[0 .. len) one of the `sep`-separated words of `list`? */
+bool cli_word_in(const char *list, char sep, const char *word, size_t len);
 /* "1.5 MiB" style sizes. */
 void cli_format_bytes(unsigned long long bytes, char *buf, size_t len);
 const char *cli_device_type_name(psr_device_type type);
-/* The log level of PSR_LOG_LEVEL (debug, info, warning, error; default warning). */
+/* The log level of PSR_LOG_LEVEL (debug, info, warning, error, in any case;
+ * default warning, and a warning on stderr for anything else). */
 psr_log_level cli_log_level(void);
 /* A context on the selected device (NULL: $PSR_DEVICE or auto) that logs
  * to stderr; NULL after reporting the failure. */
@@ -67,6 +85,18 @@ void cli_log_to_stderr(psr_log_level level, const char *message, void *user_data
 
 /* Counts psr binaries in a cache directory and their total size. */
 void cli_cache_summary(const char *dir, unsigned long long *files, unsigned long long *bytes);
+
+/* A command (or a subcommand) by name, with a line for the usage. */
+typedef struct cli_command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} cli_command;
+/* "  NAME  summary" for each of the n commands. */
+void cli_list_commands(FILE *out, const cli_command *table, size_t n);
+/* Runs the command argv[0] names with argv[0 ..] and returns its exit
+ * code; -1 when no command has that name. */
+int cli_run_command(const cli_command *table, size_t n, int argc, char **argv);
 
 int cmd_info(int argc, char **argv);
 int cmd_cache(int argc, char **argv);

@@ -52,7 +52,7 @@ static const variant_def variants[] = {
 };
 #define NVARIANTS (sizeof variants / sizeof variants[0])
 
-static void bench_usage(FILE *out)
+static void sample_usage(FILE *out)
 {
     fprintf(out,
             "usage: psr bench sample [--shapes BxV,...] [--variants LIST] [--logits normal|peaked]\n"
@@ -78,9 +78,10 @@ static void bench_usage(FILE *out)
             "               greedy (default: all the\n"
             "               device can run); fp32 is the default deterministic mode\n"
             "  --logits     normal: N(0, 3); peaked: N(0, 1) with one logit 25 above\n"
-            "  --iters      timed runs per line (at least 50 recommended)\n"
+            "  --iters      timed runs per line (default 50, at most 10000; at least 50\n"
+            "               recommended)\n"
             "\n"
-            "psr bench verify|logprobs|filters|gemm --help describe the others.\n",
+            "psr bench --help lists the other benches.\n",
             default_shapes, default_cpu_shapes);
 }
 
@@ -99,17 +100,24 @@ static float gaussian(void)
 /* Is `name` one of the comma-separated words of `list`? */
 static bool in_list(const char *list, const char *name)
 {
-    size_t n = strlen(name);
-    for (const char *p = list; *p;) {
+    return cli_word_in(list, ',', name, strlen(name));
+}
+
+/* The first word of the comma-separated `list` that names no variant (its
+ * length in *len), or NULL when each word names one. */
+static const char *unknown_variant(const char *list, int *len)
+{
+    for (const char *p = list;; p += *len + 1) {
         const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        if (len == n && strncmp(p, name, n) == 0)
-            return true;
+        *len = end ? (int)(end - p) : (int)strlen(p);
+        bool known = false;
+        for (size_t v = 0; v < NVARIANTS && !known; v++)
+            known = cli_word_in(variants[v].name, ',', p, (size_t)*len); /* a name has no comma */
+        if (!known)
+            return p;
         if (!end)
-            break;
-        p = end + 1;
+            return NULL;
     }
-    return false;
 }
 
 typedef struct result {
@@ -354,32 +362,43 @@ static int run_sample_bench(sample_bench *sb)
 }
 
 /* --variants LIST and --logits normal|peaked (a bench_option_fn). */
-static int sample_option(const char *arg, const char *val, void *user)
+static int sample_option(void *user, const char *arg, const char *val)
 {
     sample_options *so = user;
-    bool is_variants = strcmp(arg, "--variants") == 0;
-    if (!is_variants && strcmp(arg, "--logits") != 0)
-        return 0;
-    if (!val) {
-        cli_usage_error("bench sample", "%s needs a value", arg);
-        return -1;
-    }
-    if (is_variants) {
+    int len = 0;
+    const char *unknown = NULL;
+    if (strcmp(arg, "--variants") == 0 && (unknown = unknown_variant(val, &len)) != NULL)
+        return len ? cli_usage_error("bench sample", "--variants \"%s\": \"%.*s\" is no variant", val, len, unknown)
+                   : cli_usage_error("bench sample", "--variants \"%s\" has an empty name", val);
+    if (strcmp(arg, "--variants") == 0)
         so->variants = val;
-    } else if (strcmp(val, "peaked") == 0 || strcmp(val, "normal") == 0) {
-        so->peaked = strcmp(val, "peaked") == 0;
-    } else {
-        cli_usage_error("bench sample", "--logits is normal or peaked, not \"%s\"", val);
+    else if (strcmp(arg, "--logits") != 0)
         return -1;
+    else if (strcmp(val, "peaked") == 0 || strcmp(val, "normal") == 0)
+        so->peaked = strcmp(val, "peaked") == 0;
+    else
+        return cli_usage_error("bench sample", "--logits is normal or peaked, not \"%s\"", val);
+    return CLI_OK;
+}
+
+/* How many variants the run times; names those of --variants the device
+ * cannot run. */
+static size_t count_wanted(const sample_bench *sb)
+{
+    size_t n = 0;
+    for (size_t vi = 0; vi < NVARIANTS; vi++) {
+        n += variant_wanted(sb, &variants[vi]);
+        if (sb->so.variants && in_list(sb->so.variants, variants[vi].name) && !variant_wanted(sb, &variants[vi]))
+            fprintf(stderr, "psr bench sample: %s has no fp64: skipping %s\n", sb->s.info.name, variants[vi].name);
     }
-    return 2;
+    return n;
 }
 
 static int bench_sample(int argc, char **argv)
 {
-    static const bench_command command = {.name = "bench sample", .usage = bench_usage, .extra = sample_option,
-                                          .dims = 2, .max_shapes = 32,
-                                          .shapes_expected = "a list like 1x128256,64x32000"};
+    static const bench_command command = {.name = "bench sample", .usage = sample_usage, .extra = sample_option,
+                                          .values = BENCH_VALUES " --variants --logits", .dims = 2,
+                                          .max_shapes = 32, .shapes_expected = "a list like 1x128256,64x32000"};
     sample_bench sb = {.s.o.iters = 50};
     int opened = bench_open(&sb.s, &command, argc, argv, &sb.so);
     if (opened >= 0)
@@ -389,6 +408,11 @@ static int bench_sample(int argc, char **argv)
     if (!sb.s.o.shapes)
         bench_parse_shapes(sb.cpu ? default_cpu_shapes : default_shapes, 2, BENCH_MAX_SHAPES, sb.s.o.shape,
                            &sb.s.o.nshapes);
+    if (count_wanted(&sb) == 0) {
+        fprintf(stderr, "psr bench sample: no variant of --variants \"%s\" runs on %s\n", sb.so.variants,
+                sb.s.info.name);
+        return bench_close(&sb.s, CLI_FAILED);
+    }
     return bench_close(&sb.s, run_sample_bench(&sb));
 }
 
@@ -411,7 +435,7 @@ static void gemm_usage(FILE *out)
             "  --hidden  H (default 4096)\n"
             "  --vocab   V (default 32000)\n"
             "  --dtype   f32 (default) or f16 (needs cl_khr_fp16)\n"
-            "  --iters   timed runs (default 10)\n");
+            "  --iters   timed runs (default 10, at most 10000)\n");
 }
 
 typedef struct gemm_options {
@@ -422,37 +446,28 @@ typedef struct gemm_options {
     int iters;
 } gemm_options;
 
-static bool parse_size(const char *s, size_t *out)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    *out = (size_t)v;
-    return end != s && *end == '\0' && v > 0 && s[0] != '-' && v <= INT32_MAX;
-}
-
 /* One option of psr bench gemm that takes a value: CLI_OK, or CLI_USAGE
  * after printing why. */
 static int gemm_value(void *opts, const char *arg, const char *val)
 {
     gemm_options *g = opts;
+    int64_t n = 0;
+    int rc = CLI_OK;
     if (strcmp(arg, "--batch") == 0 || strcmp(arg, "--hidden") == 0 || strcmp(arg, "--vocab") == 0) {
         size_t *dim = arg[2] == 'b' ? &g->batch : arg[2] == 'h' ? &g->hidden : &g->vocab;
-        if (!parse_size(val, dim))
-            return cli_usage_error("bench gemm", "%s \"%s\" is not a size in 1 .. 2^31 - 1", arg, val);
+        if ((rc = cli_int("bench gemm", arg, val, 1, INT32_MAX, &n)) == CLI_OK)
+            *dim = (size_t)n;
     } else if (strcmp(arg, "--dtype") == 0) {
         if (strcmp(val, "f32") != 0 && strcmp(val, "f16") != 0)
             return cli_usage_error("bench gemm", "--dtype is f32 or f16, not \"%s\"", val);
         g->dtype = strcmp(val, "f16") == 0 ? PSR_DTYPE_F16 : PSR_DTYPE_F32;
     } else if (strcmp(arg, "--iters") == 0) {
-        g->iters = atoi(val);
-        if (g->iters < 1)
-            return cli_usage_error("bench gemm", "--iters must be at least 1");
-    } else if (strcmp(arg, "--device") == 0) {
-        g->device = val;
+        if ((rc = cli_int("bench gemm", arg, val, 1, 10000, &n)) == CLI_OK)
+            g->iters = (int)n;
     } else {
-        return cli_usage_error("bench gemm", "unknown argument \"%s\"", arg);
+        g->device = val; /* --device: cli_parse_values passes no other */
     }
-    return CLI_OK;
+    return rc;
 }
 
 /* One timed GEMM: from a marker (the queue reaching the call) to the end
@@ -592,23 +607,35 @@ static int bench_gemm(int argc, char **argv)
 {
     gemm_options g = {.batch = 64, .hidden = 4096, .vocab = 32000, .dtype = PSR_DTYPE_F32, .iters = 10};
     static const cli_options options = {"bench gemm", gemm_usage, NULL, gemm_value};
-    int parsed = cli_parse(&options, argc, argv, 1, &g, &g.json);
+    int parsed = cli_parse_values(&options, "--batch --hidden --vocab --dtype --iters --device", argc, argv, 1, &g,
+                                  &g.json);
     return parsed >= 0 ? parsed : run_gemm_bench(&g);
+}
+
+static const cli_command benches[] = {
+    {"sample", bench_sample, "psr_sample per shape and variant, against the memory floor (and vLLM)"},
+    {"verify", bench_verify, "psr_verify in its three modes, against the memory floor (and vLLM)"},
+    {"logprobs", bench_logprobs, "psr_logprobs against psr_sample on the same logits"},
+    {"filters", bench_filters, "psr_sample with min-p, top-k and top-p against it plain"},
+    {"gemm", bench_gemm, "psr_lm_head, CLBlast's GEMM, alone"},
+};
+
+static void benches_usage(FILE *out)
+{
+    fprintf(out, "usage: psr bench BENCH [OPTIONS]\n\n"
+                 "Times psr's calls with OpenCL profiling events. Benches:\n");
+    cli_list_commands(out, benches, sizeof benches / sizeof benches[0]);
+    fprintf(out, "\n`psr bench BENCH --help` describes each.\n");
 }
 
 int cmd_bench(int argc, char **argv)
 {
     if (argc < 2 || cli_is_help(argv[1])) {
-        bench_usage(argc < 2 ? stderr : stdout);
+        benches_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
-    static const struct {
-        const char *name;
-        int (*run)(int argc, char **argv);
-    } benches[] = {{"sample", bench_sample},     {"verify", bench_verify}, {"logprobs", bench_logprobs},
-                   {"filters", bench_filters},   {"gemm", bench_gemm}};
-    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
-        if (strcmp(argv[1], benches[i].name) == 0)
-            return benches[i].run(argc - 1, argv + 1);
-    return cli_usage_error("bench", "unknown benchmark \"%s\" (try: sample, verify, logprobs, filters, gemm)", argv[1]);
+    int rc = cli_run_command(benches, sizeof benches / sizeof benches[0], argc - 1, argv + 1);
+    return rc >= 0 ? rc
+                   : cli_usage_error("bench", "unknown benchmark \"%s\" (try: sample, verify, logprobs, filters, gemm)",
+                                     argv[1]);
 }

@@ -311,17 +311,11 @@ static void print_text(const info_report *r)
 
 int cmd_info(int argc, char **argv)
 {
+    static const cli_options options = {"info", info_usage, NULL, NULL};
     bool as_json = false;
-    for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) {
-            info_usage(stdout);
-            return CLI_OK;
-        } else if (strcmp(argv[i], "--json") == 0) {
-            as_json = true;
-        } else {
-            return cli_usage_error("info", "unknown argument \"%s\"", argv[i]);
-        }
-    }
+    int parsed = cli_parse_values(&options, "", argc, argv, 1, NULL, &as_json);
+    if (parsed >= 0)
+        return parsed;
     info_report r = {0};
     psr_status st = list_devices(&r);
     if (st != PSR_OK) {

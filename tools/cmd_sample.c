@@ -25,9 +25,10 @@ static void sample_usage(FILE *out)
             "\n"
             "Gumbel-max sampling with vLLM's random stream: one token per row of logits.\n"
             "\n"
-            "  --logits       2-D .npy of float32 or float16, C order: [rows, vocab]\n"
+            "  --logits       2-D .npy of float32 or float16, C order: [rows, vocab] (1-D:\n"
+            "                 one row)\n"
             "  --hidden       instead of --logits: hidden states [rows, hidden] (.npy, float32\n"
-            "                 or float16), with\n"
+            "                 or float16; 1-D: one row), with\n"
             "  --weights      the LM head [vocab, hidden] of the same dtype: the device computes\n"
             "                 logits = hidden x weights^T (CLBlast) and samples them there\n"
             "  --temperature  for every row (default 1; 0 is greedy argmax)\n"
@@ -54,7 +55,8 @@ static void sample_usage(FILE *out)
             "  --fast         native logs instead of the deterministic ones\n"
             "  --json         {\"tokens\": [...], \"device\": ..., ...} instead of one token a line\n"
             "                 (with --logprobs: \"logprobs\", \"ranks\" and \"top\": [[[id, logprob],\n"
-            "                 ...], ...]; without --json each line is token, logprob, rank)\n");
+            "                 ...], ...]; without --json each line is token, logprob, rank,\n"
+            "                 then the top N as id:logprob, separated by tabs)\n");
 }
 
 /* psr sample's command line. */
@@ -86,21 +88,6 @@ typedef struct sample_logprobs {
     float *logprobs, *top_logprobs; /* top_*: rows x max(N, 1) */
     int32_t *ranks, *top_ids;
 } sample_logprobs;
-
-static bool parse_int64(const char *s, int64_t *out)
-{
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    *out = v;
-    return end != s && *end == '\0';
-}
-
-static bool parse_float(const char *s, float *out)
-{
-    char *end;
-    *out = strtof(s, &end);
-    return end != s && *end == '\0';
-}
 
 /* The options that take no value; false when `arg` is none of them. */
 static bool sample_flag(void *opts, const char *arg)
@@ -158,27 +145,21 @@ static int mode_option(sample_options *o, const char *arg, const char *val)
  * when `arg` is none of them. */
 static int number_option(sample_options *o, const char *arg, const char *val)
 {
-    int64_t n;
-    if (strcmp(arg, "--seed") == 0 || strcmp(arg, "--pos") == 0) {
-        if (!parse_int64(val, arg[2] == 's' ? &o->seed : &o->pos))
-            return cli_usage_error("sample", "%s \"%s\" is not an integer", arg, val);
-    } else if (strcmp(arg, "--top-k") == 0) {
-        if (!parse_int64(val, &o->top_k) || o->top_k < INT32_MIN || o->top_k > INT32_MAX)
-            return cli_usage_error("sample", "--top-k \"%s\" is not a 32-bit integer", val);
-    } else if (strcmp(arg, "--top-p") == 0 || strcmp(arg, "--min-p") == 0) {
-        if (!parse_float(val, arg[2] == 't' ? &o->top_p : &o->min_p))
-            return cli_usage_error("sample", "%s \"%s\" is not a number", arg, val);
-    } else if (strcmp(arg, "--logprobs") == 0) {
-        if (!parse_int64(val, &n) || n < 0 || n > PSR_LOGPROBS_MAX_TOP_N)
-            return cli_usage_error("sample", "--logprobs \"%s\" is not 0..%d", val, PSR_LOGPROBS_MAX_TOP_N);
-        o->logprobs = (int)n;
-    } else if (strcmp(arg, "--temperature") == 0) {
-        if (!parse_float(val, &o->temperature))
-            return cli_usage_error("sample", "--temperature \"%s\" is not a number", val);
-    } else {
+    int64_t n = 0;
+    int rc;
+    if (strcmp(arg, "--seed") == 0 || strcmp(arg, "--pos") == 0) /* positions: the calls check their range */
+        return cli_int("sample", arg, val, INT64_MIN, INT64_MAX, arg[2] == 's' ? &o->seed : &o->pos);
+    if (strcmp(arg, "--top-k") == 0)
+        return cli_int("sample", arg, val, INT32_MIN, INT32_MAX, &o->top_k);
+    if (strcmp(arg, "--top-p") == 0 || strcmp(arg, "--min-p") == 0)
+        return cli_float("sample", arg, val, arg[2] == 't' ? &o->top_p : &o->min_p);
+    if (strcmp(arg, "--temperature") == 0)
+        return cli_float("sample", arg, val, &o->temperature);
+    if (strcmp(arg, "--logprobs") != 0)
         return -1;
-    }
-    return CLI_OK;
+    rc = cli_int("sample", arg, val, 0, PSR_LOGPROBS_MAX_TOP_N, &n);
+    o->logprobs = rc == CLI_OK ? (int)n : o->logprobs;
+    return rc;
 }
 
 /* The options that go together, or not. */
@@ -215,7 +196,9 @@ static int sample_value(void *opts, const char *arg, const char *val)
 static int parse_sample(int argc, char **argv, sample_options *o)
 {
     static const cli_options options = {"sample", sample_usage, sample_flag, sample_value};
-    int parsed = cli_parse(&options, argc, argv, 1, o, &o->json);
+    static const char *values = "--logits --hidden --weights --seeds --positions --device --method --noise --seed "
+                                "--pos --top-k --top-p --min-p --logprobs --temperature";
+    int parsed = cli_parse_values(&options, values, argc, argv, 1, o, &o->json);
     return parsed >= 0 ? parsed : check_options(o);
 }
 
@@ -241,13 +224,17 @@ static int per_row_int64(const char *path, size_t rows, int64_t *out, char *err,
     return rc;
 }
 
-/* A 2-D float .npy (float32 or float16), or a message in err. */
-static int read_matrix(const char *path, const char *what, npy_array *a, char *err, size_t len)
+/* A 2-D float .npy (float32 or float16), or a message in err; a 1-D one
+ * is one row where `one_row` allows it. */
+static int read_matrix(const char *path, const char *what, bool one_row, npy_array *a, char *err, size_t len)
 {
     if (npy_read(path, a, err, len))
         return 1;
+    if (one_row && a->ndim == 1)
+        a->ndim = 2, a->shape[1] = a->shape[0], a->shape[0] = 1;
     if (a->ndim != 2 || a->dtype == NPY_I8 || a->shape[0] == 0 || a->shape[1] == 0) {
-        snprintf(err, len, "%s: expected a non-empty 2-D float32 or float16 array %s", path, what);
+        snprintf(err, len, "%s: expected a non-empty %s float32 or float16 array %s", path,
+                 one_row ? "1-D or 2-D" : "2-D", what);
         npy_free(a);
         return 1;
     }
@@ -271,10 +258,10 @@ static int read_matrices(const sample_options *o, sample_rows *in)
     char err[512];
     int bad;
     if (o->logits)
-        bad = read_matrix(o->logits, "[rows, vocab]", &in->logits, err, sizeof err);
+        bad = read_matrix(o->logits, "[rows, vocab]", true, &in->logits, err, sizeof err);
     else
-        bad = read_matrix(o->hidden, "[rows, hidden]", &in->hidden, err, sizeof err) ||
-              read_matrix(o->weights, "[vocab, hidden]", &in->weights, err, sizeof err);
+        bad = read_matrix(o->hidden, "[rows, hidden]", true, &in->hidden, err, sizeof err) ||
+              read_matrix(o->weights, "[vocab, hidden]", false, &in->weights, err, sizeof err);
     if (bad) {
         fprintf(stderr, "psr sample: %s\n", err);
         return CLI_FAILED;
@@ -469,7 +456,7 @@ static void json_logprobs(json_writer *w, const sample_options *o, const sample_
     json_key(w, "logprobs");
     json_begin_array(w);
     for (size_t r = 0; r < in->rows; r++)
-        json_double(w, lp->logprobs[r]);
+        json_float(w, lp->logprobs[r]);
     json_end_array(w);
     json_key(w, "ranks");
     json_begin_array(w);
@@ -483,7 +470,7 @@ static void json_logprobs(json_writer *w, const sample_options *o, const sample_
         for (size_t k = 0; k < (size_t)o->logprobs; k++) {
             json_begin_array(w);
             json_int(w, lp->top_ids[r * tn + k]);
-            json_double(w, lp->top_logprobs[r * tn + k]);
+            json_float(w, lp->top_logprobs[r * tn + k]);
             json_end_array(w);
         }
         json_end_array(w);
@@ -524,11 +511,25 @@ static void print_json(psr_context *ctx, const sample_options *o, const sample_r
     json_finish(&w);
 }
 
+/* A row's logprob line: token, logprob, rank, then the top N as id:logprob. */
+static void print_logprobs_line(const sample_options *o, const sample_rows *in, const sample_logprobs *lp, size_t r)
+{
+    size_t tn = o->logprobs > 0 ? (size_t)o->logprobs : 1;
+    char num[JSON_NUMBER_CHARS];
+    json_format_float(num, sizeof num, lp->logprobs[r]);
+    printf("%d\t%s\t%d", in->tokens[r], num, lp->ranks[r]);
+    for (size_t k = 0; k < (size_t)o->logprobs; k++) {
+        json_format_float(num, sizeof num, lp->top_logprobs[r * tn + k]);
+        printf("\t%d:%s", lp->top_ids[r * tn + k], num);
+    }
+    printf("\n");
+}
+
 static void print_text(const sample_options *o, const sample_rows *in, const sample_logprobs *lp)
 {
     for (size_t r = 0; r < in->rows; r++)
         if (o->logprobs >= 0)
-            printf("%d\t%.9g\t%d\n", in->tokens[r], (double)lp->logprobs[r], lp->ranks[r]);
+            print_logprobs_line(o, in, lp, r);
         else
             printf("%d\n", in->tokens[r]);
     if (in->no_finite)
@@ -612,20 +613,30 @@ static int demo_run(psr_context *ctx, const float *logits, const int64_t *seeds,
     return agree == DEMO_ROWS ? CLI_OK : CLI_FAILED;
 }
 
+static void demo_usage(FILE *out)
+{
+    fprintf(out, "usage: psr demo [--device SEL]\n\n"
+                 "Samples 8 rows of random logits over a 32,000-token vocabulary on the chosen\n"
+                 "device (target stream, draft stream, greedy), and checks every token\n"
+                 "against psr's host oracle, which computes the same bits on the CPU.\n");
+}
+
+/* --device, the demo's one option. */
+static int demo_value(void *opts, const char *arg, const char *val)
+{
+    (void)arg;
+    *(const char **)opts = val;
+    return CLI_OK;
+}
+
 int cmd_demo(int argc, char **argv)
 {
-    if (argc > 1) {
-        if (cli_is_help(argv[1])) {
-            printf("usage: psr demo [--device SEL]\n\n"
-                   "Samples 8 rows of random logits over a 32,000-token vocabulary on the chosen\n"
-                   "device (target stream, draft stream, greedy), and checks every token\n"
-                   "against psr's host oracle, which computes the same bits on the CPU.\n");
-            return CLI_OK;
-        }
-        if (strcmp(argv[1], "--device") != 0 || argc != 3)
-            return cli_usage_error("demo", "unknown arguments");
-    }
-    psr_context *ctx = cli_open_context(argc == 3 ? argv[2] : NULL, false);
+    static const cli_options options = {"demo", demo_usage, NULL, demo_value};
+    const char *device = NULL;
+    int parsed = cli_parse_values(&options, "--device", argc, argv, 1, &device, NULL);
+    if (parsed >= 0)
+        return parsed;
+    psr_context *ctx = cli_open_context(device, false);
     if (!ctx)
         return CLI_FAILED;
     psr_device_info info;

@@ -1,6 +1,7 @@
 #include "json.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 void json_init(json_writer *w, FILE *out)
@@ -89,13 +90,51 @@ void json_uint(json_writer *w, uint64_t v)
     fprintf(w->out, "%llu", (unsigned long long)v);
 }
 
+void json_format_double(char *buf, size_t len, double v)
+{
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, len, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v)
+            return;
+    }
+}
+
+void json_format_float(char *buf, size_t len, float v)
+{
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, len, "%.*g", digits, (double)v);
+        if (strtof(buf, NULL) == v)
+            return;
+    }
+}
+
+/* A finite number as `format` writes it; JSON has no inf or NaN. */
+static void write_number(json_writer *w, double v, void (*format)(char *, size_t, double))
+{
+    char buf[JSON_NUMBER_CHARS];
+    before_value(w);
+    if (isfinite(v)) {
+        format(buf, sizeof buf, v);
+        fputs(buf, w->out);
+    } else {
+        fputs("null", w->out);
+    }
+}
+
+/* json_format_float over a double that holds a float. */
+static void format_as_float(char *buf, size_t len, double v)
+{
+    json_format_float(buf, len, (float)v);
+}
+
 void json_double(json_writer *w, double v)
 {
-    before_value(w);
-    if (isfinite(v))
-        fprintf(w->out, "%.17g", v);
-    else
-        fputs("null", w->out); /* JSON has no inf or NaN */
+    write_number(w, v, json_format_double);
+}
+
+void json_float(json_writer *w, float v)
+{
+    write_number(w, v, format_as_float);
 }
 
 void json_bool(json_writer *w, bool v)
@@ -121,6 +160,7 @@ KEY_THEN(json_key_string, const char *, json_string)
 KEY_THEN(json_key_int, int64_t, json_int)
 KEY_THEN(json_key_uint, uint64_t, json_uint)
 KEY_THEN(json_key_double, double, json_double)
+KEY_THEN(json_key_float, float, json_float)
 KEY_THEN(json_key_bool, bool, json_bool)
 #undef KEY_THEN
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int fail(char *err, size_t len, const char *path, const char *what)
 {
@@ -74,63 +75,94 @@ static int parse_header(const char *h, npy_array *a, char *err, size_t len, cons
     return 0;
 }
 
-int npy_read(const char *path, npy_array *out, char *err, size_t len)
+/* Opens a regular file and gives its size; NULL after the message. A
+ * directory or a device has no size to check a shape against. */
+static FILE *open_regular(const char *path, long long *size, char *err, size_t len)
 {
-    memset(out, 0, sizeof *out);
     FILE *fp = fopen(path, "rb");
-    if (!fp) {
+    struct stat st;
+    if (!fp || fstat(fileno(fp), &st) != 0) {
         snprintf(err, len, "%s: %s", path, strerror(errno));
-        return 1;
+    } else if (S_ISDIR(st.st_mode)) {
+        fail(err, len, path, "is a directory, not a .npy file");
+    } else if (!S_ISREG(st.st_mode)) {
+        fail(err, len, path, "is not a regular file (psr reads .npy files, whose size it checks first)");
+    } else {
+        *size = (long long)st.st_size;
+        return fp;
     }
+    if (fp)
+        fclose(fp);
+    return NULL;
+}
+
+/* Reads the header after the magic into out's dtype and shape. */
+static int read_header(FILE *fp, const char *path, npy_array *out, char *err, size_t len)
+{
     unsigned char pre[12];
-    int rc = 0;
-    char *header = NULL;
-    if (fread(pre, 1, 10, fp) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
-        rc = fail(err, len, path, "not a .npy file (bad magic)");
-        goto done;
-    }
+    if (fread(pre, 1, 10, fp) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0)
+        return fail(err, len, path, "not a .npy file (bad magic)");
     size_t hlen;
     if (pre[6] == 1) {
         hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
     } else if (pre[6] == 2 || pre[6] == 3) {
-        if (fread(pre + 10, 1, 2, fp) != 2) {
-            rc = fail(err, len, path, "truncated header");
-            goto done;
-        }
+        if (fread(pre + 10, 1, 2, fp) != 2)
+            return fail(err, len, path, "truncated header");
         hlen = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
     } else {
-        rc = fail(err, len, path, "unknown .npy format version");
-        goto done;
+        return fail(err, len, path, "unknown .npy format version");
     }
-    if (hlen > (1u << 20)) {
-        rc = fail(err, len, path, "header is implausibly long");
-        goto done;
-    }
-    header = malloc(hlen + 1);
-    if (!header || fread(header, 1, hlen, fp) != hlen) {
+    if (hlen > (1u << 20))
+        return fail(err, len, path, "header is implausibly long");
+    char *header = malloc(hlen + 1);
+    int rc = 0;
+    if (!header || fread(header, 1, hlen, fp) != hlen)
         rc = fail(err, len, path, "truncated header");
-        goto done;
+    if (rc == 0) {
+        header[hlen] = '\0';
+        rc = parse_header(header, out, err, len, path);
     }
-    header[hlen] = '\0';
-    rc = parse_header(header, out, err, len, path);
-    if (rc)
-        goto done;
-    size_t esize = out->dtype == NPY_F2 ? 2 : out->dtype == NPY_F4 ? 4 : 8;
-    if (out->count > SIZE_MAX / esize) {
-        rc = fail(err, len, path, "array is too large");
-        goto done;
-    }
-    out->data = malloc(out->count * esize + 1);
-    if (!out->data) {
-        rc = fail(err, len, path, "out of memory");
-        goto done;
-    }
-    if (fread(out->data, esize, out->count, fp) != out->count) {
-        rc = fail(err, len, path, "file is shorter than its shape says (truncated data)");
-        goto done;
-    }
-done:
     free(header);
+    return rc;
+}
+
+/* Whether the file holds the data its shape says, before any allocation:
+ * a shape in a short file would otherwise ask for memory it cannot fill. */
+static int check_data_size(const npy_array *a, size_t esize, long long data_bytes, const char *path, char *err,
+                           size_t len)
+{
+    if (a->count > SIZE_MAX / esize)
+        return fail(err, len, path, "array is too large");
+    unsigned long long need = (unsigned long long)a->count * esize;
+    if (data_bytes >= 0 && need <= (unsigned long long)data_bytes)
+        return 0;
+    char shape[64] = "()";
+    if (a->ndim == 1)
+        snprintf(shape, sizeof shape, "(%zu,)", a->shape[0]);
+    else if (a->ndim == 2)
+        snprintf(shape, sizeof shape, "(%zu, %zu)", a->shape[0], a->shape[1]);
+    snprintf(err, len, "%s: file is shorter than its shape says (truncated data): shape %s needs %llu bytes of data, "
+             "the file holds %lld", path, shape, need, data_bytes < 0 ? 0 : data_bytes);
+    return 1;
+}
+
+int npy_read(const char *path, npy_array *out, char *err, size_t len)
+{
+    memset(out, 0, sizeof *out);
+    long long size = 0;
+    FILE *fp = open_regular(path, &size, err, len);
+    if (!fp)
+        return 1;
+    int rc = read_header(fp, path, out, err, len);
+    size_t esize = out->dtype == NPY_F2 ? 2 : out->dtype == NPY_F4 ? 4 : 8;
+    long pos = rc ? 0 : ftell(fp);
+    if (rc == 0)
+        rc = pos < 0 ? fail(err, len, path, strerror(errno))
+                     : check_data_size(out, esize, size - (long long)pos, path, err, len);
+    if (rc == 0 && !(out->data = malloc(out->count * esize + 1)))
+        rc = fail(err, len, path, "out of memory");
+    if (rc == 0 && fread(out->data, esize, out->count, fp) != out->count)
+        rc = fail(err, len, path, "file is shorter than its shape says (truncated data)");
     fclose(fp);
     if (rc)
         npy_free(out);

@@ -1,17 +1,16 @@
 /* psr: the command-line face of libpsr. */
 #include "cli.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-static const struct {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-} commands[] = {
+static const cli_command commands[] = {
     {"demo", cmd_demo, "sample on the default device and check every token against the host"},
     {"sample", cmd_sample, "sample tokens from logits in a .npy file"},
     {"info", cmd_info, "platforms, devices, capabilities, the auto choice and the cache"},
@@ -28,12 +27,21 @@ static void usage(FILE *out)
             "psr samples LLM tokens on any OpenCL device.\n"
             "\n"
             "commands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    cli_list_commands(out, commands, sizeof commands / sizeof commands[0]);
     fprintf(out,
             "\n"
-            "`psr COMMAND --help` describes each command.\n"
-            "environment: PSR_DEVICE (device selector), PSR_CACHE_DIR, PSR_CACHE=0\n");
+            "`psr COMMAND --help` describes each command. Options take their value as\n"
+            "`--opt value` or `--opt=value`.\n"
+            "\n"
+            "environment:\n"
+            "  PSR_DEVICE     the default device selector (auto, gpu, cpu, a vendor, P:D or\n"
+            "                 part of a name; psr info lists the devices)\n"
+            "  PSR_CACHE_DIR  the kernel cache directory (default $XDG_CACHE_HOME/psr, else\n"
+            "                 ~/.cache/psr)\n"
+            "  PSR_CACHE      0: no disk cache; 1: the disk cache even where the driver\n"
+            "                 caches its own builds\n"
+            "  PSR_LOG_LEVEL  the least severe library message printed to stderr: debug,\n"
+            "                 info, warning (the default) or error, in any case\n");
 }
 
 /* The tool's own last failure (cli_fail), until cli_report prints it. */
@@ -122,27 +130,123 @@ bool cli_is_help(const char *arg)
     return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
 }
 
-int cli_parse(const cli_options *p, int argc, char **argv, int first, void *opts, bool *json)
+bool cli_word_in(const char *list, char sep, const char *word, size_t len)
+{
+    for (const char *p = list;;) {
+        const char *end = strchr(p, sep);
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == len && strncmp(p, word, len) == 0)
+            return true;
+        if (!end)
+            return false;
+        p = end + 1;
+    }
+}
+
+/* The option's name, and in *val the value joined to it by '=' ("--seed=5"),
+ * else NULL. Only options ("--...") are split: a value may hold '='. */
+static const char *split_option(const char *arg, char *buf, size_t cap, const char **val)
+{
+    const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+    *val = NULL;
+    if (!eq || (size_t)(eq - arg) >= cap)
+        return arg;
+    memcpy(buf, arg, (size_t)(eq - arg));
+    buf[eq - arg] = '\0';
+    *val = eq + 1;
+    return buf;
+}
+
+/* Sets the option `name` when it takes no value (--json, where the command
+ * has it, or one of p->flag's); false when it is none of them. */
+static bool set_flag(const cli_options *p, const char *name, void *opts, bool *json)
+{
+    if (json && strcmp(name, "--json") == 0)
+        return *json = true;
+    return p->flag && p->flag(opts, name);
+}
+
+int cli_parse_values(const cli_options *p, const char *values, int argc, char **argv, int first, void *opts,
+                     bool *json)
 {
     for (int i = first; i < argc; i++) {
-        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (cli_is_help(arg)) {
+        char buf[64];
+        const char *val, *name = split_option(argv[i], buf, sizeof buf, &val);
+        if (cli_is_help(argv[i])) {
             p->usage(stdout);
             return CLI_OK;
         }
-        if (strcmp(arg, "--json") == 0) {
-            *json = true;
+        if (set_flag(p, name, opts, json)) {
+            if (val)
+                return cli_usage_error(p->command, "%s takes no value", name);
             continue;
         }
-        if (p->flag && p->flag(opts, arg))
-            continue;
+        if (!p->value || (values && !cli_word_in(values, ' ', name, strlen(name))))
+            return cli_usage_error(p->command, "unknown argument \"%s\"", argv[i]);
+        if (!val && i + 1 < argc)
+            val = argv[++i];
         if (!val)
-            return cli_usage_error(p->command, "%s needs a value", arg);
-        if (p->value(opts, arg, val) != CLI_OK)
+            return cli_usage_error(p->command, "%s needs a value", name);
+        if (p->value(opts, name, val) != CLI_OK)
             return CLI_USAGE;
-        i++;
     }
     return -1;
+}
+
+int cli_parse(const cli_options *p, int argc, char **argv, int first, void *opts, bool *json)
+{
+    return cli_parse_values(p, NULL, argc, argv, first, opts, json);
+}
+
+/* Says that option `opt` got `text`, which is not what it takes. */
+static int bad_number(const char *command, const char *opt, const char *text, const char *why)
+{
+    return cli_usage_error(command, "%s \"%s\" %s", opt, text, why);
+}
+
+int cli_int(const char *command, const char *opt, const char *text, int64_t min, int64_t max, int64_t *out)
+{
+    char *end, range[64];
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    /* strtoll skips leading space and clamps what overflows: neither is taken */
+    if (end == text || *end || isspace((unsigned char)text[0]))
+        return bad_number(command, opt, text, "is not an integer");
+    if (errno == ERANGE || v < min || v > max) {
+        snprintf(range, sizeof range, "is not in [%lld, %lld]", (long long)min, (long long)max);
+        return bad_number(command, opt, text,
+                          min == INT64_MIN && max == INT64_MAX ? "is not a 64-bit integer" : range);
+    }
+    *out = v;
+    return CLI_OK;
+}
+
+int cli_float(const char *command, const char *opt, const char *text, float *out)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(text, &end);
+    if (end == text || *end || isspace((unsigned char)text[0]))
+        return bad_number(command, opt, text, "is not a number");
+    if (errno == ERANGE && isinf(v)) /* what underflows is as good as 0 */
+        return bad_number(command, opt, text, "is beyond a float's range");
+    *out = v;
+    return CLI_OK;
+}
+
+int cli_double(const char *command, const char *opt, const char *text, double min, double max, double *out)
+{
+    char *end, range[64];
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end || isspace((unsigned char)text[0]))
+        return bad_number(command, opt, text, "is not a number");
+    if ((errno == ERANGE && isinf(v)) || !(v >= min && v <= max)) {
+        snprintf(range, sizeof range, "is not in [%g, %g]", min, max);
+        return bad_number(command, opt, text, range);
+    }
+    *out = v;
+    return CLI_OK;
 }
 
 void cli_format_bytes(unsigned long long bytes, char *buf, size_t len)
@@ -170,25 +274,30 @@ const char *cli_device_type_name(psr_device_type type)
     }
 }
 
+/* The levels by psr_log_level, as PSR_LOG_LEVEL names them. */
+static const char *const level_names[] = {"debug", "info", "warning", "error"};
+
 void cli_log_to_stderr(psr_log_level level, const char *message, void *user_data)
 {
-    static const char *names[] = {"debug", "info", "warning", "error"};
     (void)user_data;
-    if (level >= PSR_LOG_ERROR)
+    if ((unsigned)level >= PSR_LOG_ERROR)
         return; /* failures reach the user through cli_report() */
-    fprintf(stderr, "psr: %s: %s\n", names[level <= PSR_LOG_ERROR ? level : PSR_LOG_ERROR], message);
+    fprintf(stderr, "psr: %s: %s\n", level_names[level], message);
 }
 
 psr_log_level cli_log_level(void)
 {
+    static bool warned;
     const char *v = getenv("PSR_LOG_LEVEL");
-    if (!v)
+    if (!v || !*v)
         return PSR_LOG_WARNING;
-    if (strcmp(v, "debug") == 0)
-        return PSR_LOG_DEBUG;
-    if (strcmp(v, "info") == 0)
-        return PSR_LOG_INFO;
-    return strcmp(v, "error") == 0 ? PSR_LOG_ERROR : PSR_LOG_WARNING;
+    for (int i = PSR_LOG_DEBUG; i <= PSR_LOG_ERROR; i++)
+        if (strcasecmp(v, level_names[i]) == 0)
+            return (psr_log_level)i;
+    if (!warned) /* once, though every context reads it */
+        fprintf(stderr, "psr: PSR_LOG_LEVEL \"%s\" is not debug, info, warning or error: using warning\n", v);
+    warned = true;
+    return PSR_LOG_WARNING;
 }
 
 psr_context *cli_open_context(const char *device, bool profiling)
@@ -206,7 +315,22 @@ psr_context *cli_open_context(const char *device, bool profiling)
     return ctx;
 }
 
-int main(int argc, char **argv)
+void cli_list_commands(FILE *out, const cli_command *table, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "  %-9s %s\n", table[i].name, table[i].summary);
+}
+
+int cli_run_command(const cli_command *table, size_t n, int argc, char **argv)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(argv[0], table[i].name) == 0)
+            return table[i].run(argc, argv);
+    return -1;
+}
+
+/* The command line's command, run; its exit code. */
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -220,10 +344,31 @@ int main(int argc, char **argv)
         printf("psr %s\n", psr_version());
         return CLI_OK;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(argv[1], commands[i].name) == 0)
-            return commands[i].run(argc - 1, argv + 1);
+    int rc = cli_run_command(commands, sizeof commands / sizeof commands[0], argc - 1, argv + 1);
+    if (rc >= 0)
+        return rc;
     fprintf(stderr, "psr: unknown command \"%s\"\n\n", argv[1]);
     usage(stderr);
     return CLI_USAGE;
+}
+
+/* Output lost on a full disk or a closed pipe is a failure, whichever
+ * command wrote it: stdout is flushed and closed here, and checked. A
+ * stdout that was closed before psr ran and never written is no loss. */
+static int close_stdout(int rc)
+{
+    errno = 0;
+    bool failed = fflush(stdout) != 0 || ferror(stdout);
+    int err = errno;
+    if (fclose(stdout) != 0 && !failed && errno != EBADF)
+        failed = true, err = errno;
+    if (!failed)
+        return rc;
+    fprintf(stderr, "psr: writing the output failed: %s\n", err ? strerror(err) : "write error");
+    return rc == CLI_OK ? CLI_FAILED : rc;
+}
+
+int main(int argc, char **argv)
+{
+    return close_stdout(dispatch(argc, argv));
 }
