@@ -176,7 +176,8 @@ if have_device:
               "verify lower-tail --json")
         r = run("verify", "tail", "--noise", "wide", "--trials", "200", "--tail-tokens", "1000", "--gap", "3", "--json")
         out = json.loads(r.stdout) if r.returncode == 0 else {}
-        check(set(out) == {"noise", "trials", "tail_tokens", "gap", "expected", "observed", "p_value"}, "verify tail --json fields")
+        check({"noise", "trials", "tail_tokens", "gap", "expected", "observed", "p_value"} <= set(out),
+              "verify tail --json fields")
         r = run("sample", "--logits", f32, "--pos", str(2**30))
         check(r.returncode == 1 and "PSR_ERR_POSITION_RANGE" in r.stderr, "position 2^30 rejected")
         r = run("sample", "--logits", f32, "--temperature", "-1")

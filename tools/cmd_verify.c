@@ -4,6 +4,7 @@
 #include "oracle.h"
 #include <psr/psr_experimental.h>
 #include "json.h"
+#include "verify_report.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -22,50 +23,47 @@ static const struct {
 static void verify_usage(FILE *out)
 {
     fprintf(out,
-            "usage: psr verify [--device SEL] [--json]\n"
+            "usage: psr verify [--device SEL] [--json] [--plot FILE.svg]\n"
             "       psr verify unbiased [--k K] [--trials N] [--control] [--device SEL] [--json]\n"
+            "                           [--plot FILE.svg]\n"
             "       psr verify tail [--noise fp32|fp64|wide] [--trials N] [--tail-tokens M]\n"
-            "                       [--gap G] [--device SEL] [--json]\n"
-            "       psr verify lower-tail [--draws N] [--device SEL] [--json]\n"
+            "                       [--gap G] [--device SEL] [--json] [--plot FILE.svg]\n"
+            "       psr verify lower-tail [--noise fp32|fp64|wide] [--draws N] [--device SEL]\n"
+            "                             [--json] [--plot FILE.svg]\n"
+            "       psr verify p-value ... (psr verify p-value --help)\n"
             "\n"
             "(none)      every quick self-test, PASS or FAIL each: the stream's known\n"
             "            answers, tokens against the host oracle, a goodness-of-fit test\n"
-            "            and a quick unbiasedness test of speculative decoding.\n"
+            "            (with a control that must fail) and a quick unbiasedness test\n"
+            "            of speculative decoding.\n"
             "unbiased    speculative decoding's unbiasedness test (psr verify unbiased --help).\n"
             "tail        the many-tail experiment: one head token and M tail tokens G nats\n"
-            "            below it, sampled N times (Gumbel-max, T = 1). Prints the observed\n"
-            "            and expected tail hits and a two-sided Poisson p-value. Defaults\n"
-            "            are vLLM's experiment: N = 100000, M = 262144, G = 20.5 (32.76\n"
-            "            expected hits; each tail token has probability 1.25e-9 < 2^-24).\n"
-            "lower-tail  counts draws of the exponential variate E behind the noise\n"
-            "            below 2^-24 and 2^-32 (default N = 2^28 draws), against N * 2^-k.\n"
+            "            below it, sampled N times (Gumbel-max, T = 1). The tail hits are\n"
+            "            binomial(N, M e^-G / (1 + M e^-G)); prints them, their expectation,\n"
+            "            the counts allowed and the exact two-sided p-value. Defaults are\n"
+            "            vLLM's experiment: N = 100000, M = 262144, G = 20.5 (32.76 expected\n"
+            "            hits; each tail token has probability 1.25e-9 < 2^-24).\n"
+            "lower-tail  counts draws of the exponential variate E behind the noise below\n"
+            "            2^-24 and 2^-32 (default N = 2^28 draws; Poisson tests), and draws\n"
+            "            from the top 2^-32 of the 64-bit uniform, which must all give\n"
+            "            E < 2^-32 (classic fp32 noise, which stops near 2^-31, is the\n"
+            "            control that must fail there).\n"
+            "p-value     the p-value of a chi2 statistic or a count you give.\n"
             "\n"
-            "Without --noise every option the device can run is tried (fp64 needs\n"
-            "cl_khr_fp64). With --json, one object per option (a list for several).\n");
-}
-
-/* log P(X = k) for X ~ Poisson(lambda). */
-static double log_poisson(double lambda, double k)
-{
-    return k * log(lambda) - lambda - lgamma(k + 1.0);
-}
-
-/* Two-sided p-value of observing `o` under Poisson(lambda): twice the
- * smaller tail, capped at 1. */
-static double poisson_p_value(double lambda, unsigned long long o)
-{
-    double lower = 0, upper = 0;
-    for (unsigned long long k = 0; k <= o; k++)
-        lower += exp(log_poisson(lambda, (double)k));
-    upper = 1.0 - lower + exp(log_poisson(lambda, (double)o));
-    double p = 2.0 * (lower < upper ? lower : upper);
-    return p > 1.0 ? 1.0 : p;
+            "Every test reports its statistic, p-value and threshold, and fails when\n"
+            "p < %g: when psr samples exactly, a test fails by chance once in a\n"
+            "million runs. The exit status is 1 when a test fails or a control passes.\n"
+            "--plot writes observed against expected counts, with the band each count\n"
+            "alone may reach, as an SVG file. Without --noise every option the device\n"
+            "can run is tried (fp64 needs cl_khr_fp64). With --json, one object per\n"
+            "option (a list for several).\n",
+            PSR_CHECK_THRESHOLD_P);
 }
 
 typedef struct tail_result {
-    const char *noise;
-    unsigned long long trials, tail_tokens, observed;
-    double gap, expected, p_value;
+    unsigned long long trials, tail_tokens;
+    double gap, tail_p; /* the tail's probability, exactly, of the logits sampled */
+    count_report hits;
 } tail_result;
 
 /* The tail experiment's rows: each one head logit 0 and the tail `gap`
@@ -174,14 +172,15 @@ static int run_tail(psr_context *ctx, const char *noise, psr_noise noise_kind, u
     int rc = make_tail_rows(ctx, trials, gap, &t);
     if (rc == CLI_OK)
         rc = tail_trials(ctx, noise, noise_kind, trials, &t, &hits);
-    double tail_p = (double)tail_tokens * exp(-gap);
-    out->noise = noise;
+    /* Each trial is independent, so the hits are binomial: exact even
+     * where the tail is likely and a Poisson count would not be. */
+    double mass = (double)tail_tokens * exp((double)(float)-gap);
     out->trials = trials;
     out->tail_tokens = tail_tokens;
     out->gap = gap;
-    out->expected = (double)trials * tail_p / (1.0 + tail_p);
-    out->observed = hits;
-    out->p_value = poisson_p_value(out->expected, hits);
+    out->tail_p = mass / (1.0 + mass);
+    out->hits = (count_report){noise, "binomial", hits,
+                               psr_binomial_test(hits, trials, out->tail_p, PSR_CHECK_THRESHOLD_P), true, false};
     free_tail_rows(&t);
     return rc;
 }
@@ -199,7 +198,7 @@ static bool parse_ull(const char *s, unsigned long long *out)
 /* psr verify tail and psr verify lower-tail's command line. */
 typedef struct check_options {
     bool tail; /* tail, else lower-tail */
-    const char *noise, *device;
+    const char *noise, *device, *plot;
     unsigned long long trials, tail_tokens, draws;
     double gap;
     bool json;
@@ -213,7 +212,9 @@ static int check_value(void *opts, const char *arg, const char *val)
     bool ok = true;
     if (strcmp(arg, "--device") == 0) {
         o->device = val;
-    } else if (o->tail && strcmp(arg, "--noise") == 0) {
+    } else if (strcmp(arg, "--plot") == 0) {
+        o->plot = val;
+    } else if (strcmp(arg, "--noise") == 0) {
         o->noise = val;
     } else if (o->tail && strcmp(arg, "--gap") == 0) {
         char *end;
@@ -245,31 +246,112 @@ static int parse_check(int argc, char **argv, check_options *o)
     return -1;
 }
 
-static int tail_once(psr_context *ctx, const check_options *o, int n, json_writer *w)
+/* What a check found for each noise option it ran: the verdict and plot
+ * come after the last. */
+enum { BELOW_24, BELOW_32, TOP_SLICE };
+typedef struct check_outcome {
+    count_report counts[3][3]; /* per option: the tail hits, or the census's three */
+    size_t options;
+} check_outcome;
+
+static const char *verdict(bool ok)
+{
+    return ok ? "PASS" : "FAIL";
+}
+
+static int tail_once(psr_context *ctx, const check_options *o, int n, json_writer *w, count_report *out)
 {
     tail_result r;
     memset(&r, 0, sizeof r);
     int rc = run_tail(ctx, noises[n].name, noises[n].noise, o->trials, (size_t)o->tail_tokens, o->gap, &r);
     if (rc != CLI_OK)
         return rc;
+    *out = r.hits;
     if (!o->json) {
-        printf("tail %-5s trials %llu, %llu tail tokens %.2f nats down: observed %llu, expected %.2f, p = %.3g\n",
-               r.noise, r.trials, r.tail_tokens, r.gap, r.observed, r.expected, r.p_value);
+        char line[160];
+        count_describe(&r.hits, line, sizeof line);
+        printf("tail %-5s %llu trials, %llu tail tokens %.2f nats down: %s: %s\n", noises[n].name, r.trials,
+               r.tail_tokens, r.gap, line, verdict(r.hits.t.pass));
+        if (!r.hits.t.pass && noises[n].noise == PSR_NOISE_FP32)
+            printf("     classic fp32 noise stops near E = 2^-31: use --noise wide or fp64 for tokens this rare\n");
         return CLI_OK;
     }
     json_begin_object(w);
-    json_key_string(w, "noise", r.noise);
+    json_key_string(w, "noise", noises[n].name);
     json_key_uint(w, "trials", r.trials);
     json_key_uint(w, "tail_tokens", r.tail_tokens);
     json_key_double(w, "gap", r.gap);
-    json_key_double(w, "expected", r.expected);
-    json_key_uint(w, "observed", r.observed);
-    json_key_double(w, "p_value", r.p_value);
+    json_key_double(w, "tail_probability", r.tail_p);
+    json_key_uint(w, "observed", r.hits.observed);
+    count_json(w, &r.hits);
     json_end_object(w);
     return CLI_OK;
 }
 
-static int census_once(psr_context *ctx, const check_options *o, int n, json_writer *w)
+/* The census's three tests for one noise option. fp32 noise stops near
+ * 2^-31: below 2^-32 it is only reported, and the top slice, where it
+ * must fail, is its control. */
+static void census_tests(int n, unsigned long long done, unsigned long long c24, unsigned long long c32,
+                         unsigned long long slice, unsigned long long s32, count_report out[3])
+{
+    const double a = PSR_CHECK_THRESHOLD_P, t24 = 0x1p-24, t32 = 0x1p-32;
+    bool fp32 = noises[n].noise == PSR_NOISE_FP32;
+    /* P(E < t) = 1 - e^-t; a uniform in its top 2^-32 gives E < 2^-32
+     * with probability (1 - e^-2^-32) / 2^-32. */
+    out[BELOW_24] = (count_report){noises[n].name, "poisson", c24,
+                                   psr_poisson_test(c24, (double)done * -expm1(-t24), a), true, false};
+    out[BELOW_32] = (count_report){noises[n].name, "poisson", c32,
+                                   psr_poisson_test(c32, (double)done * -expm1(-t32), a), !fp32, false};
+    out[TOP_SLICE] = (count_report){noises[n].name, "binomial", s32,
+                                    psr_binomial_test(s32, slice, -expm1(-t32) / t32, a), !fp32, fp32};
+}
+
+static void census_text(int n, unsigned long long done, unsigned long long slice, const count_report c[3])
+{
+    static const char *const names[3] = {"E < 2^-24", "E < 2^-32", "top slice"};
+    bool ok = count_ok(&c[0]) && count_ok(&c[1]) && count_ok(&c[2]);
+    printf("lower-tail %-5s %llu draws, and %llu from the top 2^-32 of the uniform: %s\n", noises[n].name, done,
+           slice, verdict(ok));
+    for (int i = 0; i < 3; i++) {
+        char line[160];
+        count_describe(&c[i], line, sizeof line);
+        const char *v = c[i].control ? (c[i].t.pass ? "PASS, but the control must fail" : "FAIL, as the control must")
+                        : !c[i].judged ? "not judged: below this noise's floor"
+                        : c[i].t.pass  ? "pass"
+                                       : "FAIL";
+        printf("  %-10s %s: %s\n", names[i], line, v);
+    }
+}
+
+static void census_json(json_writer *w, int n, unsigned long long done, unsigned long long slice,
+                        const count_report c[3])
+{
+    static const char *const names[3] = {"below_2^-24", "below_2^-32", "top_slice_below_2^-32"};
+    json_begin_object(w);
+    json_key_string(w, "noise", noises[n].name);
+    json_key_uint(w, "draws", done);
+    json_key_uint(w, "below_2^-24", c[BELOW_24].observed);
+    json_key_double(w, "expected_below_2^-24", c[BELOW_24].t.expected);
+    json_key_uint(w, "below_2^-32", c[BELOW_32].observed);
+    json_key_double(w, "expected_below_2^-32", c[BELOW_32].t.expected);
+    json_key_uint(w, "top_slice_draws", slice);
+    json_key_uint(w, "top_slice_below_2^-32", c[TOP_SLICE].observed);
+    json_key_double(w, "threshold_p", PSR_CHECK_THRESHOLD_P);
+    json_key(w, "tests");
+    json_begin_array(w);
+    for (int i = 0; i < 3; i++) {
+        json_begin_object(w);
+        json_key_string(w, "name", names[i]);
+        json_key_uint(w, "draws", i == TOP_SLICE ? slice : done);
+        count_json(w, &c[i]);
+        json_end_object(w);
+    }
+    json_end_array(w);
+    json_key_bool(w, "passed", count_ok(&c[0]) && count_ok(&c[1]) && count_ok(&c[2]));
+    json_end_object(w);
+}
+
+static int census_once(psr_context *ctx, const check_options *o, int n, json_writer *w, count_report out[3])
 {
     unsigned long long done = 0, slice = 0, c24, c32, s24, s32;
     psr_status st = psr_tail_census(ctx, noises[n].noise, o->draws, false, &done, &c24, &c32);
@@ -277,24 +359,42 @@ static int census_once(psr_context *ctx, const check_options *o, int n, json_wri
         st = psr_tail_census(ctx, noises[n].noise, 1u << 20, true, &slice, &s24, &s32);
     if (st != PSR_OK)
         return cli_report(st, ctx);
-    double e24 = (double)done * 0x1p-24, e32 = (double)done * 0x1p-32;
-    if (!o->json) {
-        printf("lower-tail %-5s %llu draws: E < 2^-24: %llu (expected %.2f), E < 2^-32: %llu (expected %.3g); "
-               "of %u draws from the top 2^-32 of the uniform, %llu give E < 2^-32\n",
-               noises[n].name, done, c24, e24, c32, e32, (unsigned)slice, s32);
-        return CLI_OK;
-    }
-    json_begin_object(w);
-    json_key_string(w, "noise", noises[n].name);
-    json_key_uint(w, "draws", done);
-    json_key_uint(w, "below_2^-24", c24);
-    json_key_double(w, "expected_below_2^-24", e24);
-    json_key_uint(w, "below_2^-32", c32);
-    json_key_double(w, "expected_below_2^-32", e32);
-    json_key_uint(w, "top_slice_draws", slice);
-    json_key_uint(w, "top_slice_below_2^-32", s32);
-    json_end_object(w);
+    census_tests(n, done, c24, c32, slice, s32, out);
+    if (o->json)
+        census_json(w, n, done, slice, out);
+    else
+        census_text(n, done, slice, out);
     return CLI_OK;
+}
+
+/* The verdict over every option run, and the plot: for the tail one panel
+ * of hits, for the census one per threshold. */
+static int check_verdict(const check_options *o, const check_outcome *c, const psr_device_info *info)
+{
+    bool ok = true;
+    count_report by_test[3][3];
+    for (size_t i = 0; i < c->options; i++)
+        for (int j = 0; j < (o->tail ? 1 : 3); j++)
+            ok &= count_ok(&c->counts[i][j]), by_test[j][i] = c->counts[i][j];
+    if (!o->json)
+        printf("%s (each test fails when p < %g)\n", verdict(ok), PSR_CHECK_THRESHOLD_P);
+    plot pl = {.path = o->plot};
+    char what[160], title[64], subtitle[640];
+    if (o->tail) {
+        snprintf(what, sizeof what, "tail hits, %llu trials of %llu tail tokens %g nats below the head", o->trials,
+                 o->tail_tokens, o->gap);
+        plot_counts(&pl, what, "noise (binomial test, two-sided)", by_test[0], c->options);
+    } else {
+        plot_counts(&pl, "draws of E below 2\u207b\u00b2\u2074", "noise (Poisson test)", by_test[BELOW_24], c->options);
+        plot_counts(&pl, "draws of E below 2\u207b\u00b3\u00b2", "noise (Poisson test)", by_test[BELOW_32], c->options);
+        plot_counts(&pl, "draws from the top 2\u207b\u00b3\u00b2 of the uniform giving E below 2\u207b\u00b3\u00b2",
+                    "noise (binomial test; fp32 is the control)", by_test[TOP_SLICE], c->options);
+    }
+    snprintf(title, sizeof title, "psr verify %s: %s", o->tail ? "tail" : "lower-tail", verdict(ok));
+    snprintf(subtitle, sizeof subtitle, "%s (%s)\neach test fails when p < %g", info->name, info->platform_name,
+             PSR_CHECK_THRESHOLD_P);
+    int rc = plot_write(&pl, title, subtitle);
+    return rc != CLI_OK ? rc : ok ? CLI_OK : CLI_FAILED;
 }
 
 /* The check for the chosen noise, or for every noise the device runs. */
@@ -311,6 +411,7 @@ static int run_check(const check_options *o)
     if (list)
         json_begin_array(&w);
     int rc = CLI_OK;
+    check_outcome c = {.options = 0};
     if (!o->json)
         printf("device: %s (%s)\n", info.name, info.platform_name);
     for (int n = 0; n < 3 && rc == CLI_OK; n++) {
@@ -320,30 +421,18 @@ static int run_check(const check_options *o)
             fprintf(stderr, "psr verify: %s has no fp64: skipping fp64 noise\n", info.name);
             continue;
         }
-        rc = o->tail ? tail_once(ctx, o, n, &w) : census_once(ctx, o, n, &w);
+        count_report *out = c.counts[c.options];
+        rc = o->tail ? tail_once(ctx, o, n, &w, out) : census_once(ctx, o, n, &w, out);
+        c.options += rc == CLI_OK;
     }
     if (list)
         json_end_array(&w);
     if (o->json && rc == CLI_OK)
         json_finish(&w);
+    if (rc == CLI_OK)
+        rc = check_verdict(o, &c, &info);
     psr_context_free(ctx);
     return rc;
-}
-
-/* psr verify with no check named: every quick self-test. */
-static int verify_quick(int argc, char **argv)
-{
-    const char *device = NULL;
-    bool as_json = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0)
-            as_json = true;
-        else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
-            device = argv[++i];
-        else
-            return cli_usage_error("verify", "bad argument \"%s\"", argv[i]);
-    }
-    return verify_all(device, as_json);
 }
 
 int cmd_verify(int argc, char **argv)
@@ -353,13 +442,15 @@ int cmd_verify(int argc, char **argv)
         return CLI_OK;
     }
     if (argc < 2 || argv[1][0] == '-')
-        return verify_quick(argc, argv);
+        return verify_quick(argc, argv, verify_usage);
     const char *what = argv[1];
     if (strcmp(what, "unbiased") == 0)
         return verify_unbiased(argc, argv);
+    if (strcmp(what, "p-value") == 0)
+        return verify_p_value(argc, argv);
     bool tail = strcmp(what, "tail") == 0;
     if (!tail && strcmp(what, "lower-tail") != 0)
-        return cli_usage_error("verify", "unknown check \"%s\" (try: unbiased, tail, lower-tail)", what);
+        return cli_usage_error("verify", "unknown check \"%s\" (try: unbiased, tail, lower-tail, p-value)", what);
     check_options o = {.tail = tail, .trials = 100000, .tail_tokens = 262144, .draws = 1ull << 28, .gap = 20.5,
                        .chosen = -1};
     int parsed = parse_check(argc, argv, &o);

@@ -5,22 +5,23 @@
 #include "oracle.h"
 #include <psr/psr_experimental.h>
 #include "json.h"
+#include "verify_report.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static int verify_unbiased_run(psr_context *ctx, size_t k, size_t trials, bool control, bool *pass,
-                        psr_unbiased_result *res, psr_chi2_result *chi)
+                               psr_unbiased_result *res, fit_report *fits)
 {
     psr_status st = psr_unbiased_run(ctx, k, trials, 11, res);
     if (st != PSR_OK)
         return cli_report(st, ctx);
     *pass = true;
     for (size_t j = 0; j <= k; j++) {
-        chi[j] = psr_chi2_test(res->counts[j], res->p, PSR_UNBIASED_VOCAB, res->reached[j]);
+        fits[j] = fit_judge(res->counts[j], res->p, PSR_UNBIASED_VOCAB, res->reached[j]);
         /* The control must fail where the streams meet: position 0. */
-        if (control ? j == 0 && chi[j].chi2 < chi[j].threshold : !(chi[j].chi2 < chi[j].threshold))
+        if (control ? j == 0 && fit_pass(&fits[j]) : !fit_pass(&fits[j]))
             *pass = false;
     }
     return CLI_OK;
@@ -41,28 +42,27 @@ static psr_context *open_control(const char *device)
     return c;
 }
 
-static void print_positions(json_writer *w, bool as_json, const char *label, size_t k,
-                            const psr_unbiased_result *res, const psr_chi2_result *chi)
+static void print_positions(json_writer *w, bool as_json, const char *label, size_t k, const fit_report *fits)
 {
     if (as_json) {
         json_key(w, "positions");
         json_begin_array(w);
     }
     for (size_t j = 0; j <= k; j++) {
-        bool pass = chi[j].chi2 < chi[j].threshold;
+        const fit_report *f = &fits[j];
         if (as_json) {
             json_begin_object(w);
             json_key_uint(w, "position", j);
-            json_key_double(w, "chi2", chi[j].chi2);
-            json_key_uint(w, "df", chi[j].df);
-            json_key_double(w, "threshold", chi[j].threshold);
-            json_key_uint(w, "samples", res->reached[j]);
-            json_key_bool(w, "pass", pass);
+            json_key_double(w, "chi2", f->chi.chi2);
+            json_key_bool(w, "pass", fit_pass(f));
+            fit_json(w, f);
             json_end_object(w);
         } else {
-            printf("%-8s position %zu: chi2 %8.1f  threshold %5.1f (df %zu, %llu samples)  %s\n", label, j,
-                   chi[j].chi2, chi[j].threshold, chi[j].df, (unsigned long long)res->reached[j],
-                   pass ? "pass" : "FAIL");
+            char p[32];
+            format_p(f->chi.p_value, p, sizeof p);
+            printf("%-8s position %zu: chi2 %8.1f  df %zu  %-12s threshold chi2 %.1f  %llu samples  %s\n", label, j,
+                   f->chi.chi2, f->chi.df, p, f->chi.threshold, (unsigned long long)f->n,
+                   fit_pass(f) ? "pass" : "FAIL");
         }
     }
     if (as_json)
@@ -73,22 +73,26 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: psr verify unbiased [--k K] [--trials N] [--control] [--device SEL] [--json]\n"
+            "                           [--plot FILE.svg]\n"
             "\n"
             "Speculative decoding's narrow unbiasedness test: vocabulary 16, target logits\n"
             "randn(16), draft logits = -target (about 73%% of drafts rejected). N requests\n"
             "(default 200000) of K drafts (default 3, at most %d) are drawn by the salted\n"
             "draft sampler and verified; the tokens at every position must follow the\n"
-            "target distribution: chi2 < df + 10 sqrt(2 df). --control repeats it with the\n"
-            "draft salt compiled out, where position 0 must fail (why the salt exists).\n"
+            "target distribution: Pearson's chi2 (bins expecting under 5 merged) must\n"
+            "have a p-value of at least %g, so a right sampler fails a position by\n"
+            "chance once in a million runs. --control repeats it with the draft salt\n"
+            "compiled out, where position 0 must fail (why the salt exists). --plot\n"
+            "draws each position's counts against the target's, as an SVG file.\n"
             "Exit status 1 when a salted position fails or the control passes.\n",
-            PSR_UNBIASED_MAX_K);
+            PSR_UNBIASED_MAX_K, PSR_CHECK_THRESHOLD_P);
 }
 
 /* psr verify unbiased's command line. */
 typedef struct unbiased_options {
     unsigned long long k, trials;
     bool control, json;
-    const char *device;
+    const char *device, *plot;
 } unbiased_options;
 
 static bool unbiased_flag(void *opts, const char *arg)
@@ -107,6 +111,8 @@ static int unbiased_value(void *opts, const char *arg, const char *val)
     char *end = NULL;
     if (strcmp(arg, "--device") == 0) {
         o->device = val;
+    } else if (strcmp(arg, "--plot") == 0) {
+        o->plot = val;
     } else if (strcmp(arg, "--k") == 0) {
         o->k = strtoull(val, &end, 10);
         if (end == val || *end || o->k > PSR_UNBIASED_MAX_K)
@@ -125,11 +131,11 @@ static int unbiased_value(void *opts, const char *arg, const char *val)
 /* The salted run and, with --control, the unsalted one. */
 typedef struct unbiased_runs {
     psr_unbiased_result *res, *cres;
-    psr_chi2_result chi[PSR_UNBIASED_MAX_K + 1], cchi[PSR_UNBIASED_MAX_K + 1];
+    fit_report fits[PSR_UNBIASED_MAX_K + 1], cfits[PSR_UNBIASED_MAX_K + 1];
     bool pass, cpass;
 } unbiased_runs;
 
-static void print_report(psr_context *ctx, const unbiased_options *o, const unbiased_runs *u)
+static void print_report(const psr_device_info *info, const unbiased_options *o, const unbiased_runs *u)
 {
     json_writer w;
     json_init(&w, stdout);
@@ -138,28 +144,47 @@ static void print_report(psr_context *ctx, const unbiased_options *o, const unbi
         json_key_uint(&w, "k", o->k);
         json_key_uint(&w, "trials", o->trials);
         json_key_uint(&w, "vocab", PSR_UNBIASED_VOCAB);
+        json_key_double(&w, "threshold_p", PSR_CHECK_THRESHOLD_P);
     } else {
-        psr_device_info info;
-        psr_context_device_info(ctx, &info);
-        printf("device: %s (%s)\nk %llu, %llu trials, vocabulary %d\n", info.name, info.platform_name, o->k,
-               o->trials, PSR_UNBIASED_VOCAB);
+        printf("device: %s (%s)\nk %llu, %llu trials, vocabulary %d; a position fails when p < %g\n", info->name,
+               info->platform_name, o->k, o->trials, PSR_UNBIASED_VOCAB, PSR_CHECK_THRESHOLD_P);
     }
-    print_positions(&w, o->json, "salted", (size_t)o->k, u->res, u->chi);
+    print_positions(&w, o->json, "salted", (size_t)o->k, u->fits);
     if (o->control) {
         if (o->json) {
             json_key(&w, "control");
             json_begin_object(&w);
+            /* The control behaved when its position 0 failed. */
+            json_key_bool(&w, "failed", u->cpass);
         }
-        print_positions(&w, o->json, "control", (size_t)o->k, u->cres, u->cchi);
+        print_positions(&w, o->json, "control", (size_t)o->k, u->cfits);
         if (o->json)
             json_end_object(&w);
     }
     if (o->json) {
+        json_key_bool(&w, "passed", u->pass && u->cpass);
         json_end_object(&w);
         json_finish(&w);
     } else {
         printf("%s\n", u->pass && u->cpass ? "PASS" : "FAIL");
     }
+}
+
+/* A panel per position, the control's after the salted ones. */
+static int plot_report(const psr_device_info *info, const unbiased_options *o, const unbiased_runs *u)
+{
+    plot pl = {.path = o->plot};
+    for (int control = 0; control <= (int)o->control; control++)
+        for (size_t j = 0; j <= o->k; j++) {
+            char what[64];
+            snprintf(what, sizeof what, "%s, position %zu", control ? "control (no draft salt)" : "salted", j);
+            plot_fit(&pl, what, control ? &u->cfits[j] : &u->fits[j], control && j == 0);
+        }
+    char title[64], subtitle[640];
+    snprintf(title, sizeof title, "psr verify unbiased: %s", u->pass && u->cpass ? "PASS" : "FAIL");
+    snprintf(subtitle, sizeof subtitle, "%s (%s)\nk %llu, %llu trials, vocabulary %d; each test fails when p < %g",
+             info->name, info->platform_name, o->k, o->trials, PSR_UNBIASED_VOCAB, PSR_CHECK_THRESHOLD_P);
+    return plot_write(&pl, title, subtitle);
 }
 
 static int run_unbiased(const unbiased_options *o)
@@ -170,16 +195,19 @@ static int run_unbiased(const unbiased_options *o)
     unbiased_runs u = {.res = malloc(sizeof *u.res), .cres = malloc(sizeof *u.cres), .cpass = true};
     int rc = u.res && u.cres ? CLI_OK : cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
     if (rc == CLI_OK)
-        rc = verify_unbiased_run(ctx, (size_t)o->k, (size_t)o->trials, false, &u.pass, u.res, u.chi);
+        rc = verify_unbiased_run(ctx, (size_t)o->k, (size_t)o->trials, false, &u.pass, u.res, u.fits);
     if (rc == CLI_OK && o->control) {
         psr_context *c = open_control(o->device);
-        rc = c ? verify_unbiased_run(c, (size_t)o->k, (size_t)o->trials, true, &u.cpass, u.cres, u.cchi)
+        rc = c ? verify_unbiased_run(c, (size_t)o->k, (size_t)o->trials, true, &u.cpass, u.cres, u.cfits)
                : CLI_FAILED;
         psr_context_free(c);
     }
     if (rc == CLI_OK) {
-        print_report(ctx, o, &u);
-        if (!u.pass || !u.cpass)
+        psr_device_info info;
+        psr_context_device_info(ctx, &info);
+        print_report(&info, o, &u);
+        rc = plot_report(&info, o, &u);
+        if (rc == CLI_OK && (!u.pass || !u.cpass))
             rc = CLI_FAILED;
     }
     free(u.res), free(u.cres);

@@ -1,4 +1,4 @@
-/* Statistics and experiments behind psr verify: chi-square, the
+/* Statistics and experiments behind psr verify: p-values, chi-square, the
  * unbiasedness experiment and the lower-tail census. */
 #ifndef PSR_CHECK_H
 #define PSR_CHECK_H
@@ -8,12 +8,43 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* ---- p-values (pvalue.c) ---- */
+
+/* Every test fails when its p-value falls below this: when psr samples
+ * exactly, each test fails by chance once in a million runs. */
+#define PSR_CHECK_THRESHOLD_P 1e-6
+
+/* The regularized incomplete gamma functions P(a, x) and Q(a, x) = 1 -
+ * P(a, x) (each computed directly, so a tiny Q keeps its digits) and the
+ * regularized incomplete beta function I_x(a, b); NaN outside their domains. */
+double psr_gamma_p(double a, double x);
+double psr_gamma_q(double a, double x);
+double psr_beta_inc(double a, double b, double x);
+/* P(chi2 with df degrees of freedom >= x) = Q(df / 2, x / 2), and the x
+ * where it equals p (0 < p < 1). */
+double psr_chi2_sf(double x, double df);
+double psr_chi2_isf(double p, double df);
+
+/* A two-sided test of one count against its exact distribution. */
+typedef struct psr_count_test {
+    double expected;    /* the count's mean */
+    double p_value;     /* 2 min(P(X <= observed), P(X >= observed)), at most 1 */
+    double threshold_p; /* fails below it */
+    uint64_t low, high; /* the counts that pass: both tails at least threshold_p / 2 */
+    bool pass;
+} psr_count_test;
+psr_count_test psr_poisson_test(uint64_t observed, double mean, double threshold_p);
+/* X ~ binomial(n, q). */
+psr_count_test psr_binomial_test(uint64_t observed, uint64_t n, double q, double threshold_p);
+
 /* ---- goodness of fit (chi2.c) ---- */
 
 typedef struct psr_chi2_result {
     double chi2;
     size_t df;
-    double threshold; /* df + 10 * sqrt(2 df) */
+    double threshold;   /* the chi2 whose p-value is threshold_p: pass below it */
+    double p_value;     /* P(chi2_df >= chi2): 1 with df 0, 0 after an impossible token */
+    double threshold_p; /* PSR_CHECK_THRESHOLD_P */
 } psr_chi2_result;
 /* Pearson's chi-square of observed counts against expected probabilities
  * (n trials). Bins whose expected count is below 5 are merged, smallest

@@ -1,5 +1,5 @@
-/* Goodness of fit: Pearson chi-square with small bins
- * merged, used by the tests and by `psr verify`. */
+/* Goodness of fit: Pearson chi-square with small bins merged, judged by
+ * its p-value; used by the tests and by `psr verify`. */
 #include "check/check.h"
 #include "ops/ops.h"
 #include "oracle/oracle.h"
@@ -22,7 +22,7 @@ psr_chi2_result psr_chi2_test(const uint64_t *observed, const double *p, size_t 
 {
     bin *b = malloc((bins ? bins : 1) * sizeof *b);
     if (!b)
-        return (psr_chi2_result){INFINITY, 0, 0};
+        return (psr_chi2_result){INFINITY, 0, 0, 0, PSR_CHECK_THRESHOLD_P};
     size_t nb = 0;
     double impossible = 0; /* hits on zero-probability tokens */
     for (size_t i = 0; i < bins; i++) {
@@ -52,14 +52,20 @@ psr_chi2_result psr_chi2_test(const uint64_t *observed, const double *p, size_t 
         b[out - 1].expected += acc_e;
         b[out - 1].observed += acc_o;
     }
-    psr_chi2_result r = {0, out > 0 ? out - 1 : 0, 0};
+    psr_chi2_result r = {0, out > 0 ? out - 1 : 0, INFINITY, 1, PSR_CHECK_THRESHOLD_P};
     for (size_t i = 0; i < out; i++) {
         double d = b[i].observed - b[i].expected;
         r.chi2 += d * d / b[i].expected;
     }
     if (impossible > 0)
         r.chi2 = INFINITY; /* a token that cannot be sampled was */
-    r.threshold = (double)r.df + 10.0 * sqrt(2.0 * (double)r.df);
+    /* With one bin the statistic is 0 whatever was drawn: nothing to fail. */
+    if (r.df > 0) {
+        r.threshold = psr_chi2_isf(r.threshold_p, (double)r.df);
+        r.p_value = psr_chi2_sf(r.chi2, (double)r.df);
+    }
+    if (impossible > 0)
+        r.p_value = 0;
     free(b);
     return r;
 }
