@@ -20,35 +20,31 @@ static const struct {
     {"wide", PSR_NOISE_WIDE},
 };
 
-static void verify_usage(FILE *out)
+/* Each check's synopsis (after "usage: " or its indent) and description. */
+static const char tail_synopsis[] =
+    "psr verify tail [--noise fp32|fp64|wide] [--trials N] [--tail-tokens M]\n"
+    "                       [--gap G] [--device SEL] [--json] [--plot FILE.svg]\n";
+static const char lower_tail_synopsis[] =
+    "psr verify lower-tail [--noise fp32|fp64|wide] [--draws N] [--device SEL]\n"
+    "                             [--json] [--plot FILE.svg]\n";
+static const char tail_help[] =
+    "tail        the many-tail experiment: one head token and M tail tokens G nats\n"
+    "            below it, sampled N times (Gumbel-max, T = 1). The tail hits are\n"
+    "            binomial(N, M e^-G / (1 + M e^-G)); prints them, their expectation,\n"
+    "            the counts allowed and the exact two-sided p-value. Defaults are\n"
+    "            vLLM's experiment: N = 100000, M = 262144, G = 20.5 (32.76 expected\n"
+    "            hits; each tail token has probability 1.25e-9 < 2^-24).\n";
+static const char lower_tail_help[] =
+    "lower-tail  counts draws of the exponential variate E behind the noise below\n"
+    "            2^-24 and 2^-32 (default N = 2^28 draws; Poisson tests), and draws\n"
+    "            from the top 2^-32 of the 64-bit uniform, which must all give\n"
+    "            E < 2^-32 (classic fp32 noise, which stops near 2^-31, is the\n"
+    "            control that must fail there).\n";
+
+/* What every test reports, and the options the checks share. */
+static void tests_help(FILE *out)
 {
     fprintf(out,
-            "usage: psr verify [--device SEL] [--json] [--plot FILE.svg]\n"
-            "       psr verify unbiased [--k K] [--trials N] [--control] [--device SEL] [--json]\n"
-            "                           [--plot FILE.svg]\n"
-            "       psr verify tail [--noise fp32|fp64|wide] [--trials N] [--tail-tokens M]\n"
-            "                       [--gap G] [--device SEL] [--json] [--plot FILE.svg]\n"
-            "       psr verify lower-tail [--noise fp32|fp64|wide] [--draws N] [--device SEL]\n"
-            "                             [--json] [--plot FILE.svg]\n"
-            "       psr verify p-value ... (psr verify p-value --help)\n"
-            "\n"
-            "(none)      every quick self-test, PASS or FAIL each: the stream's known\n"
-            "            answers, tokens against the host oracle, a goodness-of-fit test\n"
-            "            (with a control that must fail) and a quick unbiasedness test\n"
-            "            of speculative decoding.\n"
-            "unbiased    speculative decoding's unbiasedness test (psr verify unbiased --help).\n"
-            "tail        the many-tail experiment: one head token and M tail tokens G nats\n"
-            "            below it, sampled N times (Gumbel-max, T = 1). The tail hits are\n"
-            "            binomial(N, M e^-G / (1 + M e^-G)); prints them, their expectation,\n"
-            "            the counts allowed and the exact two-sided p-value. Defaults are\n"
-            "            vLLM's experiment: N = 100000, M = 262144, G = 20.5 (32.76 expected\n"
-            "            hits; each tail token has probability 1.25e-9 < 2^-24).\n"
-            "lower-tail  counts draws of the exponential variate E behind the noise below\n"
-            "            2^-24 and 2^-32 (default N = 2^28 draws; Poisson tests), and draws\n"
-            "            from the top 2^-32 of the 64-bit uniform, which must all give\n"
-            "            E < 2^-32 (classic fp32 noise, which stops near 2^-31, is the\n"
-            "            control that must fail there).\n"
-            "p-value     the p-value of a chi2 statistic or a count you give.\n"
             "\n"
             "Every test reports its statistic, p-value and threshold, and fails when\n"
             "p < %g: when psr samples exactly, a test fails by chance once in a\n"
@@ -58,6 +54,39 @@ static void verify_usage(FILE *out)
             "can run is tried (fp64 needs cl_khr_fp64). With --json, one object per\n"
             "option (a list for several).\n",
             PSR_CHECK_THRESHOLD_P);
+}
+
+static void verify_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: psr verify [--device SEL] [--json] [--plot FILE.svg]\n"
+            "       psr verify unbiased [--k K] [--trials N] [--control] [--device SEL] [--json]\n"
+            "                           [--plot FILE.svg]\n"
+            "       %s"
+            "       %s"
+            "       psr verify p-value ... (psr verify p-value --help)\n"
+            "\n"
+            "(none)      every quick self-test, PASS or FAIL each: the stream's known\n"
+            "            answers, tokens against the host oracle, a goodness-of-fit test\n"
+            "            (with a control that must fail) and a quick unbiasedness test\n"
+            "            of speculative decoding.\n"
+            "unbiased    speculative decoding's unbiasedness test (psr verify unbiased --help).\n"
+            "%s%s"
+            "p-value     the p-value of a chi2 statistic or a count you give.\n",
+            tail_synopsis, lower_tail_synopsis, tail_help, lower_tail_help);
+    tests_help(out);
+}
+
+static void tail_usage(FILE *out)
+{
+    fprintf(out, "usage: %s\n%s", tail_synopsis, tail_help);
+    tests_help(out);
+}
+
+static void lower_tail_usage(FILE *out)
+{
+    fprintf(out, "usage: %s\n%s", lower_tail_synopsis, lower_tail_help);
+    tests_help(out);
 }
 
 typedef struct tail_result {
@@ -209,6 +238,7 @@ typedef struct check_options {
 static int check_value(void *opts, const char *arg, const char *val)
 {
     check_options *o = opts;
+    const char *command = o->tail ? "verify tail" : "verify lower-tail";
     bool ok = true;
     if (strcmp(arg, "--device") == 0) {
         o->device = val;
@@ -220,7 +250,7 @@ static int check_value(void *opts, const char *arg, const char *val)
         char *end;
         o->gap = strtod(val, &end);
         if (end == val || *end || !(o->gap >= 0 && o->gap < 100))
-            return cli_usage_error("verify", "--gap \"%s\" is not a number in [0, 100)", val);
+            return cli_usage_error(command, "--gap \"%s\" is not a number in [0, 100)", val);
     } else if (o->tail && strcmp(arg, "--trials") == 0) {
         ok = parse_ull(val, &o->trials);
     } else if (o->tail && strcmp(arg, "--tail-tokens") == 0) {
@@ -228,21 +258,25 @@ static int check_value(void *opts, const char *arg, const char *val)
     } else {
         ok = !o->tail && strcmp(arg, "--draws") == 0 && parse_ull(val, &o->draws);
     }
-    return ok ? CLI_OK : cli_usage_error("verify", "bad argument \"%s\" %s", arg, val);
+    return ok ? CLI_OK : cli_usage_error(command, "bad argument \"%s\" %s", arg, val);
 }
 
 /* -1 when the check should run, else the exit code. */
 static int parse_check(int argc, char **argv, check_options *o)
 {
-    static const cli_options options = {"verify", verify_usage, NULL, check_value};
-    int parsed = cli_parse(&options, argc, argv, 2, o, &o->json);
+    static const cli_options tail = {"verify tail", tail_usage, NULL, check_value};
+    static const cli_options lower = {"verify lower-tail", lower_tail_usage, NULL, check_value};
+    int parsed = o->tail ? cli_parse_values(&tail, "--device --plot --noise --gap --trials --tail-tokens", argc,
+                                            argv, 2, o, &o->json)
+                         : cli_parse_values(&lower, "--device --plot --noise --draws", argc, argv, 2, o, &o->json);
     if (parsed >= 0)
         return parsed;
     for (int n = 0; o->noise && n < 3; n++)
         if (strcmp(o->noise, noises[n].name) == 0)
             o->chosen = n;
     if (o->noise && o->chosen < 0)
-        return cli_usage_error("verify", "--noise is fp32, fp64 or wide, not \"%s\"", o->noise);
+        return cli_usage_error(o->tail ? "verify tail" : "verify lower-tail",
+                               "--noise is fp32, fp64 or wide, not \"%s\"", o->noise);
     return -1;
 }
 

@@ -332,6 +332,6 @@ int verify_quick(int argc, char **argv, void (*usage)(FILE *out))
     const cli_options options = {"verify", usage, NULL, quick_value};
     quick_options o = {NULL, NULL};
     bool as_json = false;
-    int parsed = cli_parse(&options, argc, argv, 1, &o, &as_json);
+    int parsed = cli_parse_values(&options, "--device --plot", argc, argv, 1, &o, &as_json);
     return parsed >= 0 ? parsed : verify_all_run(o.device, as_json, o.plot);
 }

@@ -218,16 +218,17 @@ static int p_value_option(void *opts, const char *arg, const char *val)
     else if (strcmp(arg, "--prob") == 0)
         o->prob = v, ok &= v <= 1;
     else
-        return cli_usage_error("verify", "bad argument \"%s\"", arg);
-    return ok ? CLI_OK : cli_usage_error("verify", "bad value \"%s\" for %s", val, arg);
+        return cli_usage_error("verify p-value", "bad argument \"%s\"", arg);
+    return ok ? CLI_OK : cli_usage_error("verify p-value", "bad value \"%s\" for %s", val, arg);
 }
 
 int verify_p_value(int argc, char **argv)
 {
-    static const cli_options options = {"verify", p_value_usage, NULL, p_value_option};
+    static const cli_options options = {"verify p-value", p_value_usage, NULL, p_value_option};
     p_value_options o = {0};
     bool as_json = false;
-    int parsed = cli_parse(&options, argc, argv, 2, &o, &as_json);
+    int parsed = cli_parse_values(&options, "--chi2 --df --poisson --mean --binomial --trials --prob", argc, argv, 2,
+                                  &o, &as_json);
     if (parsed >= 0)
         return parsed;
     if (!o.kind || (o.kind == 'c' && !o.df) || (o.kind == 'b' && (!o.trials || o.count > o.trials)))

@@ -116,14 +116,14 @@ static int unbiased_value(void *opts, const char *arg, const char *val)
     } else if (strcmp(arg, "--k") == 0) {
         o->k = strtoull(val, &end, 10);
         if (end == val || *end || o->k > PSR_UNBIASED_MAX_K)
-            return cli_usage_error("verify", "--k \"%s\" is not 0..%d", val, PSR_UNBIASED_MAX_K);
+            return cli_usage_error("verify unbiased", "--k \"%s\" is not 0..%d", val, PSR_UNBIASED_MAX_K);
     } else if (strcmp(arg, "--trials") == 0) {
         double v = strtod(val, &end);
         if (end == val || *end || !(v >= 1 && v <= 1e9))
-            return cli_usage_error("verify", "--trials \"%s\" is not 1..1e9", val);
+            return cli_usage_error("verify unbiased", "--trials \"%s\" is not 1..1e9", val);
         o->trials = (unsigned long long)v;
     } else {
-        return cli_usage_error("verify", "bad argument \"%s\"", arg);
+        return cli_usage_error("verify unbiased", "bad argument \"%s\"", arg);
     }
     return CLI_OK;
 }
@@ -218,7 +218,7 @@ static int run_unbiased(const unbiased_options *o)
 int verify_unbiased(int argc, char **argv)
 {
     unbiased_options o = {.k = 3, .trials = 200000};
-    static const cli_options options = {"verify", usage, unbiased_flag, unbiased_value};
-    int parsed = cli_parse(&options, argc, argv, 2, &o, &o.json);
+    static const cli_options options = {"verify unbiased", usage, unbiased_flag, unbiased_value};
+    int parsed = cli_parse_values(&options, "--device --k --trials --plot", argc, argv, 2, &o, &o.json);
     return parsed >= 0 ? parsed : run_unbiased(&o);
 }
