@@ -68,7 +68,7 @@ static void test_second_context_hits_disk(void **state)
 
 typedef enum damage { TRUNCATE, CORRUPT, FOREIGN, REFUSED } damage;
 
-static void damage_file(const char *dir, const char *path, damage how)
+static void damage_file(const char *dir, const char *path, int how)
 {
     if (how == TRUNCATE) {
         assert_int_equal(truncate(path, 150), 0);
@@ -105,25 +105,49 @@ static void damage_file(const char *dir, const char *path, damage how)
     }
 }
 
-static void check_rebuild_after(damage how)
+/* A fresh directory (dir, 512 bytes) holding the stream program's entry
+ * (path, 700 bytes). */
+static void cache_plain(char *dir, char *path)
 {
-    char dir[512], path[700];
-    make_temp_dir(dir, sizeof dir);
+    make_temp_dir(dir, 512);
     psr_context *a = open_context(dir);
     cl_program p;
     assert_int_equal(psr_program_get(a, &plain, &p), PSR_OK);
     psr_context_free(a);
-    only_binary(dir, path, sizeof path);
-    damage_file(dir, path, how);
+    only_binary(dir, path, 700);
+}
 
+/* A fresh directory (dir, 512 bytes) whose stream program's entry (path,
+ * 700 bytes) spoil(dir, path, how) changed, and a new context on it that
+ * has looked up that program (*p), its log captured from the start. */
+static psr_context *look_up_spoiled(char *dir, char *path,
+                                    void (*spoil)(const char *, const char *, int), int how,
+                                    cl_program *p)
+{
+    cache_plain(dir, path);
+    spoil(dir, path, how);
     captured_log[0] = '\0';
-    psr_context *b = open_context(dir);
-    assert_int_equal(psr_program_get(b, &plain, &p), PSR_OK);
-    psr_cache_stats s = stats_of(b);
-    assert_int_equal(s.disk_hits, 0);
-    assert_int_equal(s.builds, 1);
-    assert_int_equal(s.rebuilds, 1);
-    assert_int_equal(s.disk_writes, 1);
+    psr_context *ctx = open_context(dir);
+    assert_int_equal(psr_program_get(ctx, &plain, p), PSR_OK);
+    return ctx;
+}
+
+/* The context's disk hits, builds and rebuilds. */
+static void assert_counts(psr_context *ctx, uint64_t disk_hits, uint64_t builds, uint64_t rebuilds)
+{
+    psr_cache_stats s = stats_of(ctx);
+    assert_int_equal(s.disk_hits, disk_hits);
+    assert_int_equal(s.builds, builds);
+    assert_int_equal(s.rebuilds, rebuilds);
+}
+
+static void check_rebuild_after(damage how)
+{
+    char dir[512], path[700];
+    cl_program p;
+    psr_context *b = look_up_spoiled(dir, path, damage_file, how, &p);
+    assert_counts(b, 0, 1, 1);
+    assert_int_equal(stats_of(b).disk_writes, 1);
     assert_non_null(strstr(captured_log, "discarding"));
     check_philox_vectors(b, p);
     psr_context_free(b);
@@ -255,6 +279,76 @@ static void test_shared_writable_dir_refused(void **state)
     remove_tree(dir);
 }
 
+/* The user nobody: another user's directory and files. */
+#define OTHER_UID 65534
+
+/* Cached binaries become native code: a directory another user owns is
+ * not used, even one only that user can write. */
+static void test_other_users_dir_refused(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip(); /* making a directory another user's takes root */
+    char dir[512], path[700];
+    cache_plain(dir, path);
+    assert_int_equal(chown(path, OTHER_UID, OTHER_UID), 0);
+    assert_int_equal(chown(dir, OTHER_UID, OTHER_UID), 0);
+    assert_int_equal(chmod(dir, 0755), 0);
+    captured_log[0] = '\0';
+    psr_context *b = open_context(dir);
+    cl_program p;
+    assert_non_null(strstr(captured_log, "owned by uid 65534"));
+    assert_false(stats_of(b).disk_enabled);
+    assert_int_equal(psr_program_get(b, &plain, &p), PSR_OK);
+    assert_counts(b, 0, 1, 0);
+    psr_context_free(b);
+    remove_tree(dir);
+}
+
+typedef enum untrusted { OTHER_OWNER, GROUP_WRITABLE, SYMLINK } untrusted;
+
+/* Makes the only entry of dir one psr must not load. */
+static void make_untrusted(const char *dir, const char *path, int how)
+{
+    if (how == OTHER_OWNER) {
+        assert_int_equal(chown(path, OTHER_UID, OTHER_UID), 0);
+    } else if (how == GROUP_WRITABLE) {
+        assert_int_equal(chmod(path, 0664), 0);
+    } else {
+        char target[700];
+        snprintf(target, sizeof target, "%s/elsewhere", dir);
+        assert_int_equal(rename(path, target), 0);
+        assert_int_equal(symlink(target, path), 0);
+    }
+}
+
+/* Entries psr did not write as this user are never loaded nor deleted:
+ * another user's, one group or others can write, a symbolic link. */
+static void check_untrusted_entry(untrusted how)
+{
+    if (how == OTHER_OWNER && geteuid() != 0)
+        skip();
+    char dir[512], path[700];
+    cl_program p;
+    psr_context *b = look_up_spoiled(dir, path, make_untrusted, how, &p);
+    assert_counts(b, 0, 1, 0);
+    assert_non_null(strstr(captured_log, "ignoring"));
+    assert_null(strstr(captured_log, "discarding"));
+    check_philox_vectors(b, p);
+    psr_context_free(b);
+    struct stat st;
+    assert_int_equal(lstat(path, &st), 0);
+    if (how == OTHER_OWNER) /* not ours: left as it was */
+        assert_int_equal(st.st_uid, OTHER_UID);
+    else /* ours: the fresh binary replaced it */
+        assert_true(S_ISREG(st.st_mode) && !(st.st_mode & (S_IWGRP | S_IWOTH)));
+    remove_tree(dir);
+}
+
+static void test_other_users_entry_ignored(void **state) { (void)state; check_untrusted_entry(OTHER_OWNER); }
+static void test_group_writable_entry_ignored(void **state) { (void)state; check_untrusted_entry(GROUP_WRITABLE); }
+static void test_symlinked_entry_ignored(void **state) { (void)state; check_untrusted_entry(SYMLINK); }
+
 int main(void)
 {
     if (!have_device()) {
@@ -271,6 +365,10 @@ int main(void)
         cmocka_unit_test(test_auto_follows_driver),
         cmocka_unit_test(test_uncreatable_dir_only_loses_disk_tier),
         cmocka_unit_test(test_shared_writable_dir_refused),
+        cmocka_unit_test(test_other_users_dir_refused),
+        cmocka_unit_test(test_other_users_entry_ignored),
+        cmocka_unit_test(test_group_writable_entry_ignored),
+        cmocka_unit_test(test_symlinked_entry_ignored),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,8 +5,10 @@
 #define _DEFAULT_SOURCE
 #include "common.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <grp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,7 +97,8 @@ static void test_concurrent_warm(void **state)
     remove_tree(dir);
 }
 
-/* root ignores permission bits: become nobody so 0555 really means read-only. */
+/* root ignores permission bits: become nobody so 0555 really means read-only,
+ * and a directory of root's is another user's. */
 static void drop_root(const char *scratch)
 {
     if (geteuid() != 0)
@@ -105,6 +108,24 @@ static void drop_root(const char *scratch)
     setenv("HOME", scratch, 1);
     if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
         _exit(CHILD_PRIVS);
+}
+
+/* As root, makes dir and its files nobody's, whose they must be for
+ * nobody to use them. */
+static void give_to_nobody(const char *dir)
+{
+    if (geteuid() != 0)
+        return;
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    char path[1024];
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.') {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            assert_int_equal(chown(path, 65534, 65534), 0);
+        }
+    closedir(d);
+    assert_int_equal(chown(dir, 65534, 65534), 0);
 }
 
 static void test_read_only_dir(void **state)
@@ -124,6 +145,7 @@ static void test_read_only_dir(void **state)
     assert_int_equal(wait_child(pid), CHILD_OK);
     size_t files = count_files(dir, "");
     assert_true(files >= 2);
+    give_to_nobody(dir);
     assert_int_equal(chmod(dir, 0555), 0);
 
     pid = fork();
@@ -158,6 +180,7 @@ static void test_read_only_dir(void **state)
     snprintf(empty, sizeof empty, "%s/empty", scratch);
     assert_int_equal(mkdir(empty, 0555), 0);
     assert_int_equal(chmod(empty, 0555), 0);
+    give_to_nobody(empty);
     pid = fork();
     if (pid == 0) {
         drop_root(scratch);
@@ -185,6 +208,190 @@ static void test_read_only_dir(void **state)
     remove_tree(scratch);
 }
 
+static const psr_variant plain = {.set = PSR_KERNELS_STREAM};
+
+/* The only entry of dir, its payload cut in half with its length and
+ * checksum rewritten to match: psr's checks pass, and PoCL reads past the
+ * end of it (a segmentation fault, a heap overflow under ASan). */
+static void cut_payload_in_half(const char *dir)
+{
+    psr_cache_entry e;
+    size_t n = 0;
+    assert_int_equal(psr_cache_list(dir, &e, 1, &n), PSR_OK);
+    assert_int_equal(n, 1);
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, e.file);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static unsigned char data[1 << 24];
+    size_t len = fread(data, 1, sizeof data, f);
+    fclose(f);
+    uint32_t meta_len = data[12] | data[13] << 8 | (uint32_t)data[14] << 16 | (uint32_t)data[15] << 24;
+    psr_cache_meta meta;
+    memset(&meta, 0, sizeof meta);
+    psr_strlcpy(meta.kernels, "stream", sizeof meta.kernels);
+    size_t payload = len - 88 - meta_len;
+    assert_int_equal(psr_cache_write_file(dir, data + 24, &meta, data + 88 + meta_len, payload / 2), 0);
+}
+
+/* What a child's lookup must have done: its counts, and words its log
+ * must have and must not have (NULL: any). */
+typedef struct lookup_expect {
+    unsigned long long disk_hits, builds, rebuilds;
+    const char *logged, *not_logged;
+} lookup_expect;
+
+/* A child that looks up the stream program in dir with the trial hook
+ * set (NULL: none) and checks what it did against want. */
+static pid_t lookup_in_child(const char *dir, void (*hook)(const char *), const lookup_expect *want)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid != 0)
+        return pid;
+    psr_cache_trial_hook = hook;
+    captured_log[0] = '\0';
+    psr_context *ctx = child_context(dir);
+    cl_program p;
+    if (psr_program_get(ctx, &plain, &p) != PSR_OK) {
+        fprintf(stderr, "child: %s\n", psr_last_error(ctx));
+        _exit(CHILD_WARM);
+    }
+    psr_cache_stats s;
+    psr_context_cache_stats(ctx, &s);
+    if (s.disk_hits != want->disk_hits || s.builds != want->builds || s.rebuilds != want->rebuilds) {
+        fprintf(stderr, "child: disk hits %llu, builds %llu, rebuilds %llu\n",
+                (unsigned long long)s.disk_hits, (unsigned long long)s.builds,
+                (unsigned long long)s.rebuilds);
+        _exit(CHILD_STATS);
+    }
+    if ((want->logged && !strstr(captured_log, want->logged)) ||
+        (want->not_logged && strstr(captured_log, want->not_logged))) {
+        fprintf(stderr, "child: log: %s\n", captured_log);
+        _exit(CHILD_LOG);
+    }
+    psr_context_free(ctx);
+    _exit(CHILD_OK);
+}
+
+static const lookup_expect built = {0, 1, 0, NULL, "discarding"};
+static const lookup_expect loaded = {1, 0, 0, NULL, "discarding"};
+
+/* A driver that crashes on the binary, as PoCL does on a cut payload: the
+ * hook runs where the driver would, the entry already on trial. */
+static void crash_in_driver(const char *name)
+{
+    (void)name;
+    raise(SIGKILL);
+}
+
+/* The state psr_cache_entry_check gives the only entry of dir. */
+static psr_cache_entry_state only_entry_state(const char *dir)
+{
+    psr_cache_entry e;
+    size_t n = 0;
+    assert_int_equal(psr_cache_list(dir, &e, 1, &n), PSR_OK);
+    assert_int_equal(n, 1);
+    psr_cache_entry_state state;
+    char reason[256];
+    assert_int_equal(psr_cache_entry_check(dir, e.file, &state, reason, sizeof reason), PSR_OK);
+    return state;
+}
+
+/* An entry that crashes the driver crashes one process: the next finds
+ * it still on trial, discards it without handing it to the driver, and
+ * rebuilds. */
+static void test_crash_on_trial_discarded(void **state)
+{
+    (void)state;
+    char dir[512];
+    make_temp_dir(dir, sizeof dir);
+    assert_int_equal(wait_child(lookup_in_child(dir, NULL, &built)), CHILD_OK);
+    cut_payload_in_half(dir);
+    assert_int_equal(only_entry_state(dir), PSR_CACHE_ENTRY_LOADS); /* as far as psr can tell */
+
+    assert_int_equal(wait_child(lookup_in_child(dir, crash_in_driver, &built)), 128 + SIGKILL);
+    assert_int_equal(count_files(dir, ""), 2); /* the entry and its mark */
+    assert_int_equal(only_entry_state(dir), PSR_CACHE_ENTRY_ON_TRIAL);
+
+    const lookup_expect discarded = {0, 1, 1, "died while the driver loaded it", NULL};
+    assert_int_equal(wait_child(lookup_in_child(dir, NULL, &discarded)), CHILD_OK);
+    assert_int_equal(count_files(dir, ""), 1);
+    assert_int_equal(only_entry_state(dir), PSR_CACHE_ENTRY_LOADS);
+    assert_int_equal(wait_child(lookup_in_child(dir, NULL, &loaded)), CHILD_OK);
+    remove_tree(dir);
+}
+
+static int trial_pipe[2];
+
+/* Holds the entry on trial until killed, having told the parent. */
+static void hold_trial(const char *name)
+{
+    (void)name;
+    if (write(trial_pipe[1], "x", 1) != 1)
+        _exit(CHILD_LOG);
+    for (;;)
+        pause();
+}
+
+/* An entry on trial in a live process is left to it: another process
+ * builds from source and discards nothing. Once that process is gone, its
+ * mark names a file that is no longer there and says nothing. */
+static void test_live_trial_left_alone(void **state)
+{
+    (void)state;
+    char dir[512];
+    make_temp_dir(dir, sizeof dir);
+    assert_int_equal(wait_child(lookup_in_child(dir, NULL, &built)), CHILD_OK);
+    assert_int_equal(pipe(trial_pipe), 0);
+    pid_t holder = lookup_in_child(dir, hold_trial, &built);
+    char byte;
+    assert_int_equal(read(trial_pipe[0], &byte, 1), 1);
+
+    assert_int_equal(wait_child(lookup_in_child(dir, NULL, &built)), CHILD_OK);
+    assert_int_equal(kill(holder, SIGKILL), 0);
+    assert_int_equal(wait_child(holder), 128 + SIGKILL);
+    assert_int_equal(only_entry_state(dir), PSR_CACHE_ENTRY_LOADS);
+    assert_int_equal(wait_child(lookup_in_child(dir, NULL, &loaded)), CHILD_OK);
+    assert_int_equal(count_files(dir, ""), 1); /* the stale mark went */
+    close(trial_pipe[0]);
+    close(trial_pipe[1]);
+    remove_tree(dir);
+}
+
+/* Another user's directory is not used, even one only that user can
+ * write: here nobody meets root's. */
+static void test_other_users_dir_refused(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip(); /* two users take root */
+    char dir[512], scratch[512];
+    make_temp_dir(dir, sizeof dir);
+    make_temp_dir(scratch, sizeof scratch);
+    assert_int_equal(chmod(scratch, 0777), 0);
+    assert_int_equal(wait_child(lookup_in_child(dir, NULL, &built)), CHILD_OK);
+    assert_int_equal(chmod(dir, 0755), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        drop_root(scratch);
+        captured_log[0] = '\0';
+        psr_context *ctx = child_context(dir);
+        psr_cache_stats s;
+        psr_context_cache_stats(ctx, &s);
+        if (!strstr(captured_log, "owned by uid 0") || s.disk_enabled) {
+            fprintf(stderr, "child: log: %s\n", captured_log);
+            _exit(CHILD_LOG);
+        }
+        cl_program p;
+        _exit(psr_program_get(ctx, &plain, &p) == PSR_OK ? CHILD_OK : CHILD_WARM);
+    }
+    assert_int_equal(wait_child(pid), CHILD_OK);
+    assert_int_equal(count_files(dir, ""), 1);
+    remove_tree(dir);
+    remove_tree(scratch);
+}
+
 int main(void)
 {
     /* Probe for a device in a child, so this process stays OpenCL-free. */
@@ -195,10 +402,13 @@ int main(void)
         fprintf(stderr, "no OpenCL device: skipping\n");
         return TEST_SKIP;
     }
-    umask(022); /* the read-only test shares files written by root with nobody */
+    umask(022); /* nothing the tests make is writable by group or others */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_concurrent_warm),
         cmocka_unit_test(test_read_only_dir),
+        cmocka_unit_test(test_crash_on_trial_discarded),
+        cmocka_unit_test(test_live_trial_left_alone),
+        cmocka_unit_test(test_other_users_dir_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "json.h"
 
+#include <psr/psr_experimental.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,8 @@ static void cache_usage(FILE *out)
             "          --launch       also run each kernel once on a tiny input, for drivers\n"
             "                         that compile a kernel at its first launch (PoCL, into\n"
             "                         its own cache): minutes there\n"
-            "  list    entries with device, driver, size and age (--json: a JSON list)\n"
+            "  list    entries with device, driver, size and age, and why psr would not\n"
+            "          load one (--json: a JSON list, each with a status and a reason)\n"
             "  clear   remove psr's cached binaries\n");
 }
 
@@ -122,11 +124,30 @@ static int cache_warm(int argc, char **argv)
     return CLI_OK;
 }
 
-static void json_entry(json_writer *w, const psr_cache_entry *e, time_t now)
+/* Each psr_cache_entry_state's name in --json. */
+static const char *const state_names[] = {"ok",     "invalid",   "unreadable", "ignored",
+                                          "on-trial", "directory", "missing"};
+
+/* What a lookup would make of an entry, and why. */
+static psr_cache_entry_state entry_state(const char *dir, const psr_cache_entry *e, char *reason,
+                                         size_t len)
 {
+    psr_cache_entry_state state = PSR_CACHE_ENTRY_MISSING;
+    if (psr_cache_entry_check(dir, e->file, &state, reason, len) != PSR_OK)
+        snprintf(reason, len, "%s", psr_last_error(NULL));
+    return (unsigned)state < sizeof state_names / sizeof state_names[0] ? state
+                                                                         : PSR_CACHE_ENTRY_MISSING;
+}
+
+static void json_entry(json_writer *w, const char *dir, const psr_cache_entry *e, time_t now)
+{
+    char reason[512];
+    psr_cache_entry_state state = entry_state(dir, e, reason, sizeof reason);
     json_begin_object(w);
     json_key_string(w, "file", e->file);
     json_key_bool(w, "valid", e->valid);
+    json_key_string(w, "status", state_names[state]);
+    json_key_string(w, "reason", reason);
     json_key_string(w, "kernels", e->kernels);
     json_key_string(w, "platform", e->platform);
     json_key_string(w, "device", e->device);
@@ -137,17 +158,34 @@ static void json_entry(json_writer *w, const psr_cache_entry *e, time_t now)
     json_end_object(w);
 }
 
+/* The flag of an entry a lookup would not load ("" for one it loads). */
+static void entry_flag(const char *dir, const psr_cache_entry *e, char *buf, size_t len)
+{
+    char reason[512];
+    psr_cache_entry_state state = entry_state(dir, e, reason, sizeof reason);
+    const char *forms[] = {
+        "%s",
+        "  [invalid: %s; rebuilt on next use]",
+        "  [unreadable: %s; rebuilt on next use]",
+        "  [ignored: %s]",
+        "  [on trial: %s; rebuilt on next use]",
+        "  [not used: %s]",
+        "  [gone: removed while listed%s]",
+    };
+    snprintf(buf, len, forms[state], reason);
+}
+
 static void text_entries(const char *dir, const psr_cache_entry *e, size_t n, time_t now)
 {
     printf("%s: %zu entries\n", dir, n);
     for (size_t i = 0; i < n; i++) {
-        char size[32];
+        char size[32], flag[600];
         cli_format_bytes(e[i].bytes, size, sizeof size);
+        entry_flag(dir, &e[i], flag, sizeof flag);
         long long age = (long long)(now - e[i].mtime);
         printf("%.16s  %-8s %-10s %s, driver %s, age %lldh%02lldm%s\n", e[i].file,
                e[i].valid ? e[i].kernels : "?", size, e[i].valid ? e[i].device : "(damaged)",
-               e[i].valid ? e[i].driver_version : "?", age / 3600, (age / 60) % 60,
-               e[i].valid ? "" : "  [invalid: rebuilt on next use]");
+               e[i].valid ? e[i].driver_version : "?", age / 3600, (age / 60) % 60, flag);
     }
 }
 
@@ -172,7 +210,7 @@ static int cache_list(int argc, char **argv)
     if (as_json) {
         json_begin_array(&w);
         for (size_t i = 0; i < n; i++)
-            json_entry(&w, &e[i], now);
+            json_entry(&w, dir, &e[i], now);
         json_end_array(&w);
         json_finish(&w);
     } else {

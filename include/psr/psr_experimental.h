@@ -121,6 +121,25 @@ PSR_API const psr_tuning_variable *psr_tuning_variable_at(size_t index);
 
 /* PSR_CACHE=1 (on, yes, true): the disk tier even where the driver caches its own builds. */
 PSR_API int psr_cache_env_forced(void);
+
+/* What a lookup makes of a binary in a cache directory (docs/cache.md). */
+typedef enum psr_cache_entry_state {
+    PSR_CACHE_ENTRY_LOADS = 0,      /* loaded */
+    PSR_CACHE_ENTRY_INVALID = 1,    /* damaged, foreign or not psr's: discarded and rebuilt */
+    PSR_CACHE_ENTRY_UNREADABLE = 2, /* cannot be read: rebuilt, and replaced */
+    PSR_CACHE_ENTRY_IGNORED = 3,    /* not a regular file of this user that only it can write:
+                                       never loaded; rebuilt, and replaced when this user's */
+    PSR_CACHE_ENTRY_ON_TRIAL = 4,   /* a process died while its driver loaded it: discarded
+                                       and rebuilt */
+    PSR_CACHE_ENTRY_DIRECTORY = 5,  /* the directory is not this user's alone: the disk tier is off */
+    PSR_CACHE_ENTRY_MISSING = 6     /* no such file (any more) */
+} psr_cache_entry_state;
+/* The state of the binary `file` (a name psr_cache_list gives) in dir
+ * (NULL: psr_cache_directory()), and why in reason ("" when it loads;
+ * capacity bytes, reason may be NULL when capacity is 0). */
+PSR_API psr_status psr_cache_entry_check(const char *dir, const char *file,
+                                         psr_cache_entry_state *state, char *reason,
+                                         size_t capacity);
 /* The name of an OpenCL error code ("CL_OUT_OF_RESOURCES"), or "unknown". */
 PSR_API const char *psr_cl_error_string(cl_int err);
 /* Bytes of one logit of a dtype. */

@@ -89,16 +89,18 @@ static void setup_disk_cache(psr_context *ctx, const psr_context_options *o)
         return;
     }
     /* Binaries become device code (native code on CPU devices): use only a
-     * directory that no one but its owner can write. */
-    struct stat st;
-    if (stat(ctx->cache_dir, &st) != 0 || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+     * directory that is this user's alone. */
+    char why[PSR_PATH_MAX + 100];
+    int dir_fd = psr_cache_dir_open(ctx->cache_dir, why, sizeof why);
+    if (dir_fd < 0) {
         psr_log(ctx, PSR_LOG_WARNING,
-                "kernel cache: disk tier off: %s is writable by group or others; use a "
-                "directory only its owner can write (mode 0700 or 0755)",
-                ctx->cache_dir);
+                "kernel cache: disk tier off: %s; use a directory of your own that only you can "
+                "write (mode 0700 or 0755)",
+                why);
         ctx->cache_dir[0] = '\0';
         return;
     }
+    close(dir_fd);
     ctx->disk_enabled = true;
     if (access(ctx->cache_dir, W_OK) != 0) {
         ctx->disk_writable = false;

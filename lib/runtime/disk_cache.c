@@ -11,6 +11,8 @@
  *   56 payload checksum      32 bytes (SHA-256 of the payload)
  *   88 metadata, then the payload; the file ends exactly there.
  */
+/* flock() is a BSD extension. */
+#define _DEFAULT_SOURCE
 #include "runtime/runtime.h"
 
 #include <dirent.h>
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +33,7 @@
 #define MAX_META_BYTES 4096u
 #define SUFFIX ".psrbin"
 #define TMP_PREFIX ".tmp-"
+#define MARK_SUFFIX ".trial"
 
 psr_status psr_cache_resolve_dir(const char *option_dir, char *buf, size_t len)
 {
@@ -75,11 +79,44 @@ int psr_mkdir_p(const char *dir)
     return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
 
-void psr_cache_path(const char *dir, const uint8_t key[32], char *buf, size_t len)
+int psr_cache_dir_open(const char *dir, char *why, size_t len)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int err = errno;
+        snprintf(why, len, "cannot open %s: %s", dir, strerror(err));
+        if (fd >= 0)
+            close(fd);
+        errno = err;
+        return -1;
+    }
+    /* Its binaries become device code (native code on a CPU device): only
+     * this user may have put them there. */
+    if (st.st_uid != geteuid())
+        snprintf(why, len, "%s is owned by uid %u, not by this user (uid %u)", dir,
+                 (unsigned)st.st_uid, (unsigned)geteuid());
+    else if (st.st_mode & (S_IWGRP | S_IWOTH))
+        snprintf(why, len, "%s is writable by group or others", dir);
+    else
+        return fd;
+    close(fd);
+    errno = EPERM;
+    return -1;
+}
+
+void psr_cache_name(const uint8_t key[32], char *buf, size_t len)
 {
     char hex[65];
     psr_hex(key, 32, hex);
-    snprintf(buf, len, "%s/%s" SUFFIX, dir, hex);
+    snprintf(buf, len, "%s" SUFFIX, hex);
+}
+
+void psr_cache_path(const char *dir, const uint8_t key[32], char *buf, size_t len)
+{
+    char name[80];
+    psr_cache_name(key, name, sizeof name);
+    snprintf(buf, len, "%s/%s", dir, name);
 }
 
 static void put_u32(unsigned char *p, uint32_t v)
@@ -154,23 +191,12 @@ static void parse_meta(const char *text, size_t len, psr_cache_meta *m)
 /* Largest binary psr reads: anything bigger is not one of its programs. */
 #define MAX_FILE_BYTES ((size_t)256 << 20)
 
-/* Reads a whole regular file; NULL with errno set on failure. Symbolic
- * links, FIFOs and devices are refused (EINVAL) and never block. */
-static unsigned char *read_all(const char *path, size_t *len)
+/* Reads size bytes of fd; NULL with errno set when out of memory. A
+ * shorter read returns what there was: the checks call it truncated. */
+static unsigned char *read_fd(int fd, size_t size, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0)
-        return NULL;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > MAX_FILE_BYTES) {
-        close(fd);
-        errno = EINVAL;
-        return NULL;
-    }
-    size_t size = (size_t)st.st_size;
     unsigned char *data = malloc(size ? size : 1);
     if (!data) {
-        close(fd);
         errno = ENOMEM;
         return NULL;
     }
@@ -180,12 +206,74 @@ static unsigned char *read_all(const char *path, size_t *len)
         if (got < 0 && errno == EINTR)
             continue;
         if (got <= 0)
-            break; /* shorter than fstat said: the checks below call it truncated */
+            break;
         n += (size_t)got;
     }
-    close(fd);
     *len = n;
     return data;
+}
+
+/* Reads a whole regular file for a listing; NULL with errno set on
+ * failure. Symbolic links, FIFOs and devices are refused (EINVAL) and
+ * never block. */
+static unsigned char *read_all(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    unsigned char *data = NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > MAX_FILE_BYTES)
+        errno = EINVAL;
+    else
+        data = read_fd(fd, (size_t)st.st_size, len);
+    int err = errno;
+    close(fd);
+    errno = err;
+    return data;
+}
+
+/* Why psr does not load a file of this fstat: NULL when it may. */
+static const char *untrusted(const struct stat *st)
+{
+    if (!S_ISREG(st->st_mode))
+        return "not a regular file";
+    if (st->st_uid != geteuid())
+        return "owned by another user";
+    if (st->st_mode & (S_IWGRP | S_IWOTH))
+        return "writable by group or others";
+    return NULL;
+}
+
+/* Opens an entry without following a symbolic link or blocking (a FIFO),
+ * and checks the file it opened (fstat: nothing can swap it after the
+ * check). *st gets what is known of it, a link's own lstat included. */
+static psr_cache_read open_entry(int dir_fd, const char *name, int *fd, struct stat *st,
+                                 const char **why)
+{
+    memset(st, 0, sizeof *st);
+    st->st_uid = (uid_t)-1; /* unknown: not this user's */
+    *fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (*fd < 0 && errno == ELOOP) {
+        fstatat(dir_fd, name, st, AT_SYMLINK_NOFOLLOW);
+        return *why = "a symbolic link", PSR_CACHE_READ_UNTRUSTED;
+    }
+    if (*fd < 0 && errno == ENOENT)
+        return *why = "missing", PSR_CACHE_READ_MISSING;
+    if (*fd < 0 || fstat(*fd, st) != 0) {
+        *why = strerror(errno);
+        if (*fd >= 0)
+            close(*fd);
+        return PSR_CACHE_READ_UNREADABLE;
+    }
+    psr_cache_read r = PSR_CACHE_READ_OK;
+    if ((*why = untrusted(st)))
+        r = PSR_CACHE_READ_UNTRUSTED;
+    else if ((uint64_t)st->st_size > MAX_FILE_BYTES)
+        *why = "too large to be a psr binary", r = PSR_CACHE_READ_INVALID;
+    if (r != PSR_CACHE_READ_OK)
+        close(*fd);
+    return r;
 }
 
 /* Checks a file's structure. key may be NULL (listing: any key). */
@@ -224,21 +312,22 @@ static const char *check_file(const unsigned char *data, size_t len, const uint8
     return NULL;
 }
 
-psr_cache_read psr_cache_read_file(const char *path, const uint8_t key[32], unsigned char **payload,
-                                   size_t *payload_len, psr_cache_meta *meta, const char **why)
+psr_cache_read psr_cache_read_at(int dir_fd, const char *name, const uint8_t key[32],
+                                 unsigned char **payload, size_t *payload_len, psr_cache_meta *meta,
+                                 struct stat *st, const char **why)
 {
+    int fd;
+    struct stat own;
+    psr_cache_read r = open_entry(dir_fd, name, &fd, &own, why);
+    if (st)
+        *st = own;
+    if (r != PSR_CACHE_READ_OK)
+        return r;
     size_t len = 0;
-    unsigned char *data = read_all(path, &len);
-    if (!data) {
-        if (errno == ENOENT)
-            return *why = "missing", PSR_CACHE_READ_MISSING;
-        if (errno == EINVAL || errno == ELOOP) {
-            *why = "not a regular file, or too large to be a psr binary";
-            return PSR_CACHE_READ_INVALID;
-        }
-        *why = strerror(errno);
-        return PSR_CACHE_READ_UNREADABLE;
-    }
+    unsigned char *data = read_fd(fd, (size_t)own.st_size, &len);
+    close(fd);
+    if (!data)
+        return *why = strerror(ENOMEM), PSR_CACHE_READ_UNREADABLE;
     size_t at = 0, plen = 0;
     *why = check_file(data, len, key, meta, &at, &plen);
     if (*why) {
@@ -249,6 +338,12 @@ psr_cache_read psr_cache_read_file(const char *path, const uint8_t key[32], unsi
     *payload = data;
     *payload_len = plen;
     return PSR_CACHE_READ_OK;
+}
+
+psr_cache_read psr_cache_read_file(const char *path, const uint8_t key[32], unsigned char **payload,
+                                   size_t *payload_len, psr_cache_meta *meta, const char **why)
+{
+    return psr_cache_read_at(AT_FDCWD, path, key, payload, payload_len, meta, NULL, why);
 }
 
 static int write_fully(int fd, const void *buf, size_t len)
@@ -267,20 +362,26 @@ static int write_fully(int fd, const void *buf, size_t len)
     return 0;
 }
 
+/* A temporary name no other writer uses at once: process id, a
+ * per-process counter and the clock's nanoseconds. */
+static void tmp_name(char *buf, size_t len)
+{
+    static atomic_uint counter;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(buf, len, TMP_PREFIX "%ld-%u-%ld", (long)getpid(), atomic_fetch_add(&counter, 1),
+             (long)now.tv_nsec);
+}
+
 int psr_cache_write_file(const char *dir, const uint8_t key[32], const psr_cache_meta *meta,
                          const unsigned char *payload, size_t payload_len)
 {
-    static atomic_uint counter;
-    char final_path[PSR_PATH_MAX], tmp_path[PSR_PATH_MAX];
+    char final_path[PSR_PATH_MAX], tmp_path[PSR_PATH_MAX], tmp[64];
     if (strlen(dir) + 100 >= sizeof final_path)
         return ENAMETOOLONG;
     psr_cache_path(dir, key, final_path, sizeof final_path);
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    int n = snprintf(tmp_path, sizeof tmp_path, "%s/" TMP_PREFIX "%ld-%u-%ld", dir, (long)getpid(),
-                     atomic_fetch_add(&counter, 1), (long)now.tv_nsec);
-    if (n < 0 || (size_t)n >= sizeof tmp_path)
-        return ENAMETOOLONG;
+    tmp_name(tmp, sizeof tmp);
+    snprintf(tmp_path, sizeof tmp_path, "%s/%s", dir, tmp);
 
     char meta_text[MAX_META_BYTES];
     size_t meta_len = format_meta(meta, meta_text, sizeof meta_text);
@@ -295,9 +396,8 @@ int psr_cache_write_file(const char *dir, const uint8_t key[32], const psr_cache
     psr_sha256_update(&h, payload, payload_len);
     psr_sha256_final(&h, header + 56);
 
-    /* Readable by others (subject to the umask) so an administrator can
-     * share a pre-warmed directory; new directories are 0700. */
-    int fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    /* Private: psr loads only its user's binaries. */
+    int fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return errno;
     int err = write_fully(fd, header, sizeof header);
@@ -317,6 +417,147 @@ int psr_cache_write_file(const char *dir, const uint8_t key[32], const psr_cache
     return err;
 }
 
+/* ---- the trial mark ---- */
+
+void (*psr_cache_trial_hook)(const char *name);
+
+/* The mark of an entry: "<hex>.psrbin" becomes "<hex>.trial". */
+static bool mark_name(const char *name, char *buf, size_t len)
+{
+    size_t n = strlen(name), s = strlen(SUFFIX);
+    if (n < s || strcmp(name + n - s, SUFFIX) != 0 || n - s + sizeof MARK_SUFFIX > len)
+        return false;
+    memcpy(buf, name, n - s);
+    memcpy(buf + n - s, MARK_SUFFIX, sizeof MARK_SUFFIX);
+    return true;
+}
+
+/* Does a mark's text name this entry? A mark cut short does: its
+ * writer got as far as making it. *pid: the writer, 0 when unknown. */
+static bool names_entry(const char *text, const struct stat *e, long *pid)
+{
+    unsigned long long dev, ino;
+    long long size, sec;
+    long nsec;
+    if (sscanf(text, "pid %ld dev %llu ino %llu size %lld mtime %lld.%ld", pid, &dev, &ino, &size,
+               &sec, &nsec) != 6)
+        return true;
+    return dev == (unsigned long long)e->st_dev && ino == (unsigned long long)e->st_ino &&
+           size == (long long)e->st_size && sec == (long long)e->st_mtim.tv_sec &&
+           nsec == e->st_mtim.tv_nsec;
+}
+
+/* What a mark in place says of its entry. */
+typedef enum mark_state {
+    MARK_NONE,  /* none, or its owner removed it as we looked */
+    MARK_LIVE,  /* its owner holds its lock: on trial now */
+    MARK_DIED,  /* no one holds it and it names this entry: its owner died in the driver */
+    MARK_STALE  /* no one holds it and it names a file no longer there */
+} mark_state;
+
+/* Looks at the mark of an entry whose fstat is entry. On MARK_DIED and
+ * MARK_STALE, *fd holds it locked (-1: a mark psr cannot open). */
+static mark_state look_at_mark(int dir_fd, const char *mark, const struct stat *entry, int *fd,
+                               long *pid)
+{
+    *fd = -1;
+    *pid = 0;
+    int m = openat(dir_fd, mark, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (m < 0)
+        return errno == ENOENT ? MARK_NONE : MARK_DIED;
+    /* A filesystem without locks refuses otherwise: then any mark condemns. */
+    if (flock(m, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        close(m);
+        return MARK_LIVE;
+    }
+    struct stat ms;
+    if (fstat(m, &ms) == 0 && ms.st_nlink == 0) { /* removed by its owner before it unlocked */
+        close(m);
+        return MARK_NONE;
+    }
+    char text[256];
+    ssize_t n = pread(m, text, sizeof text - 1, 0);
+    text[n > 0 ? n : 0] = '\0';
+    *fd = m;
+    return names_entry(text, entry, pid) ? MARK_DIED : MARK_STALE;
+}
+
+/* Makes the mark, locked and naming entry: written under a temporary
+ * name and linked into place, so no one sees it unlocked or empty. Its
+ * descriptor, or -1 with errno (EEXIST: there is one). */
+static int publish_mark(int dir_fd, const char *mark, const struct stat *entry)
+{
+    char tmp[64], text[256];
+    tmp_name(tmp, sizeof tmp);
+    int fd = openat(dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    flock(fd, LOCK_EX | LOCK_NB); /* a new file: only a filesystem without locks refuses */
+    int n = snprintf(text, sizeof text, "pid %ld\ndev %llu\nino %llu\nsize %lld\nmtime %lld.%09ld\n",
+                     (long)getpid(), (unsigned long long)entry->st_dev,
+                     (unsigned long long)entry->st_ino, (long long)entry->st_size,
+                     (long long)entry->st_mtim.tv_sec, (long)entry->st_mtim.tv_nsec);
+    int err = write_fully(fd, text, (size_t)n);
+    if (!err && linkat(dir_fd, tmp, dir_fd, mark, 0) != 0)
+        err = errno;
+    unlinkat(dir_fd, tmp, 0);
+    if (err) {
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+psr_trial psr_cache_trial_begin(int dir_fd, const char *name, const struct stat *entry,
+                                int *mark_fd, long *pid, int *err)
+{
+    char mark[PSR_PATH_MAX];
+    *mark_fd = -1;
+    *pid = 0;
+    if (!mark_name(name, mark, sizeof mark))
+        return *err = ENAMETOOLONG, PSR_TRIAL_FAILED;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        int fd = publish_mark(dir_fd, mark, entry);
+        if (fd >= 0) {
+            /* Durable before the driver runs: a driver can take the machine down. */
+            fsync(dir_fd);
+            *mark_fd = fd;
+            return PSR_TRIAL_MARKED;
+        }
+        int e = errno;
+        if (e != EEXIST && e != EACCES && e != EROFS)
+            return *err = e, PSR_TRIAL_FAILED;
+        mark_state s = look_at_mark(dir_fd, mark, entry, mark_fd, pid);
+        if (s == MARK_LIVE)
+            return PSR_TRIAL_BUSY;
+        if (s == MARK_DIED)
+            return PSR_TRIAL_DIED;
+        if (s == MARK_STALE && e == EEXIST)
+            unlinkat(dir_fd, mark, 0); /* under its lock: no one else judges it meanwhile */
+        if (*mark_fd >= 0)
+            close(*mark_fd);
+        *mark_fd = -1;
+        if (e != EEXIST) /* the directory cannot be written, and no mark condemns the entry */
+            return PSR_TRIAL_READ_ONLY;
+    }
+    return PSR_TRIAL_BUSY; /* marks come and go as fast as we look: others are at it */
+}
+
+void psr_cache_trial_end(int dir_fd, const char *name, int mark_fd)
+{
+    char mark[PSR_PATH_MAX];
+    struct stat held, named;
+    /* Only the mark held: `psr cache clear` may have let another take its place. */
+    if (mark_name(name, mark, sizeof mark) &&
+        (mark_fd < 0 ||
+         (fstat(mark_fd, &held) == 0 && fstatat(dir_fd, mark, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+          held.st_dev == named.st_dev && held.st_ino == named.st_ino)))
+        unlinkat(dir_fd, mark, 0);
+    if (mark_fd >= 0)
+        close(mark_fd);
+}
+
 static bool has_suffix(const char *s, const char *suffix)
 {
     size_t a = strlen(s), b = strlen(suffix);
@@ -329,7 +570,7 @@ static bool has_suffix(const char *s, const char *suffix)
 
 static bool is_ours(const char *dir, const char *name)
 {
-    if (has_suffix(name, SUFFIX))
+    if (has_suffix(name, SUFFIX) || has_suffix(name, MARK_SUFFIX))
         return true;
     if (strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0)
         return false;
@@ -472,5 +713,86 @@ psr_status psr_cache_clear(const char *dir, size_t *removed)
     if (w.failure)
         return psr_fail(NULL, PSR_ERR_CACHE_IO, "cannot remove %s/%s: %s", path, w.failed_name,
                         strerror(w.failure));
+    return PSR_OK;
+}
+
+/* The key a binary's name spells, "<64 hex digits>.psrbin". */
+static bool key_of_name(const char *name, uint8_t key[32])
+{
+    if (strlen(name) != 64 + strlen(SUFFIX) || !has_suffix(name, SUFFIX))
+        return false;
+    memset(key, 0, 32);
+    for (int i = 0; i < 64; i++) {
+        const char *digits = "0123456789abcdef", *d = strchr(digits, name[i]);
+        if (!d)
+            return false;
+        key[i / 2] = (uint8_t)(key[i / 2] << 4 | (d - digits));
+    }
+    return true;
+}
+
+/* What a lookup would make of the entry `name` of the trusted directory
+ * dir_fd; the reason in why. */
+static psr_cache_entry_state judge_entry(int dir_fd, const char *name, char *why, size_t len)
+{
+    uint8_t key[32];
+    if (!key_of_name(name, key))
+        return snprintf(why, len, "its name is no key psr looks up"), PSR_CACHE_ENTRY_INVALID;
+    unsigned char *payload = NULL;
+    size_t plen = 0;
+    struct stat st;
+    const char *what = NULL;
+    psr_cache_read r = psr_cache_read_at(dir_fd, name, key, &payload, &plen, NULL, &st, &what);
+    free(payload);
+    snprintf(why, len, "%s", r == PSR_CACHE_READ_OK ? "" : what);
+    if (r == PSR_CACHE_READ_UNTRUSTED && st.st_uid != geteuid() && st.st_uid != (uid_t)-1)
+        snprintf(why, len, "owned by uid %u, not by this user (uid %u)", (unsigned)st.st_uid,
+                 (unsigned)geteuid());
+    if (r != PSR_CACHE_READ_OK)
+        return r == PSR_CACHE_READ_MISSING      ? PSR_CACHE_ENTRY_MISSING
+               : r == PSR_CACHE_READ_INVALID    ? PSR_CACHE_ENTRY_INVALID
+               : r == PSR_CACHE_READ_UNTRUSTED  ? PSR_CACHE_ENTRY_IGNORED
+                                                : PSR_CACHE_ENTRY_UNREADABLE;
+    char mark[PSR_PATH_MAX];
+    int fd = -1;
+    long pid = 0;
+    mark_state m = mark_name(name, mark, sizeof mark) ? look_at_mark(dir_fd, mark, &st, &fd, &pid)
+                                                      : MARK_NONE;
+    if (fd >= 0)
+        close(fd);
+    if (m != MARK_DIED)
+        return PSR_CACHE_ENTRY_LOADS;
+    snprintf(why, len, "process %ld died while the driver loaded it", pid);
+    return PSR_CACHE_ENTRY_ON_TRIAL;
+}
+
+psr_status psr_cache_entry_check(const char *dir, const char *file, psr_cache_entry_state *state,
+                                 char *reason, size_t capacity)
+{
+    psr_clear_thread_error();
+    if (!file || !state)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_cache_entry_check: %s is NULL",
+                        file ? "state" : "file");
+    if (!reason && capacity > 0)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT,
+                        "psr_cache_entry_check: reason is NULL but capacity is %zu", capacity);
+    if (strchr(file, '/') || !has_suffix(file, SUFFIX))
+        return psr_fail(NULL, PSR_ERR_INVALID_ARGUMENT,
+                        "psr_cache_entry_check: file \"%.200s\" is not a binary's name in the "
+                        "directory (\"<key>" SUFFIX "\", as psr_cache_list gives)",
+                        file);
+    char path[PSR_PATH_MAX], why[PSR_PATH_MAX + 100];
+    psr_status st = psr_cache_resolve_dir(dir, path, sizeof path);
+    if (st != PSR_OK)
+        return st;
+    int dir_fd = psr_cache_dir_open(path, why, sizeof why);
+    if (dir_fd >= 0) {
+        *state = judge_entry(dir_fd, file, why, sizeof why);
+        close(dir_fd);
+    } else {
+        *state = errno == ENOENT ? PSR_CACHE_ENTRY_MISSING : PSR_CACHE_ENTRY_DIRECTORY;
+    }
+    if (capacity > 0)
+        psr_strlcpy(reason, why, capacity);
     return PSR_OK;
 }

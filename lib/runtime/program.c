@@ -2,6 +2,7 @@
 #include "runtime/runtime.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -149,35 +150,108 @@ static void store_binary(psr_context *ctx, cl_program p, const uint8_t key[32],
     ctx->stats.disk_writes++;
 }
 
-/* Looks in the disk tier; NULL when absent or discarded (*discarded set). */
-static cl_program load_from_disk(psr_context *ctx, const uint8_t key[32], const char *options,
-                                 bool *discarded)
+/* What a look in the disk tier did besides loading. */
+typedef struct disk_look {
+    bool discarded; /* a file was discarded: the build is a rebuild */
+    bool foreign;   /* another user's file has the name: left alone, nothing written */
+} disk_look;
+
+/* Removes an entry psr will not load again, saying why. */
+static void discard(psr_context *ctx, int dir_fd, const char *name, const char *why,
+                    disk_look *look)
 {
-    char path[PSR_PATH_MAX + 80];
-    psr_cache_path(ctx->cache_dir, key, path, sizeof path);
+    look->discarded = true;
+    psr_log(ctx, PSR_LOG_WARNING, "kernel cache: discarding %s/%s: %s; rebuilding from source",
+            ctx->cache_dir, name, why);
+    if (unlinkat(dir_fd, name, 0) != 0 && errno != ENOENT)
+        psr_log(ctx, PSR_LOG_WARNING, "kernel cache: cannot remove %s/%s: %s", ctx->cache_dir,
+                name, strerror(errno));
+}
+
+/* Hands a binary that passed psr's checks to the driver, on trial: a
+ * driver that crashes on it crashes this process once, and the next one
+ * discards it. NULL when it was not loaded. */
+static cl_program load_on_trial(psr_context *ctx, int dir_fd, const char *name,
+                                const struct stat *st, const unsigned char *bin, size_t len,
+                                const char *options, disk_look *look)
+{
+    int mark = -1, err = 0;
+    long pid = 0;
+    psr_trial t = psr_cache_trial_begin(dir_fd, name, st, &mark, &pid, &err);
+    if (t == PSR_TRIAL_BUSY) {
+        psr_log(ctx, PSR_LOG_DEBUG, "kernel cache: %s/%s is on trial in another process; building "
+                "from source", ctx->cache_dir, name);
+        return NULL;
+    }
+    if (t == PSR_TRIAL_FAILED) {
+        psr_log(ctx, PSR_LOG_WARNING, "kernel cache: disk tier off: cannot mark %s/%s on trial "
+                "(%s); building from source", ctx->cache_dir, name, strerror(err));
+        ctx->disk_enabled = false;
+        return NULL;
+    }
+    if (t == PSR_TRIAL_DIED) {
+        char why[96];
+        snprintf(why, sizeof why, "process %ld died while the driver loaded it", pid);
+        discard(ctx, dir_fd, name, why, look);
+        psr_cache_trial_end(dir_fd, name, mark);
+        return NULL;
+    }
+    if (psr_cache_trial_hook)
+        psr_cache_trial_hook(name);
+    const char *why = NULL;
+    cl_program p = program_from_binary(ctx, bin, len, options, &why);
+    if (!p)
+        discard(ctx, dir_fd, name, why, look);
+    if (t == PSR_TRIAL_MARKED)
+        psr_cache_trial_end(dir_fd, name, mark);
+    return p;
+}
+
+/* Looks in the disk tier: the program, or NULL (look says why). */
+static cl_program look_in_dir(psr_context *ctx, int dir_fd, const uint8_t key[32],
+                              const char *options, disk_look *look)
+{
+    char name[80];
+    psr_cache_name(key, name, sizeof name);
     unsigned char *bin = NULL;
     size_t len = 0;
     const char *why = NULL;
-    psr_cache_read r = psr_cache_read_file(path, key, &bin, &len, NULL, &why);
-    cl_program p = NULL;
+    struct stat st;
+    psr_cache_read r = psr_cache_read_at(dir_fd, name, key, &bin, &len, NULL, &st, &why);
     if (r == PSR_CACHE_READ_OK) {
-        p = program_from_binary(ctx, bin, len, options, &why);
+        cl_program p = load_on_trial(ctx, dir_fd, name, &st, bin, len, options, look);
         free(bin);
-        if (p)
-            return p;
-    } else if (r == PSR_CACHE_READ_MISSING) {
-        return NULL;
+        return p;
+    }
+    if (r == PSR_CACHE_READ_INVALID) {
+        discard(ctx, dir_fd, name, why, look);
     } else if (r == PSR_CACHE_READ_UNREADABLE) {
-        psr_log(ctx, PSR_LOG_WARNING, "kernel cache: cannot read %s: %s; building from source",
-                path, why);
+        psr_log(ctx, PSR_LOG_WARNING, "kernel cache: cannot read %s/%s: %s; building from source",
+                ctx->cache_dir, name, why);
+    } else if (r == PSR_CACHE_READ_UNTRUSTED) {
+        /* Never loaded; never removed unless it is this user's own. */
+        look->foreign = st.st_uid != geteuid();
+        psr_log(ctx, PSR_LOG_INFO, "kernel cache: ignoring %s/%s: %s; building from source%s",
+                ctx->cache_dir, name, why, look->foreign ? " (the file is left alone)" : "");
+    }
+    return NULL;
+}
+
+/* The disk tier's program for a key, or NULL. The directory is checked
+ * again, through the descriptor every file is then opened from. */
+static cl_program load_from_disk(psr_context *ctx, const uint8_t key[32], const char *options,
+                                 disk_look *look)
+{
+    char why[PSR_PATH_MAX + 100];
+    int dir_fd = psr_cache_dir_open(ctx->cache_dir, why, sizeof why);
+    if (dir_fd < 0) {
+        psr_log(ctx, PSR_LOG_WARNING, "kernel cache: disk tier off: %s", why);
+        ctx->disk_enabled = false;
         return NULL;
     }
-    *discarded = true;
-    psr_log(ctx, PSR_LOG_WARNING, "kernel cache: discarding %s: %s; rebuilding from source", path,
-            why);
-    if (unlink(path) != 0 && errno != ENOENT)
-        psr_log(ctx, PSR_LOG_WARNING, "kernel cache: cannot remove %s: %s", path, strerror(errno));
-    return NULL;
+    cl_program p = look_in_dir(ctx, dir_fd, key, options, look);
+    close(dir_fd);
+    return p;
 }
 
 static psr_status remember(psr_context *ctx, const char *mem_key, cl_program p)
@@ -213,9 +287,9 @@ static psr_status program_load_or_build(psr_context *ctx, const psr_variant *v, 
     cache_key(ctx, set_name, source, options, key);
     double start = psr_seconds();
     cl_program p = NULL;
-    bool discarded = false;
+    disk_look look = {false, false};
     if (ctx->disk_enabled)
-        p = load_from_disk(ctx, key, options, &discarded);
+        p = load_from_disk(ctx, key, options, &look);
     psr_status st = PSR_OK;
     bool loaded = p != NULL;
     if (loaded) {
@@ -224,9 +298,9 @@ static psr_status program_load_or_build(psr_context *ctx, const psr_variant *v, 
         st = psr_program_build_source(ctx, set_name, source, options, &p);
         if (st == PSR_OK) {
             ctx->stats.builds++;
-            if (discarded)
+            if (look.discarded)
                 ctx->stats.rebuilds++;
-            if (ctx->disk_enabled && ctx->disk_writable)
+            if (ctx->disk_enabled && ctx->disk_writable && !look.foreign)
                 store_binary(ctx, p, key, set_name, options);
         }
     }
