@@ -8,26 +8,44 @@
 #include <string.h>
 #include <time.h>
 
+static const char cache_about[] =
+    "The kernel cache keeps compiled programs per device under $PSR_CACHE_DIR,\n"
+    "else $XDG_CACHE_HOME/psr, else ~/.cache/psr. PSR_CACHE=0 turns it off; it is\n"
+    "off by default where the driver caches its own builds (PoCL): PSR_CACHE=1.\n";
+static const char warm_help[] =
+    "  warm    build every kernel variant for a device into the cache, a line each:\n"
+    "          [index/total] name ... seconds\n"
+    "          --device SEL   a selector (see psr info); default $PSR_DEVICE or auto\n"
+    "          --launch       also run each kernel once on a tiny input, for drivers\n"
+    "                         that compile a kernel at its first launch (PoCL, into\n"
+    "                         its own cache): minutes there\n";
+static const char list_help[] =
+    "  list    entries with device, driver, size and age, and why psr would not\n"
+    "          load one (--json: a JSON list, each with a status and a reason)\n";
+static const char clear_help[] = "  clear   remove psr's cached binaries and their trial marks\n";
+
 static void cache_usage(FILE *out)
 {
     fprintf(out,
             "usage: psr cache warm [--device SEL] [--launch]\n"
             "       psr cache list [--json]\n"
-            "       psr cache clear\n"
-            "\n"
-            "The kernel cache keeps compiled programs per device under $PSR_CACHE_DIR,\n"
-            "else $XDG_CACHE_HOME/psr, else ~/.cache/psr. PSR_CACHE=0 turns it off; it is\n"
-            "off by default where the driver caches its own builds (PoCL): PSR_CACHE=1.\n"
-            "\n"
-            "  warm    build every kernel variant for a device into the cache, a line each:\n"
-            "          [index/total] name ... seconds\n"
-            "          --device SEL   a selector (see psr info); default $PSR_DEVICE or auto\n"
-            "          --launch       also run each kernel once on a tiny input, for drivers\n"
-            "                         that compile a kernel at its first launch (PoCL, into\n"
-            "                         its own cache): minutes there\n"
-            "  list    entries with device, driver, size and age, and why psr would not\n"
-            "          load one (--json: a JSON list, each with a status and a reason)\n"
-            "  clear   remove psr's cached binaries\n");
+            "       psr cache clear\n\n%s\n%s%s%s",
+            cache_about, warm_help, list_help, clear_help);
+}
+
+static void warm_usage(FILE *out)
+{
+    fprintf(out, "usage: psr cache warm [--device SEL] [--launch]\n\n%s\n%s", warm_help, cache_about);
+}
+
+static void list_usage(FILE *out)
+{
+    fprintf(out, "usage: psr cache list [--json]\n\n%s\n%s", list_help, cache_about);
+}
+
+static void clear_usage(FILE *out)
+{
+    fprintf(out, "usage: psr cache clear\n\n%s\n%s", clear_help, cache_about);
 }
 
 /* psr's entries in a cache directory, read in two calls (how many, then
@@ -79,6 +97,28 @@ static void warm_progress(size_t index, size_t total, const char *name, double s
     fflush(stdout);
 }
 
+/* psr cache warm's options. */
+typedef struct warm_args {
+    const char *device;
+    psr_warm_options *options;
+} warm_args;
+
+static bool warm_flag(void *opts, const char *arg)
+{
+    if (strcmp(arg, "--launch") != 0)
+        return false;
+    /* where the driver compiles a kernel at its first launch */
+    ((warm_args *)opts)->options->launch = PSR_WARM_LAUNCH_AUTO;
+    return true;
+}
+
+static int warm_value(void *opts, const char *arg, const char *val)
+{
+    (void)arg; /* only --device takes a value */
+    ((warm_args *)opts)->device = val;
+    return CLI_OK;
+}
+
 static int cache_warm(int argc, char **argv)
 {
     const char *device = NULL;
@@ -86,16 +126,12 @@ static int cache_warm(int argc, char **argv)
     psr_warm_options_init(&o, sizeof o);
     o.launch = PSR_WARM_LAUNCH_OFF; /* every variant: launching them all takes minutes on PoCL */
     o.progress = warm_progress;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
-            device = argv[++i];
-        else if (strcmp(argv[i], "--device") == 0)
-            return cli_usage_error("cache warm", "--device needs a selector");
-        else if (strcmp(argv[i], "--launch") == 0)
-            o.launch = PSR_WARM_LAUNCH_AUTO; /* where the driver compiles at first launch */
-        else
-            return cli_usage_error("cache warm", "unknown argument \"%s\"", argv[i]);
-    }
+    warm_args w = {.options = &o};
+    static const cli_options options = {"cache warm", warm_usage, warm_flag, warm_value};
+    int parsed = cli_parse_values(&options, "--device", argc, argv, 1, &w, NULL);
+    if (parsed >= 0)
+        return parsed;
+    device = w.device;
     psr_context *ctx = cli_open_context(device, false);
     if (!ctx)
         return CLI_FAILED;
@@ -192,12 +228,10 @@ static void text_entries(const char *dir, const psr_cache_entry *e, size_t n, ti
 static int cache_list(int argc, char **argv)
 {
     bool as_json = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0)
-            as_json = true;
-        else
-            return cli_usage_error("cache list", "unknown argument \"%s\"", argv[i]);
-    }
+    static const cli_options options = {"cache list", list_usage, NULL, NULL};
+    int parsed = cli_parse_values(&options, "", argc, argv, 1, NULL, &as_json);
+    if (parsed >= 0)
+        return parsed;
     char dir[512];
     size_t n = 0;
     psr_status st = psr_cache_directory(dir, sizeof dir);
@@ -222,8 +256,10 @@ static int cache_list(int argc, char **argv)
 
 static int cache_clear(int argc, char **argv)
 {
-    if (argc > 1)
-        return cli_usage_error("cache clear", "unknown argument \"%s\"", argv[1]);
+    static const cli_options options = {"cache clear", clear_usage, NULL, NULL};
+    int parsed = cli_parse_values(&options, "", argc, argv, 1, NULL, NULL);
+    if (parsed >= 0)
+        return parsed;
     char dir[512];
     psr_status st = psr_cache_directory(dir, sizeof dir);
     size_t removed = 0;
@@ -241,11 +277,10 @@ int cmd_cache(int argc, char **argv)
         cache_usage(stderr);
         return CLI_USAGE;
     }
-    for (int i = 1; i < argc; i++)
-        if (cli_is_help(argv[i])) {
-            cache_usage(stdout);
-            return CLI_OK;
-        }
+    if (cli_is_help(argv[1])) {
+        cache_usage(stdout);
+        return CLI_OK;
+    }
     if (strcmp(argv[1], "warm") == 0)
         return cache_warm(argc - 1, argv + 1);
     if (strcmp(argv[1], "list") == 0)
