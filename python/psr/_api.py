@@ -9,9 +9,9 @@ argument struct is still set up by its init call with ctypes.sizeof, which
 fails with PSR_ERR_STRUCT_SIZE if the two ever disagree in size.
 """
 import ctypes
+import functools
 import os
 import pathlib
-import threading
 from ctypes import (POINTER, c_char, c_char_p, c_float, c_int, c_size_t, c_uint, c_uint32,
                     c_uint64, c_void_p)
 
@@ -226,22 +226,20 @@ def _library_path(stem, env):
                       f"${env} is not set (give the path of a build's {stem}.so)")
 
 
-_lock = threading.Lock()
-_lib = None
+def load_library(path, prototypes):
+    """A ctypes.CDLL of path with each function's (restype, argtypes) set."""
+    handle = ctypes.CDLL(str(path))
+    for name, (restype, argtypes) in prototypes.items():
+        fn = getattr(handle, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return handle
 
 
+@functools.lru_cache(maxsize=None)
 def lib():
-    """libpsr, loaded once with its prototypes set."""
-    global _lib
-    if _lib is None:
-        with _lock:
-            if _lib is None:
-                handle = ctypes.CDLL(str(_library_path("libpsr", "PSR_LIBRARY")))
-                for name, (restype, argtypes) in _PROTOTYPES.items():
-                    fn = getattr(handle, name)
-                    fn.restype, fn.argtypes = restype, argtypes
-                _lib = handle
-    return _lib
+    """libpsr, loaded once with its prototypes set (a race loads it twice:
+    the same handle)."""
+    return load_library(_library_path("libpsr", "PSR_LIBRARY"), _PROTOTYPES)
 
 
 def oracle_library_path():

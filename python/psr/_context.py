@@ -4,13 +4,13 @@ import ctypes
 import threading
 from ctypes import byref, c_int, c_size_t, c_void_p
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
 from . import _api
 from . import _convert as cv
-from ._errors import InvalidArgument, NotSupported, error_for
+from ._errors import InvalidArgument, error_for
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,8 @@ Gumbel token is the same up to rounding, but the bits are not promised) and
 FAST_MATH. fp16 and bf16 logits are widened to float32 first, exactly, as
 the kernels read them.
 """
-import ctypes
-import threading
-from ctypes import POINTER, c_float, c_int, c_int32, c_size_t, c_uint, c_void_p
+import functools
+from ctypes import c_float, c_int, c_int32, c_size_t, c_uint, c_void_p
 
 import numpy as np
 
@@ -20,34 +19,25 @@ from ._context import LogprobsResult, SampleResult
 from ._errors import FilterRange, InvalidArgument, PositionRange, TemperatureRange, TokenRange
 
 _ABI = 1
-_lock = threading.Lock()
-_lib = None
+_P = c_void_p
+_PROTOTYPES = {
+    "psr_py_oracle_abi": (c_uint, []),
+    "psr_py_oracle_filter_threshold": (c_float, [_P, c_size_t, c_float, c_int32, c_float, c_float]),
+    "psr_py_oracle_sample": (c_int, [_P, c_size_t, c_size_t, _P, _P, _P, c_int, c_int, c_int, _P, _P,
+                                     _P, _P, _P]),
+    "psr_py_oracle_logprobs": (c_int, [_P, c_size_t, c_size_t, _P, c_int, _P, _P, _P, _P, c_int, _P,
+                                       _P, _P, _P]),
+    "psr_py_oracle_verify": (None, [c_size_t, _P, c_size_t, c_size_t, c_size_t, _P, _P, c_size_t, _P,
+                                    _P, _P, _P, c_int, c_int, _P, _P]),
+}
 
 
+@functools.lru_cache(maxsize=None)
 def _oracle():
-    global _lib
-    if _lib is None:
-        with _lock:
-            if _lib is None:
-                h = ctypes.CDLL(str(_api.oracle_library_path()))
-                h.psr_py_oracle_abi.restype = c_uint
-                if h.psr_py_oracle_abi() != _ABI:
-                    raise ImportError("psr.oracle: libpsr_oracle is of another version")
-                P = c_void_p
-                h.psr_py_oracle_filter_threshold.restype = c_float
-                h.psr_py_oracle_filter_threshold.argtypes = [P, c_size_t, c_float, c_int32,
-                                                             c_float, c_float]
-                h.psr_py_oracle_sample.restype = c_int
-                h.psr_py_oracle_sample.argtypes = [P, c_size_t, c_size_t, P, P, P, c_int, c_int,
-                                                   c_int, P, P, P, P, P]
-                h.psr_py_oracle_logprobs.restype = c_int
-                h.psr_py_oracle_logprobs.argtypes = [P, c_size_t, c_size_t, P, c_int, P, P, P, P,
-                                                     c_int, P, P, P, P]
-                h.psr_py_oracle_verify.restype = None
-                h.psr_py_oracle_verify.argtypes = [c_size_t, P, c_size_t, c_size_t, c_size_t, P,
-                                                   P, c_size_t, P, P, P, P, c_int, c_int, P, P]
-                _lib = h
-    return _lib
+    h = _api.load_library(_api.oracle_library_path(), _PROTOTYPES)
+    if h.psr_py_oracle_abi() != _ABI:
+        raise ImportError("psr.oracle: libpsr_oracle is of another version")
+    return h
 
 
 def _f32_logits(logits, name, dtype):

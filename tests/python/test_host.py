@@ -179,7 +179,6 @@ def _verify_case(seed=10, vocab=1500):
     drafts = rng.integers(0, vocab, rows).astype(np.int32)
     drafts[0] = int(np.argmax(target[0]))  # likely accepted
     drafts[5] = -1
-    cache = logits(3, vocab * 3, seed=seed + 1, sigma=2.0).reshape(3, 3, vocab)
     return dict(target_logits=target, draft_tokens=drafts, cu=cu, seeds=[5, 6, 7],
                 temperatures=np.array([0.9, 0.0, 1.1], np.float32),
                 positions=np.arange(rows) + 40)

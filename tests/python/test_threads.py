@@ -2,8 +2,6 @@
 psr.h's rule for a context), and one Context per thread."""
 import threading
 
-import numpy as np
-
 import psr
 from conftest import logits
 
@@ -23,13 +21,16 @@ def _check(out):
         assert (tokens == psr.oracle.sample(X, 0.9, [i, j, 1, 2], j)).all()
 
 
+def _run_all(threads):
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def test_one_context_two_threads(ctx):
     out, errors = {}, []
-    ts = [threading.Thread(target=_run, args=(ctx, i, out, errors)) for i in range(2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    _run_all([threading.Thread(target=_run, args=(ctx, i, out, errors)) for i in range(2)])
     assert not errors and len(out) == 16
     _check(out)
 
@@ -41,10 +42,6 @@ def test_a_context_per_thread():
         with psr.Context() as c:
             _run(c, i, out, errors)
 
-    ts = [threading.Thread(target=own, args=(i,)) for i in range(2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    _run_all([threading.Thread(target=own, args=(i,)) for i in range(2)])
     assert not errors and len(out) == 16
     _check(out)
