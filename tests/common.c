@@ -473,6 +473,21 @@ cl_mem filter_scratch(psr_context *ctx, filter_scratch_kind which, size_t *bytes
     return s->buffer;
 }
 
+void poison_counters(psr_context *ctx)
+{
+    /* best_count (ops/sample.c) and psr_logprobs' row counts (ROW_DONE, index 4 in ops/logprobs.c) */
+    const psr_scratch *s[] = {&ctx->best_count, &ctx->logprobs[4]};
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+        if (!s[i]->buffer)
+            fail_msg("poison_counters: scratch %zu is not allocated yet", i);
+        cl_uint junk = 0x5a5a5a5au;
+        assert_int_equal(clEnqueueFillBuffer(ctx->queue, s[i]->buffer, &junk, sizeof junk, 0, s[i]->bytes / 4 * 4,
+                                             0, NULL, NULL),
+                         CL_SUCCESS);
+    }
+    assert_int_equal(clFinish(ctx->queue), CL_SUCCESS);
+}
+
 void set_filter_dirty(psr_context *ctx, bool dirty)
 {
     ctx->filter_dirty = dirty;

@@ -156,6 +156,9 @@ typedef enum filter_scratch_kind { FILTER_CUT, FILTER_STATE, FILTER_HIST } filte
 cl_mem filter_scratch(psr_context *ctx, filter_scratch_kind which, size_t *bytes);
 /* Marks the filters' state dirty (as a launch cut short leaves it) or clean. */
 void set_filter_dirty(psr_context *ctx, bool dirty);
+/* Garbage in the counters sampling and logprobs keep zero between launches,
+ * as a launch cut short on the device may leave them. */
+void poison_counters(psr_context *ctx);
 /* psr_verify's launch number: read, and set (to reach its wrap). */
 uint32_t verify_epoch(const psr_context *ctx);
 void set_verify_epoch(psr_context *ctx, uint32_t epoch);

@@ -325,6 +325,55 @@ static void test_verify_host(void **state)
     free_problem(p);
 }
 
+/* Sampling and logprobs of the problem, through the host calls. */
+static void sample_and_logprobs(const problem *p, int32_t tokens[R], float lp[R])
+{
+    assert_int_equal(sample_host(ctx, p->x, PSR_DTYPE_F32, R, V, 0, p->seeds, p->pos, p->temps, 0, tokens, NULL, NULL),
+                     PSR_OK);
+    psr_logprobs_host_args h;
+    assert_int_equal(psr_logprobs_host_args_init(&h, sizeof h), PSR_OK);
+    h.rows = R, h.vocab = V, h.logits = p->x, h.temperatures = p->temps, h.tokens = tokens, h.token_logprobs = lp;
+    assert_int_equal(psr_logprobs_host(ctx, &h), PSR_OK);
+}
+
+/* A launch cut short on the device (a fault, a watchdog) leaves the
+ * counters the kernels keep zero between launches half-counted; garbage
+ * in them stands for that. After psr_context_recover the next calls give
+ * what they gave before; without it (the control) neither call does. */
+static void test_recover_after_cut_short_launch(void **state)
+{
+    (void)state;
+    psr_tuning saved = tuning_of(ctx), t = saved;
+    t.sample.resident_per_unit = 16; /* rows split over groups, which one kernel counts */
+    t.logprobs.one_blocks = SIZE_MAX; /* one launch, which counts each row's blocks */
+    set_tuning(ctx, &t);
+    problem *p = make_problem();
+    int32_t want[R], got[R];
+    float want_lp[R], got_lp[R];
+    sample_and_logprobs(p, want, want_lp);
+    for (int control = 1; control >= 0; control--) {
+        poison_counters(ctx);
+        if (!control)
+            assert_int_equal(psr_context_recover(ctx), PSR_OK);
+        memset(got, 0x7f, sizeof got);
+        sample_and_logprobs(p, got, got_lp);
+        bool tokens_same = memcmp(got, want, sizeof want) == 0;
+        bool lp_same = memcmp(got_lp, want_lp, sizeof want_lp) == 0;
+        if (control && (tokens_same || lp_same))
+            fail_msg("control: garbage counters left sampling (%d) or logprobs (%d) right", tokens_same, lp_same);
+        if (!control && !(tokens_same && lp_same))
+            fail_msg("after psr_context_recover: tokens %s, logprobs %s", tokens_same ? "right" : "wrong",
+                     lp_same ? "right" : "wrong");
+    }
+    /* verification's words carry launch numbers: its next launch clears them */
+    uint32_t epoch = verify_epoch(ctx);
+    assert_int_equal(psr_context_recover(ctx), PSR_OK);
+    assert_int_equal(verify_epoch(ctx), epoch ? PSR_VERIFY_EPOCHS - 1 : 0);
+    assert_int_equal(psr_context_recover(NULL), PSR_ERR_NULL_ARGUMENT);
+    set_tuning(ctx, &saved);
+    free_problem(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -336,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_filter_for_every_request),
         cmocka_unit_test(test_logprobs_host),
         cmocka_unit_test(test_verify_host),
+        cmocka_unit_test(test_recover_after_cut_short_launch),
     };
     return run_device_tests(tests, .ctx = &ctx, .seed = 2026);
 }

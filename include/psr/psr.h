@@ -413,6 +413,14 @@ PSR_API psr_status psr_context_last_noise(const psr_context *ctx, psr_noise *noi
  * (scratch for per-row partial results): O(rows x work-groups per row). */
 PSR_API psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes);
 
+/* After a launch of this context that failed or was abandoned on the device
+ * (one of its events ended with a negative status: a device fault, a
+ * watchdog): the counters psr's kernels leave zero for the next launch may
+ * be left half-counted, so the next launch that uses each clears it first.
+ * Calls that fail while enqueueing do this by themselves. The context's
+ * queue must still work. PSR_ERR_NULL_ARGUMENT for a NULL ctx. */
+PSR_API psr_status psr_context_recover(psr_context *ctx);
+
 /* ------------------------------------------------------------------ */
 /* Speculative decoding: verification of draft tokens                  */
 /* ------------------------------------------------------------------ */

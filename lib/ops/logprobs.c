@@ -226,6 +226,9 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_even
         nwait = 0, wait = NULL;
     }
     size_t local = ctx->tuning.sample.work_group_size < 256 ? ctx->tuning.sample.work_group_size : 256;
+    if (st == PSR_OK && one)
+        st = psr_clear_if_dirty(ctx, &ctx->logprobs_dirty, &ctx->logprobs[ROW_DONE], &nwait, &wait,
+                                "psr_logprobs' row counts");
     if (st == PSR_OK)
         st = psr_enqueue_groups(ctx, partial, pname, blocks, local, nwait, wait, one ? event : NULL);
     if (st == PSR_OK && !one)

@@ -275,6 +275,9 @@ static psr_status launch_sample(psr_context *ctx, const psr_sample_args *a, cons
         st = psr_filter_launch(ctx, a, &pl->filter, first ? &ev_filter : NULL);
         nwait = 0, wait = NULL;
     }
+    if (st == PSR_OK && pl->best_count)
+        st = psr_clear_if_dirty(ctx, &ctx->sample_dirty, &ctx->best_count, &nwait, &wait,
+                                "the sampler's row counts");
     if (st == PSR_OK)
         st = psr_enqueue_groups(ctx, pl->sample, "psr_gumbel_sample", pl->parts, wg, nwait, wait,
                                 (first || last) ? &ev_sample : NULL);

@@ -377,6 +377,16 @@ psr_status psr_context_last_noise(const psr_context *ctx, psr_noise *noise)
     return st;
 }
 
+psr_status psr_context_recover(psr_context *ctx)
+{
+    if (!ctx)
+        return psr_fail(NULL, PSR_ERR_NULL_ARGUMENT, "psr_context_recover: ctx is NULL");
+    ctx->sample_dirty = ctx->logprobs_dirty = ctx->filter_dirty = true;
+    if (ctx->verify_epoch) /* its next launch clears the count and rejection words */
+        ctx->verify_epoch = PSR_VERIFY_EPOCHS - 1;
+    return PSR_OK;
+}
+
 psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
 {
     psr_status st = psr_context_check_call(ctx, bytes, "psr_context_scratch_bytes", "bytes");

@@ -83,6 +83,8 @@ struct psr_context {
     psr_scratch filter_hist;  /* per row: 12-bit histogram (counts or masses); zero between launches */
     psr_scratch filter_cand;  /* per row: candidate keys for the exact search */
     bool filter_dirty;        /* a filter launch was cut short: clear the state first */
+    bool sample_dirty;        /* best_count may hold a cut-short launch's counts (psr_context_recover) */
+    bool logprobs_dirty;      /* so may psr_logprobs' row counts */
     psr_scratch verify_state; /* psr_verify's state, regions PSR_VS_* (ops/verify.c) */
     size_t verify_capacity[PSR_VS_REGIONS]; /* each region's bytes */
     cl_uint verify_at[PSR_VS_REGIONS];      /* and its offset in verify_state */

@@ -316,6 +316,22 @@ psr_status psr_kernel_args_end(psr_kernel_args *a)
     return a->ctx->check_arg_names ? compare_with_driver(a) : PSR_OK;
 }
 
+psr_status psr_clear_if_dirty(psr_context *ctx, bool *dirty, const psr_scratch *buf, cl_uint *nwait,
+                              const cl_event **wait, const char *what)
+{
+    if (!*dirty || !buf->buffer)
+        return PSR_OK;
+    cl_uint zero = 0;
+    cl_int err = clEnqueueFillBuffer(ctx->queue, buf->buffer, &zero, sizeof zero, 0, buf->bytes / 4 * 4, *nwait,
+                                     *wait, NULL);
+    if (err != CL_SUCCESS)
+        return psr_fail_cl(ctx, err, "clearing %s failed", what);
+    *dirty = false;
+    *nwait = 0;
+    *wait = NULL;
+    return PSR_OK;
+}
+
 psr_status psr_enqueue_groups(psr_context *ctx, cl_kernel k, const char *name, size_t groups,
                               size_t local, cl_uint nwait, const cl_event *wait, cl_event *event)
 {

@@ -88,6 +88,12 @@ psr_status psr_reserve_partials(psr_context *ctx, const psr_variant *v, const ch
 psr_rows_params psr_rows_params_of(size_t logits_offset, size_t row_stride, size_t vocab, size_t requests,
                                    cl_uint groups_per_row, cl_uint chunk);
 /* Enqueues `groups` work-groups of `local` work-items. */
+/* Clears a scratch buffer whose counters a cut-short launch may have left
+ * (*dirty, set by psr_context_recover) before the kernels that count in it:
+ * the fill waits for the caller's events, which are then spent (*nwait 0;
+ * the kernels follow by queue order). Nothing is enqueued when !*dirty. */
+psr_status psr_clear_if_dirty(psr_context *ctx, bool *dirty, const psr_scratch *buf, cl_uint *nwait,
+                              const cl_event **wait, const char *what);
 psr_status psr_enqueue_groups(psr_context *ctx, cl_kernel k, const char *name, size_t groups,
                               size_t local, cl_uint nwait, const cl_event *wait, cl_event *event);
 
