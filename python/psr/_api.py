@@ -194,6 +194,7 @@ _PROTOTYPES = {
     "psr_context_build_log": (c_char_p, [_P]),
     "psr_context_last_noise": (c_int, [_P, POINTER(c_int)]),
     "psr_context_scratch_bytes": (c_int, [_P, POINTER(c_size_t)]),
+    "psr_context_recover": (c_int, [_P]),
     "psr_sample": (c_int, [_P, _P, _P]),
     "psr_sample_host": (c_int, [_P, _P]),
     "psr_verify": (c_int, [_P, _P, _P]),

@@ -277,6 +277,16 @@ class Context:
                 raise self._error(st)
         return n.value
 
+    def recover(self):
+        """After a launch that failed or was abandoned on the device (an
+        event with a negative status): the next launches clear the counters
+        psr's kernels keep between launches (psr_context_recover)."""
+        with self._lock:
+            self._check()
+            st = self._lib.psr_context_recover(self._ptr)
+            if st:
+                raise self._error(st)
+
     @property
     def build_log(self):
         with self._lock:

@@ -196,3 +196,14 @@ def test_verify_equals_oracle(ctx, kw):
     assert tokens.shape == (3, kw.get("max_drafts", 3) + 1) and tokens.dtype == wt.dtype
     assert (tokens == wt).all() and (num == wn).all()
     assert ((num >= 1) & (num <= np.diff(case["cu"]))).all()
+
+
+def test_recover_keeps_results(ctx):
+    """Context.recover (psr_context_recover): the next calls clear the
+    kernels' counters first and give the same tokens; the context's
+    properties read back."""
+    x = logits(4, 3001, seed=31)
+    before = ctx.sample(x, 0.8, [1, 2, 3, 4], 5)
+    ctx.recover()
+    assert (ctx.sample(x, 0.8, [1, 2, 3, 4], 5) == before).all()
+    assert ctx.scratch_bytes > 0 and ctx.last_noise == "fp32" and isinstance(ctx.build_log, str)
