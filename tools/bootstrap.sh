@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what psr needs on Debian/Ubuntu and builds it into ./build
-# (g++ and cmake: the header and install tests, tests/header, tests/install).
+# (g++ and cmake: the header and install tests, tests/header, tests/install;
+# numpy, pytest and PyOpenCL: the Python package's suite, tests/python).
 # Usage: tools/bootstrap.sh [extra meson setup options]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,7 @@ packages=(
   ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers
   pocl-opencl-icd clinfo
   librandom123-dev libclblast-dev libcmocka-dev
+  python3-numpy python3-pytest python3-pyopencl
 )
 missing=()
 for p in "${packages[@]}"; do
