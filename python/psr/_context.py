@@ -244,48 +244,40 @@ class Context:
             t = self._tmpl[cls] = _api.init_struct(cls)
         return cls.from_buffer_copy(t)
 
+    def _call(self, fn, *args):
+        """fn(ctx, *args) of libpsr under the context's lock; its error raised."""
+        with self._lock:
+            self._check()
+            st = fn(self._ptr, *args)
+            if st:
+                raise self._error(st)
+
     # ---- facts ----
     @property
     def device(self):
         """The context's DeviceInfo (psr_context_device_info)."""
         out = _api.DeviceInfoStruct()
-        with self._lock:
-            self._check()
-            st = self._lib.psr_context_device_info(self._ptr, byref(out))
-            if st:
-                raise self._error(st)
+        self._call(self._lib.psr_context_device_info, byref(out))
         return DeviceInfo._of(out)
 
     @property
     def last_noise(self):
         """The noise the last sampling or verification used ("fp32", "fp64", "wide")."""
         n = c_int(0)
-        with self._lock:
-            self._check()
-            st = self._lib.psr_context_last_noise(self._ptr, byref(n))
-            if st:
-                raise self._error(st)
+        self._call(self._lib.psr_context_last_noise, byref(n))
         return {v: k for k, v in _api.PSR_NOISE.items()}.get(n.value, str(n.value))
 
     @property
     def scratch_bytes(self):
         n = c_size_t(0)
-        with self._lock:
-            self._check()
-            st = self._lib.psr_context_scratch_bytes(self._ptr, byref(n))
-            if st:
-                raise self._error(st)
+        self._call(self._lib.psr_context_scratch_bytes, byref(n))
         return n.value
 
     def recover(self):
         """After a launch that failed or was abandoned on the device (an
         event with a negative status): the next launches clear the counters
         psr's kernels keep between launches (psr_context_recover)."""
-        with self._lock:
-            self._check()
-            st = self._lib.psr_context_recover(self._ptr)
-            if st:
-                raise self._error(st)
+        self._call(self._lib.psr_context_recover)
 
     @property
     def build_log(self):
@@ -319,19 +311,6 @@ class Context:
         return self._cl_objects()[1]
 
     # ---- calls ----
-    def _call(self, fn, args, event=None):
-        with self._lock:
-            self._check()
-            st = fn(self._ptr, byref(args), event)
-            if st:
-                raise self._error(st)
-
-    def _call_host(self, fn, args):
-        with self._lock:
-            self._check()
-            st = fn(self._ptr, byref(args))
-            if st:
-                raise self._error(st)
 
     def sample(self, logits, temperature, seeds, positions, *, drafting=False, noise="fp32",
                method="gumbel", probs=False, top_k=None, top_p=None, min_p=None, logprobs=None,
@@ -375,7 +354,7 @@ class Context:
         _set_filters(a, filt, lambda arr: arr.ctypes.data)
         a.flags, a.noise = flags, noise_v
         a.tokens, a.tokens_dtype = tokens.ctypes.data, tok_psr
-        self._call_host(self._lib.psr_sample_host, a)
+        self._call(self._lib.psr_sample_host, byref(a))
         if top_n is None:
             return tokens
         lp = self.logprobs(x, tokens, temps, top_n=top_n, raw=raw_logprobs,
@@ -419,7 +398,7 @@ class Context:
         a.token_logprobs, a.token_ranks = lp.ctypes.data, rk.ctypes.data
         if top_n:
             a.top_ids, a.top_logprobs = ids.ctypes.data, tlp.ctypes.data
-        self._call_host(self._lib.psr_logprobs_host, a)
+        self._call(self._lib.psr_logprobs_host, byref(a))
         return LogprobsResult(lp, rk, ids, tlp)
 
     def verify(self, target_logits, draft_tokens, cu, seeds, temperatures, positions, *,
@@ -465,7 +444,7 @@ class Context:
         a.temperatures, a.positions = temps.ctypes.data, pos_a.ctypes.data
         a.method, a.noise = _api.PSR_VERIFY[method], noise_v
         a.tokens, a.tokens_dtype, a.num_sampled = tokens.ctypes.data, tok_psr, num.ctypes.data
-        self._call_host(self._lib.psr_verify_host, a)
+        self._call(self._lib.psr_verify_host, byref(a))
         return tokens, num
 
     def lm_head(self, hidden, weights, *, out=None, wait_for=None):
@@ -494,7 +473,7 @@ class Context:
         a.hidden, a.weights, a.logits = _mem_of(h), _mem_of(w), res_ptr
         waits = _set_waits(a, wait_for)
         ev = c_void_p()
-        self._call(self._lib.psr_lm_head, a, byref(ev))
+        self._call(self._lib.psr_lm_head, byref(a), byref(ev))
         del waits, keep
         return res, _event(cl, ev)
 
@@ -523,7 +502,7 @@ class Context:
         a.flags, a.noise, a.tokens_dtype = flags, noise_v, tok_psr
         waits = _set_waits(a, wait_for)
         ev = c_void_p()
-        self._call(self._lib.psr_sample, a, None if top_n is not None else byref(ev))
+        self._call(self._lib.psr_sample, byref(a), None if top_n is not None else byref(ev))
         if top_n is None:
             return tokens, _event(cl, ev)
         la = self._args(_api.LogprobsArgs)
@@ -549,7 +528,7 @@ class Context:
                                             np.float32)
         la.top_n = top_n
         ev = c_void_p()
-        self._call(self._lib.psr_logprobs, la, byref(ev))
+        self._call(self._lib.psr_logprobs, byref(la), byref(ev))
         return LogprobsResult(lp, rk, ids, tlp), _event(cl, ev)
 
     def _logprobs_device(self, logits, tokens, temperature, top_n, raw, top_k, top_p, min_p,
@@ -619,7 +598,7 @@ class Context:
             _, a.status = _dev_out(cla, queue, status_out, "status_out", (1,), np.uint32)
         waits = _set_waits(a, wait_for)
         ev = c_void_p()
-        self._call(self._lib.psr_verify, a, byref(ev))
+        self._call(self._lib.psr_verify, byref(a), byref(ev))
         del waits, keep
         return tokens, num, _event(cl, ev)
 
