@@ -478,18 +478,24 @@ class Context:
         return res, _event(cl, ev)
 
     # ---- the device path ----
-    def _sample_device(self, logits, temperature, seeds, positions, flags, noise_v, top_k, top_p,
-                       min_p, top_n, raw, tok_np, tok_psr, dtype, out, row_flags, shape,
-                       wait_for):
+    def _device_args(self, cls, logits, dtype, shape):
+        """The device path's start: PyOpenCL, the context's queue, and a new
+        args struct of cls with the logits' buffer, shape and layout (one
+        request per row)."""
         cl, cla = _pyopencl()
         _, queue = self._cl_objects()
         mem, rows, vocab, offset, stride, pdtype = _dev_logits(cl, cla, logits, "logits", dtype,
                                                                 shape)
-        keep = []
-        a = self._args(_api.SampleArgs)
+        a = self._args(cls)
         a.rows, a.vocab, a.logits, a.logits_dtype = rows, vocab, mem, pdtype
-        a.logits_offset, a.row_stride = offset, stride
-        a.requests = rows
+        a.logits_offset, a.row_stride, a.requests = offset, stride, rows
+        return cl, cla, queue, a
+
+    def _sample_device(self, logits, temperature, seeds, positions, flags, noise_v, top_k, top_p,
+                       min_p, top_n, raw, tok_np, tok_psr, dtype, out, row_flags, shape,
+                       wait_for):
+        cl, cla, queue, a = self._device_args(_api.SampleArgs, logits, dtype, shape)
+        rows, keep = a.rows, []
         a.temperatures = _dev_in(cl, cla, queue, temperature, "temperature", rows, np.float32,
                                  keep)
         a.seeds = _dev_in(cl, cla, queue, seeds, "seeds", rows, np.int64, keep)
@@ -506,8 +512,8 @@ class Context:
         if top_n is None:
             return tokens, _event(cl, ev)
         la = self._args(_api.LogprobsArgs)
-        la.rows, la.vocab, la.logits, la.logits_dtype = rows, vocab, mem, pdtype
-        la.logits_offset, la.row_stride, la.requests = offset, stride, rows
+        la.rows, la.vocab, la.logits, la.logits_dtype = a.rows, a.vocab, a.logits, a.logits_dtype
+        la.logits_offset, la.row_stride, la.requests = a.logits_offset, a.row_stride, a.requests
         la.tokens, la.tokens_dtype = a.tokens, tok_psr
         if raw:
             la.flags = _api.PSR_LOGPROBS_RAW
@@ -533,14 +539,8 @@ class Context:
 
     def _logprobs_device(self, logits, tokens, temperature, top_n, raw, top_k, top_p, min_p,
                          dtype, shape, wait_for):
-        cl, cla = _pyopencl()
-        _, queue = self._cl_objects()
-        mem, rows, vocab, offset, stride, pdtype = _dev_logits(cl, cla, logits, "logits", dtype,
-                                                                shape)
-        keep = []
-        la = self._args(_api.LogprobsArgs)
-        la.rows, la.vocab, la.logits, la.logits_dtype = rows, vocab, mem, pdtype
-        la.logits_offset, la.row_stride, la.requests = offset, stride, rows
+        cl, cla, queue, la = self._device_args(_api.LogprobsArgs, logits, dtype, shape)
+        rows, keep = la.rows, []
         if _is_cl(tokens) and getattr(tokens, "dtype", None) == np.int64:
             la.tokens, la.tokens_dtype = _dev_in(cl, cla, queue, tokens, "tokens", rows,
                                                  np.int64, keep), _api.PSR_TOKENS_I64
