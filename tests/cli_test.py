@@ -448,6 +448,13 @@ def npy_file_checks(d):
     check(r.returncode == 1 and "directory" in r.stderr and "magic" not in r.stderr, "--logits DIR says it is a directory")
     r = run("sample", "--logits", "/dev/null")
     check(r.returncode == 1 and "not a regular file" in r.stderr, "--logits /dev/null says it is not a regular file")
+    fifo = os.path.join(d, "fifo.npy")
+    os.mkfifo(fifo)
+    try:  # opening a FIFO must not wait for a writer
+        r = subprocess.run([PSR, "sample", "--logits", fifo], capture_output=True, text=True, timeout=30)
+        check(r.returncode == 1 and "not a regular file" in r.stderr, "--logits FIFO says it is not a regular file")
+    except subprocess.TimeoutExpired:
+        check(False, "--logits FIFO returns instead of waiting for a writer")
 
 
 def option_syntax_checks():

@@ -349,6 +349,10 @@ static void test_untrusted_entries(void **state)
         assert_int_equal(chown(path, OTHER_UID, OTHER_UID), 0);
         assert_int_equal(read_back(path, key_a, &why), PSR_CACHE_READ_UNTRUSTED);
         assert_non_null(strstr(why, "another user"));
+        size_t removed = 9;
+        assert_int_equal(psr_cache_clear(dir, &removed), PSR_OK);
+        assert_int_equal(removed, 0); /* another user's file is not psr_cache_clear's to remove */
+        assert_int_equal(stat(path, &st), 0);
     }
     remove_tree(dir);
 }

@@ -1,11 +1,13 @@
 #include "npy.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static int fail(char *err, size_t len, const char *path, const char *what)
 {
@@ -79,20 +81,24 @@ static int parse_header(const char *h, npy_array *a, char *err, size_t len, cons
  * directory or a device has no size to check a shape against. */
 static FILE *open_regular(const char *path, long long *size, char *err, size_t len)
 {
-    FILE *fp = fopen(path, "rb");
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer before the check */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    FILE *fp = NULL;
     struct stat st;
-    if (!fp || fstat(fileno(fp), &st) != 0) {
+    if (fd < 0 || fstat(fd, &st) != 0) {
         snprintf(err, len, "%s: %s", path, strerror(errno));
     } else if (S_ISDIR(st.st_mode)) {
         fail(err, len, path, "is a directory, not a .npy file");
     } else if (!S_ISREG(st.st_mode)) {
         fail(err, len, path, "is not a regular file (psr reads .npy files, whose size it checks first)");
+    } else if (fcntl(fd, F_SETFL, 0) != 0 || !(fp = fdopen(fd, "rb"))) {
+        snprintf(err, len, "%s: %s", path, strerror(errno));
     } else {
         *size = (long long)st.st_size;
         return fp;
     }
-    if (fp)
-        fclose(fp);
+    if (fd >= 0)
+        close(fd);
     return NULL;
 }
 

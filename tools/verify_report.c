@@ -182,7 +182,8 @@ static void p_value_usage(FILE *out)
             "The p-value psr verify would give a statistic: the chi-square survival\n"
             "function Q(N/2, X/2), or the two-sided p-value of a count K (twice its\n"
             "smaller tail, at most 1) under Poisson(L) or binomial(N, P), with the\n"
-            "counts that pass. Every test of psr verify fails when p < %g.\n",
+            "counts that pass. Every test of psr verify fails when p < %g. Every\n"
+            "number is at most 1e12.\n",
             PSR_CHECK_THRESHOLD_P);
 }
 
@@ -204,7 +205,8 @@ static int p_value_option(void *opts, const char *arg, const char *val)
 {
     p_value_options *o = opts;
     double v = 0;
-    bool ok = number_in(val, 0, 1e15, &v);
+    /* Up to 1e12: past it the tails' log terms cancel too much for double. */
+    bool ok = number_in(val, 0, 1e12, &v);
     if (strcmp(arg, "--chi2") == 0)
         o->kind = 'c', o->x = v;
     else if (strcmp(arg, "--df") == 0)

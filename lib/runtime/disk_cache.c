@@ -462,7 +462,11 @@ static mark_state look_at_mark(int dir_fd, const char *mark, const struct stat *
 {
     *fd = -1;
     *pid = 0;
-    int m = openat(dir_fd, mark, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    /* Open for writing where possible: where flock is emulated by fcntl
+     * locks (NFS), an exclusive lock needs a descriptor that can write. */
+    int m = openat(dir_fd, mark, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (m < 0 && (errno == EACCES || errno == EROFS))
+        m = openat(dir_fd, mark, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (m < 0)
         return errno == ENOENT ? MARK_NONE : MARK_DIED;
     /* A filesystem without locks refuses otherwise: then any mark condemns. */
@@ -478,8 +482,13 @@ static mark_state look_at_mark(int dir_fd, const char *mark, const struct stat *
     char text[256];
     ssize_t n = pread(m, text, sizeof text - 1, 0);
     text[n > 0 ? n : 0] = '\0';
+    bool named = names_entry(text, entry, pid);
+    if (*pid == (long)getpid()) { /* another context of this process: fcntl-emulated locks see no conflict */
+        close(m);
+        return MARK_LIVE;
+    }
     *fd = m;
-    return names_entry(text, entry, pid) ? MARK_DIED : MARK_STALE;
+    return named ? MARK_DIED : MARK_STALE;
 }
 
 /* Makes the mark, locked and naming entry: written under a temporary
@@ -692,7 +701,8 @@ typedef struct clear_walk {
 static void remove_one(void *state, const char *name, const char *file, const struct stat *st)
 {
     clear_walk *w = state;
-    (void)st;
+    if (st->st_uid != geteuid())
+        return; /* another user's, in a directory shared by mistake: not ours to remove */
     if (unlink(file) == 0) {
         w->removed++;
     } else if (errno != ENOENT && !w->failure) {
