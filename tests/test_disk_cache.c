@@ -537,6 +537,35 @@ static void test_entry_check(void **state)
     remove_tree(dir);
 }
 
+/* A file judged and then replaced by another process's fresh one: only
+ * the judged file is removed. */
+static void test_unlink_only_the_file_judged(void **state)
+{
+    (void)state;
+    char dir[512], a[700], b[700];
+    make_temp_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/entry.psrbin", dir);
+    snprintf(b, sizeof b, "%s/fresh.tmp", dir);
+    FILE *f = fopen(a, "w");
+    assert_non_null(f);
+    fclose(f);
+    struct stat judged, fresh;
+    assert_int_equal(stat(a, &judged), 0);
+    f = fopen(b, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(rename(b, a), 0); /* the fresh file takes the name */
+    int dir_fd = open(dir, O_RDONLY | O_DIRECTORY);
+    assert_true(dir_fd >= 0);
+    assert_int_equal(psr_cache_unlink_same(dir_fd, "entry.psrbin", &judged), 0);
+    assert_int_equal(stat(a, &fresh), 0); /* still there */
+    assert_int_equal(psr_cache_unlink_same(dir_fd, "entry.psrbin", &fresh), 0);
+    assert_int_not_equal(stat(a, &fresh), 0);
+    assert_int_equal(psr_cache_unlink_same(dir_fd, "entry.psrbin", &fresh), ENOENT);
+    close(dir_fd);
+    remove_tree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -552,6 +581,7 @@ int main(void)
         cmocka_unit_test(test_trial_marks),
         cmocka_unit_test(test_trial_read_only),
         cmocka_unit_test(test_entry_check),
+        cmocka_unit_test(test_unlink_only_the_file_judged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,6 +53,10 @@ psr_cache_read psr_cache_read_at(int dir_fd, const char *name, const uint8_t key
 /* psr_cache_read_at of a path. */
 psr_cache_read psr_cache_read_file(const char *path, const uint8_t key[32], unsigned char **payload,
                                    size_t *payload_len, psr_cache_meta *meta, const char **why);
+/* Removes `name` of dir_fd only if it is still the file `was` describes
+ * (dev and inode): another process may have put a fresh one in its place.
+ * 0 (also when another file has the name now), or an errno. */
+int psr_cache_unlink_same(int dir_fd, const char *name, const struct stat *was);
 /* Writes a binary atomically (temporary file, then rename). 0 or an errno. */
 int psr_cache_write_file(const char *dir, const uint8_t key[32], const psr_cache_meta *meta,
                          const unsigned char *payload, size_t payload_len);

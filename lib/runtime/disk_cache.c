@@ -542,8 +542,9 @@ psr_trial psr_cache_trial_begin(int dir_fd, const char *name, const struct stat 
             return PSR_TRIAL_BUSY;
         if (s == MARK_DIED)
             return PSR_TRIAL_DIED;
-        if (s == MARK_STALE && e == EEXIST)
-            unlinkat(dir_fd, mark, 0); /* under its lock: no one else judges it meanwhile */
+        struct stat held;
+        if (s == MARK_STALE && e == EEXIST && *mark_fd >= 0 && fstat(*mark_fd, &held) == 0)
+            psr_cache_unlink_same(dir_fd, mark, &held); /* under its lock: no one else judges it */
         if (*mark_fd >= 0)
             close(*mark_fd);
         *mark_fd = -1;
@@ -553,16 +554,27 @@ psr_trial psr_cache_trial_begin(int dir_fd, const char *name, const struct stat 
     return PSR_TRIAL_BUSY; /* marks come and go as fast as we look: others are at it */
 }
 
+int psr_cache_unlink_same(int dir_fd, const char *name, const struct stat *was)
+{
+    struct stat now;
+    if (fstatat(dir_fd, name, &now, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno;
+    if (now.st_dev != was->st_dev || now.st_ino != was->st_ino)
+        return 0; /* another file took the name since: not the one judged */
+    return unlinkat(dir_fd, name, 0) == 0 ? 0 : errno;
+}
+
 void psr_cache_trial_end(int dir_fd, const char *name, int mark_fd)
 {
     char mark[PSR_PATH_MAX];
-    struct stat held, named;
+    struct stat held;
     /* Only the mark held: `psr cache clear` may have let another take its place. */
-    if (mark_name(name, mark, sizeof mark) &&
-        (mark_fd < 0 ||
-         (fstat(mark_fd, &held) == 0 && fstatat(dir_fd, mark, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
-          held.st_dev == named.st_dev && held.st_ino == named.st_ino)))
-        unlinkat(dir_fd, mark, 0);
+    if (mark_name(name, mark, sizeof mark)) {
+        if (mark_fd < 0)
+            unlinkat(dir_fd, mark, 0);
+        else if (fstat(mark_fd, &held) == 0)
+            psr_cache_unlink_same(dir_fd, mark, &held);
+    }
     if (mark_fd >= 0)
         close(mark_fd);
 }

@@ -156,16 +156,18 @@ typedef struct disk_look {
     bool foreign;   /* another user's file has the name: left alone, nothing written */
 } disk_look;
 
-/* Removes an entry psr will not load again, saying why. */
-static void discard(psr_context *ctx, int dir_fd, const char *name, const char *why,
+/* Removes an entry psr will not load again (the file st describes, not a
+ * fresh one another process put in its place since), saying why. */
+static void discard(psr_context *ctx, int dir_fd, const char *name, const struct stat *st, const char *why,
                     disk_look *look)
 {
     look->discarded = true;
     psr_log(ctx, PSR_LOG_WARNING, "kernel cache: discarding %s/%s: %s; rebuilding from source",
             ctx->cache_dir, name, why);
-    if (unlinkat(dir_fd, name, 0) != 0 && errno != ENOENT)
+    int err = psr_cache_unlink_same(dir_fd, name, st);
+    if (err && err != ENOENT)
         psr_log(ctx, PSR_LOG_WARNING, "kernel cache: cannot remove %s/%s: %s", ctx->cache_dir,
-                name, strerror(errno));
+                name, strerror(err));
 }
 
 /* Hands a binary that passed psr's checks to the driver, on trial: a
@@ -192,7 +194,7 @@ static cl_program load_on_trial(psr_context *ctx, int dir_fd, const char *name,
     if (t == PSR_TRIAL_DIED) {
         char why[96];
         snprintf(why, sizeof why, "process %ld died while the driver loaded it", pid);
-        discard(ctx, dir_fd, name, why, look);
+        discard(ctx, dir_fd, name, st, why, look);
         psr_cache_trial_end(dir_fd, name, mark);
         return NULL;
     }
@@ -201,7 +203,7 @@ static cl_program load_on_trial(psr_context *ctx, int dir_fd, const char *name,
     const char *why = NULL;
     cl_program p = program_from_binary(ctx, bin, len, options, &why);
     if (!p)
-        discard(ctx, dir_fd, name, why, look);
+        discard(ctx, dir_fd, name, st, why, look);
     if (t == PSR_TRIAL_MARKED)
         psr_cache_trial_end(dir_fd, name, mark);
     return p;
@@ -224,7 +226,7 @@ static cl_program look_in_dir(psr_context *ctx, int dir_fd, const uint8_t key[32
         return p;
     }
     if (r == PSR_CACHE_READ_INVALID) {
-        discard(ctx, dir_fd, name, why, look);
+        discard(ctx, dir_fd, name, &st, why, look);
     } else if (r == PSR_CACHE_READ_UNREADABLE) {
         psr_log(ctx, PSR_LOG_WARNING, "kernel cache: cannot read %s/%s: %s; building from source",
                 ctx->cache_dir, name, why);
