@@ -1,7 +1,10 @@
 """psr.Context: one psr_context, its calls on host arrays and on PyOpenCL
 buffers, behind a lock."""
+import contextlib
 import ctypes
+import sys
 import threading
+import weakref
 from ctypes import byref, c_int, c_size_t, c_void_p
 from dataclasses import dataclass
 from typing import Any
@@ -145,6 +148,27 @@ def _pyopencl():
     return _PYOPENCL
 
 
+def _log_trampoline(ref, log):
+    """The C log callback: the user's log(level, message), with the
+    context's thread marked so that a call back into it raises instead of
+    waiting on its own lock (ref: a weak reference, no cycle)."""
+    names = {v: k for k, v in _api.PSR_LOG_LEVELS.items()}
+
+    def trampoline(level, message, _user):
+        ctx = ref()
+        if ctx is not None:
+            ctx._log_thread = threading.get_ident()
+        try:
+            log(names.get(level, str(level)), _api.decode(message))
+        except Exception as e:  # an exception cannot cross into C: report it, go on
+            print(f"psr: the log callback raised {e!r}", file=sys.stderr)
+        finally:
+            if ctx is not None:
+                ctx._log_thread = None
+
+    return trampoline
+
+
 class Context:
     """A psr context: psr's own device (``device``: a selector, or None for
     $PSR_DEVICE, else "auto"), or the application's PyOpenCL context and
@@ -161,6 +185,7 @@ class Context:
                  hide_capabilities=0, profiling=False):
         self._ptr = None
         self._lock = threading.Lock()
+        self._log_thread = None  # the thread inside the log callback, while it runs
         self._pycl = None  # (pyopencl context, queue), made on first use
         lib = _api.lib()
         opts = _api.init_struct(_api.ContextOptions)
@@ -180,8 +205,7 @@ class Context:
         if log is not None:
             if not callable(log):
                 raise TypeError("log: expected a callable(level, message)")
-            names = {v: k for k, v in _api.PSR_LOG_LEVELS.items()}
-            cb = _api.LOG_FN(lambda lvl, msg, _u: log(names.get(lvl, str(lvl)), _api.decode(msg)))
+            cb = _api.LOG_FN(_log_trampoline(weakref.ref(self), log))
             self._keep.append(cb)
             opts.log = ctypes.cast(cb, c_void_p)
         out = c_void_p()
@@ -210,10 +234,20 @@ class Context:
         self._lib = lib
         self._tmpl = {}
 
+    @contextlib.contextmanager
+    def _locked(self):
+        """The context's lock, refused to its own log callback: psr calls
+        the log from inside a call on this context, which holds the lock."""
+        if self._log_thread == threading.get_ident():
+            raise RuntimeError("psr: the log callback called its own Context; psr calls the log "
+                               "from inside a call on that context")
+        with self._lock:
+            yield
+
     # ---- life ----
     def close(self):
         """Frees the psr context (psr_context_free); later calls raise."""
-        with self._lock:
+        with self._locked():
             if self._ptr:
                 self._lib.psr_context_free(self._ptr)
                 self._ptr = None
@@ -246,7 +280,7 @@ class Context:
 
     def _call(self, fn, *args):
         """fn(ctx, *args) of libpsr under the context's lock; its error raised."""
-        with self._lock:
+        with self._locked():
             self._check()
             st = fn(self._ptr, *args)
             if st:
@@ -281,7 +315,7 @@ class Context:
 
     @property
     def build_log(self):
-        with self._lock:
+        with self._locked():
             self._check()
             return _api.decode(self._lib.psr_context_build_log(self._ptr))
 
@@ -290,7 +324,7 @@ class Context:
         if self._pycl is None:
             cl, _ = _pyopencl()
             c, q = c_void_p(), c_void_p()
-            with self._lock:
+            with self._locked():
                 self._check()
                 st = self._lib.psr_context_cl(self._ptr, byref(c), None, byref(q))
                 if st:

@@ -45,3 +45,19 @@ def test_a_context_per_thread():
     _run_all([threading.Thread(target=own, args=(i,)) for i in range(2)])
     assert not errors and len(out) == 16
     _check(out)
+
+
+def test_log_callback_calling_its_context():
+    """A log callback that calls back into its own Context gets an error
+    instead of waiting forever on the lock the running call holds."""
+    seen = []
+
+    def log(level, message):
+        try:
+            c.scratch_bytes
+        except RuntimeError as e:
+            seen.append(str(e))
+
+    with psr.Context(log=log, log_level="debug") as c:
+        c.sample(X, 0.9, [1, 2, 3, 4], 0)  # builds or loads a program: logs at debug
+    assert seen and "log callback" in seen[0]
