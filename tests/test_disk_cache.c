@@ -157,6 +157,14 @@ static void test_write_into_missing_dir_fails_cleanly(void **state)
     remove_tree(dir);
 }
 
+/* Creates an empty file at path. */
+static void touch_file(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fclose(f), 0);
+}
+
 static void test_mkdir_p(void **state)
 {
     (void)state;
@@ -167,8 +175,7 @@ static void test_mkdir_p(void **state)
     assert_int_equal(psr_mkdir_p(nested), 0); /* existing is fine */
     char file[600];
     snprintf(file, sizeof file, "%s/file", dir);
-    FILE *f = fopen(file, "w");
-    fclose(f);
+    touch_file(file);
     snprintf(blocked, sizeof blocked, "%s/sub", file);
     assert_int_equal(psr_mkdir_p(blocked), ENOTDIR);
     remove_tree(dir);
@@ -215,13 +222,11 @@ static void test_list_and_clear(void **state)
     /* A temporary file of a writer that died an hour ago, and one being written now. */
     char stale[600], fresh[600];
     snprintf(stale, sizeof stale, "%s/.tmp-1-2-3", dir);
-    f = fopen(stale, "w");
-    fclose(f);
+    touch_file(stale);
     struct utimbuf hour_ago = {time(NULL) - 3600, time(NULL) - 3600};
     assert_int_equal(utime(stale, &hour_ago), 0);
     snprintf(fresh, sizeof fresh, "%s/.tmp-4-5-6", dir);
-    f = fopen(fresh, "w");
-    fclose(f);
+    touch_file(fresh);
 
     size_t n = 0;
     assert_int_equal(psr_cache_list(dir, NULL, 0, &n), PSR_OK);
@@ -546,14 +551,10 @@ static void test_unlink_only_the_file_judged(void **state)
     make_temp_dir(dir, sizeof dir);
     snprintf(a, sizeof a, "%s/entry.psrbin", dir);
     snprintf(b, sizeof b, "%s/fresh.tmp", dir);
-    FILE *f = fopen(a, "w");
-    assert_non_null(f);
-    fclose(f);
+    touch_file(a);
     struct stat judged, fresh;
     assert_int_equal(stat(a, &judged), 0);
-    f = fopen(b, "w");
-    assert_non_null(f);
-    fclose(f);
+    touch_file(b);
     assert_int_equal(rename(b, a), 0); /* the fresh file takes the name */
     int dir_fd = open(dir, O_RDONLY | O_DIRECTORY);
     assert_true(dir_fd >= 0);
