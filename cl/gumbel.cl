@@ -80,7 +80,7 @@ inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
         if ((psr_acc_t)ldexp(top, USE_WIDE ? 65 : 33) * (psr_acc_t)1.001f < row->floor)
             return;
 #endif
-        psr_vuint w1, w0 = psr_vtoken_words(row->key, (psr_vuint)i + PSR_LANE_IDS, &w1);
+        psr_vuint w1, w0 = psr_vtoken_words(row->key, (psr_vuint)(row->base + i) + PSR_LANE_IDS, &w1);
         psr_vint k = psr_vrace_e_shift(w0, w1);
         psr_vacc bound = psr_to_vacc(ldexp(p, min(k, 200))) * (psr_acc_t)1.001f;
 #if USE_FP64
@@ -117,7 +117,7 @@ inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
         xs = select(xs, (psr_vfloat)(-INFINITY), dead);
         if (psr_vmax(xs) + PSR_NOISE_MAX < row->floor)
             return;
-        psr_vuint w1, w0 = psr_vtoken_words(row->key, (psr_vuint)i + PSR_LANE_IDS, &w1);
+        psr_vuint w1, w0 = psr_vtoken_words(row->key, (psr_vuint)(row->base + i) + PSR_LANE_IDS, &w1);
         psr_vacc xa = psr_to_vacc(xs);
         if (psr_vmax_acc(xa + psr_vnoise_bound(w0, w1)) < row->floor) /* PoCL's any() goes lane by lane */
             return;
@@ -346,30 +346,43 @@ inline bool psr_gather_row(bool gather, bool active, uint part, uint row_id, uin
     if (!last)
         return false;
     *idx = psr_key_index(key);
-    uint ord = (uint)(key >> 20);
-    *v = ord > psr_ordered((float)PSR_ACC_NEG_INF) ? (psr_acc_t)INFINITY : PSR_ACC_NEG_INF;
+    *v = psr_unordered((uint)(key >> 20));
     return true;
 }
 #endif
 
-/* Work-item 0's output: the row's token and flags when this group
- * finishes the row, else the group's partial for psr_gumbel_finalize. */
-inline void psr_write_result(bool finish, int req, uint flags, psr_acc_t v, uint idx, uint row_id,
-                             __global int *tokens, uint tokens64, __global uint *row_flags,
+/* A finished row's token (-1 with `flags` for rows that get none), or
+ * with shards its record: the score, the global token, and the flags
+ * tagged with the shard. */
+inline void psr_store_row(const psr_sample_params *p, uint row_id, int req, uint flags, psr_acc_t v, uint idx,
+                          __global int *tokens, __global uint *row_flags)
+{
+    int token = -1;
+    if (req < 0) {
+        flags = 0;
+    } else if (!flags) {
+        token = (int)(idx + p->token_base);
+        if (!(v > PSR_ACC_NEG_INF))
+            flags |= PSR_ROW_NO_FINITE;
+    }
+    if (p->shard_tag) {
+        psr_shard_rec rec = {token < 0 ? 0 : psr_record_value(v), token, flags | p->shard_tag};
+        ((__global psr_shard_rec *)tokens)[row_id] = rec;
+    } else {
+        psr_store_token(tokens, row_id, token, p->tokens64);
+    }
+    if (row_flags)
+        row_flags[row_id] = flags;
+}
+
+/* Work-item 0's output: the row's result when this group finishes the
+ * row, else the group's partial for psr_gumbel_finalize. */
+inline void psr_write_result(const psr_sample_params *p, bool finish, int req, uint flags, psr_acc_t v, uint idx,
+                             uint row_id, __global int *tokens, __global uint *row_flags,
                              __global psr_acc_t *part_value, __global uint *part_index, bool gathered)
 {
     if (finish) {
-        int token = -1;
-        if (req < 0) {
-            flags = 0;
-        } else if (!flags) {
-            token = (int)idx;
-            if (!(v > PSR_ACC_NEG_INF))
-                flags |= PSR_ROW_NO_FINITE;
-        }
-        psr_store_token(tokens, row_id, token, tokens64);
-        if (row_flags)
-            row_flags[row_id] = flags;
+        psr_store_row(p, row_id, req, flags, v, idx, tokens, row_flags);
     } else if (!gathered) {
         part_value[get_group_id(0)] = v;
         part_index[get_group_id(0)] = idx;
@@ -447,6 +460,7 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
     __global float *cache = psr_row_setup(&row, active, req, row_id, p.draft_cache_k, p.draft_step,
                                           p.draft_cache_stride, seeds, temperatures, positions, draft_cache,
                                           draft_cache_rows);
+    row.base = p.token_base;
 #if PSR_METHOD == 1
     bool shifts = active && !row.greedy; /* uniform: every work-item reaches the barriers */
     if (PSR_FLAT_BARRIERS || shifts) {
@@ -477,7 +491,7 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
                                 &final_i, lid, lk, &llast) || finish;
 #endif
     if (lid == 0 && !drawn)
-        psr_write_result(finish, req, flags, final_v, final_i, row_id, tokens, p.tokens64, row_flags, part_value,
+        psr_write_result(&p, finish, req, flags, final_v, final_i, row_id, tokens, row_flags, part_value,
                          part_index, best_keys != 0);
 }
 #endif
@@ -512,13 +526,39 @@ void psr_gumbel_finalize(const psr_sample_params p, __global const psr_acc_t *pa
         if (isnan(th.x))
             flags |= PSR_ROW_BAD_FILTER;
     }
-    int token = -1;
-    if (req >= 0 && !flags) {
-        token = (int)li[0];
-        if (!(lv[0] > PSR_ACC_NEG_INF))
-            flags |= PSR_ROW_NO_FINITE;
+    psr_store_row(&p, row, req, flags, lv[0], li[0], tokens, row_flags);
+}
+#endif
+
+/* psr_combine: one work-item per row takes the best of the row's shard
+ * records (larger value, then lower token), as psr_combine_host does. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_shard_combine)
+__kernel void psr_shard_combine(uint rows, uint shards, uint tokens64, __global const psr_shard_rec *records,
+                                __global int *tokens, __global uint *row_flags)
+{
+    uint row = get_global_id(0);
+    if (row >= rows)
+        return;
+    bool tags_fit = true, no_token = false, no_finite = true;
+    uint bad = 0;
+    ulong best = 0;
+    int best_token = -1;
+    for (uint s = 0; s < shards; s++) {
+        psr_shard_rec r = records[(ulong)s * rows + row];
+        tags_fit = tags_fit && (r.flags >> 16) == (s | (shards << 8));
+        if (r.token < 0) {
+            no_token = true;
+            bad |= r.flags & 0xffffu & ~PSR_ROW_NO_FINITE;
+            continue;
+        }
+        no_finite = no_finite && (r.flags & PSR_ROW_NO_FINITE) != 0;
+        if (best_token < 0 || r.value > best || (r.value == best && r.token < best_token)) {
+            best = r.value;
+            best_token = r.token;
+        }
     }
-    psr_store_token(tokens, row, token, p.tokens64);
+    uint flags = !tags_fit ? PSR_ROW_BAD_SHARD : no_token ? bad : no_finite ? PSR_ROW_NO_FINITE : 0u;
+    psr_store_token(tokens, row, (tags_fit && !no_token) ? best_token : -1, tokens64);
     if (row_flags)
         row_flags[row] = flags;
 }

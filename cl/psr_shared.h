@@ -7,10 +7,12 @@
 #define PSR_SHARED_H
 
 #ifdef __OPENCL_VERSION__
+typedef int psr_int32_t;
 typedef uint psr_uint32_t;
 typedef ulong psr_uint64_t;
 #else
 #include <stdint.h>
+typedef int32_t psr_int32_t;
 typedef uint32_t psr_uint32_t;
 typedef uint64_t psr_uint64_t;
 #endif
@@ -63,7 +65,17 @@ typedef struct psr_sample_params {
     psr_uint32_t draft_cache_k;          /* cache rows per request; 0: one per row */
     psr_uint32_t draft_step;             /* which of a request's K rows this launch fills */
     psr_uint32_t tokens64;               /* the tokens are int64 */
+    psr_uint32_t token_base;             /* global id of the logits' first column (shards) */
+    psr_uint32_t shard_tag;              /* 0: tokens out; else records out (psr_shard_record),
+                                            their flags' bits 16-31 (index, count) */
 } psr_sample_params;
+
+/* A sharded sampling's result per row, as psr_shard_record in psr.h. */
+typedef struct psr_shard_rec {
+    psr_uint64_t value; /* the best score, ordered as an unsigned integer */
+    psr_int32_t token;  /* global id, -1 for rows with no token */
+    psr_uint32_t flags; /* PSR_ROW_* | shard_tag */
+} psr_shard_rec;
 
 /* psr_filter_scan, psr_filter_collect and psr_filter_collect_mass. */
 typedef struct psr_filter_params {

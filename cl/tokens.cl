@@ -104,6 +104,36 @@ typedef float psr_acc_t;
 #define PSR_ROW_BAD_TEMPERATURE 4u
 #define PSR_ROW_BAD_INDEX 8u
 #define PSR_ROW_BAD_FILTER 16u
+#define PSR_ROW_BAD_SHARD 32u
+
+/* An fp32 value as an unsigned integer of the same order. */
+inline uint psr_ordered(float v)
+{
+    if (v == 0.0f)
+        v = 0.0f; /* -0 equals +0 everywhere else: the lowest index must win */
+    uint b = as_uint(v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+/* The fp32 value of psr_ordered's integer. */
+inline float psr_unordered(uint o)
+{
+    return as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
+}
+
+/* A score as psr_shard_record.value: the order of the scores, as an
+ * unsigned integer (fp32 scores in the high half). */
+inline ulong psr_record_value(psr_acc_t v)
+{
+#if USE_FP64
+    if (v == 0.0)
+        v = 0.0;
+    ulong b = as_ulong(v);
+    return (b >> 63) ? ~b : (b | 0x8000000000000000UL);
+#else
+    return (ulong)psr_ordered(v) << 32;
+#endif
+}
 
 /* One kernel per launch: with 64-bit atomics, each work-group of a split
  * row stores its best as one 64-bit key, [value:32][~index:20] (a larger
@@ -121,15 +151,6 @@ typedef float psr_acc_t;
 #if PSR_INT64_ATOMICS && !USE_FP64
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
 #define PSR_ROW_WORDS 1
-
-/* An fp32 value as an unsigned integer of the same order. */
-inline uint psr_ordered(float v)
-{
-    if (v == 0.0f)
-        v = 0.0f; /* -0 equals +0 everywhere else: the lowest index must win */
-    uint b = as_uint(v);
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
 
 /* A group's (value, index) as a key: the larger key is the better pair
  * (larger value, then lower index). */
@@ -324,6 +345,7 @@ typedef struct psr_row {
     psr_acc_t floor; /* a value some token of this group reaches: anything
                         whose bound is below it cannot win */
     float shift;     /* race over logits: the group's largest scaled logit */
+    uint base;       /* global id of token 0 (a shard's first token; noise uses global ids) */
 } psr_row;
 
 #if PSR_METHOD != 0
@@ -401,7 +423,7 @@ inline void psr_consider_cut(const psr_row *row, float x, uint i, psr_acc_t *bes
     } else {
         if (!(p > 0.0f))
             return;
-        uint2 w = psr_token_words(row->key, i);
+        uint2 w = psr_token_words(row->key, row->base + i);
         int k = psr_race_e_shift(w);
         /* Exact pruning: p * 2^k (exact) bounds the score; 1.001 covers rounding. */
         if (k < 1000 && (psr_acc_t)ldexp(p, min(k, 200)) * (psr_acc_t)1.001f < row->floor)
@@ -422,7 +444,7 @@ inline void psr_consider_cut(const psr_row *row, float x, uint i, psr_acc_t *bes
             return;
 #endif
         psr_acc_t xs = (psr_acc_t)xf;
-        uint2 w = psr_token_words(row->key, i);
+        uint2 w = psr_token_words(row->key, row->base + i);
         /* Exact pruning: skip the logs of a token that cannot win. */
         if (xs + psr_noise_bound(w) < row->floor)
             return;

@@ -868,6 +868,7 @@ inline __global const float *psr_sample_setup(psr_row *row, psr_residual *res, b
     row->greedy = false;
     row->floor = PSR_ACC_NEG_INF;
     row->shift = 0.0f;
+    row->base = 0;
     res->t = rq->t;
     res->r = rq->r;
     res->lse_p = lres[0];

@@ -7,7 +7,7 @@
 static void test_status_strings(void **state)
 {
     (void)state;
-    for (int s = 0; s <= PSR_ERR_OUT_OF_DEVICE_MEMORY; s++) {
+    for (int s = 0; s <= PSR_ERR_COLLECTIVE; s++) {
         const char *text = psr_status_string((psr_status)s);
         assert_non_null(text);
         assert_int_equal(strncmp(text, "PSR_", 4), 0);

@@ -69,8 +69,13 @@ typedef enum psr_status {
     PSR_ERR_STRUCT_SIZE = 17,      /* a struct_size this library does not accept (see "ABI") */
     PSR_ERR_FOREIGN_BUFFER = 18,   /* a cl_mem belongs to another cl_context than the psr context's */
     PSR_ERR_BUFFER_OVERLAP = 19,   /* an output buffer overlaps an input or another output */
-    PSR_ERR_OUT_OF_DEVICE_MEMORY = 20 /* the device is out of memory or resources
+    PSR_ERR_OUT_OF_DEVICE_MEMORY = 20, /* the device is out of memory or resources
                                          (CL_MEM_OBJECT_ALLOCATION_FAILURE, CL_OUT_OF_RESOURCES) */
+    PSR_ERR_SHARD_MISMATCH = 21,   /* vocabulary shards that do not fit together: ranges that
+                                      overlap or leave a gap, records of another shard count,
+                                      different row counts on different shards */
+    PSR_ERR_COLLECTIVE = 22        /* a collective across shards (MPI) failed, or another shard
+                                      reported an error (psr_mpi.h) */
 } psr_status;
 
 /* A short, constant name for a status ("PSR_ERR_NO_DEVICE: ..."). Never NULL. */
@@ -303,6 +308,26 @@ typedef enum psr_noise {
                                              draft_cache_rows_total: token -1 */
 #define PSR_ROW_BAD_FILTER (1u << 4)      /* top_p outside (0, 1] or min_p outside [0, 1]
                                              (NaN included): token -1 */
+#define PSR_ROW_BAD_SHARD (1u << 5)       /* psr_combine: a record of another shard or shard
+                                             count than its place in the buffer: token -1 */
+
+/* ---- Vocabulary shards (docs/sharded.md) ---- */
+
+#define PSR_MAX_SHARDS 255
+
+/* A sharded psr_sample's result for one row and one shard: 16 bytes, in
+ * the host's byte order (psr refuses shards on a device whose byte order
+ * differs). Records of the same row from different shards compare as
+ * (value, then the lower token): the larger value wins, so an unsigned
+ * maximum of `value` finds the winning shard. Move them between devices
+ * or processes as plain bytes. */
+typedef struct psr_shard_record {
+    uint64_t value;  /* the shard's best score as an unsigned integer of the same order */
+    int32_t token;   /* its global token id; -1 for padding rows and rows with bad input */
+    uint32_t flags;  /* bits 0-15: the row's PSR_ROW_* in this shard (PSR_ROW_NO_FINITE: no
+                        finite logit in this shard); bits 16-23: shard_index; bits 24-31:
+                        shard_count */
+} psr_shard_record;
 
 /* Gumbel-max sampling of `rows` rows of logits already on the device:
  *   token = argmax_i (logit_i / T + g_i)   (T = 0: plain argmax)
@@ -363,6 +388,20 @@ typedef struct psr_sample_args {
     int all_top_k;            /* every request's top-k when top_k is NULL; <= 0 or >= vocab: off */
     float all_top_p;          /* every request's top-p when top_p is NULL; default 1 (off) */
     float all_min_p;          /* every request's min-p when min_p is NULL; default 0 (off) */
+    /* Added in 0.3: this call samples one shard of a vocabulary split
+     * across devices or processes (docs/sharded.md). Noise is drawn for
+     * global token ids, and each row's result is a psr_shard_record in
+     * shard_records instead of a token; psr_combine (or psr_combine_host)
+     * turns the records of every shard into the tokens the unsharded call
+     * gives. `vocab` and the logits are this shard's; the draft cache, if
+     * any, holds this shard's columns. Filters are not yet accepted with
+     * shards (PSR_ERR_NOT_SUPPORTED). */
+    size_t shard_count;       /* shards of the vocabulary, 1 .. PSR_MAX_SHARDS; 0: not sharded */
+    size_t shard_index;       /* this shard, < shard_count */
+    size_t vocab_offset;      /* global id of this shard's first token */
+    size_t vocab_total;       /* the whole vocabulary: vocab_offset + vocab <= vocab_total
+                                 <= 2^31 - 1 */
+    cl_mem shard_records;     /* out, with shards: psr_shard_record [rows] (tokens is then NULL) */
 } psr_sample_args;
 
 PSR_API psr_status psr_sample_args_init(psr_sample_args *args, size_t struct_size);
@@ -400,10 +439,54 @@ typedef struct psr_sample_host_args {
     uint32_t *row_flags;       /* optional out: [rows] of PSR_ROW_* */
     size_t *no_finite_rows;    /* optional out: rows without a finite logit */
     psr_noise *effective_noise; /* optional out */
+    /* Added in 0.3: one shard of a vocabulary, as in psr_sample_args;
+     * `logits` holds this shard's columns and tokens is then NULL. */
+    size_t shard_count, shard_index, vocab_offset, vocab_total;
+    psr_shard_record *shard_records; /* out, with shards: [rows] */
 } psr_sample_host_args;
 
 PSR_API psr_status psr_sample_host_args_init(psr_sample_host_args *args, size_t struct_size);
 PSR_API psr_status psr_sample_host(psr_context *ctx, const psr_sample_host_args *args);
+
+/* The tokens of a sharded sampling from the records of all its shards,
+ * gathered in one buffer shard after shard: records[s * rows + r] is row
+ * r's record from shard s. Per row, the record with the largest value
+ * wins, the lower token on equal values: the token the unsharded call
+ * gives. A row whose records carry -1 gets -1 and their flags; a row
+ * with no finite logit in any shard gets PSR_ROW_NO_FINITE and the
+ * lowest token its shards report (the unsharded call's token); a record
+ * whose shard index or count does not match its place gives -1 and
+ * PSR_ROW_BAD_SHARD (psr_combine) or PSR_ERR_SHARD_MISMATCH
+ * (psr_combine_host). Asynchronous, like psr_sample. */
+typedef struct psr_combine_args {
+    size_t struct_size;       /* sizeof, through psr_combine_args_init() */
+    size_t rows;
+    size_t shards;            /* 1 .. PSR_MAX_SHARDS */
+    cl_mem records;           /* psr_shard_record [shards, rows] */
+    cl_mem tokens;            /* out: [rows] of tokens_dtype */
+    psr_token_dtype tokens_dtype;
+    cl_mem row_flags;         /* optional out: uint32 [rows] of PSR_ROW_* */
+    cl_uint num_events_in_wait_list;
+    const cl_event *event_wait_list;
+} psr_combine_args;
+
+PSR_API psr_status psr_combine_args_init(psr_combine_args *args, size_t struct_size);
+PSR_API psr_status psr_combine(psr_context *ctx, const psr_combine_args *args, cl_event *event);
+
+/* psr_combine on host arrays, on the calling thread; ctx (which may be
+ * NULL) only receives the message of a failure. Nothing is written
+ * unless every record fits its place. */
+typedef struct psr_combine_host_args {
+    size_t struct_size;       /* sizeof, through psr_combine_host_args_init() */
+    size_t rows, shards;
+    const psr_shard_record *records; /* [shards, rows] */
+    void *tokens;             /* out: [rows] of tokens_dtype */
+    psr_token_dtype tokens_dtype;
+    uint32_t *row_flags;      /* optional out: [rows] of PSR_ROW_* */
+} psr_combine_host_args;
+
+PSR_API psr_status psr_combine_host_args_init(psr_combine_host_args *args, size_t struct_size);
+PSR_API psr_status psr_combine_host(psr_context *ctx, const psr_combine_host_args *args);
 
 /* The noise the context's last sampling or verification used (see
  * psr_context_options.fp64_policy); PSR_NOISE_FP32 before the first. */

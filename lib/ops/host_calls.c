@@ -8,7 +8,9 @@
 
 /* ---- sampling ---- */
 
-PSR_ARGS_STRUCT(psr_sample_host_args, sizeof(psr_sample_host_args), .logits_dtype = PSR_DTYPE_F32,
+/* The 0.2 layout ended at effective_noise. */
+PSR_ARGS_STRUCT(psr_sample_host_args, PSR_LAYOUT_END(psr_sample_host_args, effective_noise),
+                .logits_dtype = PSR_DTYPE_F32,
                 .all_top_p = 1.0f, .noise = PSR_NOISE_FP32, .tokens_dtype = PSR_TOKENS_I32)
 
 /* A host call's own copy of its args, after the NULL checks, checked by
@@ -58,12 +60,16 @@ static psr_status check_sample_host(psr_context *ctx, const void *args, size_t *
 {
     const psr_sample_host_args *h = args;
     const host_array required[] = {{h->seeds, "seeds"}, {h->positions, "positions"},
-                                   {h->temperatures, "temperatures"}, {h->tokens, "tokens"}};
+                                   {h->temperatures, "temperatures"},
+                                   h->shard_count ? (host_array){h->shard_records, "shard_records"}
+                                                  : (host_array){h->tokens, "tokens"}};
     psr_status st = require_arrays(ctx, required, sizeof required / sizeof required[0]);
     if (st != PSR_OK)
         return st;
     REQUIRE((unsigned)h->tokens_dtype <= PSR_TOKENS_I64, PSR_ERR_INVALID_ARGUMENT,
             "args->tokens_dtype %d is not a psr_token_dtype", (int)h->tokens_dtype);
+    REQUIRE(!h->shard_count || !h->tokens, PSR_ERR_INVALID_ARGUMENT,
+            "args->tokens is set with shards: a shard writes args->shard_records, psr_combine_host the tokens");
     st = check_logits_shape(ctx, h->logits, h->logits_dtype, h->rows, h->vocab,
                             h->row_stride ? h->row_stride : h->vocab, logits_bytes);
     if (st == PSR_OK)
@@ -94,6 +100,10 @@ static psr_status run_sample(psr_context *ctx, const psr_staged *s, void *job)
     a->all_top_p = h->all_top_p, a->all_min_p = h->all_min_p, a->tokens = s[S_TOKENS].mem;
     a->tokens_dtype = h->tokens_dtype, a->row_flags = s[S_FLAGS].mem, a->flags = h->flags;
     a->noise = h->noise, a->effective_noise = &((noise_job *)job)->noise;
+    a->shard_count = h->shard_count, a->shard_index = h->shard_index, a->vocab_offset = h->vocab_offset;
+    a->vocab_total = h->vocab_total;
+    if (h->shard_count)
+        a->tokens = NULL, a->shard_records = s[S_TOKENS].mem;
     return psr_sample(ctx, a, NULL);
 }
 
@@ -110,7 +120,10 @@ static psr_status sample_staged(psr_context *ctx, const void *args, size_t logit
         [S_TOP_K] = {h.top_k, NULL, rows * 4, false, NULL, NULL},
         [S_TOP_P] = {h.top_p, NULL, rows * 4, false, NULL, NULL},
         [S_MIN_P] = {h.min_p, NULL, rows * 4, false, NULL, NULL},
-        [S_TOKENS] = {NULL, h.tokens, rows * psr_token_size(h.tokens_dtype), true, NULL, NULL},
+        [S_TOKENS] = h.shard_count ? (psr_staged){NULL, h.shard_records, rows * sizeof(psr_shard_record), true,
+                                                  NULL, NULL}
+                                   : (psr_staged){NULL, h.tokens, rows * psr_token_size(h.tokens_dtype), true,
+                                                  NULL, NULL},
         [S_FLAGS] = {NULL, h.row_flags, rows * 4, true, NULL, NULL}};
     noise_job job = {&h, PSR_NOISE_FP32};
     st = psr_stage_run(ctx, "psr_sample_host", s, S_COUNT, run_sample, &job);

@@ -29,6 +29,42 @@ psr_status psr_check_vocab_types(psr_context *ctx, size_t vocab, psr_dtype dtype
     return PSR_OK;
 }
 
+static bool host_little_endian(void)
+{
+    const uint16_t one = 1;
+    return *(const uint8_t *)&one == 1;
+}
+
+/* A shard's place in the whole vocabulary (psr_sample_args.shard_*). */
+static psr_status check_shard(psr_context *ctx, const psr_sample_args *a)
+{
+    if (!a->shard_count) {
+        REQUIRE(!a->shard_index && !a->vocab_offset && !a->vocab_total && !a->shard_records,
+                PSR_ERR_INVALID_ARGUMENT,
+                "args->shard_index, vocab_offset, vocab_total or shard_records set with args->shard_count 0");
+        return PSR_OK;
+    }
+    REQUIRE(a->shard_count <= PSR_MAX_SHARDS, PSR_ERR_INVALID_ARGUMENT,
+            "args->shard_count %zu is above PSR_MAX_SHARDS (%d)", a->shard_count, PSR_MAX_SHARDS);
+    REQUIRE(a->shard_index < a->shard_count, PSR_ERR_INVALID_ARGUMENT,
+            "args->shard_index %zu is not below args->shard_count %zu", a->shard_index, a->shard_count);
+    REQUIRE(a->vocab_total <= INT32_MAX, PSR_ERR_INVALID_ARGUMENT,
+            "args->vocab_total %zu does not fit an int32 token id", a->vocab_total);
+    REQUIRE(a->vocab_offset < a->vocab_total && a->vocab <= a->vocab_total - a->vocab_offset,
+            PSR_ERR_SHARD_MISMATCH,
+            "args->vocab_offset %zu + vocab %zu is past args->vocab_total %zu", a->vocab_offset, a->vocab,
+            a->vocab_total);
+    REQUIRE(!a->tokens, PSR_ERR_INVALID_ARGUMENT,
+            "args->tokens is set with shards: a shard writes args->shard_records, psr_combine the tokens");
+    REQUIRE(!psr_filter_requested(a), PSR_ERR_NOT_SUPPORTED,
+            "args->top_k, top_p or min_p with shards: filters across shards are not available yet");
+    cl_bool little = CL_TRUE;
+    clGetDeviceInfo(ctx->device, CL_DEVICE_ENDIAN_LITTLE, sizeof little, &little, NULL);
+    REQUIRE((little == CL_TRUE) == host_little_endian(), PSR_ERR_NOT_SUPPORTED,
+            "args->shard_count: the device's byte order differs from the host's, so records would not read back");
+    return PSR_OK;
+}
+
 static psr_status check_shape(psr_context *ctx, const psr_sample_args *a, unsigned flags)
 {
     REQUIRE(a->rows > 0, PSR_ERR_INVALID_ARGUMENT, "args->rows is 0");
@@ -59,7 +95,8 @@ static psr_status check_shape(psr_context *ctx, const psr_sample_args *a, unsign
             a->draft_step, a->draft_cache_k);
     REQUIRE(a->draft_cache_k <= INT32_MAX / a->requests, PSR_ERR_INVALID_ARGUMENT,
             "args->requests x draft_cache_k is too large");
-    return psr_filter_check(ctx, a, flags);
+    st = check_shard(ctx, a);
+    return st == PSR_OK ? psr_filter_check(ctx, a, flags) : st;
 }
 
 /* Bytes of the draft cache the call writes (0 without a cache). */
@@ -85,7 +122,9 @@ static psr_status check_buffers(psr_context *ctx, const psr_sample_args *a)
                                         {a->seeds, 0, "args->seeds", false},
                                         {a->temperatures, 0, "args->temperatures", false},
                                         {a->positions, 0, "args->positions", false},
-                                        {a->tokens, 0, "args->tokens", true}};
+                                        a->shard_count ? (psr_buffer_need){a->shard_records, 0,
+                                                                           "args->shard_records", true}
+                                                       : (psr_buffer_need){a->tokens, 0, "args->tokens", true}};
     psr_status st = psr_check_required(ctx, required, sizeof required / sizeof required[0]);
     size_t stride = a->row_stride ? a->row_stride : a->vocab, cache_bytes = 0;
     size_t logits_bytes =
@@ -107,6 +146,7 @@ static psr_status check_buffers(psr_context *ctx, const psr_sample_args *a)
         {a->top_p, a->requests * 4, "args->top_p", false},
         {a->min_p, a->requests * 4, "args->min_p", false},
         {a->tokens, a->rows * token_bytes, "args->tokens", true},
+        {a->shard_records, a->rows * sizeof(psr_shard_record), "args->shard_records", true},
         {a->row_flags, a->rows * 4, "args->row_flags", true},
         {a->draft_cache, cache_bytes, "args->draft_cache", true}};
     return psr_check_buffers(ctx, needs, sizeof needs / sizeof needs[0]);
@@ -145,7 +185,7 @@ void psr_arg_partials(psr_kernel_args *b, bool split)
 /* What both sampling kernels write, and the draft cache's row map. */
 static void bind_row_outputs(psr_kernel_args *b, const psr_sample_args *a)
 {
-    psr_arg_mem(b, "tokens", a->tokens);
+    psr_arg_mem(b, "tokens", a->shard_count ? a->shard_records : a->tokens);
     psr_arg_mem(b, "row_flags", a->row_flags);
     psr_arg_mem(b, "draft_cache", a->draft_cache);
     psr_arg_mem(b, "draft_cache_rows", a->draft_cache_rows);
@@ -224,7 +264,9 @@ static void plan_sample(psr_context *ctx, const psr_sample_args *a, unsigned fla
         .draft_cache_rows_total = (psr_uint32_t)(a->draft_cache_rows ? a->draft_cache_rows_total : a->rows),
         .draft_cache_k = (psr_uint32_t)a->draft_cache_k,
         .draft_step = (psr_uint32_t)a->draft_step,
-        .tokens64 = a->tokens_dtype == PSR_TOKENS_I64};
+        .tokens64 = a->tokens_dtype == PSR_TOKENS_I64,
+        .token_base = (psr_uint32_t)a->vocab_offset,
+        .shard_tag = a->shard_count ? (psr_uint32_t)(a->shard_index << 16 | a->shard_count << 24) : 0};
 }
 
 /* The kernels and scratch of the plan: one pass keeps a key per group and

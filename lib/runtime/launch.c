@@ -2,6 +2,7 @@
  * row is split over work-groups, argument binding and enqueueing. */
 #include "runtime/runtime.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -221,7 +222,11 @@ void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_
  * C does, which fixed-width fields ordered widest first guarantee; the
  * sizes catch a field added out of order. */
 _Static_assert(sizeof(psr_rows_params) == 32, "psr_rows_params is laid out as in OpenCL C");
-_Static_assert(sizeof(psr_sample_params) == 56, "psr_sample_params is laid out as in OpenCL C");
+_Static_assert(sizeof(psr_sample_params) == 64, "psr_sample_params is laid out as in OpenCL C");
+_Static_assert(sizeof(psr_shard_rec) == sizeof(psr_shard_record) &&
+                   offsetof(psr_shard_rec, token) == offsetof(psr_shard_record, token) &&
+                   offsetof(psr_shard_rec, flags) == offsetof(psr_shard_record, flags),
+               "psr_shard_rec is laid out as psr_shard_record");
 _Static_assert(sizeof(psr_filter_params) == 56, "psr_filter_params is laid out as in OpenCL C");
 
 bool psr_one_pass(const psr_context *ctx, size_t vocab, cl_uint groups_per_row, bool fp64)

@@ -35,6 +35,8 @@ const char *psr_status_string(psr_status status)
     case PSR_ERR_FOREIGN_BUFFER: return "PSR_ERR_FOREIGN_BUFFER: a buffer belongs to another OpenCL context";
     case PSR_ERR_BUFFER_OVERLAP: return "PSR_ERR_BUFFER_OVERLAP: an output buffer overlaps another buffer of the call";
     case PSR_ERR_OUT_OF_DEVICE_MEMORY: return "PSR_ERR_OUT_OF_DEVICE_MEMORY: the device is out of memory or resources";
+    case PSR_ERR_SHARD_MISMATCH: return "PSR_ERR_SHARD_MISMATCH: vocabulary shards do not fit together";
+    case PSR_ERR_COLLECTIVE: return "PSR_ERR_COLLECTIVE: a collective across shards failed or another shard failed";
     }
     return "PSR_ERR_UNKNOWN: not a psr status code";
 }

@@ -14,10 +14,10 @@ from . import _api
 from ._context import (Context, DeviceInfo, LogprobsResult, SampleResult, devices,
                        select_device)
 from ._errors import (BadSelector, BufferOverlap, BufferTooSmall, BuildFailed, CacheIOError,
-                      DeviceNotFound, Error, FilterRange, ForeignBuffer, Fp64Unsupported,
-                      InvalidArgument, NoDevice, NotSupported, NullArgument, OpenCLError,
-                      OutOfDeviceMemory, OutOfHostMemory, PositionRange, StructSize,
-                      TemperatureRange, TokenRange)
+                      CollectiveError, DeviceNotFound, Error, FilterRange, ForeignBuffer,
+                      Fp64Unsupported, InvalidArgument, NoDevice, NotSupported, NullArgument,
+                      OpenCLError, OutOfDeviceMemory, OutOfHostMemory, PositionRange, ShardMismatch,
+                      StructSize, TemperatureRange, TokenRange)
 
 __all__ = [
     "Context", "DeviceInfo", "LogprobsResult", "SampleResult", "devices", "select_device",
@@ -26,6 +26,7 @@ __all__ = [
     "DeviceNotFound", "OpenCLError", "BuildFailed", "Fp64Unsupported", "CacheIOError",
     "BufferTooSmall", "PositionRange", "TemperatureRange", "TokenRange", "NotSupported",
     "FilterRange", "StructSize", "ForeignBuffer", "BufferOverlap", "OutOfDeviceMemory",
+    "ShardMismatch", "CollectiveError",
     "MAX_POSITION", "MAX_TOP_N",
 ]
 

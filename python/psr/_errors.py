@@ -98,11 +98,19 @@ class OutOfDeviceMemory(Error, MemoryError):
     status, name = 20, "PSR_ERR_OUT_OF_DEVICE_MEMORY"
 
 
+class ShardMismatch(Error, ValueError):
+    status, name = 21, "PSR_ERR_SHARD_MISMATCH"
+
+
+class CollectiveError(Error):
+    status, name = 22, "PSR_ERR_COLLECTIVE"
+
+
 ERRORS = {cls.status: cls for cls in (
     NullArgument, InvalidArgument, OutOfHostMemory, NoDevice, BadSelector, DeviceNotFound,
     OpenCLError, BuildFailed, Fp64Unsupported, CacheIOError, BufferTooSmall, PositionRange,
     TemperatureRange, TokenRange, NotSupported, FilterRange, StructSize, ForeignBuffer,
-    BufferOverlap, OutOfDeviceMemory)}
+    BufferOverlap, OutOfDeviceMemory, ShardMismatch, CollectiveError)}
 
 
 def error_for(status, detail):

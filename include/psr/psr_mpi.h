@@ -1,0 +1,48 @@
+/* psr_mpi.h: vocabulary-sharded sampling across the ranks of an MPI
+ * communicator (libpsr-mpi, built where MPI is found; pkg-config psr-mpi).
+ *
+ * Each rank holds the same rows' logits for its own slice of the
+ * vocabulary, samples it (psr_sample with the shard fields), and the
+ * ranks exchange 16 bytes per row (psr_shard_record) instead of the
+ * logits; every rank then holds the tokens the unsharded call gives.
+ * docs/sharded.md has the rounds and the layout.
+ *
+ * Errors: every rank first samples its shard, then all ranks exchange
+ * their status and shard description, so a rank that fails on its own
+ * input still takes part and no rank waits for it. A rank whose own call
+ * failed returns that status; the others return PSR_ERR_COLLECTIVE naming
+ * the failing rank. Shards that overlap, leave a gap, disagree on
+ * vocab_total, rows, flags or noise give PSR_ERR_SHARD_MISMATCH on every
+ * rank. A failing MPI call gives PSR_ERR_COLLECTIVE where the
+ * communicator's error handler returns errors (MPI_ERRORS_RETURN);
+ * with MPI's default handler MPI itself aborts the job.
+ */
+#ifndef PSR_MPI_H
+#define PSR_MPI_H
+
+#include <mpi.h>
+#include <psr/psr.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Blocking. `args` is this rank's shard as for psr_sample_host
+ * (vocab_offset, vocab and vocab_total; `logits` holds this shard's
+ * columns), with `tokens` (and optionally row_flags) the output, written
+ * on every rank, and shard_records NULL. shard_count and shard_index
+ * may be left 0: they are the communicator's size and this rank's rank,
+ * and must be those where set. */
+PSR_API psr_status psr_mpi_sample_host(psr_context *ctx, MPI_Comm comm, const psr_sample_host_args *args);
+
+/* The same on device buffers: args as for psr_sample with `tokens` (and
+ * optionally row_flags) the output and shard_records NULL. Waits for the
+ * shard's sampling, exchanges the records through host memory and
+ * enqueues psr_combine; *event (may be NULL) is the combine's. */
+PSR_API psr_status psr_mpi_sample(psr_context *ctx, MPI_Comm comm, const psr_sample_args *args, cl_event *event);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
