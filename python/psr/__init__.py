@@ -11,8 +11,8 @@ docs/python.md is the guide.
     assert (tokens == psr.oracle.sample(logits, 0.8, seeds, positions)).all()
 """
 from . import _api
-from ._context import (Context, DeviceInfo, LogprobsResult, SampleResult, devices,
-                       select_device)
+from ._context import (SHARD_RECORD, Context, DeviceInfo, LogprobsResult, SampleResult, combine,
+                       devices, select_device)
 from ._errors import (BadSelector, BufferOverlap, BufferTooSmall, BuildFailed, CacheIOError,
                       CollectiveError, DeviceNotFound, Error, FilterRange, ForeignBuffer,
                       Fp64Unsupported, InvalidArgument, NoDevice, NotSupported, NullArgument,
@@ -21,6 +21,7 @@ from ._errors import (BadSelector, BufferOverlap, BufferTooSmall, BuildFailed, C
 
 __all__ = [
     "Context", "DeviceInfo", "LogprobsResult", "SampleResult", "devices", "select_device",
+    "combine", "SHARD_RECORD",
     "version", "version_number", "features", "has_clblast", "oracle",
     "Error", "NullArgument", "InvalidArgument", "OutOfHostMemory", "NoDevice", "BadSelector",
     "DeviceNotFound", "OpenCLError", "BuildFailed", "Fp64Unsupported", "CacheIOError",

@@ -25,7 +25,8 @@ PSR_TOKENS_I32, PSR_TOKENS_I64 = 0, 1
 PSR_NOISE = {"fp32": 0, "fp64": 1, "wide": 2}
 PSR_SAMPLE_DRAFTING, PSR_SAMPLE_FAST_MATH, PSR_SAMPLE_RACE, PSR_SAMPLE_PROBS = 1, 4, 16, 32
 PSR_ROW_NO_FINITE, PSR_ROW_BAD_POSITION, PSR_ROW_BAD_TEMPERATURE = 1, 2, 4
-PSR_ROW_BAD_INDEX, PSR_ROW_BAD_FILTER = 8, 16
+PSR_ROW_BAD_INDEX, PSR_ROW_BAD_FILTER, PSR_ROW_BAD_SHARD = 8, 16, 32
+PSR_MAX_SHARDS = 255
 PSR_VERIFY = {"probabilistic": 0, "greedy": 1}
 PSR_VERIFY_BAD_TOKEN, PSR_VERIFY_BAD_POSITION, PSR_VERIFY_BAD_TEMPERATURE = 1, 2, 4
 PSR_LOGPROBS_MAX_TOP_N = 20
@@ -76,7 +77,8 @@ class SampleArgs(ctypes.Structure):
         ("min_p", _mem), ("flags", c_uint), ("effective_noise", c_void_p),
         ("num_events_in_wait_list", c_uint32), ("event_wait_list", c_void_p), ("noise", _enum),
         ("tokens_dtype", _enum), ("all_top_k", c_int), ("all_top_p", c_float),
-        ("all_min_p", c_float),
+        ("all_min_p", c_float), ("shard_count", c_size_t), ("shard_index", c_size_t),
+        ("vocab_offset", c_size_t), ("vocab_total", c_size_t), ("shard_records", _mem),
     ]
 
 
@@ -88,7 +90,29 @@ class SampleHostArgs(ctypes.Structure):
         ("top_k", c_void_p), ("top_p", c_void_p), ("min_p", c_void_p), ("all_top_k", c_int),
         ("all_top_p", c_float), ("all_min_p", c_float), ("flags", c_uint), ("noise", _enum),
         ("tokens", c_void_p), ("tokens_dtype", _enum), ("row_flags", c_void_p),
-        ("no_finite_rows", c_void_p), ("effective_noise", c_void_p),
+        ("no_finite_rows", c_void_p), ("effective_noise", c_void_p), ("shard_count", c_size_t),
+        ("shard_index", c_size_t), ("vocab_offset", c_size_t), ("vocab_total", c_size_t),
+        ("shard_records", c_void_p),
+    ]
+
+
+class ShardRecord(ctypes.Structure):
+    _fields_ = [("value", c_uint64), ("token", ctypes.c_int32), ("flags", c_uint32)]
+
+
+class CombineArgs(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t), ("rows", c_size_t), ("shards", c_size_t), ("records", _mem),
+        ("tokens", _mem), ("tokens_dtype", _enum), ("row_flags", _mem),
+        ("num_events_in_wait_list", c_uint32), ("event_wait_list", c_void_p),
+    ]
+
+
+class CombineHostArgs(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t), ("rows", c_size_t), ("shards", c_size_t),
+        ("records", c_void_p), ("tokens", c_void_p), ("tokens_dtype", _enum),
+        ("row_flags", c_void_p),
     ]
 
 
@@ -161,6 +185,9 @@ MIRRORS = {
     "psr_logprobs_args": LogprobsArgs,
     "psr_logprobs_host_args": LogprobsHostArgs,
     "psr_lm_head_args": LmHeadArgs,
+    "psr_shard_record": ShardRecord,
+    "psr_combine_args": CombineArgs,
+    "psr_combine_host_args": CombineHostArgs,
 }
 
 # Each argument struct's init call.
@@ -173,6 +200,8 @@ INITS = {
     LogprobsArgs: "psr_logprobs_args_init",
     LogprobsHostArgs: "psr_logprobs_host_args_init",
     LmHeadArgs: "psr_lm_head_args_init",
+    CombineArgs: "psr_combine_args_init",
+    CombineHostArgs: "psr_combine_host_args_init",
 }
 
 _P = c_void_p
@@ -202,6 +231,8 @@ _PROTOTYPES = {
     "psr_logprobs": (c_int, [_P, _P, _P]),
     "psr_logprobs_host": (c_int, [_P, _P]),
     "psr_lm_head": (c_int, [_P, _P, _P]),
+    "psr_combine": (c_int, [_P, _P, _P]),
+    "psr_combine_host": (c_int, [_P, _P]),
 }
 for _cls, _init in INITS.items():
     _PROTOTYPES[_init] = (c_int, [_P, c_size_t])

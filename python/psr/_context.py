@@ -92,6 +92,31 @@ class SampleResult:
     top_logprobs: Any
 
 
+# psr_shard_record as a numpy dtype: 16 bytes per row and shard.
+SHARD_RECORD = np.dtype([("value", "<u8"), ("token", "<i4"), ("flags", "<u4")])
+
+
+def combine(records, *, tokens_dtype=np.int32, row_flags=False):
+    """The tokens of a sharded sampling (psr_combine_host) from the records
+    of every shard, [shards, rows] of SHARD_RECORD (shard s's in row s).
+    With row_flags=True returns (tokens, flags)."""
+    rec = np.ascontiguousarray(records)
+    if rec.dtype != SHARD_RECORD or rec.ndim != 2:
+        raise TypeError("records must be a [shards, rows] array of psr.SHARD_RECORD, "
+                        f"not {rec.dtype} with shape {rec.shape}")
+    tok_np, tok_psr = cv.tokens_dtype_of(tokens_dtype)
+    tokens = np.empty(rec.shape[1], dtype=tok_np)
+    flags = np.empty(rec.shape[1], dtype=np.uint32)
+    a = _api.init_struct(_api.CombineHostArgs)
+    a.shards, a.rows = rec.shape
+    a.records, a.tokens, a.tokens_dtype = rec.ctypes.data, tokens.ctypes.data, tok_psr
+    a.row_flags = flags.ctypes.data
+    st = _api.lib().psr_combine_host(None, byref(a))
+    if st:
+        _raise_global(st)
+    return (tokens, flags) if row_flags else tokens
+
+
 def _raise_global(st):
     raise error_for(st, _api.decode(_api.lib().psr_last_error(None)))
 
@@ -373,22 +398,12 @@ class Context:
                                        tok_psr, dtype, out, row_flags, shape, wait_for)
         if out is not None or row_flags is not None or wait_for is not None or shape is not None:
             raise TypeError("out, row_flags, shape and wait_for are for PyOpenCL logits")
-        x, rows, vocab, stride, pdtype = cv.host_logits(logits, "logits", dtype)
-        temps = cv.per_row_float(temperature, "temperature", rows)
-        seeds_a = cv.per_row_int(seeds, "seeds", rows)
-        pos_a = cv.per_row_int(positions, "positions", rows)
-        filt = [cv.filter_value(v, n, rows, k) for v, n, k in
-                ((top_k, "top_k", "k"), (top_p, "top_p", "p"), (min_p, "min_p", "p"))]
-        tokens = np.empty(rows, dtype=tok_np)
-        a = self._args(_api.SampleHostArgs)
-        a.rows, a.vocab, a.row_stride = rows, vocab, stride
-        a.logits, a.logits_dtype = x.ctypes.data, pdtype
-        a.seeds, a.positions, a.temperatures = seeds_a.ctypes.data, pos_a.ctypes.data, \
-            temps.ctypes.data
-        _set_filters(a, filt, lambda arr: arr.ctypes.data)
-        a.flags, a.noise = flags, noise_v
+        a, x, temps, keep = self._host_sample_args(logits, temperature, seeds, positions, flags,
+                                                   noise_v, top_k, top_p, min_p, dtype)
+        tokens = np.empty(a.rows, dtype=tok_np)
         a.tokens, a.tokens_dtype = tokens.ctypes.data, tok_psr
         self._call(self._lib.psr_sample_host, byref(a))
+        del keep
         if top_n is None:
             return tokens
         lp = self.logprobs(x, tokens, temps, top_n=top_n, raw=raw_logprobs,
@@ -396,6 +411,45 @@ class Context:
                            top_p=None if raw_logprobs else top_p,
                            min_p=None if raw_logprobs else min_p, dtype=dtype)
         return SampleResult(tokens, lp.logprobs, lp.ranks, lp.top_ids, lp.top_logprobs)
+
+    def _host_sample_args(self, logits, temperature, seeds, positions, flags, noise_v, top_k,
+                          top_p, min_p, dtype):
+        """SampleHostArgs for numpy inputs, the logits and temperatures as
+        converted, and the arrays the args point into (keep them alive)."""
+        x, rows, vocab, stride, pdtype = cv.host_logits(logits, "logits", dtype)
+        temps = cv.per_row_float(temperature, "temperature", rows)
+        seeds_a = cv.per_row_int(seeds, "seeds", rows)
+        pos_a = cv.per_row_int(positions, "positions", rows)
+        filt = [cv.filter_value(v, n, rows, k) for v, n, k in
+                ((top_k, "top_k", "k"), (top_p, "top_p", "p"), (min_p, "min_p", "p"))]
+        a = self._args(_api.SampleHostArgs)
+        a.rows, a.vocab, a.row_stride = rows, vocab, stride
+        a.logits, a.logits_dtype = x.ctypes.data, pdtype
+        a.seeds, a.positions, a.temperatures = seeds_a.ctypes.data, pos_a.ctypes.data, \
+            temps.ctypes.data
+        _set_filters(a, filt, lambda arr: arr.ctypes.data)
+        a.flags, a.noise = flags, noise_v
+        return a, x, temps, (x, temps, seeds_a, pos_a, filt)
+
+    def sample_shard(self, logits, temperature, seeds, positions, *, vocab_offset, vocab_total,
+                     shard_index, shard_count, drafting=False, noise="fp32", method="gumbel",
+                     probs=False, dtype=None, fast_math=False):
+        """One shard of a vocabulary split over devices or processes
+        (docs/sharded.md): logits [rows, vocab] are the columns
+        vocab_offset .. vocab_offset + vocab of a vocab_total vocabulary.
+        Returns the shard's records, a numpy array [rows] of SHARD_RECORD;
+        psr.combine of every shard's records gives the unsharded tokens.
+        Blocking; numpy logits only."""
+        flags = cv.sample_flags(drafting, method, probs, fast_math)
+        a, _, _, keep = self._host_sample_args(logits, temperature, seeds, positions, flags,
+                                               cv.noise_of(noise), None, None, None, dtype)
+        records = np.zeros(a.rows, dtype=SHARD_RECORD)
+        a.shard_count, a.shard_index = int(shard_count), int(shard_index)
+        a.vocab_offset, a.vocab_total = int(vocab_offset), int(vocab_total)
+        a.shard_records = records.ctypes.data
+        self._call(self._lib.psr_sample_host, byref(a))
+        del keep
+        return records
 
     def logprobs(self, logits, tokens, temperature=None, *, top_n=0, raw=False, top_k=None,
                  top_p=None, min_p=None, dtype=None, shape=None, wait_for=None):
