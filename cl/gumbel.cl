@@ -367,7 +367,7 @@ inline void psr_store_row(const psr_sample_params *p, uint row_id, int req, uint
     }
     if (p->shard_tag) {
         psr_shard_rec rec = {token < 0 ? 0 : psr_record_value(v), token, flags | p->shard_tag};
-        ((__global psr_shard_rec *)tokens)[row_id] = rec;
+        ((__global psr_shard_rec *)tokens)[p->records_offset + row_id] = rec;
     } else {
         psr_store_token(tokens, row_id, token, p->tokens64);
     }

@@ -68,6 +68,8 @@ typedef struct psr_sample_params {
     psr_uint32_t token_base;             /* global id of the logits' first column (shards) */
     psr_uint32_t shard_tag;              /* 0: tokens out; else records out (psr_shard_record),
                                             their flags' bits 16-31 (index, count) */
+    psr_uint32_t records_offset;         /* records before row 0's */
+    psr_uint32_t unused;
 } psr_sample_params;
 
 /* A sharded sampling's result per row, as psr_shard_record in psr.h. */

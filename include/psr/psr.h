@@ -402,6 +402,8 @@ typedef struct psr_sample_args {
     size_t vocab_total;       /* the whole vocabulary: vocab_offset + vocab <= vocab_total
                                  <= 2^31 - 1 */
     cl_mem shard_records;     /* out, with shards: psr_shard_record [rows] (tokens is then NULL) */
+    size_t shard_records_offset; /* records before row 0's: shards on one device can write
+                                    into one [shards, rows] buffer for psr_combine */
 } psr_sample_args;
 
 PSR_API psr_status psr_sample_args_init(psr_sample_args *args, size_t struct_size);

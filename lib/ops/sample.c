@@ -39,9 +39,10 @@ static bool host_little_endian(void)
 static psr_status check_shard(psr_context *ctx, const psr_sample_args *a)
 {
     if (!a->shard_count) {
-        REQUIRE(!a->shard_index && !a->vocab_offset && !a->vocab_total && !a->shard_records,
+        REQUIRE(!a->shard_index && !a->vocab_offset && !a->vocab_total && !a->shard_records &&
+                    !a->shard_records_offset,
                 PSR_ERR_INVALID_ARGUMENT,
-                "args->shard_index, vocab_offset, vocab_total or shard_records set with args->shard_count 0");
+                "args->shard_index, vocab_offset, vocab_total or shard_records(_offset) set with args->shard_count 0");
         return PSR_OK;
     }
     REQUIRE(a->shard_count <= PSR_MAX_SHARDS, PSR_ERR_INVALID_ARGUMENT,
@@ -54,6 +55,8 @@ static psr_status check_shard(psr_context *ctx, const psr_sample_args *a)
             PSR_ERR_SHARD_MISMATCH,
             "args->vocab_offset %zu + vocab %zu is past args->vocab_total %zu", a->vocab_offset, a->vocab,
             a->vocab_total);
+    REQUIRE(a->shard_records_offset <= UINT32_MAX - a->rows, PSR_ERR_INVALID_ARGUMENT,
+            "args->shard_records_offset %zu is too large", a->shard_records_offset);
     REQUIRE(!a->tokens, PSR_ERR_INVALID_ARGUMENT,
             "args->tokens is set with shards: a shard writes args->shard_records, psr_combine the tokens");
     REQUIRE(!psr_filter_requested(a), PSR_ERR_NOT_SUPPORTED,
@@ -146,7 +149,8 @@ static psr_status check_buffers(psr_context *ctx, const psr_sample_args *a)
         {a->top_p, a->requests * 4, "args->top_p", false},
         {a->min_p, a->requests * 4, "args->min_p", false},
         {a->tokens, a->rows * token_bytes, "args->tokens", true},
-        {a->shard_records, a->rows * sizeof(psr_shard_record), "args->shard_records", true},
+        {a->shard_records, (a->shard_records_offset + a->rows) * sizeof(psr_shard_record), "args->shard_records",
+         true},
         {a->row_flags, a->rows * 4, "args->row_flags", true},
         {a->draft_cache, cache_bytes, "args->draft_cache", true}};
     return psr_check_buffers(ctx, needs, sizeof needs / sizeof needs[0]);
@@ -266,7 +270,8 @@ static void plan_sample(psr_context *ctx, const psr_sample_args *a, unsigned fla
         .draft_step = (psr_uint32_t)a->draft_step,
         .tokens64 = a->tokens_dtype == PSR_TOKENS_I64,
         .token_base = (psr_uint32_t)a->vocab_offset,
-        .shard_tag = a->shard_count ? (psr_uint32_t)(a->shard_index << 16 | a->shard_count << 24) : 0};
+        .shard_tag = a->shard_count ? (psr_uint32_t)(a->shard_index << 16 | a->shard_count << 24) : 0,
+        .records_offset = (psr_uint32_t)a->shard_records_offset};
 }
 
 /* The kernels and scratch of the plan: one pass keeps a key per group and

@@ -222,7 +222,7 @@ void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_
  * C does, which fixed-width fields ordered widest first guarantee; the
  * sizes catch a field added out of order. */
 _Static_assert(sizeof(psr_rows_params) == 32, "psr_rows_params is laid out as in OpenCL C");
-_Static_assert(sizeof(psr_sample_params) == 64, "psr_sample_params is laid out as in OpenCL C");
+_Static_assert(sizeof(psr_sample_params) == 72, "psr_sample_params is laid out as in OpenCL C");
 _Static_assert(sizeof(psr_shard_rec) == sizeof(psr_shard_record) &&
                    offsetof(psr_shard_rec, token) == offsetof(psr_shard_record, token) &&
                    offsetof(psr_shard_rec, flags) == offsetof(psr_shard_record, flags),
