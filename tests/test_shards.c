@@ -344,6 +344,8 @@ static void test_bad_shard_arguments(void **state)
     expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_NULL_ARGUMENT, "args->shard_records");
     a = shard_args(dl, ds, dt, dp, small);
     expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_BUFFER_TOO_SMALL, "args->shard_records");
+    a = shard_args(dl, ds, dt, dp, dr), a.shard_records_offset = 1; /* 3 records into room for 2 */
+    expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_BUFFER_TOO_SMALL, "args->shard_records");
     a = shard_args(dl, ds, dt, dp, dr), a.tokens = tokens;
     expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "args->tokens is set with shards");
     a = shard_args(dl, ds, dt, dp, dr), a.all_top_k = 3;
