@@ -855,3 +855,166 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, __global uint *state, __global
                       lbuf, hlo, hhi, seg, pick);
 }
 #endif
+
+/* ---- Filters across vocabulary shards (lib/ops/shard_filter.c) ----
+ *
+ * The same threshold as the passes above, for a row whose tokens lie on
+ * several shards, in rounds: each round every shard writes a partial per
+ * row (PSR_SF_WORDS uint64), the app reduces them across shards (round 0
+ * by maximum, the others by sum) and hands the result to the next round,
+ * which first applies it. Round 0: the row's largest key + 1. Then up to
+ * four rounds of top-k (counts of the keys at or above the min-p cut, 8
+ * bits of the key a round, as psr_filter_search) and four of top-p
+ * (fixed-point masses at or above the top-k cut). Every decision is made
+ * here, by the same functions, on the reduced sums, which are exact
+ * integers: each shard finds the unsharded threshold, bit for bit. The
+ * last apply writes it where psr_gumbel_sample reads thresholds.
+ * State per row after the thresholds (2 floats per row): PSR_SF_STATE
+ * words, the global largest key + 1, the floor key (the cut so far), the
+ * search's prefix, the weight above it (two words), and top-p's goal. */
+#define PSR_SF_WORDS 256
+#define PSR_SF_STATE 8
+
+/* Round 0's partial: this shard's largest key + 1 (0: none) in word 0,
+ * written where `act`. */
+inline void psr_sf_max(__global const psr_logit_t *src, uint n, const psr_filter_row *f, bool act,
+                       __global ulong *out, __local uint *pick)
+{
+    uint lid = get_local_id(0);
+    if (lid == 0)
+        pick[0] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint mk = 0;
+    for (uint i = lid; i < (act ? n : 0); i += PSR_WG_SIZE) {
+        float s = psr_filter_scaled(src, i, f->t, f->r);
+        if (!isnan(s))
+            mk = max(mk, psr_filter_key(s) + 1);
+    }
+    atomic_max(&pick[0], mk);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint b = lid; b < (act ? PSR_SF_WORDS : 0); b += PSR_WG_SIZE)
+        out[b] = b == 0 ? pick[0] : 0;
+}
+
+/* A search round's partial, written where `act`: the weights (counts,
+ * or masses for top-p) of this shard's keys at or above the floor whose
+ * bits above `shift + 8` are the prefix, in 256 bins of the next 8 bits;
+ * zeros for a row that does not search (`does`). */
+inline void psr_sf_histogram(__global const psr_logit_t *src, uint n, const psr_filter_row *f, bool act,
+                             bool does, __global const uint *st, int shift, bool mass, __global ulong *out,
+                             __local uint *hlo, __local uint *hhi)
+{
+    uint lid = get_local_id(0);
+    for (uint b = lid; b < PSR_SF_WORDS; b += PSR_WG_SIZE)
+        hlo[b] = hhi[b] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint floor_key = st[1], prefix = st[2];
+    float m = psr_filter_max_of(st[0]);
+    for (uint i = lid; i < (act && does ? n : 0); i += PSR_WG_SIZE) {
+        float s = psr_filter_scaled(src, i, f->t, f->r);
+        if (isnan(s))
+            continue;
+        uint key = psr_filter_key(s);
+        if (key < floor_key || (shift < 24 && (key >> (shift + 8)) != prefix))
+            continue;
+        psr_filter_add_local(&hlo[(key >> shift) & 0xffu], &hhi[(key >> shift) & 0xffu],
+                             psr_filter_weight(s, m, mass));
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint b = lid; b < (act ? PSR_SF_WORDS : 0); b += PSR_WG_SIZE)
+        out[b] = ((ulong)hhi[b] << 32) | hlo[b];
+}
+
+/* Round 0's reduction: the row's largest key, and the min-p cut as the
+ * floor of the searches. */
+inline void psr_sf_start(const psr_filter_row *f, bool on, __global const ulong *red, __global uint *st)
+{
+    if (get_local_id(0) != 0 || !on)
+        return;
+    uint mk = (uint)red[0];
+    st[0] = mk;
+    st[1] = psr_filter_key(psr_filter_min_p_cut(f, psr_filter_max_of(mk)));
+    st[2] = st[3] = st[4] = st[5] = 0;
+}
+
+/* A search round's reduction, level `level` (0 .. 3) of its search: the
+ * bin that holds the answer, as psr_filter_search picks it; after level
+ * 3 the answer becomes the floor. A set that falls short of the target
+ * at level 0 leaves the floor as it is (word 5 = 1 marks it). */
+inline void psr_sf_step(const psr_filter_row *f, bool does, __global const ulong *red, __global uint *st,
+                        int level, bool mass, __local uint *hlo, __local uint *hhi, __local ulong *seg,
+                        __local uint *pick)
+{
+    uint lid = get_local_id(0);
+    for (uint b = lid; b < PSR_SF_WORDS; b += PSR_WG_SIZE) {
+        ulong w = does ? red[b] : 0;
+        hlo[b] = (uint)w;
+        hhi[b] = (uint)(w >> 32);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong total = psr_filter_suffix(hlo, hhi, true, PSR_SF_WORDS, seg);
+    ulong want = (ulong)f->k, base = ((ulong)st[4] << 32) | st[3];
+    float goal = level == 0 ? fmax(f->p, FLT_MIN) * (float)total : as_float(st[6]);
+    bool live = does && (level == 0 ? psr_filter_reached(total, mass, want, goal) : st[5] == 0);
+    psr_filter_cross(hlo, hhi, true, PSR_SF_WORDS, live ? base : 0, mass, want, goal, seg, pick);
+    if (lid == 0 && does) {
+        uint prefix = live ? (st[2] << 8) | pick[0] : 0;
+        st[2] = level == 3 ? 0 : prefix;
+        st[3] = level == 3 ? 0 : pick[1];
+        st[4] = level == 3 ? 0 : pick[2];
+        st[5] = level == 3 ? 0 : !live;
+        st[6] = as_uint(goal);
+        if (level == 3 && live)
+            st[1] = max(prefix, st[1]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+}
+
+/* One round for one row (a work-group): apply the reduction of the round
+ * before (round > 0), then write this round's partial (partial not NULL).
+ * Rounds: 0 max; 1 .. k_rounds top-k; then p_rounds of top-p; the round
+ * after the last only applies. vocab_total decides whether top-k is on,
+ * as unsharded. The thresholds are the first 2 * rows words of state. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_shard_filter_round)
+__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
+void psr_shard_filter_round(PSR_FILTER_ROW_ARGS, uint vocab_total, uint round, uint k_rounds, uint p_rounds,
+                            __global const ulong *reduced, __global ulong *partial, __global uint *state)
+{
+    PSR_FILTER_ROWS_UNPACK;
+    (void)groups_per_row, (void)chunk;
+    __local uint hlo[PSR_SF_WORDS], hhi[PSR_SF_WORDS];
+    __local ulong seg[PSR_WG_SIZE];
+    __local uint pick[3];
+    uint row_id = get_group_id(0);
+    psr_filter_row f = psr_filter_row_get(row_id, vocab_total, row_request, requests, temperatures, top_k, top_p,
+                                          min_p, &p);
+    bool on = f.state == 2;
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
+    __global uint *st = state + 2 * get_num_groups(0) + PSR_SF_STATE * row_id;
+    __global const ulong *red = reduced ? reduced + (ulong)row_id * PSR_SF_WORDS : 0;
+    if (round == 1)
+        psr_sf_start(&f, on, red, st);
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    bool k_applied = round <= 1 + k_rounds; /* the reduction applied is top-k's */
+    if (PSR_FLAT_BARRIERS || round > 1) {
+        int level = (int)round - 2 - (k_applied ? 0 : (int)k_rounds);
+        bool does = on && round > 1 && (k_applied ? f.k_on : f.p_on) && st[0] != 0;
+        psr_sf_step(&f, does, red, st, level, !k_applied, hlo, hhi, seg, pick);
+    }
+    if (round == 1 + k_rounds + p_rounds && get_local_id(0) == 0) {
+        float cut = f.state == 1 ? NAN : !on ? -INFINITY
+                    : st[0]              ? psr_filter_unkey(st[1])
+                                         : psr_filter_min_p_cut(&f, -INFINITY);
+        psr_filter_set((__global float *)state, row_id, cut, false);
+    }
+    __global ulong *out = partial ? partial + (ulong)row_id * PSR_SF_WORDS : 0;
+    if (PSR_FLAT_BARRIERS || (out && round == 0))
+        psr_sf_max(src, on ? vocab : 0, &f, out && round == 0, out, pick);
+    if (PSR_FLAT_BARRIERS || (out && round > 0)) {
+        bool k_next = round <= k_rounds;
+        int shift = 24 - 8 * ((int)round - 1 - (k_next ? 0 : (int)k_rounds));
+        bool does = on && (k_next ? f.k_on : f.p_on) && st[0] != 0;
+        psr_sf_histogram(src, vocab, &f, out && round > 0, does, st, shift, !k_next, out, hlo, hhi);
+    }
+}
+#endif

@@ -262,6 +262,198 @@ static void test_race_over_logits_up_to_rounding(void **state)
     assert_true(differ <= 2); /* of 600 rows */
 }
 
+/* ---- filters across shards ---- */
+
+/* The filters of one test: per-request arrays (NULL: off) or all_* values. */
+typedef struct filters {
+    const int32_t *top_k;
+    const float *top_p, *min_p;
+    int all_top_k;
+    float all_top_p, all_min_p;
+} filters;
+
+/* Device buffers of a batch, for the device calls. */
+typedef struct dev_batch {
+    cl_mem logits, seeds, temps, positions, top_k, top_p, min_p;
+} dev_batch;
+
+static dev_batch upload_batch(const batch *b, const filters *f)
+{
+    size_t rows = b->rows, elem = b->dtype == PSR_DTYPE_F32 ? 4 : 2;
+    dev_batch d = {upload(ctx, b->logits, rows * b->vocab * elem), upload(ctx, b->seeds, rows * 8),
+                   upload(ctx, b->temps, rows * 4), upload(ctx, b->positions, rows * 8),
+                   f->top_k ? upload(ctx, f->top_k, rows * 4) : NULL,
+                   f->top_p ? upload(ctx, f->top_p, rows * 4) : NULL,
+                   f->min_p ? upload(ctx, f->min_p, rows * 4) : NULL};
+    return d;
+}
+
+static void release_batch(dev_batch *d)
+{
+    cl_mem all[] = {d->logits, d->seeds, d->temps, d->positions, d->top_k, d->top_p, d->min_p};
+    for (size_t i = 0; i < 7; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+}
+
+/* Shard s's sampling args over the uploaded batch. */
+static psr_sample_args filtered_shard_args(const batch *b, const dev_batch *d, const filters *f, const size_t *bounds,
+                                           size_t shards, size_t s, unsigned flags, cl_mem records, cl_mem state)
+{
+    psr_sample_args a;
+    psr_sample_args_init(&a, sizeof a);
+    set_sample_flags(&a, flags);
+    a.rows = b->rows, a.logits = d->logits, a.logits_dtype = b->dtype, a.row_stride = b->vocab;
+    a.logits_offset = bounds[s], a.vocab = bounds[s + 1] - bounds[s];
+    a.seeds = d->seeds, a.temperatures = d->temps, a.positions = d->positions;
+    a.top_k = d->top_k, a.top_p = d->top_p, a.min_p = d->min_p;
+    a.all_top_k = f->all_top_k, a.all_top_p = f->all_top_p, a.all_min_p = f->all_min_p;
+    a.shard_count = shards, a.shard_index = s, a.vocab_offset = bounds[s], a.vocab_total = b->vocab;
+    a.shard_records = records, a.shard_records_offset = s * b->rows, a.shard_filter_state = state;
+    return a;
+}
+
+/* The rounds for every shard in this process: partials read back and
+ * reduced on the host (max in round 0, else sum), as an all-reduce would. */
+static void run_filter_rounds(const psr_sample_args *args, size_t shards, cl_mem *partial, cl_mem reduced,
+                              size_t rows, bool forget_last_shard)
+{
+    size_t rounds = 0, words = rows * PSR_SHARD_FILTER_WORDS;
+    assert_int_equal(psr_shard_filter_rounds(ctx, &args[0], &rounds), PSR_OK);
+    uint64_t *sum = malloc(words * 8), *part = malloc(words * 8);
+    for (size_t r = 0; r <= rounds; r++) {
+        for (size_t s = 0; s < shards; s++) {
+            psr_shard_filter_args fa;
+            psr_shard_filter_args_init(&fa, sizeof fa);
+            fa.sample = &args[s], fa.round = r, fa.reduced = reduced, fa.partial = partial[s];
+            if (psr_shard_filter_round(ctx, &fa, NULL) != PSR_OK)
+                fail_msg("round %zu, shard %zu: %s", r, s, psr_last_error(ctx));
+        }
+        if (r == rounds)
+            break;
+        memset(sum, 0, words * 8);
+        for (size_t s = 0; s < shards - (forget_last_shard ? 1 : 0); s++) {
+            download(ctx, partial[s], part, words * 8);
+            for (size_t w = 0; w < words; w++)
+                sum[w] = r == 0 ? (part[w] > sum[w] ? part[w] : sum[w]) : sum[w] + part[w];
+        }
+        assert_int_equal(clEnqueueWriteBuffer(queue_of(ctx), reduced, CL_TRUE, 0, words * 8, sum, 0, NULL, NULL),
+                         CL_SUCCESS);
+    }
+    free(sum), free(part);
+}
+
+/* Rows whose sharded filtered token differs from the unsharded call's;
+ * `control`: the reductions leave out the last shard's partials. */
+static size_t filtered_differences(const batch *b, size_t shards, unsigned flags, const filters *f, bool control)
+{
+    size_t rows = b->rows, bounds[PSR_MAX_SHARDS + 1];
+    random_bounds(b->vocab, shards, bounds);
+    dev_batch d = upload_batch(b, f);
+    cl_mem records = device_buffer(ctx, shards * rows * sizeof(psr_shard_record));
+    cl_mem reduced = device_buffer(ctx, rows * PSR_SHARD_FILTER_WORDS * 8), partial[8], state[8];
+    psr_sample_args args[8];
+    for (size_t s = 0; s < shards; s++) {
+        partial[s] = device_buffer(ctx, rows * PSR_SHARD_FILTER_WORDS * 8);
+        state[s] = device_buffer(ctx, rows * PSR_SHARD_FILTER_STATE_BYTES);
+        args[s] = filtered_shard_args(b, &d, f, bounds, shards, s, flags, records, state[s]);
+    }
+    run_filter_rounds(args, shards, partial, reduced, rows, control);
+    for (size_t s = 0; s < shards; s++)
+        if (psr_sample(ctx, &args[s], NULL) != PSR_OK)
+            fail_msg("filtered shard %zu: %s", s, psr_last_error(ctx));
+    psr_shard_record *rec = malloc(shards * rows * sizeof *rec);
+    download(ctx, records, rec, shards * rows * sizeof *rec);
+    int32_t *got = malloc(rows * 4), *want = malloc(rows * 4);
+    uint32_t *got_f = malloc(rows * 4), *want_f = malloc(rows * 4);
+    psr_combine_host_args c;
+    psr_combine_host_args_init(&c, sizeof c);
+    c.rows = rows, c.shards = shards, c.records = rec, c.tokens = got, c.row_flags = got_f;
+    assert_int_equal(psr_combine_host(ctx, &c), PSR_OK);
+    psr_sample_args u = filtered_shard_args(b, &d, f, bounds, 1, 0, flags, NULL, NULL);
+    cl_mem dt = device_buffer(ctx, rows * 4), df = device_buffer(ctx, rows * 4);
+    u.logits_offset = 0, u.vocab = b->vocab, u.row_stride = 0, u.shard_count = 0, u.shard_index = 0;
+    u.vocab_offset = u.vocab_total = 0, u.shard_records = NULL, u.shard_records_offset = 0;
+    u.tokens = dt, u.row_flags = df;
+    if (psr_sample(ctx, &u, NULL) != PSR_OK)
+        fail_msg("unsharded filtered: %s", psr_last_error(ctx));
+    download(ctx, dt, want, rows * 4);
+    download(ctx, df, want_f, rows * 4);
+    size_t differ = 0;
+    for (size_t r = 0; r < rows; r++)
+        if ((got[r] != want[r] || got_f[r] != want_f[r]) && differ++ < 3 && !control)
+            print_message("filtered, vocab %zu, %zu shards, row %zu: sharded %d (flags %u), unsharded %d (flags %u)\n",
+                          b->vocab, shards, r, got[r], got_f[r], want[r], want_f[r]);
+    for (size_t s = 0; s < shards; s++)
+        release_buffers((cl_mem[]){partial[s], state[s]}, 2);
+    release_buffers((cl_mem[]){records, reduced, dt, df}, 4);
+    release_batch(&d);
+    free(rec), free(got), free(want), free(got_f), free(want_f);
+    return differ;
+}
+
+static void test_filters_identical(void **state)
+{
+    (void)state;
+    batch b = make_batch(24, 3000, PSR_DTYPE_F32, true, false);
+    int32_t ks[24];
+    float ps[24], mps[24];
+    for (size_t r = 0; r < 24; r++) {
+        ks[r] = r % 5 == 0 ? 0 : (int32_t)(1 + rnd() % 200); /* some rows off */
+        ps[r] = r % 3 == 0 ? 1.0f : 0.5f + (float)(rnd() % 50) / 100.0f;
+        mps[r] = r % 4 == 0 ? 0.0f : (float)(rnd() % 20) / 100.0f;
+    }
+    const filters per_row = {ks, ps, mps, 0, 1.0f, 0.0f};
+    const filters top_k_only = {NULL, NULL, NULL, 20, 1.0f, 0.0f};
+    const filters top_p_only = {NULL, NULL, NULL, 0, 0.9f, 0.0f};
+    const filters min_p_only = {NULL, NULL, NULL, 0, 1.0f, 0.05f};
+    const filters *all[] = {&per_row, &top_k_only, &top_p_only, &min_p_only};
+    for (size_t i = 0; i < 4; i++)
+        for (size_t shards = 1; shards <= 4; shards += 3)
+            assert_int_equal(filtered_differences(&b, shards, 0, all[i], false), 0);
+    /* ties at every threshold: logits rounded to whole numbers */
+    for (size_t i = 0; i < b.rows * b.vocab; i++)
+        ((float *)b.logits)[i] = rintf(((float *)b.logits)[i]);
+    assert_int_equal(filtered_differences(&b, 3, PSR_FLAG_WIDE_NOISE, &per_row, false), 0);
+    assert_int_equal(filtered_differences(&b, 5, 0, &top_k_only, false), 0);
+    free_batch(&b);
+    if (!test_long())
+        return;
+    batch big = make_batch(6, 70000, PSR_DTYPE_F16, true, false);
+    for (size_t shards = 2; shards <= 8; shards *= 2)
+        for (size_t i = 0; i < 4; i++)
+            assert_int_equal(filtered_differences(&big, shards, PSR_SAMPLE_DRAFTING, all[i], false), 0);
+    free_batch(&big);
+}
+
+/* The control: a reduction that leaves out one shard finds other
+ * thresholds, and the tokens differ on many rows; so do the filtered
+ * tokens from the unfiltered ones (the filters matter in these rows). */
+static void test_control_filter_reduction(void **state)
+{
+    (void)state;
+    batch b = make_batch(64, 3000, PSR_DTYPE_F32, false, false);
+    const filters top_k = {NULL, NULL, NULL, 5, 1.0f, 0.0f};
+    size_t differ = filtered_differences(&b, 2, 0, &top_k, true);
+    int32_t plain[64], filtered[64];
+    assert_int_equal(sample_host(ctx, b.logits, PSR_DTYPE_F32, 64, b.vocab, 0, b.seeds, b.positions, b.temps, 0,
+                                 plain, NULL, NULL),
+                     PSR_OK);
+    int32_t ks[64];
+    for (int r = 0; r < 64; r++)
+        ks[r] = 5;
+    assert_int_equal(sample_host_filtered(ctx, b.logits, PSR_DTYPE_F32, 64, b.vocab, 0, b.seeds, b.positions,
+                                          b.temps, ks, NULL, NULL, 0, filtered, NULL, NULL),
+                     PSR_OK);
+    size_t changed = 0;
+    for (int r = 0; r < 64; r++)
+        changed += plain[r] != filtered[r];
+    print_message("forgotten shard: %zu of 64 rows differ; top-5 changes %zu of 64 tokens\n", differ, changed);
+    assert_true(differ >= 3); /* 5 with this seed: the last shard holds a part of the top 5 */
+    assert_true(changed >= 8);
+    free_batch(&b);
+}
+
 /* The control: shards that draw noise for their own (local) token ids, as
  * a sharding that ignores vocab_offset would, then report global ids.
  * The tokens must differ from the unsharded call's on most rows, or the
@@ -349,7 +541,7 @@ static void test_bad_shard_arguments(void **state)
     a = shard_args(dl, ds, dt, dp, dr), a.tokens = tokens;
     expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "args->tokens is set with shards");
     a = shard_args(dl, ds, dt, dp, dr), a.all_top_k = 3;
-    expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_NOT_SUPPORTED, "filters across shards");
+    expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_NULL_ARGUMENT, "args->shard_filter_state is NULL");
     a = shard_args(dl, ds, dt, dp, dr), a.shard_count = 0;
     expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "with args->shard_count 0");
     release_buffers((cl_mem[]){dl, ds, dt, dp, dr, small, tokens}, 7);
@@ -409,6 +601,8 @@ int main(void)
         cmocka_unit_test(test_race_over_probabilities),
         cmocka_unit_test(test_race_over_logits_up_to_rounding),
         cmocka_unit_test(test_control_local_noise_ids),
+        cmocka_unit_test(test_filters_identical),
+        cmocka_unit_test(test_control_filter_reduction),
         cmocka_unit_test(test_bad_shard_arguments),
         cmocka_unit_test(test_records_that_do_not_fit),
     };

@@ -394,8 +394,8 @@ typedef struct psr_sample_args {
      * shard_records instead of a token; psr_combine (or psr_combine_host)
      * turns the records of every shard into the tokens the unsharded call
      * gives. `vocab` and the logits are this shard's; the draft cache, if
-     * any, holds this shard's columns. Filters are not yet accepted with
-     * shards (PSR_ERR_NOT_SUPPORTED). */
+     * any, holds this shard's columns. Filters need the rounds of
+     * psr_shard_filter_round first (below). */
     size_t shard_count;       /* shards of the vocabulary, 1 .. PSR_MAX_SHARDS; 0: not sharded */
     size_t shard_index;       /* this shard, < shard_count */
     size_t vocab_offset;      /* global id of this shard's first token */
@@ -404,6 +404,8 @@ typedef struct psr_sample_args {
     cl_mem shard_records;     /* out, with shards: psr_shard_record [rows] (tokens is then NULL) */
     size_t shard_records_offset; /* records before row 0's: shards on one device can write
                                     into one [shards, rows] buffer for psr_combine */
+    cl_mem shard_filter_state; /* filters with shards: PSR_SHARD_FILTER_STATE_BYTES per row,
+                                  filled by the psr_shard_filter_round calls before this one */
 } psr_sample_args;
 
 PSR_API psr_status psr_sample_args_init(psr_sample_args *args, size_t struct_size);
@@ -449,6 +451,35 @@ typedef struct psr_sample_host_args {
 
 PSR_API psr_status psr_sample_host_args_init(psr_sample_host_args *args, size_t struct_size);
 PSR_API psr_status psr_sample_host(psr_context *ctx, const psr_sample_host_args *args);
+
+/* Filters across shards. A sharded psr_sample with top-k, top-p or
+ * min-p needs the rows' thresholds over the whole vocabulary, found in
+ * rounds: in round r (0 .. rounds) every shard calls
+ * psr_shard_filter_round with the same sample args (shard fields,
+ * filters and shard_filter_state set); for r < rounds it writes this
+ * shard's `partial`, uint64 [rows, PSR_SHARD_FILTER_WORDS], which the app
+ * reduces element-wise across all shards (round 0: maximum; later rounds:
+ * sum) and passes as `reduced` to round r + 1. After round `rounds`, the
+ * sharded psr_sample gives the tokens of the unsharded filtered call, bit
+ * for bit. rounds is 1, plus 4 with top-k, plus 4 with top-p. */
+#define PSR_SHARD_FILTER_WORDS 256
+#define PSR_SHARD_FILTER_STATE_BYTES 40
+
+/* The number of exchanges (0 without filters) the sample args need. */
+PSR_API psr_status psr_shard_filter_rounds(psr_context *ctx, const psr_sample_args *args, size_t *rounds);
+
+typedef struct psr_shard_filter_args {
+    size_t struct_size;            /* sizeof, through psr_shard_filter_args_init() */
+    const psr_sample_args *sample; /* this shard's sampling call */
+    size_t round;                  /* 0 .. rounds */
+    cl_mem reduced;                /* rounds 1 .. rounds: the previous round's partials reduced */
+    cl_mem partial;                /* out, rounds 0 .. rounds - 1: this shard's partial */
+    cl_uint num_events_in_wait_list;
+    const cl_event *event_wait_list;
+} psr_shard_filter_args;
+
+PSR_API psr_status psr_shard_filter_args_init(psr_shard_filter_args *args, size_t struct_size);
+PSR_API psr_status psr_shard_filter_round(psr_context *ctx, const psr_shard_filter_args *args, cl_event *event);
 
 /* The tokens of a sharded sampling from the records of all its shards,
  * gathered in one buffer shard after shard: records[s * rows + r] is row

@@ -59,8 +59,8 @@ static psr_status check_shard(psr_context *ctx, const psr_sample_args *a)
             "args->shard_records_offset %zu is too large", a->shard_records_offset);
     REQUIRE(!a->tokens, PSR_ERR_INVALID_ARGUMENT,
             "args->tokens is set with shards: a shard writes args->shard_records, psr_combine the tokens");
-    REQUIRE(!psr_filter_requested(a), PSR_ERR_NOT_SUPPORTED,
-            "args->top_k, top_p or min_p with shards: filters across shards are not available yet");
+    REQUIRE(!psr_filter_requested(a) || a->shard_filter_state, PSR_ERR_NULL_ARGUMENT,
+            "args->shard_filter_state is NULL: filters with shards need the rounds of psr_shard_filter_round");
     cl_bool little = CL_TRUE;
     clGetDeviceInfo(ctx->device, CL_DEVICE_ENDIAN_LITTLE, sizeof little, &little, NULL);
     REQUIRE((little == CL_TRUE) == host_little_endian(), PSR_ERR_NOT_SUPPORTED,
@@ -151,6 +151,7 @@ static psr_status check_buffers(psr_context *ctx, const psr_sample_args *a)
         {a->tokens, a->rows * token_bytes, "args->tokens", true},
         {a->shard_records, (a->shard_records_offset + a->rows) * sizeof(psr_shard_record), "args->shard_records",
          true},
+        {a->shard_filter_state, a->rows * PSR_SHARD_FILTER_STATE_BYTES, "args->shard_filter_state", false},
         {a->row_flags, a->rows * 4, "args->row_flags", true},
         {a->draft_cache, cache_bytes, "args->draft_cache", true}};
     return psr_check_buffers(ctx, needs, sizeof needs / sizeof needs[0]);
@@ -290,7 +291,9 @@ static psr_status reserve_sample(psr_context *ctx, const psr_sample_args *a, sam
     } else if (st == PSR_OK && groups > 1) {
         st = psr_reserve_partials(ctx, &pl->v, "psr_gumbel_finalize", pl->parts, &pl->finalize);
     }
-    if (st == PSR_OK && pl->v.filtered)
+    if (st == PSR_OK && pl->v.filtered && a->shard_count)
+        pl->filter.cut = a->shard_filter_state; /* psr_shard_filter_round found the thresholds */
+    else if (st == PSR_OK && pl->v.filtered)
         st = psr_filter_prepare(ctx, a, &pl->v, true, &pl->filter);
     return st;
 }
@@ -318,7 +321,7 @@ static psr_status launch_sample(psr_context *ctx, const psr_sample_args *a, cons
     cl_event ev_filter = NULL, ev_sample = NULL, ev_final = NULL;
     size_t wg = ctx->tuning.sample.work_group_size;
     psr_status st = PSR_OK;
-    if (pl->v.filtered) {
+    if (pl->filter.scan) {
         st = psr_filter_launch(ctx, a, &pl->filter, first ? &ev_filter : NULL);
         nwait = 0, wait = NULL;
     }
@@ -353,6 +356,13 @@ static psr_status launch_sample(psr_context *ctx, const psr_sample_args *a, cons
 psr_status psr_sample(psr_context *ctx, const psr_sample_args *args, cl_event *event)
 {
     return psr_sample_enqueue(ctx, args, NULL, event);
+}
+
+psr_status psr_sample_read_args(psr_context *ctx, const psr_sample_args *args, const char *call,
+                                psr_sample_args *a, unsigned *flags)
+{
+    psr_status st = psr_args_read(ctx, args, &psr_sample_args_layout, call, a);
+    return st == PSR_OK ? check_args(ctx, a, flags) : st;
 }
 
 psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *args, cl_event *first,
