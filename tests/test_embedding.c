@@ -325,11 +325,19 @@ static void test_verify_host(void **state)
     free_problem(p);
 }
 
-/* Sampling and logprobs of the problem, through the host calls. */
+/* Sampling (into a tokens buffer that starts as `tokens`: a kernel that
+ * writes nothing leaves them, not what a freed buffer held) and the
+ * logprobs of the problem. */
 static void sample_and_logprobs(const problem *p, int32_t tokens[R], float lp[R])
 {
-    assert_int_equal(sample_host(ctx, p->x, PSR_DTYPE_F32, R, V, 0, p->seeds, p->pos, p->temps, 0, tokens, NULL, NULL),
-                     PSR_OK);
+    cl_mem dx = upload(ctx, p->x, sizeof(float) * R * V), ds = upload(ctx, p->seeds, 8 * R);
+    cl_mem dt = upload(ctx, p->temps, 4 * R), dp = upload(ctx, p->pos, 8 * R), dk = upload(ctx, tokens, 4 * R);
+    psr_sample_args a;
+    psr_sample_args_init(&a, sizeof a);
+    a.rows = R, a.vocab = V, a.logits = dx, a.seeds = ds, a.temperatures = dt, a.positions = dp, a.tokens = dk;
+    assert_int_equal(psr_sample(ctx, &a, NULL), PSR_OK);
+    download(ctx, dk, tokens, 4 * R);
+    release_buffers((cl_mem[]){dx, ds, dt, dp, dk}, 5);
     psr_logprobs_host_args h;
     assert_int_equal(psr_logprobs_host_args_init(&h, sizeof h), PSR_OK);
     h.rows = R, h.vocab = V, h.logits = p->x, h.temperatures = p->temps, h.tokens = tokens, h.token_logprobs = lp;
@@ -348,7 +356,7 @@ static void test_recover_after_cut_short_launch(void **state)
     t.logprobs.one_blocks = SIZE_MAX; /* one launch, which counts each row's blocks */
     set_tuning(ctx, &t);
     problem *p = make_problem();
-    int32_t want[R], got[R];
+    int32_t want[R] = {0}, got[R];
     float want_lp[R], got_lp[R];
     sample_and_logprobs(p, want, want_lp);
     for (int control = 1; control >= 0; control--) {

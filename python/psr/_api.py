@@ -79,7 +79,7 @@ class SampleArgs(ctypes.Structure):
         ("tokens_dtype", _enum), ("all_top_k", c_int), ("all_top_p", c_float),
         ("all_min_p", c_float), ("shard_count", c_size_t), ("shard_index", c_size_t),
         ("vocab_offset", c_size_t), ("vocab_total", c_size_t), ("shard_records", _mem),
-        ("shard_records_offset", c_size_t),
+        ("shard_records_offset", c_size_t), ("shard_filter_state", _mem),
     ]
 
 
