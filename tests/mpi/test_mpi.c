@@ -360,6 +360,12 @@ static void check_one_rank_fails(const batch *b, int32_t *tokens)
     expect("shard_records", psr_mpi_sample_host(ctx, MPI_COMM_WORLD, &a),
            rank == 0 ? PSR_ERR_INVALID_ARGUMENT : PSR_ERR_COLLECTIVE, rank == 0 ? "args->shard_records" : NULL);
     a = even_args(b, tokens);
+    psr_status st_ctx = psr_mpi_sample_host(rank == 1 ? NULL : ctx, MPI_COMM_WORLD, &a);
+    if (rank == 1)
+        CHECK(st_ctx == PSR_ERR_NULL_ARGUMENT && strstr(psr_last_error(NULL), "ctx"), "ctx NULL: %d (%s)",
+              (int)st_ctx, psr_last_error(NULL));
+    else
+        expect("ctx", st_ctx, PSR_ERR_COLLECTIVE, "rank 1 failed: PSR_ERR_NULL_ARGUMENT");
     expect("comm", psr_mpi_sample_host(ctx, MPI_COMM_NULL, &a), PSR_ERR_NULL_ARGUMENT, "comm");
     expect("args", psr_mpi_sample_host(ctx, MPI_COMM_WORLD, NULL), PSR_ERR_NULL_ARGUMENT, "args");
     size_t bounds[PSR_MAX_SHARDS + 1];
