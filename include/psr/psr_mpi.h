@@ -7,15 +7,28 @@
  * logits; every rank then holds the tokens the unsharded call gives.
  * docs/sharded.md has the rounds and the layout.
  *
+ * Rounds: each rank samples its shard into records, then one
+ * MPI_Allgather of a fixed-size header per rank (its status, rows,
+ * vocab_offset, vocab, vocab_total, flags, the noise it sampled with and,
+ * for the host call, a hash of the seeds, positions and temperatures),
+ * from which every rank reaches the same verdict; then, only when it is
+ * good, one MPI_Allgather of the records (16 bytes per row per rank); then
+ * each rank combines them on its own.
+ *
  * Errors: every rank first samples its shard, then all ranks exchange
  * their status and shard description, so a rank that fails on its own
  * input still takes part and no rank waits for it. A rank whose own call
  * failed returns that status; the others return PSR_ERR_COLLECTIVE naming
  * the failing rank. Shards that overlap, leave a gap, disagree on
- * vocab_total, rows, flags or noise give PSR_ERR_SHARD_MISMATCH on every
- * rank. A failing MPI call gives PSR_ERR_COLLECTIVE where the
- * communicator's error handler returns errors (MPI_ERRORS_RETURN);
- * with MPI's default handler MPI itself aborts the job.
+ * vocab_total, rows, flags, the noise sampled with (a device without fp64
+ * falls back to wide noise) or, for the host call, the seeds, positions
+ * or temperatures give PSR_ERR_SHARD_MISMATCH on every rank. A failing
+ * MPI call gives PSR_ERR_COLLECTIVE where the communicator's error
+ * handler returns errors (MPI_ERRORS_RETURN); with MPI's default handler
+ * MPI itself aborts the job. comm MPI_COMM_NULL, or more than
+ * PSR_MAX_SHARDS ranks, fails before any round. Outputs are written only
+ * on success. Every rank of comm must make the same call (host or
+ * device) at the same point, as for any collective.
  */
 #ifndef PSR_MPI_H
 #define PSR_MPI_H
@@ -29,16 +42,20 @@ extern "C" {
 
 /* Blocking. `args` is this rank's shard as for psr_sample_host
  * (vocab_offset, vocab and vocab_total; `logits` holds this shard's
- * columns), with `tokens` (and optionally row_flags) the output, written
- * on every rank, and shard_records NULL. shard_count and shard_index
- * may be left 0: they are the communicator's size and this rank's rank,
- * and must be those where set. */
+ * columns), with `tokens` (and optionally row_flags, no_finite_rows and
+ * effective_noise) the output of the whole vocabulary, written on every
+ * rank, and shard_records NULL. shard_count and shard_index may be left
+ * 0: they are the communicator's size and this rank's rank, and must be
+ * those where set. args->struct_size must be this library's
+ * sizeof(psr_sample_host_args). */
 PSR_API psr_status psr_mpi_sample_host(psr_context *ctx, MPI_Comm comm, const psr_sample_host_args *args);
 
 /* The same on device buffers: args as for psr_sample with `tokens` (and
  * optionally row_flags) the output and shard_records NULL. Waits for the
  * shard's sampling, exchanges the records through host memory and
- * enqueues psr_combine; *event (may be NULL) is the combine's. */
+ * enqueues psr_combine; *event (may be NULL) is the combine's. The sizes
+ * of tokens and row_flags are checked before the rounds; a device failure
+ * of the combine itself (after them) is this rank's alone. */
 PSR_API psr_status psr_mpi_sample(psr_context *ctx, MPI_Comm comm, const psr_sample_args *args, cl_event *event);
 
 #ifdef __cplusplus
