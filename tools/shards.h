@@ -6,6 +6,7 @@
 #include <psr/psr.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* --shards N, or N:B1,...,B(N-1) with the global ids where shards 1 .. N-1
  * start. */
@@ -37,6 +38,13 @@ int shards_refuse(const char *command, const char *opt, bool given, const char *
  * psr_combine_host of the records into whole's outputs. */
 psr_status shards_sample_host(psr_context *ctx, const psr_sample_host_args *whole, size_t count,
                               const size_t *bounds);
+
+/* The unbiasedness experiment (check.h's psr_unbiased_run, the same
+ * requests) with every draft sampled in `shards` shards over `bounds`
+ * (unbiased_shards.c). */
+struct psr_unbiased_result;
+psr_status shards_unbiased_run(psr_context *ctx, size_t k, size_t trials, uint64_t seed, size_t shards,
+                               const size_t *bounds, struct psr_unbiased_result *out);
 
 #ifdef PSR_CLI_MPI
 /* The MPI side of psr sample --mpi (cli_mpi.c, built only with MPI). */
