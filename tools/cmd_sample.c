@@ -476,7 +476,6 @@ static psr_status mpi_draw(psr_context *ctx, psr_sample_host_args *a, sample_row
         in->no_finite += (in->row_flags[r] & PSR_ROW_NO_FINITE) != 0;
     return st;
 }
-
 #endif
 
 /* The tokens, by the LM head path or from the host logits. */
