@@ -297,6 +297,14 @@ def verify_checks():
           and all(p["pass"] for p in pos) and all(k in pos[0] for k in ("chi2", "df", "threshold")),
           "verify unbiased --json: every salted position passes")
     check(len(ctl) == 2 and ctl[0]["pass"] is False, "verify unbiased --control: the unsalted control fails at 0")
+    # Sharded drafts are the unsharded ones: the same counts, the control still failing.
+    r = run("verify", "unbiased", "--k", "1", "--trials", "20000", "--control", "--json", "--shards", "3")
+    sh = json.loads(r.stdout) if r.returncode == 0 else {}
+    observed = lambda o: [p["observed"] for p in o.get("positions", [])]
+    check(sh.get("shards") == 3 and observed(sh) == observed(out) and observed(sh.get("control", {})) == observed(out["control"])
+          and sh["control"]["positions"][0]["pass"] is False, "verify unbiased --shards 3: the unsharded counts, the control fails")
+    r = run("verify", "unbiased", "--shards", "17")
+    check(r.returncode == 2 and "--shards" in r.stderr, "verify unbiased --shards 17 (> vocabulary 16) is a usage error")
     r = run("verify", "unbiased", "--k", "1", "--trials", "2000")
     check(r.returncode == 0 and "position 1" in r.stdout and "control" not in r.stdout,
           "verify unbiased without --control prints no control")
@@ -485,6 +493,80 @@ def option_syntax_checks():
     check(r.returncode == 2 and '"fp16"' in r.stderr, "verify tail --noise=fp16 is parsed as --noise fp16")
 
 
+def shards_checks(d):
+    """psr sample --shards N prints what psr sample prints; what it cannot do yet is a usage error."""
+    import math
+    import random
+    rnd = random.Random(7)
+    rows, vocab = 5, 200
+    x = [rnd.gauss(0, 3) for _ in range(rows * vocab)]
+    x[vocab:2 * vocab] = [-math.inf] * vocab  # a row without a finite logit
+    x[2 * vocab + 17] = x[2 * vocab + 190] = math.inf
+    f32 = write(d, "sh32.npy", npy_bytes("<f4", (rows, vocab), struct.pack(f"<{rows * vocab}f", *x)))
+    f16 = write(d, "sh16.npy", npy_bytes("<f2", (rows, vocab), struct.pack(f"<{rows * vocab}e", *x)))
+    seeds = write(d, "shs.npy", npy_bytes("<i8", (rows,), struct.pack(f"<{rows}q", *range(-2, rows - 2))))
+    pos = write(d, "shp.npy", npy_bytes("<i8", (rows,), struct.pack(f"<{rows}q", *range(100, 100 + rows))))
+    cases = [
+        ([f32], ["3", "7"]),
+        ([f32, "--json", "--noise", "wide", "--seed", "9"], ["2", "7"]),
+        ([f32, "--drafting", "--temperature", "0.6", "--seeds", seeds, "--positions", pos], ["3", "4:1,2,199"]),
+        ([f32, "--temperature", "0", "--json"], ["7", str(vocab)]),
+        ([f32, "--method", "race", "--pos", "5"], ["2"]),
+        ([f32, "--fast", "--json"], ["5"]),
+        ([f16, "--json", "--seed", "3"], ["3", "7"]),
+    ]
+    for args, counts in cases:
+        want = run("sample", "--logits", *args)
+        for n in counts:
+            got = run("sample", "--logits", *args, "--shards", n)
+            check(want.returncode == 0 and got.returncode == 0 and got.stdout == want.stdout and got.stderr == want.stderr,
+                  f"sample {' '.join(a for a in args if not a.startswith(d))} --shards {n} prints the unsharded output")
+    bad = [(["0"], "not in [1, 255]"), (["256"], "not in [1, 255]"), ([str(vocab + 1)], "more than the vocabulary"),
+           (["3:5"], "need 2 starts"), (["3:9,4"], "increasing"), (["2:200"], "past the vocabulary"),
+           (["2", "--top-k", "5"], "--top-k is not available"), (["2", "--top-p", "0.5"], "--top-p is not available"),
+           (["2", "--min-p", "0.1"], "--min-p is not available"), (["2", "--logprobs", "1"], "--logprobs is not available")]
+    for extra, why in bad:
+        r = run("sample", "--logits", f32, "--shards", *extra)
+        check(r.returncode == 2 and "--shards" in r.stderr and why in r.stderr, f"sample --shards {' '.join(extra)} is a usage error")
+    r = run("sample", "--hidden", f32, "--weights", f32, "--shards", "2")
+    check(r.returncode == 2 and "--hidden with --weights is not available with --shards" in r.stderr, "--shards with --hidden")
+    mpi_checks(f32)
+    r = run("bench", "sample", "--shards", "2", "--shapes", "2x1000", "--iters", "3", "--variants", "fp32,greedy")
+    lines = [l.split() for l in r.stdout.splitlines()]
+    check(r.returncode == 0 and lines[2][-4:] == ["shard_us", "xshard", "rec_bytes", "gather_bytes"]
+          and [l[-2:] for l in lines[3:]] == [["64", "8000"]] * 2 and all(float(l[-3]) > 0 for l in lines[3:]),
+          "bench sample --shards 2 prints the sharded time, its ratio and the bytes exchanged")
+    r = run("bench", "sample", "--shards", "3", "--shapes", "2x1000", "--iters", "2", "--variants", "race", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    res = out.get("results", [{}])[0]
+    check(out.get("shards") == 3 and res.get("shard_us", 0) > 0 and res.get("record_bytes") == 96
+          and res.get("allgather_bytes") == 8000 and abs(res["x_shard"] - res["shard_us"] / res["us"]) < 1e-9,
+          "bench sample --shards --json")
+    r = run("bench", "sample", "--shards", "5", "--shapes", "2x4")
+    check(r.returncode == 2 and "--shards" in r.stderr, "bench sample --shards above a shape's vocabulary is a usage error")
+
+
+def mpi_checks(f32):
+    """--mpi: a usage error without MPI in the build; under mpirun (where it runs) the unsharded output."""
+    import shutil
+    r = run("sample", "--logits", f32, "--mpi")
+    if "built without MPI" in r.stderr:
+        check(r.returncode == 2, "sample --mpi without MPI in the build is a usage error")
+        return
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        print("skip: sample --mpi (no mpirun)")
+        return
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    for args in ([], ["--json", "--drafting", "--seed", "4"]):
+        want = run("sample", "--logits", f32, *args)
+        got = subprocess.run([mpirun, "--oversubscribe", "-np", "3", PSR, "sample", "--logits", f32, "--mpi", *args],
+                             capture_output=True, text=True, env=env, timeout=300)
+        check(got.returncode == 0 and got.stdout == want.stdout, f"mpirun -np 3 psr sample --mpi {' '.join(args)}")
+    r = run("sample", "--logits", f32, "--mpi", "--shards", "2")
+    check(r.returncode == 2 and "--shards and --mpi" in r.stderr, "--mpi with --shards is a usage error")
+
+
 def one_row_checks(d):
     """A 1-D .npy of logits is one row."""
     one = write(d, "one.npy", npy_bytes("<f4", (5,), struct.pack("<5f", 0, 1, 2, 9, 4)))
@@ -542,6 +624,7 @@ with tempfile.TemporaryDirectory() as d:
     npy_file_checks(d)
     if have_device:
         one_row_checks(d)
+        shards_checks(d)
         convention_checks(d)
         json_number_checks(d)
 

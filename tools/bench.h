@@ -165,6 +165,21 @@ void bench_json_reference(json_writer *w, const char *key, const char *ratio_key
  * and "-" (each buffer at least 16 bytes). */
 void bench_format_reference(double ref, double us, char *ref_text, char *ratio_text);
 
+/* ---- vocabulary shards (bench_shards.c) ---- */
+
+/* One psr_sample call split into `count` shards over `bounds`: each shard
+ * on its columns of the same logits (a sub-buffer where its first column
+ * is aligned to CL_DEVICE_MEM_BASE_ADDR_ALIGN, else logits_offset),
+ * writing its records, then psr_combine into whole's tokens. */
+typedef struct bench_shards bench_shards;
+/* *out is set even on failure: free it with bench_shards_free. */
+psr_status bench_shards_make(psr_context *ctx, const psr_sample_args *whole, size_t count, const size_t *bounds,
+                             bench_shards **out);
+/* A bench_launch_fn (args: a bench_shards): the first shard's first
+ * event and the combine's. */
+psr_status bench_launch_shards(psr_context *ctx, const void *args, cl_event *first, cl_event *last);
+void bench_shards_free(bench_shards *b);
+
 /* psr bench verify (bench_verify.c), logprobs (bench_logprobs.c) and
  * filters (bench_filters.c). */
 int bench_verify(int argc, char **argv);

@@ -7,6 +7,7 @@
 #include "oracle.h"
 #include <psr/psr_experimental.h>
 #include "json.h"
+#include "shards.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -56,7 +57,7 @@ static void sample_usage(FILE *out)
 {
     fprintf(out,
             "usage: psr bench sample [--shapes BxV,...] [--variants LIST] [--logits normal|peaked]\n"
-            "                        [--iters N] [--device SEL] [--json]\n"
+            "                        [--iters N] [--shards N[:S1,...]] [--device SEL] [--json]\n"
             "\n"
             "Times psr_sample with OpenCL profiling events: warm-up, then the median\n"
             "of N runs (default 50) from the first kernel's start to the last one's\n"
@@ -80,6 +81,14 @@ static void sample_usage(FILE *out)
             "  --logits     normal: N(0, 3); peaked: N(0, 1) with one logit 25 above\n"
             "  --iters      timed runs per line (default 50, at most 10000; at least 50\n"
             "               recommended)\n"
+            "  --shards     N (1..255) vocabulary shards, the first V %% N one token longer\n"
+            "               (or N:S1,...: where shards 1..N-1 start): also times each line\n"
+            "               sharded on the same device, N psr_sample calls on the same\n"
+            "               logits (sub-buffers where a shard's first column is aligned)\n"
+            "               and psr_combine of their records, the same way (shard_us), and\n"
+            "               gives shard_us over us (xshard), the bytes shards exchange per\n"
+            "               step (rows x 16 x N, rec_bytes) and those of an all-gather of\n"
+            "               the fp32 logits instead (rows x V x 4, gather_bytes)\n"
             "\n"
             "psr bench --help lists the other benches.\n",
             default_shapes, default_cpu_shapes);
@@ -124,12 +133,14 @@ typedef struct result {
     size_t rows, vocab;
     const char *variant;
     double us, piped_us, floor_us, vllm_us, cloop_us;
+    double shard_us; /* --shards: the sharded call's span */
 } result;
 
 /* psr bench sample's own options. */
 typedef struct sample_options {
     const char *variants;
     bool peaked;
+    shard_spec shards; /* --shards; count 0 without */
 } sample_options;
 
 /* One run of psr bench sample. */
@@ -236,9 +247,28 @@ static void print_row(const sample_bench *sb, const result *r)
         snprintf(cl, sizeof cl, " %10.1f %8.3f", r->cloop_us, r->us / r->cloop_us);
     else if (sb->cpu)
         snprintf(cl, sizeof cl, " %10s %8s", "-", "-");
-    printf("%-14s %-10s %10.1f %10.1f %10.1f %8.2f %10s %8s%s\n", shape, r->variant, r->us, r->piped_us,
-           r->floor_us, r->us / r->floor_us, vllm, xv, cl);
+    char sh[80] = "";
+    if (sb->so.shards.count)
+        snprintf(sh, sizeof sh, " %10.1f %7.2f %10zu %12zu", r->shard_us, r->shard_us / r->us,
+                 r->rows * sizeof(psr_shard_record) * sb->so.shards.count, r->rows * r->vocab * 4);
+    printf("%-14s %-10s %10.1f %10.1f %10.1f %8.2f %10s %8s%s%s\n", shape, r->variant, r->us, r->piped_us,
+           r->floor_us, r->us / r->floor_us, vllm, xv, cl, sh);
     fflush(stdout);
+}
+
+/* The median span of the same call split into --shards shards, timed as
+ * the unsharded one. */
+static psr_status time_sharded(const sample_bench *sb, const psr_sample_args *a, double *us)
+{
+    size_t bounds[PSR_MAX_SHARDS + 1];
+    shards_bounds("bench sample", "--shards", &sb->so.shards, a->vocab, bounds); /* checked before the run */
+    bench_shards *b = NULL;
+    psr_status st = bench_shards_make(sb->s.ctx, a, sb->so.shards.count, bounds, &b);
+    if (st == PSR_OK)
+        st = bench_time_spans(sb->s.ctx, bench_launch_shards, b, 5, sb->s.o.iters, us, NULL);
+    clFinish(cli_queue(sb->s.ctx)); /* nothing may still use the shards' buffers */
+    bench_shards_free(b);
+    return st;
 }
 
 /* Times one variant on one uploaded shape into the next result. */
@@ -268,6 +298,9 @@ static int run_variant(sample_bench *sb, const variant_def *vd, const float *hos
     r->vllm_us = sb->nvidia ? vllm_us(vd, rows, vocab) : 0;
     if (sb->cpu && (vd->flags & ~PSR_SAMPLE_FAST_MATH) == 0 && vd->noise == PSR_NOISE_FP32)
         r->cloop_us = c_loop_us(host, rows, vocab, vd->greedy ? 0.0f : 0.8f);
+    st = sb->so.shards.count ? time_sharded(sb, &a, &r->shard_us) : PSR_OK;
+    if (st != PSR_OK)
+        return cli_report(st, ctx);
     if (!sb->s.o.json)
         print_row(sb, r);
     return CLI_OK;
@@ -305,8 +338,25 @@ static void print_header(const sample_bench *sb)
            "(%.1f with an event), logits %s\n",
            sb->s.info.name, sb->s.info.platform_name, c->copy_bw / 1e9, c->empty_us, c->enqueue_us,
            c->enqueue_event_us, sb->so.peaked ? "peaked" : "N(0,3)");
-    printf("%-14s %-10s %10s %10s %10s %8s %10s %8s%s\n", "shape", "variant", "us", "piped_us", "floor_us",
-           "xfloor", "vllm_us", "xvllm", sb->cpu ? "  cloop_us   xcloop" : "");
+    if (sb->so.shards.count)
+        printf("sharded: %zu shards of the vocabulary, each sampled on its columns, then psr_combine\n",
+               sb->so.shards.count);
+    printf("%-14s %-10s %10s %10s %10s %8s %10s %8s%s%s\n", "shape", "variant", "us", "piped_us", "floor_us",
+           "xfloor", "vllm_us", "xvllm", sb->cpu ? "  cloop_us   xcloop" : "",
+           sb->so.shards.count ? "   shard_us  xshard  rec_bytes gather_bytes" : "");
+}
+
+/* A line's sharded time, its ratio to the unsharded one, and the bytes
+ * exchanged per step: the records, or an all-gather of the fp32 logits. */
+static void json_shards(json_writer *w, size_t shards, const result *r)
+{
+    const json_number keys[] = {
+        {"shard_us", r->shard_us},
+        {"x_shard", r->shard_us / r->us},
+        {"record_bytes", (double)(r->rows * sizeof(psr_shard_record) * shards)},
+        {"allgather_bytes", (double)(r->rows * r->vocab * 4)},
+    };
+    json_key_numbers(w, keys, JSON_COUNT(keys));
 }
 
 /* The whole run as one JSON document, once every line is timed. */
@@ -319,6 +369,8 @@ static void print_json(sample_bench *sb)
     bench_json_costs(w, &sb->costs, "copy_bandwidth_gbs");
     json_key_string(w, "logits", sb->so.peaked ? "peaked" : "normal");
     json_key_int(w, "iterations", sb->s.o.iters);
+    if (sb->so.shards.count)
+        json_key_uint(w, "shards", sb->so.shards.count);
     bench_json_results(&sb->s);
     for (size_t i = 0; i < sb->nresults; i++) {
         const result *r = &sb->results[i];
@@ -331,6 +383,8 @@ static void print_json(sample_bench *sb)
         json_key_numbers(w, times, JSON_COUNT(times));
         bench_json_reference(w, "vllm_us", "x_vllm", r->vllm_us, r->us);
         bench_json_reference(w, "c_loop_us", "x_c_loop", r->cloop_us, r->us);
+        if (sb->so.shards.count)
+            json_shards(w, sb->so.shards.count, r);
         json_end_object(w);
     }
 }
@@ -370,6 +424,8 @@ static int sample_option(void *user, const char *arg, const char *val)
     if (strcmp(arg, "--variants") == 0 && (unknown = unknown_variant(val, &len)) != NULL)
         return len ? cli_usage_error("bench sample", "--variants \"%s\": \"%.*s\" is no variant", val, len, unknown)
                    : cli_usage_error("bench sample", "--variants \"%s\" has an empty name", val);
+    if (strcmp(arg, "--shards") == 0)
+        return shards_parse("bench sample", val, &so->shards);
     if (strcmp(arg, "--variants") == 0)
         so->variants = val;
     else if (strcmp(arg, "--logits") != 0)
@@ -397,7 +453,7 @@ static size_t count_wanted(const sample_bench *sb)
 static int bench_sample(int argc, char **argv)
 {
     static const bench_command command = {.name = "bench sample", .usage = sample_usage, .extra = sample_option,
-                                          .values = BENCH_VALUES " --variants --logits", .dims = 2,
+                                          .values = BENCH_VALUES " --variants --logits --shards", .dims = 2,
                                           .max_shapes = 32, .shapes_expected = "a list like 1x128256,64x32000"};
     sample_bench sb = {.s.o.iters = 50};
     int opened = bench_open(&sb.s, &command, argc, argv, &sb.so);
@@ -408,6 +464,10 @@ static int bench_sample(int argc, char **argv)
     if (!sb.s.o.shapes)
         bench_parse_shapes(sb.cpu ? default_cpu_shapes : default_shapes, 2, BENCH_MAX_SHAPES, sb.s.o.shape,
                            &sb.s.o.nshapes);
+    size_t bounds[PSR_MAX_SHARDS + 1];
+    for (size_t i = 0; i < sb.s.o.nshapes && sb.so.shards.count; i++)
+        if (shards_bounds("bench sample", "--shards", &sb.so.shards, sb.s.o.shape[i][1], bounds) != CLI_OK)
+            return bench_close(&sb.s, CLI_USAGE);
     if (count_wanted(&sb) == 0) {
         fprintf(stderr, "psr bench sample: no variant of --variants \"%s\" runs on %s\n", sb.so.variants,
                 sb.s.info.name);

@@ -6,6 +6,7 @@
 #include <psr/psr_experimental.h>
 #include "json.h"
 #include "npy.h"
+#include "shards.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +22,7 @@ static void sample_usage(FILE *out)
             "                  [--pos P | --positions FILE.npy] [--drafting]\n"
             "                  [--top-k K] [--top-p P] [--min-p M] [--logprobs N] [--raw-logprobs]\n"
             "                  [--method gumbel|race] [--noise fp32|fp64|wide] [--fp64] [--fast]\n"
-            "                  [--device SEL] [--json]\n"
+            "                  [--shards N[:S1,...] | --mpi] [--device SEL] [--json]\n"
             "\n"
             "Gumbel-max sampling with vLLM's random stream: one token per row of logits.\n"
             "\n"
@@ -53,6 +54,15 @@ static void sample_usage(FILE *out)
             "                 (fp64-grade tail in fp32 arithmetic; docs/statistics.md)\n"
             "  --fp64         short for --noise fp64\n"
             "  --fast         native logs instead of the deterministic ones\n"
+            "  --shards N     split the vocabulary into N (1..255) contiguous shards, the\n"
+            "                 first V %% N one token longer (or N:S1,...,S(N-1): the token ids\n"
+            "                 where shards 1..N-1 start); sample each shard on its columns\n"
+            "                 and combine their 16-byte records: the same output as without\n"
+            "                 it (the race over logits: up to rounding). Not yet with the\n"
+            "                 filters, --logprobs or --hidden\n"
+            "  --mpi          under mpirun: each rank is one shard and reads only its\n"
+            "                 columns of --logits; rank 0 prints what the unsharded command\n"
+            "                 does (builds with MPI only; the same limits as --shards)\n"
             "  --json         {\"tokens\": [...], \"device\": ..., ...} instead of one token a line\n"
             "                 (with --logprobs: \"logprobs\", \"ranks\" and \"top\": [[[id, logprob],\n"
             "                 ...], ...]; without --json each line is token, logprob, rank,\n"
@@ -65,8 +75,9 @@ typedef struct sample_options {
     const char *seeds_path, *positions_path, *device;
     int64_t seed, pos, top_k;
     float temperature, top_p, min_p;
-    bool json, raw_logprobs;
+    bool json, raw_logprobs, mpi;
     int logprobs;  /* --logprobs N; -1: no logprobs */
+    shard_spec shards; /* --shards; count 0 without */
     unsigned flags;
     psr_noise noise;
 } sample_options;
@@ -75,7 +86,10 @@ typedef struct sample_options {
  * else, the tokens drawn included. */
 typedef struct sample_rows {
     npy_array logits, hidden, weights;
-    size_t rows, vocab;
+    size_t rows, vocab;   /* vocab: the whole vocabulary, whatever the shards */
+    size_t bounds[PSR_MAX_SHARDS + 1]; /* --shards: shard s is [bounds[s], bounds[s + 1]) */
+    size_t vocab_offset;  /* --mpi: the first column this rank holds */
+    int rank;             /* --mpi: this process's rank; only rank 0 prints */
     int64_t *seeds, *positions;
     float *temps;
     int32_t *tokens;
@@ -101,6 +115,8 @@ static bool sample_flag(void *opts, const char *arg)
         o->flags |= PSR_SAMPLE_FAST_MATH;
     else if (strcmp(arg, "--raw-logprobs") == 0)
         o->raw_logprobs = true;
+    else if (strcmp(arg, "--mpi") == 0)
+        o->mpi = true;
     else
         return false;
     return true;
@@ -162,6 +178,30 @@ static int number_option(sample_options *o, const char *arg, const char *val)
     return rc;
 }
 
+/* What sharding does not go with (yet). */
+static int check_shards(const sample_options *o)
+{
+    const char *opt = o->mpi ? "--mpi" : "--shards";
+    if (o->mpi && o->shards.count)
+        return cli_usage_error("sample", "--shards and --mpi do not go together: under --mpi each rank is a shard");
+#ifndef PSR_CLI_MPI
+    if (o->mpi)
+        return cli_usage_error("sample", "--mpi: psr was built without MPI");
+#endif
+    if (!o->mpi && !o->shards.count)
+        return -1;
+    int rc = shards_refuse("sample", opt, o->top_k != 0, "--top-k");
+    if (rc == CLI_OK)
+        rc = shards_refuse("sample", opt, o->top_p != 1.0f, "--top-p");
+    if (rc == CLI_OK)
+        rc = shards_refuse("sample", opt, o->min_p != 0.0f, "--min-p");
+    if (rc == CLI_OK)
+        rc = shards_refuse("sample", opt, o->logprobs >= 0, "--logprobs");
+    if (rc == CLI_OK)
+        rc = shards_refuse("sample", opt, o->hidden || o->weights, "--hidden with --weights");
+    return rc == CLI_OK ? -1 : rc;
+}
+
 /* The options that go together, or not. */
 static int check_options(const sample_options *o)
 {
@@ -175,7 +215,7 @@ static int check_options(const sample_options *o)
         return cli_usage_error("sample", o->hidden || o->weights
                                              ? "--hidden and --weights go together"
                                              : "--logits FILE.npy (or --hidden and --weights) is required");
-    return -1;
+    return check_shards(o);
 }
 
 static int sample_value(void *opts, const char *arg, const char *val)
@@ -186,6 +226,8 @@ static int sample_value(void *opts, const char *arg, const char *val)
         *text = val;
         return CLI_OK;
     }
+    if (strcmp(arg, "--shards") == 0)
+        return shards_parse("sample", val, &o->shards);
     int rc = mode_option(o, arg, val);
     if (rc < 0)
         rc = number_option(o, arg, val);
@@ -197,7 +239,7 @@ static int parse_sample(int argc, char **argv, sample_options *o)
 {
     static const cli_options options = {"sample", sample_usage, sample_flag, sample_value};
     static const char *values = "--logits --hidden --weights --seeds --positions --device --method --noise --seed "
-                                "--pos --top-k --top-p --min-p --logprobs --temperature";
+                                "--pos --top-k --top-p --min-p --logprobs --temperature --shards";
     int parsed = cli_parse_values(&options, values, argc, argv, 1, o, &o->json);
     return parsed >= 0 ? parsed : check_options(o);
 }
@@ -421,6 +463,21 @@ static psr_status host_logprobs(psr_context *ctx, const sample_options *o, const
     return psr_logprobs_host(ctx, &a);
 }
 
+#ifdef PSR_CLI_MPI
+/* This rank's shard through psr_mpi_sample_host: the tokens of every
+ * shard on every rank. */
+static psr_status mpi_draw(psr_context *ctx, psr_sample_host_args *a, sample_rows *in)
+{
+    a->vocab = in->logits.shape[1];
+    a->vocab_offset = in->vocab_offset, a->vocab_total = in->vocab;
+    a->no_finite_rows = NULL;
+    psr_status st = cli_mpi_sample(ctx, a);
+    for (size_t r = 0; st == PSR_OK && r < in->rows; r++)
+        in->no_finite += (in->row_flags[r] & PSR_ROW_NO_FINITE) != 0;
+    return st;
+}
+#endif
+
 /* The tokens, by the LM head path or from the host logits. */
 static psr_status draw_tokens(psr_context *ctx, const sample_options *o, sample_rows *in)
 {
@@ -434,6 +491,12 @@ static psr_status draw_tokens(psr_context *ctx, const sample_options *o, sample_
     a.all_top_k = (int)o->top_k, a.all_top_p = o->top_p, a.all_min_p = o->min_p;
     a.flags = o->flags, a.noise = o->noise;
     a.tokens = in->tokens, a.row_flags = in->row_flags, a.no_finite_rows = &in->no_finite;
+    if (o->shards.count)
+        return shards_sample_host(ctx, &a, o->shards.count, in->bounds);
+#ifdef PSR_CLI_MPI
+    if (o->mpi)
+        return mpi_draw(ctx, &a, in);
+#endif
     return psr_sample_host(ctx, &a);
 }
 
@@ -537,12 +600,10 @@ static void print_text(const sample_options *o, const sample_rows *in, const sam
                 in->no_finite);
 }
 
-/* Samples on the device and prints the tokens (and their logprobs). */
-static int sample_and_print(const sample_options *o, sample_rows *in)
+/* Samples on the device and prints the tokens (and their logprobs); under
+ * --mpi only rank 0 prints. */
+static int sample_with(psr_context *ctx, const sample_options *o, sample_rows *in)
 {
-    psr_context *ctx = cli_open_context(o->device, false);
-    if (!ctx)
-        return CLI_FAILED;
     sample_logprobs lp = {0};
     psr_status st = draw_tokens(ctx, o, in);
     if (st == PSR_OK && o->logprobs >= 0)
@@ -550,12 +611,83 @@ static int sample_and_print(const sample_options *o, sample_rows *in)
     int rc = CLI_OK;
     if (st != PSR_OK)
         rc = cli_report(st, ctx);
+    else if (in->rank != 0)
+        rc = CLI_OK;
     else if (o->json)
         print_json(ctx, o, in, &lp);
     else
         print_text(o, in, &lp);
     free(lp.logprobs), free(lp.ranks), free(lp.top_logprobs), free(lp.top_ids);
+    return rc;
+}
+
+static int sample_and_print(const sample_options *o, sample_rows *in)
+{
+    psr_context *ctx = cli_open_context(o->device, false);
+    if (!ctx)
+        return CLI_FAILED;
+    int rc = sample_with(ctx, o, in);
     psr_context_free(ctx);
+    return rc;
+}
+
+#ifdef PSR_CLI_MPI
+/* This rank's columns of --logits: its shard of an even split over the
+ * ranks, read without the rest of the file. */
+static int read_columns(const sample_options *o, sample_rows *in, int ranks)
+{
+    char err[512] = "";
+    npy_array head;
+    shard_spec spec = {.count = (size_t)ranks};
+    if (npy_read_header(o->logits, &head, err, sizeof err) == 0 &&
+        ((head.ndim != 1 && head.ndim != 2) || head.dtype == NPY_I8 || head.count == 0))
+        snprintf(err, sizeof err, "%s: expected a non-empty 1-D or 2-D float32 or float16 array [rows, vocab]",
+                 o->logits);
+    if (!err[0]) {
+        in->rows = head.ndim == 1 ? 1 : head.shape[0];
+        in->vocab = head.shape[head.ndim - 1];
+        if (shards_bounds("sample", "--mpi", &spec, in->vocab, in->bounds) != CLI_OK)
+            return CLI_USAGE;
+        in->vocab_offset = in->bounds[in->rank];
+        npy_read_columns(o->logits, in->vocab_offset, in->bounds[in->rank + 1], &in->logits, err, sizeof err);
+    }
+    if (!err[0])
+        return CLI_OK;
+    fprintf(stderr, "psr sample: %s\n", err);
+    return CLI_FAILED;
+}
+
+/* psr sample --mpi: every rank reads its columns and its context before
+ * any rank starts the collective sampling. */
+static int sample_mpi(const sample_options *o, sample_rows *in)
+{
+    int ranks = 0;
+    if (cli_mpi_init(&in->rank, &ranks) != CLI_OK)
+        return CLI_FAILED;
+    int rc = read_columns(o, in, ranks);
+    if (rc == CLI_OK)
+        rc = fill_rows(o, in);
+    psr_context *ctx = rc == CLI_OK ? cli_open_context(o->device, false) : NULL;
+    rc = cli_mpi_agree(rc == CLI_OK && !ctx ? CLI_FAILED : rc);
+    if (rc == CLI_OK)
+        rc = sample_with(ctx, o, in);
+    psr_context_free(ctx);
+    cli_mpi_finalize();
+    return rc;
+}
+#endif
+
+/* The logits (or the hidden states and weights), the shards' bounds and
+ * every row's inputs; then the tokens. */
+static int sample_in_process(const sample_options *o, sample_rows *in)
+{
+    int rc = read_matrices(o, in);
+    if (rc == CLI_OK && o->shards.count)
+        rc = shards_bounds("sample", "--shards", &o->shards, in->vocab, in->bounds);
+    if (rc == CLI_OK)
+        rc = fill_rows(o, in);
+    if (rc == CLI_OK)
+        rc = sample_and_print(o, in);
     return rc;
 }
 
@@ -566,11 +698,11 @@ int cmd_sample(int argc, char **argv)
     if (parsed >= 0)
         return parsed;
     sample_rows in = {0};
-    int rc = read_matrices(&o, &in);
-    if (rc == CLI_OK)
-        rc = fill_rows(&o, &in);
-    if (rc == CLI_OK)
-        rc = sample_and_print(&o, &in);
+#ifdef PSR_CLI_MPI
+    int rc = o.mpi ? sample_mpi(&o, &in) : sample_in_process(&o, &in);
+#else
+    int rc = sample_in_process(&o, &in);
+#endif
     free_rows(&in);
     return rc;
 }

@@ -152,23 +152,89 @@ static int check_data_size(const npy_array *a, size_t esize, long long data_byte
     return 1;
 }
 
-int npy_read(const char *path, npy_array *out, char *err, size_t len)
+static size_t element_size(npy_dtype dtype)
+{
+    return dtype == NPY_F2 ? 2 : dtype == NPY_F4 ? 4 : 8;
+}
+
+/* The file open at its data, its header in out (data NULL) and its size
+ * checked against the shape; NULL after the message. */
+static FILE *open_data(const char *path, npy_array *out, char *err, size_t len)
 {
     memset(out, 0, sizeof *out);
     long long size = 0;
     FILE *fp = open_regular(path, &size, err, len);
     if (!fp)
-        return 1;
+        return NULL;
     int rc = read_header(fp, path, out, err, len);
-    size_t esize = out->dtype == NPY_F2 ? 2 : out->dtype == NPY_F4 ? 4 : 8;
     long pos = rc ? 0 : ftell(fp);
     if (rc == 0)
         rc = pos < 0 ? fail(err, len, path, strerror(errno))
-                     : check_data_size(out, esize, size - (long long)pos, path, err, len);
-    if (rc == 0 && !(out->data = malloc(out->count * esize + 1)))
+                     : check_data_size(out, element_size(out->dtype), size - (long long)pos, path, err, len);
+    if (rc == 0)
+        return fp;
+    fclose(fp);
+    return NULL;
+}
+
+int npy_read_header(const char *path, npy_array *out, char *err, size_t len)
+{
+    FILE *fp = open_data(path, out, err, len);
+    if (!fp)
+        return 1;
+    fclose(fp);
+    return 0;
+}
+
+int npy_read(const char *path, npy_array *out, char *err, size_t len)
+{
+    FILE *fp = open_data(path, out, err, len);
+    if (!fp)
+        return 1;
+    size_t esize = element_size(out->dtype);
+    int rc = 0;
+    if (!(out->data = malloc(out->count * esize + 1)))
         rc = fail(err, len, path, "out of memory");
     if (rc == 0 && fread(out->data, esize, out->count, fp) != out->count)
         rc = fail(err, len, path, "file is shorter than its shape says (truncated data)");
+    fclose(fp);
+    if (rc)
+        npy_free(out);
+    return rc;
+}
+
+/* Columns [lo, hi) of every row of the open file's [rows, cols] data. */
+static int read_rows(FILE *fp, const char *path, size_t cols, size_t lo, npy_array *out, char *err, size_t len)
+{
+    size_t esize = element_size(out->dtype), width = out->shape[1], rows = out->shape[0];
+    off_t data = ftello(fp);
+    for (size_t r = 0; r < rows; r++) {
+        off_t at = data + (off_t)((r * cols + lo) * esize);
+        if (fseeko(fp, at, SEEK_SET) != 0 || fread((char *)out->data + r * width * esize, esize, width, fp) != width)
+            return fail(err, len, path, "file is shorter than its shape says (truncated data)");
+    }
+    return 0;
+}
+
+int npy_read_columns(const char *path, size_t lo, size_t hi, npy_array *out, char *err, size_t len)
+{
+    FILE *fp = open_data(path, out, err, len);
+    if (!fp)
+        return 1;
+    if (out->ndim == 1) /* one row */
+        out->ndim = 2, out->shape[1] = out->shape[0], out->shape[0] = 1;
+    size_t cols = out->shape[1];
+    int rc = 0;
+    if (out->ndim != 2)
+        rc = fail(err, len, path, "expected a 1-D or 2-D array to read columns of");
+    else if (lo >= hi || hi > cols)
+        rc = fail(err, len, path, "columns out of the array's range");
+    out->shape[1] = hi - lo;
+    out->count = out->shape[0] * out->shape[1];
+    if (rc == 0 && !(out->data = malloc(out->count * element_size(out->dtype) + 1)))
+        rc = fail(err, len, path, "out of memory");
+    if (rc == 0)
+        rc = read_rows(fp, path, cols, lo, out, err, len);
     fclose(fp);
     if (rc)
         npy_free(out);

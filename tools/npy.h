@@ -17,6 +17,12 @@ typedef struct npy_array {
 /* Reads a whole .npy file. On failure returns non-zero and writes a message
  * naming the file and the problem into err. */
 int npy_read(const char *path, npy_array *out, char *err, size_t err_len);
+/* Reads the header alone (data stays NULL), with the file's size checked
+ * against the shape. */
+int npy_read_header(const char *path, npy_array *out, char *err, size_t err_len);
+/* Columns [lo, hi) of a 2-D array (a 1-D one is one row), read row by row
+ * without the rest of the file: out is [rows, hi - lo], 2-D. */
+int npy_read_columns(const char *path, size_t lo, size_t hi, npy_array *out, char *err, size_t err_len);
 void npy_free(npy_array *a);
 
 #endif

@@ -6,15 +6,30 @@
 #include <psr/psr_experimental.h>
 #include "json.h"
 #include "verify_report.h"
+#include "shards.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int verify_unbiased_run(psr_context *ctx, size_t k, size_t trials, bool control, bool *pass,
+/* psr verify unbiased's command line. */
+typedef struct unbiased_options {
+    unsigned long long k, trials;
+    bool control, json;
+    const char *device, *plot;
+    shard_spec shards; /* --shards; count 0 without */
+    size_t bounds[PSR_MAX_SHARDS + 1];
+} unbiased_options;
+
+/* One run, its drafts sharded with --shards; *pass: every position passes
+ * or, for the control, position 0 fails. */
+static int verify_unbiased_run(psr_context *ctx, const unbiased_options *o, bool control, bool *pass,
                                psr_unbiased_result *res, fit_report *fits)
 {
-    psr_status st = psr_unbiased_run(ctx, k, trials, 11, res);
+    size_t k = (size_t)o->k;
+    psr_status st = o->shards.count
+                        ? shards_unbiased_run(ctx, k, (size_t)o->trials, 11, o->shards.count, o->bounds, res)
+                        : psr_unbiased_run(ctx, k, (size_t)o->trials, 11, res);
     if (st != PSR_OK)
         return cli_report(st, ctx);
     *pass = true;
@@ -72,8 +87,8 @@ static void print_positions(json_writer *w, bool as_json, const char *label, siz
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: psr verify unbiased [--k K] [--trials N] [--control] [--device SEL] [--json]\n"
-            "                           [--plot FILE.svg]\n"
+            "usage: psr verify unbiased [--k K] [--trials N] [--control] [--shards N[:S1,...]]\n"
+            "                           [--device SEL] [--json] [--plot FILE.svg]\n"
             "\n"
             "Speculative decoding's narrow unbiasedness test: vocabulary 16, target logits\n"
             "randn(16), draft logits = -target (about 73%% of drafts rejected). N requests\n"
@@ -84,16 +99,13 @@ static void usage(FILE *out)
             "chance once in a million runs. --control repeats it with the draft salt\n"
             "compiled out, where position 0 must fail (why the salt exists). --plot\n"
             "draws each position's counts against the target's, as an SVG file.\n"
+            "--shards N (1..16, or N:S1,...: where shards 1..N-1 start) samples every\n"
+            "draft in N vocabulary shards (records, then psr_combine_host) and verifies\n"
+            "with psr_verify_host: the same drafts, so the same counts; the control\n"
+            "still fails.\n"
             "Exit status 1 when a salted position fails or the control passes.\n",
             PSR_UNBIASED_MAX_K, PSR_CHECK_THRESHOLD_P);
 }
-
-/* psr verify unbiased's command line. */
-typedef struct unbiased_options {
-    unsigned long long k, trials;
-    bool control, json;
-    const char *device, *plot;
-} unbiased_options;
 
 static bool unbiased_flag(void *opts, const char *arg)
 {
@@ -113,6 +125,8 @@ static int unbiased_value(void *opts, const char *arg, const char *val)
         o->device = val;
     } else if (strcmp(arg, "--plot") == 0) {
         o->plot = val;
+    } else if (strcmp(arg, "--shards") == 0) {
+        return shards_parse("verify unbiased", val, &o->shards);
     } else if (strcmp(arg, "--k") == 0) {
         o->k = strtoull(val, &end, 10);
         if (end == val || *end || o->k > PSR_UNBIASED_MAX_K)
@@ -145,9 +159,13 @@ static void print_report(const psr_device_info *info, const unbiased_options *o,
         json_key_uint(&w, "trials", o->trials);
         json_key_uint(&w, "vocab", PSR_UNBIASED_VOCAB);
         json_key_double(&w, "threshold_p", PSR_CHECK_THRESHOLD_P);
+        if (o->shards.count)
+            json_key_uint(&w, "shards", o->shards.count);
     } else {
         printf("device: %s (%s)\nk %llu, %llu trials, vocabulary %d; a position fails when p < %g\n", info->name,
                info->platform_name, o->k, o->trials, PSR_UNBIASED_VOCAB, PSR_CHECK_THRESHOLD_P);
+        if (o->shards.count)
+            printf("drafts sampled in %zu vocabulary shards\n", o->shards.count);
     }
     print_positions(&w, o->json, "salted", (size_t)o->k, u->fits);
     if (o->control) {
@@ -195,10 +213,10 @@ static int run_unbiased(const unbiased_options *o)
     unbiased_runs u = {.res = malloc(sizeof *u.res), .cres = malloc(sizeof *u.cres), .cpass = true};
     int rc = u.res && u.cres ? CLI_OK : cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
     if (rc == CLI_OK)
-        rc = verify_unbiased_run(ctx, (size_t)o->k, (size_t)o->trials, false, &u.pass, u.res, u.fits);
+        rc = verify_unbiased_run(ctx, o, false, &u.pass, u.res, u.fits);
     if (rc == CLI_OK && o->control) {
         psr_context *c = open_control(o->device);
-        rc = c ? verify_unbiased_run(c, (size_t)o->k, (size_t)o->trials, true, &u.cpass, u.cres, u.cfits)
+        rc = c ? verify_unbiased_run(c, o, true, &u.cpass, u.cres, u.cfits)
                : CLI_FAILED;
         psr_context_free(c);
     }
@@ -219,6 +237,10 @@ int verify_unbiased(int argc, char **argv)
 {
     unbiased_options o = {.k = 3, .trials = 200000};
     static const cli_options options = {"verify unbiased", usage, unbiased_flag, unbiased_value};
-    int parsed = cli_parse_values(&options, "--device --k --trials --plot", argc, argv, 2, &o, &o.json);
+    int parsed = cli_parse_values(&options, "--device --k --trials --plot --shards", argc, argv, 2, &o, &o.json);
+    if (parsed < 0 && o.shards.count)
+        parsed = shards_bounds("verify unbiased", "--shards", &o.shards, PSR_UNBIASED_VOCAB, o.bounds) == CLI_OK
+                     ? -1
+                     : CLI_USAGE;
     return parsed >= 0 ? parsed : run_unbiased(&o);
 }

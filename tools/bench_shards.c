@@ -1,0 +1,124 @@
+/* psr bench sample --shards N: one psr_sample call split into N
+ * vocabulary shards on the same device logits, each shard writing its
+ * records, then psr_combine of the records into the tokens. */
+#include "bench.h"
+#include "cli.h"
+#include "shards.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct bench_shards {
+    size_t count, rows;
+    size_t *bounds;
+    psr_sample_args *shard;   /* [count] */
+    psr_combine_args combine;
+    cl_mem *logits;           /* [count]: a sub-buffer per shard, or NULL (logits_offset) */
+    cl_mem *records;          /* [count]: the shard's records, in `gathered` or apart */
+    cl_mem gathered;          /* [count, rows] of psr_shard_record */
+    bool copy;                /* the records are apart and copied into `gathered` */
+};
+
+/* The device's base address alignment in bytes (at least 1). */
+static size_t base_align(psr_context *ctx)
+{
+    cl_device_id dev = NULL;
+    cl_uint bits = 8;
+    clGetCommandQueueInfo(cli_queue(ctx), CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
+    if (!dev || clGetDeviceInfo(dev, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof bits, &bits, NULL) != CL_SUCCESS ||
+        bits < 8)
+        bits = 8;
+    return bits / 8;
+}
+
+/* A sub-buffer of `parent` from byte `origin`, `bytes` long, with its access. */
+static cl_mem sub_buffer(cl_mem parent, size_t origin, size_t bytes, cl_int *err)
+{
+    cl_buffer_region region = {origin, bytes};
+    return clCreateSubBuffer(parent, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, err);
+}
+
+/* Shard s's logits (a sub-buffer where its first column is aligned) and
+ * records (a sub-buffer of `gathered` where rows x 16 bytes is aligned). */
+static cl_int make_shard(psr_context *ctx, bench_shards *b, const psr_sample_args *whole, size_t s, size_t align)
+{
+    size_t lo = b->bounds[s], hi = b->bounds[s + 1], stride = whole->row_stride ? whole->row_stride : whole->vocab;
+    size_t es = psr_dtype_size(whole->logits_dtype), origin = (whole->logits_offset + lo) * es;
+    psr_sample_args *a = &b->shard[s];
+    cl_int err = CL_SUCCESS;
+    *a = *whole;
+    a->vocab = hi - lo, a->row_stride = stride, a->tokens = NULL, a->row_flags = NULL;
+    a->shard_count = b->count, a->shard_index = s, a->vocab_offset = lo, a->vocab_total = whole->vocab;
+    a->logits_offset += lo;
+    if (origin % align == 0) {
+        b->logits[s] = sub_buffer(whole->logits, origin, ((b->rows - 1) * stride + hi - lo) * es, &err);
+        a->logits = b->logits[s], a->logits_offset = 0;
+    }
+    size_t rec = b->rows * sizeof(psr_shard_record);
+    if (err == CL_SUCCESS)
+        b->records[s] = b->copy ? clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, rec, NULL, &err)
+                                : sub_buffer(b->gathered, s * rec, rec, &err);
+    a->shard_records = b->records[s];
+    return err;
+}
+
+psr_status bench_shards_make(psr_context *ctx, const psr_sample_args *whole, size_t count, const size_t *bounds,
+                             bench_shards **out)
+{
+    bench_shards *b = calloc(1, sizeof *b);
+    size_t align = base_align(ctx), rec = whole->rows * sizeof(psr_shard_record);
+    if (b) {
+        b->count = count, b->rows = whole->rows;
+        b->bounds = malloc((count + 1) * sizeof *bounds), b->shard = calloc(count, sizeof *b->shard);
+        b->logits = calloc(count, sizeof *b->logits), b->records = calloc(count, sizeof *b->records);
+    }
+    *out = b;
+    if (!b || !b->bounds || !b->shard || !b->logits || !b->records)
+        return PSR_ERR_OUT_OF_HOST_MEMORY;
+    memcpy(b->bounds, bounds, (count + 1) * sizeof *bounds);
+    b->copy = rec % align != 0;
+    cl_int err = CL_SUCCESS;
+    b->gathered = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, count * rec, NULL, &err);
+    for (size_t s = 0; s < count && err == CL_SUCCESS; s++)
+        err = make_shard(ctx, b, whole, s, align);
+    if (err != CL_SUCCESS)
+        return cli_fail(PSR_ERR_OPENCL, "the shards' buffers: %s (%d)", psr_cl_error_string(err), err);
+    psr_combine_args_init(&b->combine, sizeof b->combine);
+    b->combine.rows = whole->rows, b->combine.shards = count, b->combine.records = b->gathered;
+    b->combine.tokens = whole->tokens, b->combine.tokens_dtype = whole->tokens_dtype;
+    return PSR_OK;
+}
+
+psr_status bench_launch_shards(psr_context *ctx, const void *args, cl_event *first, cl_event *last)
+{
+    const bench_shards *b = args;
+    size_t rec = b->rows * sizeof(psr_shard_record);
+    psr_status st = PSR_OK;
+    cl_int err = CL_SUCCESS;
+    *first = NULL, *last = NULL;
+    for (size_t s = 0; s < b->count && st == PSR_OK && err == CL_SUCCESS; s++) {
+        st = psr_sample_enqueue(ctx, &b->shard[s], s == 0 ? first : NULL, NULL);
+        if (st == PSR_OK && b->copy) /* the records' gather, where they cannot be written in place */
+            err = clEnqueueCopyBuffer(cli_queue(ctx), b->records[s], b->gathered, 0, s * rec, rec, 0, NULL, NULL);
+    }
+    if (st == PSR_OK && err != CL_SUCCESS)
+        st = cli_fail(PSR_ERR_OPENCL, "copying the records: %s (%d)", psr_cl_error_string(err), err);
+    if (st == PSR_OK) /* the queue is in order: the combine follows every shard */
+        st = psr_combine(ctx, &b->combine, last);
+    return st;
+}
+
+void bench_shards_free(bench_shards *b)
+{
+    if (!b)
+        return;
+    for (size_t s = 0; s < b->count && b->logits && b->records; s++) {
+        if (b->logits[s])
+            clReleaseMemObject(b->logits[s]);
+        if (b->records[s])
+            clReleaseMemObject(b->records[s]);
+    }
+    if (b->gathered)
+        clReleaseMemObject(b->gathered);
+    free(b->bounds), free(b->shard), free(b->logits), free(b->records), free(b);
+}

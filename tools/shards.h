@@ -1,0 +1,63 @@
+/* Vocabulary shards inside one process: the --shards option of psr sample,
+ * psr bench sample and psr verify unbiased (shards.c). */
+#ifndef PSR_CLI_SHARDS_H
+#define PSR_CLI_SHARDS_H
+
+#include <psr/psr.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* --shards N, or N:B1,...,B(N-1) with the global ids where shards 1 .. N-1
+ * start. */
+typedef struct shard_spec {
+    size_t count;                     /* 0: not sharded */
+    size_t starts[PSR_MAX_SHARDS];    /* with explicit bounds: starts[1 ..] */
+    bool explicit_bounds;
+} shard_spec;
+
+/* Parses the text of --shards into *spec: CLI_OK, or CLI_USAGE after a
+ * message that names the option (`command` as in cli_usage_error). */
+int shards_parse(const char *command, const char *text, shard_spec *spec);
+
+/* The shards' bounds over `vocab` tokens: shard s is [bounds[s],
+ * bounds[s + 1]), bounds[count] = vocab. Without explicit bounds the
+ * first vocab % count shards are one token longer. CLI_OK, or CLI_USAGE
+ * after a message naming `opt` (more shards than tokens, bounds past the
+ * vocabulary). */
+int shards_bounds(const char *command, const char *opt, const shard_spec *spec, size_t vocab, size_t *bounds);
+
+/* What sharding (`opt`: "--shards", "--mpi") may not go with yet, by the
+ * options' names ("--top-k"): CLI_USAGE after the message when `given`,
+ * else CLI_OK. */
+int shards_refuse(const char *command, const char *opt, bool given, const char *what);
+
+/* psr_sample_host of `whole` (unsharded: rows of `vocab` logits, tokens,
+ * and optionally row_flags and no_finite_rows) as `count` shards over
+ * `bounds`: one sharded call per shard on its columns, then
+ * psr_combine_host of the records into whole's outputs. */
+psr_status shards_sample_host(psr_context *ctx, const psr_sample_host_args *whole, size_t count,
+                              const size_t *bounds);
+
+/* The unbiasedness experiment (check.h's psr_unbiased_run, the same
+ * requests) with every draft sampled in `shards` shards over `bounds`
+ * (unbiased_shards.c). */
+struct psr_unbiased_result;
+psr_status shards_unbiased_run(psr_context *ctx, size_t k, size_t trials, uint64_t seed, size_t shards,
+                               const size_t *bounds, struct psr_unbiased_result *out);
+
+#ifdef PSR_CLI_MPI
+/* The MPI side of psr sample --mpi (cli_mpi.c, built only with MPI). */
+
+/* MPI_Init, then this process's rank and the ranks' count; CLI_FAILED
+ * after the message when MPI cannot start. */
+int cli_mpi_init(int *rank, int *ranks);
+/* The largest of every rank's exit code so far, on every rank: a rank
+ * that failed alone stops them all before any collective waits for it. */
+int cli_mpi_agree(int rc);
+/* psr_mpi_sample_host over MPI_COMM_WORLD. */
+psr_status cli_mpi_sample(psr_context *ctx, const psr_sample_host_args *args);
+void cli_mpi_finalize(void);
+#endif
+
+#endif
