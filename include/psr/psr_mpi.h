@@ -15,6 +15,15 @@
  * good, one MPI_Allgather of the records (16 bytes per row per rank); then
  * each rank combines them on its own.
  *
+ * Filters (top-k, top-p, min-p): before its shard is sampled, every
+ * rank runs the threshold rounds of psr_shard_filter_round, each
+ * partial reduced with MPI_Allreduce (round 0 MPI_MAX, the others
+ * MPI_SUM on MPI_UINT64_T, 2 KB per row), after an MPI_Allgather in which
+ * the ranks agree on their status and number of rounds and, each round,
+ * an MPI_Allreduce of a failure flag, so that all stop together. The
+ * filter values must be the same on every rank (they are not compared).
+ * The host call stages its arrays on the device for them.
+ *
  * Errors: every rank first samples its shard, then all ranks exchange
  * their status and shard description, so a rank that fails on its own
  * input still takes part and no rank waits for it. A rank whose own call

@@ -9,6 +9,7 @@
 #include "runtime/status.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,10 @@ typedef struct shard_fields {
     bool has_records, has_tokens;
     psr_token_dtype tokens_dtype;
 } shard_fields;
+
+/* Host arrays with filters go through the device path (at the end). */
+static bool host_filtered(const psr_sample_host_args *h);
+static psr_status host_via_device(psr_context *ctx, MPI_Comm comm, const psr_sample_host_args *h);
 
 static psr_status fail_mpi(psr_context *ctx, int rc, const char *what)
 {
@@ -242,6 +247,8 @@ static psr_status host_shard(mpi_call *c, const psr_sample_host_args *args, psr_
 
 psr_status psr_mpi_sample_host(psr_context *ctx, MPI_Comm comm, const psr_sample_host_args *args)
 {
+    if (ctx && args && host_filtered(args))
+        return host_via_device(ctx, comm, args);
     mpi_call c;
     psr_status st = call_begin(&c, ctx, comm);
     if (st != PSR_OK)
@@ -293,11 +300,114 @@ typedef struct device_call {
     cl_context cl_ctx;
     cl_command_queue queue;
     cl_mem own, all; /* records: this shard's [rows]; every shard's [size, rows] */
+    cl_mem state, partial, reduced; /* filters across shards (filter_rounds) */
+    size_t rounds;
+    uint64_t *words; /* host copies of a round's partial, then of the reduction */
 } device_call;
 
-/* This rank's shard on the device, read back into its place in c->records. */
-static psr_status device_shard(mpi_call *c, const psr_sample_args *args, psr_sample_args *a, device_call *d,
-                               psr_noise *noise)
+static void device_call_free(device_call *d)
+{
+    cl_mem all[] = {d->own, d->all, d->state, d->partial, d->reduced};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]); /* the combine keeps its own hold until it has run */
+    free(d->words);
+}
+
+/* A device buffer of the call, or the failure. */
+static psr_status call_buffer(psr_context *ctx, const device_call *d, size_t bytes, cl_mem *out, const char *what)
+{
+    cl_int err = CL_SUCCESS;
+    *out = clCreateBuffer(d->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    return err == CL_SUCCESS ? PSR_OK : psr_fail_cl(ctx, err, "psr_mpi_sample: clCreateBuffer of %s", what);
+}
+
+/* The filters' rounds and their buffers, before any collective (so a
+ * rank that cannot have them still takes part in the agreement). */
+static psr_status filter_prepare(mpi_call *c, psr_sample_args *a, device_call *d)
+{
+    psr_context *ctx = c->ctx;
+    psr_status st = call_buffer(ctx, d, c->rows * PSR_SHARD_FILTER_STATE_BYTES, &d->state, "the filter state");
+    a->shard_filter_state = d->state;
+    if (st == PSR_OK)
+        st = psr_shard_filter_rounds(ctx, a, &d->rounds);
+    size_t bytes = c->rows * PSR_SHARD_FILTER_WORDS * sizeof(uint64_t);
+    if (st == PSR_OK && d->rounds)
+        st = call_buffer(ctx, d, bytes, &d->partial, "the filter partials");
+    if (st == PSR_OK && d->rounds)
+        st = call_buffer(ctx, d, bytes, &d->reduced, "the filter reductions");
+    if (st == PSR_OK && d->rounds && !(d->words = malloc(2 * bytes)))
+        st = psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "psr_mpi_sample: no memory for the filter rounds");
+    return st;
+}
+
+/* Every rank's status and number of filter rounds: the same verdict on
+ * every rank before any round. */
+static psr_status filter_agree(mpi_call *c, const device_call *d, psr_status st)
+{
+    int mine[2] = {(int)st, (int)d->rounds}, all[2 * PSR_MAX_SHARDS];
+    int rc = MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, c->comm);
+    if (rc != MPI_SUCCESS)
+        return st != PSR_OK ? st : fail_mpi(c->ctx, rc, "MPI_Allgather of the filter rounds");
+    if (st != PSR_OK)
+        return st;
+    psr_context *ctx = c->ctx;
+    for (int r = 0; r < c->size; r++) {
+        if (all[2 * r] != PSR_OK)
+            return psr_fail(c->ctx, PSR_ERR_COLLECTIVE, "rank %d failed: %s", r,
+                            psr_status_string((psr_status)all[2 * r]));
+        REQUIRE(all[2 * r + 1] == all[1], PSR_ERR_SHARD_MISMATCH,
+                "args: rank %d needs %d filter rounds, rank 0 %d: their filters differ", r, all[2 * r + 1], all[1]);
+    }
+    return PSR_OK;
+}
+
+/* One round's partial reduced across the ranks into d->reduced (round 0
+ * by maximum, the others by sum), after every rank said it has one. */
+static psr_status filter_reduce(mpi_call *c, device_call *d, size_t round, psr_status st)
+{
+    size_t words = c->rows * PSR_SHARD_FILTER_WORDS;
+    cl_int err = CL_SUCCESS;
+    if (st == PSR_OK)
+        err = clEnqueueReadBuffer(d->queue, d->partial, CL_TRUE, 0, words * 8, d->words, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        st = psr_fail_cl(c->ctx, err, "psr_mpi_sample: reading filter round %zu's partial", round);
+    int failed = st != PSR_OK;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, c->comm);
+    if (st != PSR_OK)
+        return st;
+    if (rc != MPI_SUCCESS)
+        return fail_mpi(c->ctx, rc, "MPI_Allreduce of a filter round's status");
+    if (failed)
+        return psr_fail(c->ctx, PSR_ERR_COLLECTIVE, "another rank failed in filter round %zu", round);
+    rc = MPI_Allreduce(d->words, d->words + words, (int)words, MPI_UINT64_T, round == 0 ? MPI_MAX : MPI_SUM,
+                       c->comm);
+    if (rc != MPI_SUCCESS)
+        return fail_mpi(c->ctx, rc, "MPI_Allreduce of a filter round's partials");
+    err = clEnqueueWriteBuffer(d->queue, d->reduced, CL_TRUE, 0, words * 8, d->words + words, 0, NULL, NULL);
+    return err == CL_SUCCESS ? PSR_OK : psr_fail_cl(c->ctx, err, "psr_mpi_sample: writing filter round %zu", round);
+}
+
+/* The filters' rounds (docs/sharded.md): every rank runs them, with
+ * st its status so far, and all stop together at the first failure. */
+static psr_status filter_rounds(mpi_call *c, const psr_sample_args *a, device_call *d, psr_status st)
+{
+    st = filter_agree(c, d, st);
+    for (size_t r = 0; st == PSR_OK && r <= d->rounds && d->rounds; r++) {
+        psr_shard_filter_args f;
+        psr_shard_filter_args_init(&f, sizeof f);
+        f.sample = a, f.round = r, f.reduced = d->reduced, f.partial = d->partial;
+        st = psr_shard_filter_round(c->ctx, &f, NULL);
+        if (r < d->rounds)
+            st = filter_reduce(c, d, r, st);
+    }
+    return st;
+}
+
+
+/* This rank's checks and buffers for its shard on the device. */
+static psr_status device_prepare(mpi_call *c, const psr_sample_args *args, psr_sample_args *a, device_call *d,
+                                 psr_noise *noise)
 {
     psr_context *ctx = c->ctx;
     if (!ctx)
@@ -317,24 +427,25 @@ static psr_status device_shard(mpi_call *c, const psr_sample_args *args, psr_sam
         st = check_size(ctx, a->row_flags, c->rows * 4, "args->row_flags");
     if (st == PSR_OK)
         st = psr_context_cl(ctx, &d->cl_ctx, NULL, &d->queue);
-    cl_int err = CL_SUCCESS;
     if (st == PSR_OK)
-        d->own = clCreateBuffer(d->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
-    if (st == PSR_OK && err == CL_SUCCESS)
-        d->all = clCreateBuffer(d->cl_ctx, CL_MEM_READ_ONLY, bytes * (size_t)c->size, NULL, &err);
-    if (err != CL_SUCCESS)
-        return psr_fail_cl(ctx, err, "psr_mpi_sample: clCreateBuffer of the shard records");
-    if (st != PSR_OK)
-        return st;
+        st = call_buffer(ctx, d, bytes, &d->own, "the shard records");
+    if (st == PSR_OK)
+        st = call_buffer(ctx, d, bytes * (size_t)c->size, &d->all, "the gathered records");
     a->tokens = NULL, a->row_flags = NULL, a->shard_records = d->own, a->effective_noise = noise;
+    return st == PSR_OK ? filter_prepare(c, a, d) : st;
+}
+
+/* This rank's shard sampled, read back into its place in c->records. */
+static psr_status device_shard(mpi_call *c, const psr_sample_args *a, device_call *d)
+{
     cl_event done = NULL;
-    st = psr_sample(ctx, a, &done);
+    psr_status st = psr_sample(c->ctx, a, &done);
     if (st != PSR_OK)
         return st;
-    err = clEnqueueReadBuffer(d->queue, d->own, CL_TRUE, 0, bytes, c->records + (size_t)c->rank * c->rows, 1,
-                              &done, NULL);
+    cl_int err = clEnqueueReadBuffer(d->queue, d->own, CL_TRUE, 0, c->rows * sizeof(psr_shard_record),
+                                     c->records + (size_t)c->rank * c->rows, 1, &done, NULL);
     clReleaseEvent(done);
-    return err == CL_SUCCESS ? PSR_OK : psr_fail_cl(ctx, err, "psr_mpi_sample: reading the shard records");
+    return err == CL_SUCCESS ? PSR_OK : psr_fail_cl(c->ctx, err, "psr_mpi_sample: reading the shard records");
 }
 
 /* The gathered records to the device, and psr_combine into the caller's buffers. */
@@ -351,7 +462,10 @@ static psr_status device_combine(mpi_call *c, const psr_sample_args *args, devic
     return psr_combine(c->ctx, &m, event);
 }
 
-psr_status psr_mpi_sample(psr_context *ctx, MPI_Comm comm, const psr_sample_args *args, cl_event *event)
+/* psr_mpi_sample, after `pre`: a failure of the caller's own (the host
+ * call's staging), with which this rank still takes part in the rounds. */
+static psr_status sample_device(psr_context *ctx, MPI_Comm comm, const psr_sample_args *args, cl_event *event,
+                                psr_status pre)
 {
     mpi_call c;
     psr_status st = call_begin(&c, ctx, comm);
@@ -360,18 +474,136 @@ psr_status psr_mpi_sample(psr_context *ctx, MPI_Comm comm, const psr_sample_args
     psr_sample_args a;
     memset(&a, 0, sizeof a);
     psr_noise noise = PSR_NOISE_FP32;
-    device_call d = {NULL, NULL, NULL, NULL};
-    st = device_shard(&c, args, &a, &d, &noise);
+    device_call d;
+    memset(&d, 0, sizeof d);
+    st = pre != PSR_OK ? pre : device_prepare(&c, args, &a, &d, &noise);
+    st = filter_rounds(&c, &a, &d, st);
+    if (st == PSR_OK)
+        st = device_shard(&c, &a, &d);
     set_header(&c, st, a.flags, noise, a.vocab_offset, a.vocab, a.vocab_total);
     st = call_exchange(&c);
     if (st == PSR_OK)
         st = device_combine(&c, args, &d, event);
     if (st == PSR_OK && args->effective_noise)
         *args->effective_noise = noise;
-    if (d.own)
-        clReleaseMemObject(d.own);
-    if (d.all)
-        clReleaseMemObject(d.all); /* the combine keeps its own hold until it has run */
+    device_call_free(&d);
     free(c.records);
+    return st;
+}
+
+psr_status psr_mpi_sample(psr_context *ctx, MPI_Comm comm, const psr_sample_args *args, cl_event *event)
+{
+    return sample_device(ctx, comm, args, event, PSR_OK);
+}
+
+/* ---- host arrays with filters: staged on the device ---- */
+
+/* The filters' rounds run on device buffers: host arrays with filters
+ * are copied there and take the device path. */
+static bool host_filtered(const psr_sample_host_args *h)
+{
+    return h->top_k || h->top_p || h->min_p || h->all_top_k > 0 || h->all_top_p != 1.0f || h->all_min_p != 0.0f;
+}
+
+/* The host call's value checks (psr_sample_host fails on them, naming the
+ * entry, where the device call would flag the row). */
+static psr_status check_host_values(psr_context *ctx, const psr_sample_host_args *h)
+{
+    REQUIRE(h->logits && h->seeds && h->positions && h->temperatures, PSR_ERR_NULL_ARGUMENT,
+            "args->logits, seeds, positions or temperatures is NULL");
+    for (size_t r = 0; r < h->rows; r++) {
+        float t = h->temperatures[r], p = h->top_p ? h->top_p[r] : 1.0f, m = h->min_p ? h->min_p[r] : 0.0f;
+        REQUIRE(h->positions[r] >= 0 && h->positions[r] < PSR_MAX_POSITION, PSR_ERR_POSITION_RANGE,
+                "args->positions[%zu] = %lld is outside [0, 2^30)", r, (long long)h->positions[r]);
+        REQUIRE(t == 0.0f || (isnormal(t) && t > 0.0f), PSR_ERR_TEMPERATURE,
+                "args->temperatures[%zu] = %g is not 0 or a positive normal number", r, (double)t);
+        REQUIRE(p > 0.0f && p <= 1.0f, PSR_ERR_FILTER_RANGE, "args->top_p[%zu] = %g is outside (0, 1]", r, (double)p);
+        REQUIRE(m >= 0.0f && m <= 1.0f, PSR_ERR_FILTER_RANGE, "args->min_p[%zu] = %g is outside [0, 1]", r, (double)m);
+    }
+    return PSR_OK;
+}
+
+/* The host arrays as device buffers of the sample args a (NULL stays NULL). */
+static psr_status stage_host(psr_context *ctx, const psr_sample_host_args *h, psr_sample_args *a, cl_mem *mems)
+{
+    cl_context cl;
+    psr_status st = psr_context_cl(ctx, &cl, NULL, NULL);
+    size_t rows = h->rows, elem = h->logits_dtype == PSR_DTYPE_F32 ? 4 : 2;
+    size_t stride = h->row_stride ? h->row_stride : h->vocab;
+    const struct {
+        const void *host;
+        size_t bytes;
+    } in[] = {{h->logits, ((rows - 1) * stride + h->vocab) * elem}, {h->seeds, rows * 8}, {h->positions, rows * 8},
+              {h->temperatures, rows * 4}, {h->top_k, rows * 4}, {h->top_p, rows * 4}, {h->min_p, rows * 4},
+              {NULL, rows * (h->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4)}, {NULL, rows * 4}};
+    for (size_t i = 0; st == PSR_OK && i < 9; i++) {
+        cl_int err = CL_SUCCESS;
+        if (in[i].host || i >= 7)
+            mems[i] = clCreateBuffer(cl, CL_MEM_READ_WRITE | (in[i].host ? CL_MEM_COPY_HOST_PTR : 0), in[i].bytes,
+                                     (void *)in[i].host, &err);
+        if (err != CL_SUCCESS)
+            st = psr_fail_cl(ctx, err, "psr_mpi_sample_host: staging the host arrays");
+    }
+    psr_sample_args_init(a, sizeof *a);
+    a->rows = a->requests = rows, a->vocab = h->vocab, a->row_stride = h->row_stride, a->logits = mems[0];
+    a->logits_dtype = h->logits_dtype, a->seeds = mems[1], a->positions = mems[2], a->temperatures = mems[3];
+    a->top_k = mems[4], a->top_p = mems[5], a->min_p = mems[6], a->tokens = mems[7], a->row_flags = mems[8];
+    a->all_top_k = h->all_top_k, a->all_top_p = h->all_top_p, a->all_min_p = h->all_min_p;
+    a->flags = h->flags, a->noise = h->noise, a->tokens_dtype = h->tokens_dtype;
+    a->shard_count = h->shard_count, a->shard_index = h->shard_index;
+    a->vocab_offset = h->vocab_offset, a->vocab_total = h->vocab_total, a->shard_records = NULL;
+    return st;
+}
+
+/* The staged call's outputs back into the caller's arrays. */
+static psr_status unstage_host(psr_context *ctx, const psr_sample_host_args *h, cl_mem *mems, cl_event ev,
+                               psr_noise noise)
+{
+    cl_command_queue q;
+    psr_status st = psr_context_cl(ctx, NULL, NULL, &q);
+    uint32_t *flags = malloc(h->rows * sizeof *flags);
+    REQUIRE(flags, PSR_ERR_OUT_OF_HOST_MEMORY, "psr_mpi_sample_host: no memory for the row flags");
+    cl_int err = clEnqueueReadBuffer(q, mems[8], CL_TRUE, 0, h->rows * 4, flags, 1, &ev, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, mems[7], CL_TRUE, 0, h->rows * (h->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4),
+                                  h->tokens, 0, NULL, NULL);
+    if (st == PSR_OK && err != CL_SUCCESS)
+        st = psr_fail_cl(ctx, err, "psr_mpi_sample_host: reading the tokens");
+    size_t no_finite = 0;
+    for (size_t r = 0; st == PSR_OK && r < h->rows; r++)
+        no_finite += (flags[r] & PSR_ROW_NO_FINITE) != 0;
+    if (st == PSR_OK && h->row_flags)
+        memcpy(h->row_flags, flags, h->rows * sizeof *flags);
+    if (st == PSR_OK && h->no_finite_rows)
+        *h->no_finite_rows = no_finite;
+    if (st == PSR_OK && h->effective_noise)
+        *h->effective_noise = noise;
+    free(flags);
+    return st;
+}
+
+static psr_status host_via_device(psr_context *ctx, MPI_Comm comm, const psr_sample_host_args *h)
+{
+    cl_mem mems[9] = {NULL};
+    psr_sample_args a;
+    psr_noise noise = PSR_NOISE_FP32;
+    psr_status pre = h->struct_size == sizeof *h ? PSR_OK
+                     : psr_fail(ctx, PSR_ERR_STRUCT_SIZE, "args->struct_size is %zu, not sizeof(psr_sample_host_args) "
+                                "%zu of this library: set it up with psr_sample_host_args_init(&a, sizeof a)",
+                                h->struct_size, sizeof *h);
+    if (pre == PSR_OK)
+        pre = h->tokens ? check_host_values(ctx, h) : psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "args->tokens is NULL");
+    if (pre == PSR_OK)
+        pre = stage_host(ctx, h, &a, mems);
+    a.effective_noise = &noise;
+    cl_event ev = NULL;
+    psr_status st = sample_device(ctx, comm, &a, &ev, pre);
+    if (st == PSR_OK)
+        st = unstage_host(ctx, h, mems, ev, noise);
+    if (ev)
+        clReleaseEvent(ev);
+    for (size_t i = 0; i < 9; i++)
+        if (mems[i])
+            clReleaseMemObject(mems[i]);
     return st;
 }

@@ -266,6 +266,73 @@ static void check_same_tokens(void)
     }
 }
 
+static void expect(const char *name, psr_status got, psr_status want, const char *text);
+
+/* ---- filters across the ranks ---- */
+
+/* Per-row top-k, top-p and min-p (some rows off), the same on every rank. */
+typedef struct row_filters {
+    int32_t k[16];
+    float p[16], mp[16];
+} row_filters;
+
+static row_filters make_filters(void)
+{
+    row_filters f;
+    for (int r = 0; r < 16; r++) {
+        f.k[r] = r % 5 == 0 ? 0 : (int32_t)(1 + rnd() % 100);
+        f.p[r] = r % 3 == 0 ? 1.0f : 0.6f + (float)(rnd() % 40) / 100.0f;
+        f.mp[r] = r % 4 == 0 ? 0.0f : (float)(rnd() % 10) / 100.0f;
+    }
+    return f;
+}
+
+/* psr_mpi_sample_host with filters (the rounds over MPI) against the
+ * unsharded filtered call; `bad_rank` >= 0: that rank's top_p[1] is out
+ * of range, and it alone gets PSR_ERR_FILTER_RANGE. */
+static void check_filtered(const batch *b, const size_t *bounds, const mode *m, const row_filters *f, int bad_rank)
+{
+    size_t rows = b->rows;
+    void *want = calloc(rows, 8), *got = calloc(rows, 8);
+    uint32_t *want_f = calloc(rows, 4), *got_f = calloc(rows, 4);
+    psr_sample_host_args a = whole_args(b, m);
+    a.top_k = f->k, a.top_p = f->p, a.min_p = f->mp, a.tokens = want, a.row_flags = want_f;
+    CHECK(psr_sample_host(ctx, &a) == PSR_OK, "filtered reference: %s", psr_last_error(ctx));
+    row_filters mine = *f;
+    mine.p[1] = rank == bad_rank ? 1.5f : mine.p[1];
+    a = shard_args(b, m, bounds[rank], bounds[rank + 1] - bounds[rank]);
+    a.top_k = mine.k, a.top_p = mine.p, a.min_p = mine.mp, a.tokens = got, a.row_flags = got_f;
+    psr_status st = psr_mpi_sample_host(ctx, MPI_COMM_WORLD, &a);
+    char what[96];
+    snprintf(what, sizeof what, "filtered, vocab %zu, %s, shard [%zu, %zu)", b->vocab, m->name, bounds[rank],
+             bounds[rank + 1]);
+    if (bad_rank >= 0) {
+        expect("filtered top_p", st, rank == bad_rank ? PSR_ERR_FILTER_RANGE : PSR_ERR_COLLECTIVE,
+               rank == bad_rank ? "args->top_p[1]" : "failed");
+    } else {
+        CHECK(st == PSR_OK, "%s: %s", what, psr_last_error(ctx));
+        if (st == PSR_OK)
+            CHECK(differences(want, want_f, got, got_f, rows, m->tokens_dtype, what) == 0, "%s: tokens differ",
+                  what);
+    }
+    free(want), free(got), free(want_f), free(got_f);
+}
+
+static void check_filters(void)
+{
+    row_filters f = make_filters();
+    const size_t vocabs[] = {1000, 70001};
+    for (size_t v = 0; v < 2; v++) {
+        batch b = make_batch(v ? 6 : 16, vocabs[v]);
+        size_t bounds[PSR_MAX_SHARDS + 1];
+        split(b.vocab, size, bounds);
+        check_filtered(&b, bounds, &modes[v], &f, -1);
+        if (v == 0)
+            check_filtered(&b, bounds, &modes[0], &f, size - 1);
+        free_batch(&b);
+    }
+}
+
 /* ---- bad shards: a status on every rank, and nobody waits ---- */
 
 static void expect(const char *name, psr_status got, psr_status want, const char *text)
@@ -428,6 +495,7 @@ int main(int argc, char **argv)
     }
     psr_context_cl(ctx, &cl_ctx, NULL, &queue);
     check_same_tokens();
+    check_filters();
     check_errors();
     check_control();
     int total = 0;
