@@ -209,6 +209,14 @@ static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
     return h;
 }
 
+/* What every rank's host call must share: its seeds, positions and temperatures. */
+static uint64_t hash_inputs(const psr_sample_host_args *a)
+{
+    uint64_t h = hash_bytes(0xcbf29ce484222325u, a->seeds, a->rows * sizeof *a->seeds);
+    h = hash_bytes(h, a->positions, a->rows * sizeof *a->positions);
+    return hash_bytes(h, a->temperatures, a->rows * sizeof *a->temperatures);
+}
+
 /* The header of a shard sampled (or refused) with status st. */
 static void set_header(mpi_call *c, psr_status st, unsigned flags, psr_noise noise, size_t offset, size_t vocab,
                        size_t total)
@@ -237,11 +245,8 @@ static psr_status host_shard(mpi_call *c, const psr_sample_host_args *args, psr_
     a->tokens = NULL, a->row_flags = NULL, a->no_finite_rows = NULL, a->effective_noise = noise;
     a->shard_records = c->records + (size_t)c->rank * c->rows;
     st = psr_sample_host(ctx, a);
-    if (st == PSR_OK) {
-        uint64_t h = hash_bytes(0xcbf29ce484222325u, a->seeds, a->rows * sizeof *a->seeds);
-        h = hash_bytes(h, a->positions, a->rows * sizeof *a->positions);
-        c->mine.inputs = hash_bytes(h, a->temperatures, a->rows * sizeof *a->temperatures);
-    }
+    if (st == PSR_OK)
+        c->mine.inputs = hash_inputs(a);
     return st;
 }
 
@@ -465,12 +470,13 @@ static psr_status device_combine(mpi_call *c, const psr_sample_args *args, devic
 /* psr_mpi_sample, after `pre`: a failure of the caller's own (the host
  * call's staging), with which this rank still takes part in the rounds. */
 static psr_status sample_device(psr_context *ctx, MPI_Comm comm, const psr_sample_args *args, cl_event *event,
-                                psr_status pre)
+                                psr_status pre, uint64_t inputs)
 {
     mpi_call c;
     psr_status st = call_begin(&c, ctx, comm);
     if (st != PSR_OK)
         return st;
+    c.mine.inputs = inputs;
     psr_sample_args a;
     memset(&a, 0, sizeof a);
     psr_noise noise = PSR_NOISE_FP32;
@@ -493,7 +499,7 @@ static psr_status sample_device(psr_context *ctx, MPI_Comm comm, const psr_sampl
 
 psr_status psr_mpi_sample(psr_context *ctx, MPI_Comm comm, const psr_sample_args *args, cl_event *event)
 {
-    return sample_device(ctx, comm, args, event, PSR_OK);
+    return sample_device(ctx, comm, args, event, PSR_OK, 0);
 }
 
 /* ---- host arrays with filters: staged on the device ---- */
@@ -597,7 +603,7 @@ static psr_status host_via_device(psr_context *ctx, MPI_Comm comm, const psr_sam
         pre = stage_host(ctx, h, &a, mems);
     a.effective_noise = &noise;
     cl_event ev = NULL;
-    psr_status st = sample_device(ctx, comm, &a, &ev, pre);
+    psr_status st = sample_device(ctx, comm, &a, &ev, pre, pre == PSR_OK ? hash_inputs(h) : 0);
     if (st == PSR_OK)
         st = unstage_host(ctx, h, mems, ev, noise);
     if (ev)
