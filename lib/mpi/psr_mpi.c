@@ -225,6 +225,19 @@ static void set_header(mpi_call *c, psr_status st, unsigned flags, psr_noise noi
     c->mine.rows = c->rows, c->mine.vocab_offset = offset, c->mine.vocab = vocab, c->mine.vocab_total = total;
 }
 
+/* The caller's args struct, of exactly this library's size: the call
+ * copies it whole. */
+static psr_status check_struct(psr_context *ctx, const void *args, size_t own, const char *type, const char *call)
+{
+    REQUIRE(args, PSR_ERR_NULL_ARGUMENT, "%s: args is NULL", call);
+    size_t size;
+    memcpy(&size, args, sizeof size);
+    REQUIRE(size == own, PSR_ERR_STRUCT_SIZE,
+            "args->struct_size is %zu, not sizeof(%s) %zu of this library (0.3 on): set it up with %s_init(&a, "
+            "sizeof a)", size, type, own, type);
+    return PSR_OK;
+}
+
 /* This rank's shard on host arrays, into its place in c->records. */
 static psr_status host_shard(mpi_call *c, const psr_sample_host_args *args, psr_sample_host_args *a,
                              psr_noise *noise)
@@ -232,14 +245,13 @@ static psr_status host_shard(mpi_call *c, const psr_sample_host_args *args, psr_
     psr_context *ctx = c->ctx;
     if (!ctx) /* psr_sample_host records the message where psr_last_error(NULL) finds it */
         return psr_sample_host(NULL, args);
-    REQUIRE(args, PSR_ERR_NULL_ARGUMENT, "psr_mpi_sample_host: args is NULL");
-    REQUIRE(args->struct_size == sizeof *a, PSR_ERR_STRUCT_SIZE,
-            "args->struct_size is %zu, not sizeof(psr_sample_host_args) %zu of this library (0.3 on): set it "
-            "up with psr_sample_host_args_init(&a, sizeof a)", args->struct_size, sizeof *a);
+    psr_status st = check_struct(ctx, args, sizeof *a, "psr_sample_host_args", "psr_mpi_sample_host");
+    if (st != PSR_OK)
+        return st;
     *a = *args;
     const shard_fields f = {&a->shard_count, &a->shard_index, a->rows, a->shard_records != NULL, a->tokens != NULL,
                             a->tokens_dtype};
-    psr_status st = call_prepare(c, &f);
+    st = call_prepare(c, &f);
     if (st != PSR_OK)
         return st;
     a->tokens = NULL, a->row_flags = NULL, a->no_finite_rows = NULL, a->effective_noise = noise;
@@ -417,14 +429,13 @@ static psr_status device_prepare(mpi_call *c, const psr_sample_args *args, psr_s
     psr_context *ctx = c->ctx;
     if (!ctx)
         return psr_sample(NULL, args, NULL);
-    REQUIRE(args, PSR_ERR_NULL_ARGUMENT, "psr_mpi_sample: args is NULL");
-    REQUIRE(args->struct_size == sizeof *a, PSR_ERR_STRUCT_SIZE,
-            "args->struct_size is %zu, not sizeof(psr_sample_args) %zu of this library (0.3 on): set it up "
-            "with psr_sample_args_init(&a, sizeof a)", args->struct_size, sizeof *a);
+    psr_status st = check_struct(ctx, args, sizeof *a, "psr_sample_args", "psr_mpi_sample");
+    if (st != PSR_OK)
+        return st;
     *a = *args;
     const shard_fields f = {&a->shard_count, &a->shard_index, a->rows, a->shard_records != NULL, a->tokens != NULL,
                             a->tokens_dtype};
-    psr_status st = call_prepare(c, &f);
+    st = call_prepare(c, &f);
     size_t bytes = c->rows * sizeof(psr_shard_record);
     if (st == PSR_OK)
         st = check_size(ctx, a->tokens, c->rows * (a->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4), "args->tokens");
@@ -593,10 +604,7 @@ static psr_status host_via_device(psr_context *ctx, MPI_Comm comm, const psr_sam
     cl_mem mems[9] = {NULL};
     psr_sample_args a;
     psr_noise noise = PSR_NOISE_FP32;
-    psr_status pre = h->struct_size == sizeof *h ? PSR_OK
-                     : psr_fail(ctx, PSR_ERR_STRUCT_SIZE, "args->struct_size is %zu, not sizeof(psr_sample_host_args) "
-                                "%zu of this library: set it up with psr_sample_host_args_init(&a, sizeof a)",
-                                h->struct_size, sizeof *h);
+    psr_status pre = check_struct(ctx, h, sizeof *h, "psr_sample_host_args", "psr_mpi_sample_host");
     if (pre == PSR_OK)
         pre = h->tokens ? check_host_values(ctx, h) : psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "args->tokens is NULL");
     if (pre == PSR_OK)
