@@ -523,14 +523,14 @@ def shards_checks(d):
                   f"sample {' '.join(a for a in args if not a.startswith(d))} --shards {n} prints the unsharded output")
     bad = [(["0"], "not in [1, 255]"), (["256"], "not in [1, 255]"), ([str(vocab + 1)], "more than the vocabulary"),
            (["3:5"], "need 2 starts"), (["3:9,4"], "increasing"), (["2:200"], "past the vocabulary"),
-           (["2", "--top-k", "5"], "--top-k is not available"), (["2", "--top-p", "0.5"], "--top-p is not available"),
-           (["2", "--min-p", "0.1"], "--min-p is not available"), (["2", "--logprobs", "1"], "--logprobs is not available")]
+           (["2", "--logprobs", "1"], "--logprobs is not available")]
     for extra, why in bad:
         r = run("sample", "--logits", f32, "--shards", *extra)
         check(r.returncode == 2 and "--shards" in r.stderr and why in r.stderr, f"sample --shards {' '.join(extra)} is a usage error")
     r = run("sample", "--hidden", f32, "--weights", f32, "--shards", "2")
     check(r.returncode == 2 and "--hidden with --weights is not available with --shards" in r.stderr, "--shards with --hidden")
-    mpi_checks(f32)
+    filtered = filtered_shards_checks(d)
+    mpi_checks(f32, filtered)
     r = run("bench", "sample", "--shards", "2", "--shapes", "2x1000", "--iters", "3", "--variants", "fp32,greedy")
     lines = [l.split() for l in r.stdout.splitlines()]
     check(r.returncode == 0 and lines[2][-4:] == ["shard_us", "xshard", "rec_bytes", "gather_bytes"]
@@ -546,7 +546,34 @@ def shards_checks(d):
     check(r.returncode == 2 and "--shards" in r.stderr, "bench sample --shards above a shape's vocabulary is a usage error")
 
 
-def mpi_checks(f32):
+def filtered_shards_checks(d):
+    """psr sample --shards N with the filters prints what psr sample prints;
+    returns the first case's arguments after --logits, for --mpi."""
+    import math
+    import random
+    rnd = random.Random(11)
+    rows, vocab = 16, 3000
+    x = [rnd.gauss(0, 3) for _ in range(rows * vocab)]
+    x[vocab:2 * vocab] = [-math.inf] * vocab  # a row without a finite logit
+    x[2 * vocab + 17] = x[2 * vocab + 2900] = math.inf
+    f32 = write(d, "shf.npy", npy_bytes("<f4", (rows, vocab), struct.pack(f"<{rows * vocab}f", *x)))
+    seeds = write(d, "shfs.npy", npy_bytes("<i8", (rows,), struct.pack(f"<{rows}q", *range(40, 40 + rows))))
+    common = ["--logits", f32, "--temperature", "2", "--seeds", seeds]
+    cases = [["--top-k", "20"], ["--top-p", "0.9"], ["--min-p", "0.05"],
+             ["--top-k", "50", "--top-p", "0.95", "--min-p", "0.02", "--json"]]
+    wants = []
+    for args in cases:
+        want = run("sample", *common, *args)
+        wants.append(want.stdout)
+        for n in ("3", "7"):
+            got = run("sample", *common, *args, "--shards", n)
+            check(want.returncode == 0 and got.returncode == 0 and got.stdout == want.stdout and got.stderr == want.stderr,
+                  f"sample {' '.join(args)} --shards {n} prints the unsharded filtered output")
+    check(len(set(wants[:3])) == 3, "the filtered cases' tokens differ from one another: the filters ran")
+    return common[1:] + cases[0]
+
+
+def mpi_checks(f32, filtered):
     """--mpi: a usage error without MPI in the build; under mpirun (where it runs) the unsharded output."""
     import shutil
     r = run("sample", "--logits", f32, "--mpi")
@@ -565,6 +592,12 @@ def mpi_checks(f32):
         check(got.returncode == 0 and got.stdout == want.stdout, f"mpirun -np 3 psr sample --mpi {' '.join(args)}")
     r = run("sample", "--logits", f32, "--mpi", "--shards", "2")
     check(r.returncode == 2 and "--shards and --mpi" in r.stderr, "--mpi with --shards is a usage error")
+    # Filters reach the MPI adapter: the unsharded output, or its own error (no usage error).
+    want = run("sample", "--logits", *filtered)
+    got = subprocess.run([mpirun, "--oversubscribe", "-np", "2", PSR, "sample", "--logits", *filtered, "--mpi"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    check((got.returncode == 0 and got.stdout == want.stdout) or (got.returncode == 1 and "psr: PSR_ERR_" in got.stderr),
+          "mpirun -np 2 psr sample --mpi with --top-k reaches the adapter")
 
 
 def one_row_checks(d):

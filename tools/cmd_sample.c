@@ -58,11 +58,13 @@ static void sample_usage(FILE *out)
             "                 first V %% N one token longer (or N:S1,...,S(N-1): the token ids\n"
             "                 where shards 1..N-1 start); sample each shard on its columns\n"
             "                 and combine their 16-byte records: the same output as without\n"
-            "                 it (the race over logits: up to rounding). Not yet with the\n"
-            "                 filters, --logprobs or --hidden\n"
+            "                 it (the race over logits: up to rounding), the filters\n"
+            "                 included (their thresholds found in rounds across the\n"
+            "                 shards). Not yet with --logprobs or --hidden\n"
             "  --mpi          under mpirun: each rank is one shard and reads only its\n"
             "                 columns of --logits; rank 0 prints what the unsharded command\n"
-            "                 does (builds with MPI only; the same limits as --shards)\n"
+            "                 does (builds with MPI only; not with --logprobs or --hidden;\n"
+            "                 the filters where the MPI adapter supports them)\n"
             "  --json         {\"tokens\": [...], \"device\": ..., ...} instead of one token a line\n"
             "                 (with --logprobs: \"logprobs\", \"ranks\" and \"top\": [[[id, logprob],\n"
             "                 ...], ...]; without --json each line is token, logprob, rank,\n"
@@ -190,13 +192,7 @@ static int check_shards(const sample_options *o)
 #endif
     if (!o->mpi && !o->shards.count)
         return -1;
-    int rc = shards_refuse("sample", opt, o->top_k != 0, "--top-k");
-    if (rc == CLI_OK)
-        rc = shards_refuse("sample", opt, o->top_p != 1.0f, "--top-p");
-    if (rc == CLI_OK)
-        rc = shards_refuse("sample", opt, o->min_p != 0.0f, "--min-p");
-    if (rc == CLI_OK)
-        rc = shards_refuse("sample", opt, o->logprobs >= 0, "--logprobs");
+    int rc = shards_refuse("sample", opt, o->logprobs >= 0, "--logprobs");
     if (rc == CLI_OK)
         rc = shards_refuse("sample", opt, o->hidden || o->weights, "--hidden with --weights");
     return rc == CLI_OK ? -1 : rc;
@@ -491,6 +487,10 @@ static psr_status draw_tokens(psr_context *ctx, const sample_options *o, sample_
     a.all_top_k = (int)o->top_k, a.all_top_p = o->top_p, a.all_min_p = o->min_p;
     a.flags = o->flags, a.noise = o->noise;
     a.tokens = in->tokens, a.row_flags = in->row_flags, a.no_finite_rows = &in->no_finite;
+    if (o->shards.count && shards_filtered(&a)) { /* device buffers: check what psr_sample_host would */
+        psr_status st = check_rows(in);
+        return st == PSR_OK ? shards_sample_filtered(ctx, &a, o->shards.count, in->bounds) : st;
+    }
     if (o->shards.count)
         return shards_sample_host(ctx, &a, o->shards.count, in->bounds);
 #ifdef PSR_CLI_MPI

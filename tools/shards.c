@@ -7,6 +7,7 @@
 #include <psr/psr_experimental.h>
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,21 +96,20 @@ static psr_status sample_one(psr_context *ctx, const psr_sample_host_args *whole
     return psr_sample_host(ctx, &a);
 }
 
-psr_status shards_sample_host(psr_context *ctx, const psr_sample_host_args *whole, size_t count,
-                              const size_t *bounds)
+/* psr_combine_host of every shard's records ([count, rows]) into whole's
+ * tokens, row flags and count of rows without a finite logit. */
+static psr_status combine_into(psr_context *ctx, const psr_sample_host_args *whole, size_t count,
+                               const psr_shard_record *records)
 {
     size_t rows = whole->rows;
-    psr_shard_record *records = malloc(count * rows * sizeof *records);
     uint32_t *flags = whole->row_flags ? whole->row_flags : malloc(rows * sizeof *flags);
-    psr_status st = records && flags ? PSR_OK : PSR_ERR_OUT_OF_HOST_MEMORY;
-    for (size_t s = 0; s < count && st == PSR_OK; s++)
-        st = sample_one(ctx, whole, count, s, bounds, records + s * rows);
+    if (!flags)
+        return cli_fail(PSR_ERR_OUT_OF_HOST_MEMORY, "cannot allocate the row flags of %zu rows", rows);
     psr_combine_host_args c;
     psr_combine_host_args_init(&c, sizeof c);
     c.rows = rows, c.shards = count, c.records = records;
     c.tokens = whole->tokens, c.tokens_dtype = whole->tokens_dtype, c.row_flags = flags;
-    if (st == PSR_OK)
-        st = psr_combine_host(ctx, &c);
+    psr_status st = psr_combine_host(ctx, &c);
     size_t no_finite = 0;
     for (size_t r = 0; st == PSR_OK && r < rows; r++)
         no_finite += (flags[r] & PSR_ROW_NO_FINITE) != 0;
@@ -117,6 +117,176 @@ psr_status shards_sample_host(psr_context *ctx, const psr_sample_host_args *whol
         *whole->no_finite_rows = no_finite;
     if (flags != whole->row_flags)
         free(flags);
+    return st;
+}
+
+psr_status shards_sample_host(psr_context *ctx, const psr_sample_host_args *whole, size_t count,
+                              const size_t *bounds)
+{
+    size_t rows = whole->rows;
+    psr_shard_record *records = malloc(count * rows * sizeof *records);
+    psr_status st = records ? PSR_OK
+                            : cli_fail(PSR_ERR_OUT_OF_HOST_MEMORY, "cannot allocate %zu shards' records of %zu rows",
+                                       count, rows);
+    for (size_t s = 0; s < count && st == PSR_OK; s++)
+        st = sample_one(ctx, whole, count, s, bounds, records + s * rows);
+    if (st == PSR_OK)
+        st = combine_into(ctx, whole, count, records);
     free(records);
+    return st;
+}
+
+bool shards_filtered(const psr_sample_host_args *a)
+{
+    return a->top_k || a->top_p || a->min_p || a->all_top_k > 0 || a->all_top_p != 1.0f || a->all_min_p != 0.0f;
+}
+
+/* ---- filters: the rounds on device buffers ---- */
+
+/* The buffers every shard shares, by index. */
+enum { D_LOGITS, D_SEEDS, D_POSITIONS, D_TEMPS, D_TOP_K, D_TOP_P, D_MIN_P, D_RECORDS, D_REDUCED, D_SHARED };
+
+/* A filtered sharded call: the shared buffers, each shard's partial
+ * (own[2 s]) and filter state (own[2 s + 1]), and each shard's args. */
+typedef struct filter_run {
+    psr_context *ctx;
+    size_t count, rows, words; /* words: rows x PSR_SHARD_FILTER_WORDS */
+    cl_mem shared[D_SHARED];
+    cl_mem own[2 * PSR_MAX_SHARDS];
+    psr_sample_args args[PSR_MAX_SHARDS];
+} filter_run;
+
+static psr_status opencl_failed(const char *what, cl_int err)
+{
+    return cli_fail(PSR_ERR_OPENCL, "%s failed: %s (%d)", what, psr_cl_error_string(err), err);
+}
+
+/* The logits and every row's inputs uploaded once; the records, the
+ * reduced partials, and each shard's partial and state. */
+static psr_status make_buffers(filter_run *run, const psr_sample_host_args *w)
+{
+    size_t rows = w->rows, stride = w->row_stride ? w->row_stride : w->vocab;
+    size_t logit_bytes = ((rows - 1) * stride + w->vocab) * psr_dtype_size(w->logits_dtype);
+    const cli_buffer spec[D_SHARED] = {
+        [D_LOGITS] = {logit_bytes, w->logits},
+        [D_SEEDS] = {rows * 8, w->seeds},
+        [D_POSITIONS] = {rows * 8, w->positions},
+        [D_TEMPS] = {rows * 4, w->temperatures},
+        [D_TOP_K] = {w->top_k ? rows * 4 : 0, w->top_k},
+        [D_TOP_P] = {w->top_p ? rows * 4 : 0, w->top_p},
+        [D_MIN_P] = {w->min_p ? rows * 4 : 0, w->min_p},
+        [D_RECORDS] = {run->count * rows * sizeof(psr_shard_record), NULL},
+        [D_REDUCED] = {run->words * 8, NULL},
+    };
+    cli_buffer own[2 * PSR_MAX_SHARDS];
+    for (size_t s = 0; s < run->count; s++)
+        own[2 * s] = (cli_buffer){run->words * 8, NULL},
+        own[2 * s + 1] = (cli_buffer){rows * PSR_SHARD_FILTER_STATE_BYTES, NULL};
+    cl_int err = cli_make_buffers(run->ctx, spec, D_SHARED, run->shared);
+    if (err == CL_SUCCESS)
+        err = cli_make_buffers(run->ctx, own, 2 * run->count, run->own);
+    return err == CL_SUCCESS ? PSR_OK : opencl_failed("allocating the shards' device buffers", err);
+}
+
+/* Shard s's psr_sample args over the shared buffers: its columns of the
+ * logits, its records at s x rows, its filter state. */
+static void shard_args(filter_run *run, const psr_sample_host_args *w, size_t s, const size_t *bounds)
+{
+    psr_sample_args *a = &run->args[s];
+    const cl_mem *m = run->shared;
+    psr_sample_args_init(a, sizeof *a);
+    a->rows = run->rows, a->logits = m[D_LOGITS], a->logits_dtype = w->logits_dtype;
+    a->logits_offset = bounds[s], a->row_stride = w->row_stride ? w->row_stride : w->vocab;
+    a->vocab = bounds[s + 1] - bounds[s];
+    a->seeds = m[D_SEEDS], a->positions = m[D_POSITIONS], a->temperatures = m[D_TEMPS];
+    a->top_k = m[D_TOP_K], a->top_p = m[D_TOP_P], a->min_p = m[D_MIN_P];
+    a->all_top_k = w->all_top_k, a->all_top_p = w->all_top_p, a->all_min_p = w->all_min_p;
+    a->flags = w->flags, a->noise = w->noise, a->effective_noise = w->effective_noise;
+    a->shard_count = run->count, a->shard_index = s, a->vocab_offset = bounds[s], a->vocab_total = w->vocab;
+    a->shard_records = m[D_RECORDS], a->shard_records_offset = s * run->rows;
+    a->shard_filter_state = run->own[2 * s + 1];
+}
+
+/* The partials of round r reduced element-wise over the shards (round 0
+ * by maximum, later rounds by sum) into the shared `reduced` buffer. */
+static psr_status reduce_round(filter_run *run, size_t r, uint64_t *sum, uint64_t *part)
+{
+    cl_command_queue q = cli_queue(run->ctx);
+    memset(sum, 0, run->words * 8);
+    for (size_t s = 0; s < run->count; s++) {
+        cl_int err = clEnqueueReadBuffer(q, run->own[2 * s], CL_TRUE, 0, run->words * 8, part, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            return opencl_failed("reading a shard's filter partial", err);
+        for (size_t i = 0; i < run->words; i++)
+            sum[i] = r == 0 ? (part[i] > sum[i] ? part[i] : sum[i]) : sum[i] + part[i];
+    }
+    cl_int err = clEnqueueWriteBuffer(q, run->shared[D_REDUCED], CL_TRUE, 0, run->words * 8, sum, 0, NULL, NULL);
+    return err == CL_SUCCESS ? PSR_OK : opencl_failed("writing the reduced filter partials", err);
+}
+
+/* Rounds 0 .. rounds of psr_shard_filter_round on every shard, reduced
+ * on the host between rounds, as an all-reduce across devices would. */
+static psr_status filter_rounds(filter_run *run)
+{
+    size_t rounds = 0;
+    psr_status st = psr_shard_filter_rounds(run->ctx, &run->args[0], &rounds);
+    uint64_t *sum = malloc(run->words * 8), *part = malloc(run->words * 8);
+    if (st == PSR_OK && (!sum || !part))
+        st = cli_fail(PSR_ERR_OUT_OF_HOST_MEMORY, "cannot allocate the filter partials of %zu rows", run->rows);
+    for (size_t r = 0; rounds && st == PSR_OK && r <= rounds; r++) {
+        for (size_t s = 0; st == PSR_OK && s < run->count; s++) {
+            psr_shard_filter_args fa;
+            psr_shard_filter_args_init(&fa, sizeof fa);
+            fa.sample = &run->args[s], fa.round = r;
+            fa.reduced = run->shared[D_REDUCED], fa.partial = run->own[2 * s];
+            st = psr_shard_filter_round(run->ctx, &fa, NULL);
+        }
+        if (st == PSR_OK && r < rounds)
+            st = reduce_round(run, r, sum, part);
+    }
+    free(sum), free(part);
+    return st;
+}
+
+/* Every shard's psr_sample into the records, read back and combined. */
+static psr_status sample_and_combine(filter_run *run, const psr_sample_host_args *whole)
+{
+    psr_status st = PSR_OK;
+    for (size_t s = 0; st == PSR_OK && s < run->count; s++)
+        st = psr_sample(run->ctx, &run->args[s], NULL);
+    size_t bytes = run->count * run->rows * sizeof(psr_shard_record);
+    psr_shard_record *records = st == PSR_OK ? malloc(bytes) : NULL;
+    if (st == PSR_OK && !records)
+        st = cli_fail(PSR_ERR_OUT_OF_HOST_MEMORY, "cannot allocate %zu shards' records of %zu rows", run->count,
+                      run->rows);
+    if (st == PSR_OK) {
+        cl_int err = clEnqueueReadBuffer(cli_queue(run->ctx), run->shared[D_RECORDS], CL_TRUE, 0, bytes, records, 0,
+                                         NULL, NULL);
+        st = err == CL_SUCCESS ? combine_into(run->ctx, whole, run->count, records)
+                               : opencl_failed("reading the shards' records", err);
+    }
+    free(records);
+    return st;
+}
+
+psr_status shards_sample_filtered(psr_context *ctx, const psr_sample_host_args *whole, size_t count,
+                                  const size_t *bounds)
+{
+    filter_run *run = calloc(1, sizeof *run);
+    if (!run)
+        return cli_fail(PSR_ERR_OUT_OF_HOST_MEMORY, "cannot allocate the state of %zu shards", count);
+    run->ctx = ctx, run->count = count, run->rows = whole->rows;
+    run->words = whole->rows * PSR_SHARD_FILTER_WORDS;
+    psr_status st = make_buffers(run, whole);
+    for (size_t s = 0; st == PSR_OK && s < count; s++)
+        shard_args(run, whole, s, bounds);
+    if (st == PSR_OK)
+        st = filter_rounds(run);
+    if (st == PSR_OK)
+        st = sample_and_combine(run, whole);
+    clFinish(cli_queue(ctx)); /* nothing may still use the buffers below */
+    cli_release_buffers(run->shared, D_SHARED);
+    cli_release_buffers(run->own, 2 * count);
+    free(run);
     return st;
 }

@@ -39,6 +39,17 @@ int shards_refuse(const char *command, const char *opt, bool given, const char *
 psr_status shards_sample_host(psr_context *ctx, const psr_sample_host_args *whole, size_t count,
                               const size_t *bounds);
 
+/* Does `a` ask for top-k, top-p or min-p (what psr counts as a filter)? */
+bool shards_filtered(const psr_sample_host_args *a);
+
+/* shards_sample_host with the filters: the logits and rows' inputs
+ * uploaded once, the rounds of psr_shard_filter_round on every shard with
+ * the partials reduced on the host between rounds, every shard's
+ * psr_sample into one records buffer, then psr_combine_host. Positions
+ * and temperatures are not checked on the host: check them first. */
+psr_status shards_sample_filtered(psr_context *ctx, const psr_sample_host_args *whole, size_t count,
+                                  const size_t *bounds);
+
 /* The unbiasedness experiment (check.h's psr_unbiased_run, the same
  * requests) with every draft sampled in `shards` shards over `bounds`
  * (unbiased_shards.c). */
