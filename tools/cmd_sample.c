@@ -64,7 +64,7 @@ static void sample_usage(FILE *out)
             "  --mpi          under mpirun: each rank is one shard and reads only its\n"
             "                 columns of --logits; rank 0 prints what the unsharded command\n"
             "                 does (builds with MPI only; not with --logprobs or --hidden;\n"
-            "                 the filters where the MPI adapter supports them)\n"
+            "                 filters in rounds across the ranks)\n"
             "  --json         {\"tokens\": [...], \"device\": ..., ...} instead of one token a line\n"
             "                 (with --logprobs: \"logprobs\", \"ranks\" and \"top\": [[[id, logprob],\n"
             "                 ...], ...]; without --json each line is token, logprob, rank,\n"
