@@ -573,6 +573,16 @@ def filtered_shards_checks(d):
     return common[1:] + cases[0]
 
 
+def mpirun_env():
+    """psr under mpirun: root allowed, and in a sanitizer build Open MPI's own
+    leaks suppressed as the mpi suite does (tests/mpi/meson.build)."""
+    supp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi", "lsan.supp")
+    return dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                OMPI_MCA_mca_base_component_disable_dlclose="1",
+                ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0",
+                LSAN_OPTIONS="print_suppressions=0:suppressions=" + supp)
+
+
 def mpi_checks(f32, filtered):
     """--mpi: a usage error without MPI in the build; under mpirun (where it runs) the unsharded output."""
     import shutil
@@ -584,7 +594,7 @@ def mpi_checks(f32, filtered):
     if not mpirun:
         print("skip: sample --mpi (no mpirun)")
         return
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = mpirun_env()
     for args in ([], ["--json", "--drafting", "--seed", "4"]):
         want = run("sample", "--logits", f32, *args)
         got = subprocess.run([mpirun, "--oversubscribe", "-np", "3", PSR, "sample", "--logits", f32, "--mpi", *args],
