@@ -305,6 +305,7 @@ def verify_checks():
           and sh["control"]["positions"][0]["pass"] is False, "verify unbiased --shards 3: the unsharded counts, the control fails")
     r = run("verify", "unbiased", "--shards", "17")
     check(r.returncode == 2 and "--shards" in r.stderr, "verify unbiased --shards 17 (> vocabulary 16) is a usage error")
+    verify_mpi_checks(out)
     r = run("verify", "unbiased", "--k", "1", "--trials", "2000")
     check(r.returncode == 0 and "position 1" in r.stdout and "control" not in r.stdout,
           "verify unbiased without --control prints no control")
@@ -318,6 +319,39 @@ def verify_checks():
                   and isinstance(x.get("one_launch"), bool) for x in out["results"]),
           "bench verify --json")
     check(run("bench", "verify", "--shapes", "2x3").returncode == 2, "bad bench verify --shapes is a usage error")
+
+
+def verify_mpi_checks(unsharded):
+    """verify unbiased --mpi: under mpirun the unsharded report (the control still failing); else usage errors."""
+    import shutil
+    for cmd in (["verify"], ["verify", "unbiased"]):
+        r = run(*cmd, "--help")
+        check(r.returncode == 0 and "--mpi" in r.stdout, f"psr {' '.join(cmd)} --help documents --mpi")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    r = run("verify", "unbiased", "--mpi", "--shards", "2")
+    check(r.returncode == 2 and "--shards and --mpi" in r.stderr, "verify unbiased --mpi with --shards is a usage error")
+    r = run("verify", "unbiased", "--mpi", "--k", "0", "--trials", "1", "--json", env=env)
+    if "built without MPI" in r.stderr:
+        check(r.returncode == 2 and "--mpi" in r.stderr, "verify unbiased --mpi without MPI in the build is a usage error")
+        return
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        print("skip: verify unbiased --mpi (no mpirun)")
+        return
+    mpi = lambda np, *extra: subprocess.run(
+        [mpirun, "--oversubscribe", "-np", np, PSR, "verify", "unbiased", "--mpi", "--k", "1", "--trials", "20000",
+         "--json", *extra], capture_output=True, text=True, env=env, timeout=300)
+    # The report, less what says how it was sharded, is the unsharded one: counts, verdicts, exit status.
+    salted = {k: v for k, v in unsharded.items() if k != "control"}
+    for extra, want in (([], salted), (["--control"], unsharded)):
+        got = mpi("2", *extra)
+        out = json.loads(got.stdout) if got.returncode == 0 and got.stdout.strip() else {}
+        how = (out.pop("shards", None), out.pop("mpi", None))
+        check(how == (2, True) and out == want,
+              "mpirun -np 2 psr verify unbiased " + " ".join(["--mpi", *extra]) + ": the unsharded report")
+    got = mpi("17")
+    check(got.returncode != 0 and got.stderr.count("--mpi: 17 shards") == 1,
+          "mpirun -np 17 psr verify unbiased --mpi (> vocabulary 16) is a usage error, said once")
 
 
 def logprobs_checks(d):

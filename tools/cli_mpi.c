@@ -1,5 +1,6 @@
-/* psr sample --mpi: the few calls that need MPI, built only where the
- * build found it (PSR_CLI_MPI). Each rank is one vocabulary shard. */
+/* psr sample --mpi and psr verify unbiased --mpi: the few calls that need
+ * MPI, built only where the build found it (PSR_CLI_MPI). Each rank is
+ * one vocabulary shard. */
 #include "shards.h"
 #include "cli.h"
 
@@ -10,7 +11,7 @@ int cli_mpi_init(int *rank, int *ranks)
 {
     if (MPI_Init(NULL, NULL) != MPI_SUCCESS || MPI_Comm_rank(MPI_COMM_WORLD, rank) != MPI_SUCCESS ||
         MPI_Comm_size(MPI_COMM_WORLD, ranks) != MPI_SUCCESS) {
-        fprintf(stderr, "psr sample: --mpi: MPI did not start\n");
+        fprintf(stderr, "psr: --mpi: MPI did not start\n");
         return CLI_FAILED;
     }
     return CLI_OK;

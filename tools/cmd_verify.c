@@ -60,8 +60,9 @@ static void verify_usage(FILE *out)
 {
     fprintf(out,
             "usage: psr verify [--device SEL] [--json] [--plot FILE.svg]\n"
-            "       psr verify unbiased [--k K] [--trials N] [--control] [--shards N[:S1,...]]\n"
-            "                           [--device SEL] [--json] [--plot FILE.svg]\n"
+            "       psr verify unbiased [--k K] [--trials N] [--control]\n"
+            "                           [--shards N[:S1,...] | --mpi] [--device SEL] [--json]\n"
+            "                           [--plot FILE.svg]\n"
             "       %s"
             "       %s"
             "       psr verify p-value ... (psr verify p-value --help)\n"
@@ -71,7 +72,8 @@ static void verify_usage(FILE *out)
             "            (with a control that must fail) and a quick unbiasedness test\n"
             "            of speculative decoding.\n"
             "unbiased    speculative decoding's unbiasedness test (psr verify unbiased --help);\n"
-            "            --shards N samples every draft in N vocabulary shards.\n"
+            "            --shards N samples every draft in N vocabulary shards; --mpi,\n"
+            "            under mpirun, one shard per rank (builds with MPI only).\n"
             "%s%s"
             "p-value     the p-value of a chi2 statistic or a count you give.\n",
             tail_synopsis, lower_tail_synopsis, tail_help, lower_tail_help);

@@ -82,16 +82,23 @@ int shards_refuse(const char *command, const char *opt, bool given, const char *
     return cli_usage_error(command, "%s is not available with %s yet", what, opt);
 }
 
-/* One shard's call on its columns; its record of row r goes to records[r]. */
-static psr_status sample_one(psr_context *ctx, const psr_sample_host_args *whole, size_t count, size_t s,
-                             const size_t *bounds, psr_shard_record *records)
+psr_sample_host_args shards_columns(const psr_sample_host_args *whole, size_t count, size_t s,
+                                    const size_t *bounds)
 {
     psr_sample_host_args a = *whole;
     a.logits = (const char *)whole->logits + bounds[s] * psr_dtype_size(whole->logits_dtype);
     a.vocab = bounds[s + 1] - bounds[s];
     a.row_stride = whole->row_stride ? whole->row_stride : whole->vocab;
-    a.tokens = NULL, a.row_flags = NULL, a.no_finite_rows = NULL;
     a.shard_count = count, a.shard_index = s, a.vocab_offset = bounds[s], a.vocab_total = whole->vocab;
+    return a;
+}
+
+/* One shard's call on its columns; its record of row r goes to records[r]. */
+static psr_status sample_one(psr_context *ctx, const psr_sample_host_args *whole, size_t count, size_t s,
+                             const size_t *bounds, psr_shard_record *records)
+{
+    psr_sample_host_args a = shards_columns(whole, count, s, bounds);
+    a.tokens = NULL, a.row_flags = NULL, a.no_finite_rows = NULL;
     a.shard_records = records;
     return psr_sample_host(ctx, &a);
 }

@@ -50,15 +50,31 @@ bool shards_filtered(const psr_sample_host_args *a);
 psr_status shards_sample_filtered(psr_context *ctx, const psr_sample_host_args *whole, size_t count,
                                   const size_t *bounds);
 
+/* whole's columns of shard s of `count` over `bounds` (whole: rows of
+ * `vocab` logits): the logits from column bounds[s], vocab the shard's
+ * width, row_stride whole's row, the shard fields; outputs as whole's. */
+psr_sample_host_args shards_columns(const psr_sample_host_args *whole, size_t count, size_t s,
+                                    const size_t *bounds);
+
+/* How shards_unbiased_run samples the drafts: every one of `count` shards
+ * over `bounds` in this process (rank -1), or, under --mpi, only this
+ * rank's shard through cli_mpi_sample, the other ranks sampling theirs. */
+typedef struct shard_plan {
+    size_t count;
+    const size_t *bounds; /* [count + 1] */
+    int rank;
+} shard_plan;
+
 /* The unbiasedness experiment (check.h's psr_unbiased_run, the same
- * requests) with every draft sampled in `shards` shards over `bounds`
+ * requests) with every draft sampled in shards as `plan` says
  * (unbiased_shards.c). */
 struct psr_unbiased_result;
-psr_status shards_unbiased_run(psr_context *ctx, size_t k, size_t trials, uint64_t seed, size_t shards,
-                               const size_t *bounds, struct psr_unbiased_result *out);
+psr_status shards_unbiased_run(psr_context *ctx, size_t k, size_t trials, uint64_t seed, const shard_plan *plan,
+                               struct psr_unbiased_result *out);
 
 #ifdef PSR_CLI_MPI
-/* The MPI side of psr sample --mpi (cli_mpi.c, built only with MPI). */
+/* The MPI side of psr sample --mpi and psr verify unbiased --mpi
+ * (cli_mpi.c, built only with MPI). */
 
 /* MPI_Init, then this process's rank and the ranks' count; CLI_FAILED
  * after the message when MPI cannot start. */

@@ -1,7 +1,8 @@
-/* psr verify unbiased --shards N: the unbiasedness experiment of
+/* psr verify unbiased --shards N and --mpi: the unbiasedness experiment of
  * speculative decoding (check.h, psr_unbiased_run) with every draft
  * sampled in N vocabulary shards (psr_sample_host per shard, then
- * psr_combine_host), verified by psr_verify_host. The requests, seeds and
+ * psr_combine_host; under --mpi one shard per rank through
+ * psr_mpi_sample_host), verified by psr_verify_host. The requests, seeds and
  * positions are psr_unbiased_run's, so the drafts, and with them the
  * counts, are the unsharded run's. */
 #include "shards.h"
@@ -80,15 +81,28 @@ static void batch_fill(batch *h, uint64_t first_seed, const float *target)
     h->cu[h->b] = (int32_t)(h->b * (h->k + 1));
 }
 
+/* The drafts' rows sampled as `plan` says: every shard here, or this
+ * rank's columns with the other ranks sampling theirs. */
+static psr_status sample_drafts(psr_context *ctx, const psr_sample_host_args *a, const shard_plan *plan)
+{
+#ifdef PSR_CLI_MPI
+    if (plan->rank >= 0) {
+        psr_sample_host_args mine = shards_columns(a, plan->count, (size_t)plan->rank, plan->bounds);
+        return cli_mpi_sample(ctx, &mine);
+    }
+#endif
+    return shards_sample_host(ctx, a, plan->count, plan->bounds);
+}
+
 /* The drafts, sampled in shards on the draft stream, in verify's rows. */
-static psr_status batch_drafts(psr_context *ctx, batch *h, size_t shards, const size_t *bounds)
+static psr_status batch_drafts(psr_context *ctx, batch *h, const shard_plan *plan)
 {
     psr_sample_host_args a;
     psr_sample_host_args_init(&a, sizeof a);
     a.rows = h->b * h->k, a.vocab = V, a.logits = h->draft, a.logits_dtype = PSR_DTYPE_F32;
     a.seeds = h->draft_seeds, a.positions = h->draft_pos, a.temperatures = h->draft_temps;
     a.flags = PSR_SAMPLE_DRAFTING, a.tokens = h->drafts;
-    psr_status st = a.rows ? shards_sample_host(ctx, &a, shards, bounds) : PSR_OK;
+    psr_status st = a.rows ? sample_drafts(ctx, &a, plan) : PSR_OK;
     for (size_t r = 0; r < h->b; r++)
         for (size_t j = 0; j <= h->k; j++)
             h->draft_tokens[r * (h->k + 1) + j] = j < h->k ? h->drafts[r * h->k + j] : -1;
@@ -124,8 +138,8 @@ static psr_status batch_count(const batch *h, psr_unbiased_result *out)
     return PSR_OK;
 }
 
-psr_status shards_unbiased_run(psr_context *ctx, size_t k, size_t trials, uint64_t seed, size_t shards,
-                               const size_t *bounds, psr_unbiased_result *out)
+psr_status shards_unbiased_run(psr_context *ctx, size_t k, size_t trials, uint64_t seed, const shard_plan *plan,
+                               psr_unbiased_result *out)
 {
     float target[V];
     memset(out, 0, sizeof *out);
@@ -140,7 +154,7 @@ psr_status shards_unbiased_run(psr_context *ctx, size_t k, size_t trials, uint64
         if (st == PSR_OK) /* request seeds as psr_unbiased_run's */
             batch_fill(&h, seed * 0x9e3779b97f4a7c15ull + done, target);
         if (st == PSR_OK)
-            st = batch_drafts(ctx, &h, shards, bounds);
+            st = batch_drafts(ctx, &h, plan);
         if (st == PSR_OK)
             st = batch_verify(ctx, &h);
         if (st == PSR_OK)

@@ -18,18 +18,19 @@ typedef struct unbiased_options {
     bool control, json;
     const char *device, *plot;
     shard_spec shards; /* --shards; count 0 without */
+    bool mpi;          /* --mpi: one shard per rank */
     size_t bounds[PSR_MAX_SHARDS + 1];
+    shard_plan plan; /* how the drafts are sharded; count 0: not */
 } unbiased_options;
 
-/* One run, its drafts sharded with --shards; *pass: every position passes
- * or, for the control, position 0 fails. */
+/* One run, its drafts sharded with --shards or --mpi; *pass: every
+ * position passes or, for the control, position 0 fails. */
 static int verify_unbiased_run(psr_context *ctx, const unbiased_options *o, bool control, bool *pass,
                                psr_unbiased_result *res, fit_report *fits)
 {
     size_t k = (size_t)o->k;
-    psr_status st = o->shards.count
-                        ? shards_unbiased_run(ctx, k, (size_t)o->trials, 11, o->shards.count, o->bounds, res)
-                        : psr_unbiased_run(ctx, k, (size_t)o->trials, 11, res);
+    psr_status st = o->plan.count ? shards_unbiased_run(ctx, k, (size_t)o->trials, 11, &o->plan, res)
+                                  : psr_unbiased_run(ctx, k, (size_t)o->trials, 11, res);
     if (st != PSR_OK)
         return cli_report(st, ctx);
     *pass = true;
@@ -87,8 +88,9 @@ static void print_positions(json_writer *w, bool as_json, const char *label, siz
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: psr verify unbiased [--k K] [--trials N] [--control] [--shards N[:S1,...]]\n"
-            "                           [--device SEL] [--json] [--plot FILE.svg]\n"
+            "usage: psr verify unbiased [--k K] [--trials N] [--control]\n"
+            "                           [--shards N[:S1,...] | --mpi] [--device SEL] [--json]\n"
+            "                           [--plot FILE.svg]\n"
             "\n"
             "Speculative decoding's narrow unbiasedness test: vocabulary 16, target logits\n"
             "randn(16), draft logits = -target (about 73%% of drafts rejected). N requests\n"
@@ -102,7 +104,10 @@ static void usage(FILE *out)
             "--shards N (1..16, or N:S1,...: where shards 1..N-1 start) samples every\n"
             "draft in N vocabulary shards (records, then psr_combine_host) and verifies\n"
             "with psr_verify_host: the same drafts, so the same counts; the control\n"
-            "still fails.\n"
+            "still fails. --mpi, under mpirun -np N (N 1..16, builds with MPI only),\n"
+            "samples every draft with each rank holding an even slice of the\n"
+            "vocabulary (psr_mpi_sample_host); every rank verifies and counts the same\n"
+            "tokens and rank 0 prints: again the unsharded counts. Not with --shards.\n"
             "Exit status 1 when a salted position fails or the control passes.\n",
             PSR_UNBIASED_MAX_K, PSR_CHECK_THRESHOLD_P);
 }
@@ -110,9 +115,12 @@ static void usage(FILE *out)
 static bool unbiased_flag(void *opts, const char *arg)
 {
     unbiased_options *o = opts;
-    if (strcmp(arg, "--control") != 0)
+    if (strcmp(arg, "--control") == 0)
+        o->control = true;
+    else if (strcmp(arg, "--mpi") == 0)
+        o->mpi = true;
+    else
         return false;
-    o->control = true;
     return true;
 }
 
@@ -159,13 +167,15 @@ static void print_report(const psr_device_info *info, const unbiased_options *o,
         json_key_uint(&w, "trials", o->trials);
         json_key_uint(&w, "vocab", PSR_UNBIASED_VOCAB);
         json_key_double(&w, "threshold_p", PSR_CHECK_THRESHOLD_P);
-        if (o->shards.count)
-            json_key_uint(&w, "shards", o->shards.count);
+        if (o->plan.count)
+            json_key_uint(&w, "shards", o->plan.count);
+        if (o->mpi)
+            json_key_bool(&w, "mpi", true);
     } else {
         printf("device: %s (%s)\nk %llu, %llu trials, vocabulary %d; a position fails when p < %g\n", info->name,
                info->platform_name, o->k, o->trials, PSR_UNBIASED_VOCAB, PSR_CHECK_THRESHOLD_P);
-        if (o->shards.count)
-            printf("drafts sampled in %zu vocabulary shards\n", o->shards.count);
+        if (o->plan.count)
+            printf("drafts sampled in %zu vocabulary shards%s\n", o->plan.count, o->mpi ? ", one per MPI rank" : "");
     }
     print_positions(&w, o->json, "salted", (size_t)o->k, u->fits);
     if (o->control) {
@@ -205,42 +215,104 @@ static int plot_report(const psr_device_info *info, const unbiased_options *o, c
     return plot_write(&pl, title, subtitle);
 }
 
+/* Under --mpi the worst exit code of every rank, so that a rank that
+ * failed alone stops them all before the next collective; else rc. */
+static int all_ranks(const unbiased_options *o, int rc)
+{
+#ifdef PSR_CLI_MPI
+    if (o->mpi)
+        return cli_mpi_agree(rc);
+#endif
+    (void)o;
+    return rc;
+}
+
+static int run_control(const unbiased_options *o, unbiased_runs *u)
+{
+    psr_context *c = open_control(o->device);
+    int rc = all_ranks(o, c ? CLI_OK : CLI_FAILED);
+    if (rc == CLI_OK)
+        rc = verify_unbiased_run(c, o, true, &u->cpass, u->cres, u->cfits);
+    psr_context_free(c);
+    return rc;
+}
+
+/* The runs; every rank (under --mpi) judges the same counts, and only
+ * rank 0 prints. */
 static int run_unbiased(const unbiased_options *o)
 {
     psr_context *ctx = cli_open_context(o->device, false);
-    if (!ctx)
-        return CLI_FAILED;
     unbiased_runs u = {.res = malloc(sizeof *u.res), .cres = malloc(sizeof *u.cres), .cpass = true};
-    int rc = u.res && u.cres ? CLI_OK : cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
+    int rc = !ctx ? CLI_FAILED : u.res && u.cres ? CLI_OK : cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
+    rc = all_ranks(o, rc);
     if (rc == CLI_OK)
         rc = verify_unbiased_run(ctx, o, false, &u.pass, u.res, u.fits);
-    if (rc == CLI_OK && o->control) {
-        psr_context *c = open_control(o->device);
-        rc = c ? verify_unbiased_run(c, o, true, &u.cpass, u.cres, u.cfits)
-               : CLI_FAILED;
-        psr_context_free(c);
-    }
-    if (rc == CLI_OK) {
+    if (rc == CLI_OK && o->control)
+        rc = run_control(o, &u);
+    if (rc == CLI_OK && o->plan.rank <= 0) {
         psr_device_info info;
         psr_context_device_info(ctx, &info);
         print_report(&info, o, &u);
         rc = plot_report(&info, o, &u);
-        if (rc == CLI_OK && (!u.pass || !u.cpass))
-            rc = CLI_FAILED;
     }
+    if (rc == CLI_OK && (!u.pass || !u.cpass))
+        rc = CLI_FAILED;
     free(u.res), free(u.cres);
     psr_context_free(ctx);
     return rc;
 }
 
+#ifdef PSR_CLI_MPI
+/* --mpi: rank r samples shard r of an even split of the vocabulary over
+ * the ranks (at most its 16 tokens; only rank 0 says so). */
+static int run_mpi(unbiased_options *o)
+{
+    int rank = 0, ranks = 0;
+    if (cli_mpi_init(&rank, &ranks) != CLI_OK)
+        return CLI_FAILED;
+    shard_spec spec = {.count = (size_t)ranks};
+    int rc = rank == 0 || spec.count <= PSR_UNBIASED_VOCAB
+                 ? shards_bounds("verify unbiased", "--mpi", &spec, PSR_UNBIASED_VOCAB, o->bounds)
+                 : CLI_USAGE;
+    o->plan = (shard_plan){spec.count, o->bounds, rank};
+    if (rc == CLI_OK)
+        rc = run_unbiased(o);
+    cli_mpi_finalize();
+    return rc;
+}
+#endif
+
+/* --shards or --mpi, not both; --shards' bounds: -1 to run, else the
+ * exit code. */
+static int check_sharding(unbiased_options *o)
+{
+    if (o->mpi && o->shards.count)
+        return cli_usage_error("verify unbiased",
+                               "--shards and --mpi do not go together: under --mpi each rank is a shard");
+#ifndef PSR_CLI_MPI
+    if (o->mpi)
+        return cli_usage_error("verify unbiased", "--mpi: psr was built without MPI");
+#endif
+    if (!o->shards.count)
+        return -1;
+    o->plan = (shard_plan){o->shards.count, o->bounds, -1};
+    return shards_bounds("verify unbiased", "--shards", &o->shards, PSR_UNBIASED_VOCAB, o->bounds) == CLI_OK
+               ? -1
+               : CLI_USAGE;
+}
+
 int verify_unbiased(int argc, char **argv)
 {
-    unbiased_options o = {.k = 3, .trials = 200000};
+    unbiased_options o = {.k = 3, .trials = 200000, .plan = {.rank = -1}};
     static const cli_options options = {"verify unbiased", usage, unbiased_flag, unbiased_value};
     int parsed = cli_parse_values(&options, "--device --k --trials --plot --shards", argc, argv, 2, &o, &o.json);
-    if (parsed < 0 && o.shards.count)
-        parsed = shards_bounds("verify unbiased", "--shards", &o.shards, PSR_UNBIASED_VOCAB, o.bounds) == CLI_OK
-                     ? -1
-                     : CLI_USAGE;
-    return parsed >= 0 ? parsed : run_unbiased(&o);
+    if (parsed < 0)
+        parsed = check_sharding(&o);
+    if (parsed >= 0)
+        return parsed;
+#ifdef PSR_CLI_MPI
+    if (o.mpi)
+        return run_mpi(&o);
+#endif
+    return run_unbiased(&o);
 }
