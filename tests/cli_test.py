@@ -321,13 +321,23 @@ def verify_checks():
     check(run("bench", "verify", "--shapes", "2x3").returncode == 2, "bad bench verify --shapes is a usage error")
 
 
+def mpirun_env():
+    """psr under mpirun: root allowed, and in a sanitizer build Open MPI's own
+    leaks suppressed as the mpi suite does (tests/mpi/meson.build)."""
+    supp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi", "lsan.supp")
+    return dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                OMPI_MCA_mca_base_component_disable_dlclose="1",
+                ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0",
+                LSAN_OPTIONS="print_suppressions=0:suppressions=" + supp)
+
+
 def verify_mpi_checks(unsharded):
     """verify unbiased --mpi: under mpirun the unsharded report (the control still failing); else usage errors."""
     import shutil
     for cmd in (["verify"], ["verify", "unbiased"]):
         r = run(*cmd, "--help")
         check(r.returncode == 0 and "--mpi" in r.stdout, f"psr {' '.join(cmd)} --help documents --mpi")
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = mpirun_env()
     r = run("verify", "unbiased", "--mpi", "--shards", "2")
     check(r.returncode == 2 and "--shards and --mpi" in r.stderr, "verify unbiased --mpi with --shards is a usage error")
     r = run("verify", "unbiased", "--mpi", "--k", "0", "--trials", "1", "--json", env=env)
@@ -605,16 +615,6 @@ def filtered_shards_checks(d):
                   f"sample {' '.join(args)} --shards {n} prints the unsharded filtered output")
     check(len(set(wants[:3])) == 3, "the filtered cases' tokens differ from one another: the filters ran")
     return common[1:] + cases[0]
-
-
-def mpirun_env():
-    """psr under mpirun: root allowed, and in a sanitizer build Open MPI's own
-    leaks suppressed as the mpi suite does (tests/mpi/meson.build)."""
-    supp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi", "lsan.supp")
-    return dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                OMPI_MCA_mca_base_component_disable_dlclose="1",
-                ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0",
-                LSAN_OPTIONS="print_suppressions=0:suppressions=" + supp)
 
 
 def mpi_checks(f32, filtered):
