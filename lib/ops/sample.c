@@ -29,12 +29,6 @@ psr_status psr_check_vocab_types(psr_context *ctx, size_t vocab, psr_dtype dtype
     return PSR_OK;
 }
 
-static bool host_little_endian(void)
-{
-    const uint16_t one = 1;
-    return *(const uint8_t *)&one == 1;
-}
-
 /* A shard's place in the whole vocabulary (psr_sample_args.shard_*). */
 static psr_status check_shard(psr_context *ctx, const psr_sample_args *a)
 {
@@ -61,9 +55,7 @@ static psr_status check_shard(psr_context *ctx, const psr_sample_args *a)
             "args->tokens is set with shards: a shard writes args->shard_records, psr_combine the tokens");
     REQUIRE(!psr_filter_requested(a) || a->shard_filter_state, PSR_ERR_NULL_ARGUMENT,
             "args->shard_filter_state is NULL: filters with shards need the rounds of psr_shard_filter_round");
-    cl_bool little = CL_TRUE;
-    clGetDeviceInfo(ctx->device, CL_DEVICE_ENDIAN_LITTLE, sizeof little, &little, NULL);
-    REQUIRE((little == CL_TRUE) == host_little_endian(), PSR_ERR_NOT_SUPPORTED,
+    REQUIRE(ctx->host_byte_order, PSR_ERR_NOT_SUPPORTED,
             "args->shard_count: the device's byte order differs from the host's, so records would not read back");
     return PSR_OK;
 }

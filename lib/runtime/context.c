@@ -117,6 +117,10 @@ static psr_status init_common(psr_context *ctx, const psr_context_options *o)
     if (o) {
         ctx->info.capabilities &= ~o->hide_capabilities;
     }
+    cl_bool little = CL_TRUE;
+    const uint16_t one = 1;
+    clGetDeviceInfo(ctx->device, CL_DEVICE_ENDIAN_LITTLE, sizeof little, &little, NULL);
+    ctx->host_byte_order = (little == CL_TRUE) == (*(const uint8_t *)&one == 1);
     ctx->tuning = psr_tuning_for(&ctx->info);
     /* Tuning aids (docs/devices.md): override the table for experiments. */
     psr_tuning_apply_env(ctx, &ctx->info, &ctx->tuning);

@@ -56,6 +56,7 @@ struct psr_context {
     cl_command_queue queue;
     bool device_retained; /* adopted device: released on free */
     psr_device_info info; /* capabilities already masked */
+    bool host_byte_order; /* the device's byte order is the host's (shard records are read back as bytes) */
     psr_tuning tuning;
 
     psr_log_fn log;
