@@ -537,15 +537,22 @@ def option_syntax_checks():
     check(r.returncode == 2 and '"fp16"' in r.stderr, "verify tail --noise=fp16 is parsed as --noise fp16")
 
 
-def shards_checks(d):
-    """psr sample --shards N prints what psr sample prints; what it cannot do yet is a usage error."""
+def shard_rows(seed, rows, vocab, second_inf):
+    """N(0, 3) logits for the --shards checks: row 1 without a finite logit, row 2
+    with +inf at tokens 17 and second_inf (a tie across shards)."""
     import math
     import random
-    rnd = random.Random(7)
-    rows, vocab = 5, 200
+    rnd = random.Random(seed)
     x = [rnd.gauss(0, 3) for _ in range(rows * vocab)]
-    x[vocab:2 * vocab] = [-math.inf] * vocab  # a row without a finite logit
-    x[2 * vocab + 17] = x[2 * vocab + 190] = math.inf
+    x[vocab:2 * vocab] = [-math.inf] * vocab
+    x[2 * vocab + 17] = x[2 * vocab + second_inf] = math.inf
+    return x
+
+
+def shards_checks(d):
+    """psr sample --shards N prints what psr sample prints; what it cannot do yet is a usage error."""
+    rows, vocab = 5, 200
+    x = shard_rows(7, rows, vocab, 190)
     f32 = write(d, "sh32.npy", npy_bytes("<f4", (rows, vocab), struct.pack(f"<{rows * vocab}f", *x)))
     f16 = write(d, "sh16.npy", npy_bytes("<f2", (rows, vocab), struct.pack(f"<{rows * vocab}e", *x)))
     seeds = write(d, "shs.npy", npy_bytes("<i8", (rows,), struct.pack(f"<{rows}q", *range(-2, rows - 2))))
@@ -593,13 +600,8 @@ def shards_checks(d):
 def filtered_shards_checks(d):
     """psr sample --shards N with the filters prints what psr sample prints;
     returns the first case's arguments after --logits, for --mpi."""
-    import math
-    import random
-    rnd = random.Random(11)
     rows, vocab = 16, 3000
-    x = [rnd.gauss(0, 3) for _ in range(rows * vocab)]
-    x[vocab:2 * vocab] = [-math.inf] * vocab  # a row without a finite logit
-    x[2 * vocab + 17] = x[2 * vocab + 2900] = math.inf
+    x = shard_rows(11, rows, vocab, 2900)
     f32 = write(d, "shf.npy", npy_bytes("<f4", (rows, vocab), struct.pack(f"<{rows * vocab}f", *x)))
     seeds = write(d, "shfs.npy", npy_bytes("<i8", (rows,), struct.pack(f"<{rows}q", *range(40, 40 + rows))))
     common = ["--logits", f32, "--temperature", "2", "--seeds", seeds]
