@@ -11,6 +11,12 @@
  *   the tuning chose, for calls of few blocks (lib/ops/logprobs.c).
  * psr_logprobs_finish: per row: the log-sum-exp, the sampled token's
  *   logprob and rank, and the row's top-N merged from its blocks.
+ * psr_logprobs_token_key: per row, a shard's first round (docs/sharded.md):
+ *   the sampled token's value as an ordered integer where this shard
+ *   holds the token, else 0, for the app to reduce by maximum.
+ * Where a (row, block)'s partials lie is the params' layout: one array
+ * per kind, rows apart (one call), or a shards' exchange buffer of
+ * slots, a block's partials for every row in each (docs/sharded.md).
  * Values are logits / T ("processed"; T = 0 counts as 1) or the logits
  * themselves (raw); NaN counts as -inf.
  */
@@ -210,24 +216,52 @@ typedef struct psr_lp_lanes {
     uint i = base + 4 * (lid + (j) * PSR_VWG) + (k) * 4 * PSR_LANES;                               \
     float4 x = PSR_LP_VALUES(j, k, i)
 
+/* A row's temperature t (its reciprocal r, whether to divide) and filter
+ * threshold. */
+inline void psr_lp_row_scale(__global const int *row_request, uint requests, __global const float *temperatures,
+                             uint raw, __global const float *cuts, uint row, float *t, float *r, bool *divide,
+                             float *cut)
+{
+    int req = row_request ? row_request[row] : (int)row;
+    *t = !raw && req >= 0 && req < (int)requests ? temperatures[req] : 1.0f;
+    *divide = isnormal(*t) && *t > 0.0f && *t != 1.0f;
+    *r = *divide ? psr_temp_recip(*t) : 1.0f;
+    *cut = psr_lp_cut(cuts, row, raw, *t);
+}
+
+/* A token's value as a shard's key: an unsigned integer of the same order,
+ * never 0 (0: the shard does not hold the token). -0 keeps its sign, so
+ * psr_unordered gives back the very bits. */
+inline uint psr_lp_key(float v)
+{
+    uint b = as_uint(v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
 /* The row's temperature and filter, and the block's lanes (sb of the row
- * at src); returns the sampled token's value. */
+ * at src); returns the sampled token's value. With shards the value comes
+ * from the reduced keys (token_keys), as only its shard can read it. */
 inline float psr_lp_block_setup(psr_lp_lanes *ln, uint *steps, __global const psr_logit_t *src, uint vocab,
                                 __global const int *row_request, uint requests,
                                 __global const float *temperatures, uint raw, __global const int *tokens,
-                                uint tokens64, __global const float *cuts, uint row, uint sb, uint lid)
+                                uint tokens64, __global const uint *token_keys, __global const float *cuts,
+                                uint row, uint sb, uint lid)
 {
-    int req = row_request ? row_request[row] : (int)row;
-    float t = !raw && req >= 0 && req < (int)requests ? temperatures[req] : 1.0f;
-    bool divide = isnormal(t) && t > 0.0f && t != 1.0f;
-    float r = divide ? psr_temp_recip(t) : 1.0f;
-    float cut = psr_lp_cut(cuts, row, raw, t);
+    float t, r, cut;
+    bool divide;
+    psr_lp_row_scale(row_request, requests, temperatures, raw, cuts, row, &t, &r, &divide, &cut);
     uint base = sb * PSR_SB;
     bool full = base + PSR_SB <= vocab;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    int tok = psr_load_token(tokens, row, tokens64);
-    float tv = tok >= 0 && (uint)tok < vocab ? psr_lp_value(psr_load_logit(src, (ulong)tok), divide, t, r, cut)
-                                             : INFINITY; /* nothing beats it: rank 0 later */
+    float tv = INFINITY; /* no token: nothing beats it, rank 0 later */
+    if (token_keys) {
+        uint key = token_keys[row];
+        tv = key ? psr_unordered(key) : INFINITY;
+    } else {
+        int tok = psr_load_token(tokens, row, tokens64);
+        if (tok >= 0 && (uint)tok < vocab)
+            tv = psr_lp_value(psr_load_logit(src, (ulong)tok), divide, t, r, cut);
+    }
     psr_lp_lanes lanes = {t, r, cut, divide, full, aligned, base, vocab, lid};
     *ln = lanes;
     for (uint j = 0; j < PSR_LPT; j++)
@@ -396,8 +430,9 @@ inline void psr_lp_bound_candidates(const psr_lp_lanes *ln, const uint *steps, _
 }
 
 /* Each candidate placed by how many candidates beat it: the block's top_n
- * list at `at`, absent tokens last. */
-inline void psr_lp_place_candidates(__local const psr_lp_block_locals *l, uint top_n, ulong at,
+ * list from element `at`, absent tokens last; ids are global (token_base
+ * added). */
+inline void psr_lp_place_candidates(__local const psr_lp_block_locals *l, uint top_n, ulong at, uint token_base,
                                     __global float *top_v, __global uint *top_i, uint lid)
 {
     __local const float *lcv = l->lcv;
@@ -408,28 +443,29 @@ inline void psr_lp_place_candidates(__local const psr_lp_block_locals *l, uint t
         for (uint d = 0; d < cands; d++)
             at_place += psr_better(lcv[d], lci[d], lcv[c], lci[c]);
         if (at_place < top_n) {
-            top_v[at * top_n + at_place] = lcv[c];
-            top_i[at * top_n + at_place] = lci[c];
+            top_v[at + at_place] = lcv[c];
+            top_i[at + at_place] = lci[c] + token_base;
         }
     }
     for (uint n = cands + lid; n < top_n; n += PSR_VWG) /* fewer tokens than top_n */
-        top_i[at * top_n + n] = 0xffffffffu;
+        top_i[at + n] = 0xffffffffu;
 }
 
-/* One block's pass: super-block sb of a row (psr_logprobs_partial). */
-inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset, ulong row_stride,
-                         uint vocab, uint nsb, __global const int *row_request, uint requests,
-                         __global const float *temperatures, uint raw, __global const int *tokens,
-                         uint tokens64, uint top_n, __global float2 *lse_out, __global uint *beat_out,
-                         __global float *top_v, __global uint *top_i, __global const float *cuts,
-                         __global float *token_value, uint row, uint sb, uint lid, bool segments_first,
-                         __local psr_lp_block_locals *l)
+/* One block's pass: super-block sb of a row (psr_logprobs_partial), its
+ * partials stored in slot p.first_slot + sb of the params' layout. */
+inline void psr_lp_block(const psr_logprobs_params p, __global const psr_logit_t *logits,
+                         __global const int *row_request, __global const float *temperatures,
+                         __global const int *tokens, __global const uint *token_keys, __global float2 *lse_out,
+                         __global uint *beat_out, __global float *top_v, __global uint *top_i,
+                         __global const float *cuts, __global float *token_value, uint row, uint sb, uint lid,
+                         bool segments_first, __local psr_lp_block_locals *l)
 {
-    __global const psr_logit_t *src = logits + logits_offset + (ulong)row * row_stride;
+    __global const psr_logit_t *src = logits + p.logits_offset + (ulong)row * p.row_stride;
+    const uint top_n = p.top_n;
     psr_lp_lanes ln;
     uint steps[PSR_LPT];
-    float tv = psr_lp_block_setup(&ln, steps, src, vocab, row_request, requests, temperatures, raw, tokens, tokens64,
-                                  cuts, row, sb, lid);
+    float tv = psr_lp_block_setup(&ln, steps, src, p.vocab, row_request, p.requests, temperatures, p.raw, tokens,
+                                  p.tokens64, token_keys, cuts, row, sb, lid);
 #if PSR_LPT == 1
     /* GPUs: the lane's values stay in registers for every pass below. */
     float4 v[PSR_SB_STEPS];
@@ -446,11 +482,11 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
     if (beat)
         atomic_add(&l->lcount[0], beat);
     float2 part = psr_lse_tree(lid, l->ls + PSR_LANES, l->ls, false); /* its barriers publish lcount */
-    ulong at = (ulong)row * nsb + sb;
+    ulong slot = p.first_slot + sb, at = (ulong)row * p.part_row_step;
     if (lid == 0) {
-        beat_out[at] = l->lcount[0];
-        lse_out[at] = part;
-        if (sb == 0)
+        beat_out[at + slot * p.beat_slot_step] = l->lcount[0];
+        lse_out[at + slot * p.lse_slot_step] = part;
+        if (sb == 0 && token_value)
             token_value[row] = tv;
     }
 
@@ -465,7 +501,8 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
         uint bi;
         float bv = psr_lp_lane_best(&ln, lanes, src, v, &bi);
         psr_lp_bound_candidates(&ln, lanes, src, v, bv, bi, max(top_n, 1u), segments_first, l);
-        psr_lp_place_candidates(l, top_n, at, top_v, top_i, lid);
+        psr_lp_place_candidates(l, top_n, (ulong)row * p.top_row_step + slot * p.top_slot_step, p.token_base,
+                                top_v, top_i, lid);
     }
 }
 #undef PSR_LP_STEP
@@ -480,15 +517,15 @@ inline void psr_lp_block(__global const psr_logit_t *logits, ulong logits_offset
 #define PSR_LP_PARTIAL_KERNEL(name, segments_first)                                                       \
     __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1))) void name(                              \
         const psr_logprobs_params p, __global const psr_logit_t *logits, __global const int *row_request,  \
-        __global const float *temperatures, __global const int *tokens, __global float2 *lse_out,          \
-        __global uint *beat_out, __global float *top_v, __global uint *top_i, __global const float *cuts,  \
-        __global float *token_value)                                                                      \
+        __global const float *temperatures, __global const int *tokens, __global const uint *token_keys,   \
+        __global float2 *lse_out, __global uint *beat_out, __global float *top_v, __global uint *top_i,    \
+        __global const float *cuts, __global float *token_value)                                          \
     {                                                                                                     \
         __local psr_lp_block_locals l;                                                                    \
         uint nsb = p.blocks_per_row;                                                                      \
-        psr_lp_block(logits, p.logits_offset, p.row_stride, p.vocab, nsb, row_request, p.requests,        \
-                     temperatures, p.raw, tokens, p.tokens64, p.top_n, lse_out, beat_out, top_v, top_i, cuts,         \
-                     token_value, get_group_id(0) / nsb, get_group_id(0) % nsb, get_local_id(0), segments_first, &l); \
+        psr_lp_block(p, logits, row_request, temperatures, tokens, token_keys, lse_out + p.lse_base,      \
+                     beat_out + p.beat_base, top_v + p.top_v_base, top_i + p.top_i_base, cuts, token_value,  \
+                     get_group_id(0) / nsb, get_group_id(0) % nsb, get_local_id(0), segments_first, &l);     \
     }
 
 #if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_logprobs_partial)
@@ -531,32 +568,40 @@ inline uint psr_lp_read_u(__global const uint *p, bool published)
  * volatile loads go one after another). Each candidate of a block's list
  * is placed in parallel: its place in its own list plus, in each other
  * list, how many beat it. */
-inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, uint tokens64, __global const float2 *lse_in,
-                       __global const uint *beat_in, __global const float *top_v,
-                       __global const uint *top_i, uint top_n, __global const float *token_value,
+inline void psr_lp_row(const psr_logprobs_params p, __global const int *tokens, __global const uint *token_keys,
+                       __global const float2 *lse_in, __global const uint *beat_in, __global const float *top_v,
+                       __global const uint *top_i, __global const float *token_value,
                        __global float *token_logprobs, __global int *token_ranks, __global int *top_ids,
                        __global float *top_logprobs, uint row, bool published, uint lid,
                        __local psr_lp_row_locals *l)
 {
     __local float *cv = l->cv;
     __local uint *ci = l->ci;
-    uint blocks = min(nsb, 64u); /* vocab <= 2^20 (lib/ops/logprobs.c) */
+    const uint nsb = p.blocks_per_row, top_n = p.top_n;
+    uint blocks = min(nsb, 64u); /* at most 64 (lib/ops/logprobs.c) */
     uint cands = blocks * top_n;
-    ulong first = (ulong)row * nsb * top_n;
+    ulong part_at = (ulong)row * p.part_row_step, top_at = (ulong)row * p.top_row_step;
     /* The sampled token and its value, with everything else. */
-    int tok = 0;
+    bool valid = false;
     float tv = 0.0f;
-    if (lid == 0) {
-        tok = psr_load_token(tokens, row, tokens64);
+    if (lid == 0 && token_keys) { /* shards: the reduced keys */
+        uint key = token_keys[row];
+        valid = key != 0;
+        tv = psr_unordered(key);
+    } else if (lid == 0) {
+        int tok = psr_load_token(tokens, row, p.tokens64);
+        valid = tok >= 0 && (uint)tok < p.vocab;
         tv = psr_lp_read_f(token_value + row, published);
     }
     for (uint c = lid; c < cands; c += PSR_VWG) {
-        cv[c] = psr_lp_read_f(top_v + first + c, published);
-        ci[c] = psr_lp_read_u(top_i + first + c, published);
+        uint b = c / top_n;
+        ulong at = top_at + b * p.top_slot_step + (c - b * top_n);
+        cv[c] = psr_lp_read_f(top_v + at, published);
+        ci[c] = psr_lp_read_u(top_i + at, published);
     }
     for (uint b = lid; b < blocks; b += PSR_VWG) {
-        l->parts[b] = psr_lse_partial(lse_in, (ulong)row * nsb + b, published);
-        l->beats[b] = psr_lp_read_u(beat_in + (ulong)row * nsb + b, published);
+        l->parts[b] = psr_lse_partial(lse_in, part_at + b * p.lse_slot_step, published);
+        l->beats[b] = psr_lp_read_u(beat_in + part_at + b * p.beat_slot_step, published);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid == 0) {
@@ -566,9 +611,8 @@ inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, uint to
 #pragma unroll
         for (uint b = 0; b < PSR_HELD; b++)
             held[b] = b < blocks ? l->parts[b] : (float2)(-INFINITY, 0.0f);
-        float lse = nsb <= PSR_HELD ? psr_held_lse(held, nsb) : psr_row_lse_of(lse_in, row, nsb, published);
+        float lse = nsb <= PSR_HELD ? psr_held_lse(held, nsb) : psr_local_lse(l->parts, blocks);
         l->lse = lse;
-        bool valid = tok >= 0 && (uint)tok < vocab;
         uint beat = 0;
         for (uint b = 0; b < blocks; b++)
             beat += l->beats[b];
@@ -606,14 +650,15 @@ inline void psr_lp_row(uint vocab, uint nsb, __global const int *tokens, uint to
 #if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_logprobs_finish)
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
 void psr_logprobs_finish(const psr_logprobs_params p, __global const int *tokens,
-                         __global const float2 *lse_in, __global const uint *beat_in,
-                         __global const float *top_v, __global const uint *top_i,
+                         __global const uint *token_keys, __global const float2 *lse_in,
+                         __global const uint *beat_in, __global const float *top_v, __global const uint *top_i,
                          __global const float *token_value, __global float *token_logprobs,
                          __global int *token_ranks, __global int *top_ids, __global float *top_logprobs)
 {
     __local psr_lp_row_locals l;
-    psr_lp_row(p.vocab, p.blocks_per_row, tokens, p.tokens64, lse_in, beat_in, top_v, top_i, p.top_n, token_value,
-               token_logprobs, token_ranks, top_ids, top_logprobs, get_group_id(0), false, get_local_id(0), &l);
+    psr_lp_row(p, tokens, token_keys, lse_in + p.lse_base, beat_in + p.beat_base, top_v + p.top_v_base,
+               top_i + p.top_i_base, token_value, token_logprobs, token_ranks, top_ids, top_logprobs,
+               get_group_id(0), false, get_local_id(0), &l);
 }
 #endif
 
@@ -631,20 +676,41 @@ void psr_logprobs_one(const psr_logprobs_params p, __global const psr_logit_t *l
                       __global float *token_value, __global float *token_logprobs, __global int *token_ranks,
                       __global int *top_ids, __global float *top_logprobs, __global uint *done)
 {
-    const ulong logits_offset = p.logits_offset, row_stride = p.row_stride;
-    const uint vocab = p.vocab, nsb = p.blocks_per_row, requests = p.requests, raw = p.raw, top_n = p.top_n;
+    const uint nsb = p.blocks_per_row;
     __local union {
         psr_lp_block_locals block;
         psr_lp_row_locals row;
     } l;
     __local uint last;
     uint row = get_group_id(0) / nsb, lid = get_local_id(0);
-    psr_lp_block(logits, logits_offset, row_stride, vocab, nsb, row_request, requests, temperatures, raw,
-                 tokens, p.tokens64, top_n, lse, beat, top_v, top_i, cuts, token_value, row, get_group_id(0) % nsb, lid,
-                 PSR_LP_SEGMENT_TAU, &l.block);
+    psr_lp_block(p, logits, row_request, temperatures, tokens, 0, lse, beat, top_v, top_i, cuts, token_value, row,
+                 get_group_id(0) % nsb, lid, PSR_LP_SEGMENT_TAU, &l.block);
     if (!psr_last_group(done + row, nsb, &last))
         return;
-    psr_lp_row(vocab, nsb, tokens, p.tokens64, lse, beat, top_v, top_i, top_n, token_value, token_logprobs, token_ranks,
-               top_ids, top_logprobs, row, true, lid, &l.row);
+    psr_lp_row(p, tokens, 0, lse, beat, top_v, top_i, token_value, token_logprobs, token_ranks, top_ids, top_logprobs,
+               row, true, lid, &l.row);
+}
+#endif
+
+/* A shard's keys of the sampled tokens: one work-item per row. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_logprobs_token_key)
+__kernel void psr_logprobs_token_key(const psr_logprobs_params p, __global const psr_logit_t *logits,
+                                     __global const int *row_request, __global const float *temperatures,
+                                     __global const int *tokens, __global const float *cuts,
+                                     __global uint *token_keys)
+{
+    uint row = get_global_id(0);
+    if (row >= p.rows)
+        return;
+    float t, r, cut;
+    bool divide;
+    psr_lp_row_scale(row_request, p.requests, temperatures, p.raw, cuts, row, &t, &r, &divide, &cut);
+    long local_id = (long)psr_load_token(tokens, row, p.tokens64) - (long)p.token_base;
+    uint key = 0;
+    if (local_id >= 0 && local_id < (long)p.vocab) {
+        __global const psr_logit_t *src = logits + p.logits_offset + (ulong)row * p.row_stride;
+        key = psr_lp_key(psr_lp_value(psr_load_logit(src, (ulong)local_id), divide, t, r, cut));
+    }
+    token_keys[row] = key;
 }
 #endif

@@ -121,6 +121,21 @@ inline float psr_row_lse_of(__global const float2 *lse, uint row, uint nsb, bool
     return big + psr_det_log(sum);
 }
 
+/* psr_row_lse_of over partials in local memory: the same arithmetic in
+ * the same order. */
+inline float psr_local_lse(__local const float2 *p, uint nsb)
+{
+    float big = -INFINITY;
+    for (uint sb = 0; sb < nsb; sb++)
+        big = fmax(big, p[sb].x);
+    if (isinf(big))
+        return big;
+    float sum = 0.0f;
+    for (uint sb = 0; sb < nsb; sb++)
+        sum += p[sb].y * psr_lse_term(p[sb].x, big);
+    return big + psr_det_log(sum);
+}
+
 #define PSR_HELD 12 /* partials a deciding work-item holds (vocabularies up to 196,608) */
 #if PSR_HELD % 2
 #error "psr_published_pair reads partials in pairs: PSR_HELD must be even"

@@ -95,14 +95,21 @@ typedef struct psr_filter_params {
 typedef struct psr_logprobs_params {
     psr_uint64_t logits_offset;
     psr_uint64_t row_stride;
-    psr_uint32_t vocab;
+    psr_uint32_t vocab;          /* the logits' columns (finish: the tokens' range) */
     psr_uint32_t rows;
     psr_uint32_t requests;
-    psr_uint32_t blocks_per_row; /* super-blocks of a row: ceil(vocab / PSR_SB) */
+    psr_uint32_t blocks_per_row; /* super-blocks of a row: ceil(vocab / PSR_SB); finish: slots merged */
     psr_uint32_t top_n;
     psr_uint32_t raw;            /* 1: logprobs of the raw logits (no temperature, no filter) */
     psr_uint32_t tokens64;       /* the sampled tokens are int64 */
-    psr_uint32_t unused;
+    psr_uint32_t token_base;     /* global id of the logits' first column (shards) */
+    psr_uint32_t first_slot;     /* the slot of block 0's partials */
+    /* Where (row, slot)'s partials are, in elements of each array:
+     * base + row * row_step + slot * slot_step (+ n for a top-N list). */
+    psr_uint32_t lse_base, beat_base, top_v_base, top_i_base;
+    psr_uint32_t part_row_step;  /* lse and beat */
+    psr_uint32_t lse_slot_step, beat_slot_step;
+    psr_uint32_t top_row_step, top_slot_step;
 } psr_logprobs_params;
 
 /* psr_verify's state lives in one buffer of regions; psr_verify_params.at

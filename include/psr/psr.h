@@ -684,10 +684,52 @@ typedef struct psr_logprobs_args {
     int all_top_k;           /* as psr_sample_args: one value for every request */
     float all_top_p;
     float all_min_p;
+    /* Added in 0.3: one shard of a vocabulary split across devices or
+     * processes, through psr_logprobs_shard_round (psr_logprobs refuses
+     * shards; docs/sharded.md). `vocab` and the logits are this shard's;
+     * tokens and top_ids are global ids. */
+    size_t shard_count;        /* shards of the vocabulary, 1 .. PSR_MAX_SHARDS; 0: not sharded */
+    size_t shard_index;        /* this shard, < shard_count */
+    size_t vocab_offset;       /* global id of this shard's first token */
+    size_t vocab_total;        /* the whole vocabulary, up to 2^20 */
+    size_t shard_slot;         /* this shard's first slot of shard_partials: the sum of
+                                  psr_logprobs_shard_slots() over the shards before it */
+    size_t shard_slots;        /* the slots of all shards, at most PSR_LOGPROBS_MAX_SLOTS */
+    cl_mem shard_token_keys;   /* uint32 [rows]: round 0 writes this shard's keys, which the app
+                                  reduces by maximum across shards before round 1 */
+    cl_mem shard_partials;     /* shard_slots slots of psr_logprobs_shard_slot_bytes() each: round 1
+                                  writes this shard's, which the app gathers before round 2 */
+    cl_mem shard_filter_state; /* filters with shards: as psr_sample_args.shard_filter_state */
 } psr_logprobs_args;
 
 PSR_API psr_status psr_logprobs_args_init(psr_logprobs_args *args, size_t struct_size);
 PSR_API psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_event *event);
+
+/* Logprobs across vocabulary shards: PSR_LOGPROBS_SHARD_ROUNDS rounds,
+ * every shard calling psr_logprobs_shard_round with the same args (shard
+ * fields set) for round 0, 1 and 2, the app moving bytes between them:
+ *   0: writes this shard's keys of the sampled tokens to shard_token_keys;
+ *      reduce them element-wise by maximum (uint32) across shards.
+ *   1: writes this shard's slots of shard_partials (slots shard_slot ..);
+ *      gather every shard's slots into each shard's shard_partials.
+ *   2: writes the outputs, the same on every shard.
+ * A slot holds one super-block (PSR_LOGPROBS_SHARD_BLOCK tokens of a
+ * shard, from its first) for every row. Shards whose first tokens are
+ * multiples of PSR_LOGPROBS_SHARD_BLOCK give the unsharded call's bits;
+ * other splits may differ in the logprobs' last bits (ranks and top ids
+ * never). Filters: the rounds of psr_shard_filter_round first, with a
+ * psr_sample_args of the same rows, logits, temperatures and filters (a
+ * sharded psr_sample's state serves both). */
+#define PSR_LOGPROBS_SHARD_ROUNDS 3
+#define PSR_LOGPROBS_SHARD_BLOCK 16384
+#define PSR_LOGPROBS_MAX_SLOTS 64
+
+/* Slots a shard of `shard_vocab` tokens fills: ceil(shard_vocab / PSR_LOGPROBS_SHARD_BLOCK). */
+PSR_API size_t psr_logprobs_shard_slots(size_t shard_vocab);
+/* Bytes of one slot for `rows` rows and top_n: rows x (12 + 8 top_n), rounded up to 16. */
+PSR_API size_t psr_logprobs_shard_slot_bytes(size_t rows, int top_n);
+PSR_API psr_status psr_logprobs_shard_round(psr_context *ctx, const psr_logprobs_args *args, unsigned round,
+                                            cl_event *event);
 
 /* psr_logprobs on host arrays, one request per row, blocking; values are
  * checked on the host first and nothing is written unless the whole call

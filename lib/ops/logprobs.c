@@ -6,7 +6,7 @@
 
 /* ctx->logprobs[] scratch. */
 enum { LSE, BEAT, TOP_V, TOP_I, ROW_DONE, TOKEN_VALUE, LOGPROBS_SCRATCH };
-_Static_assert(sizeof(psr_logprobs_params) == 48, "psr_logprobs_params is laid out as in OpenCL C");
+_Static_assert(sizeof(psr_logprobs_params) == 88, "psr_logprobs_params is laid out as in OpenCL C");
 _Static_assert(LOGPROBS_SCRATCH == sizeof ((psr_context *)0)->logprobs / sizeof(psr_scratch),
                "one scratch buffer of ctx->logprobs per entry");
 
@@ -35,6 +35,56 @@ static psr_sample_args filter_view(const psr_logprobs_args *a)
     return v;
 }
 
+size_t psr_logprobs_shard_slots(size_t shard_vocab)
+{
+    return shard_vocab / PSR_SB + (shard_vocab % PSR_SB != 0);
+}
+
+size_t psr_logprobs_shard_slot_bytes(size_t rows, int top_n)
+{
+    if (top_n < 0 || top_n > PSR_LOGPROBS_MAX_TOP_N || rows > SIZE_MAX / 256)
+        return 0;
+    size_t bytes = rows * (12 + 8 * (size_t)top_n);
+    return (bytes + 15) / 16 * 16;
+}
+
+_Static_assert(PSR_LOGPROBS_SHARD_BLOCK == PSR_SB, "a slot is one super-block");
+
+/* A shard's place in the whole vocabulary and its exchange buffers
+ * (psr_logprobs_args.shard_*). */
+static psr_status check_shard(psr_context *ctx, const psr_logprobs_args *a)
+{
+    if (!a->shard_count) {
+        REQUIRE(!a->shard_index && !a->vocab_offset && !a->vocab_total && !a->shard_slot && !a->shard_slots &&
+                    !a->shard_token_keys && !a->shard_partials && !a->shard_filter_state,
+                PSR_ERR_INVALID_ARGUMENT, "args->shard_* or vocab_offset/vocab_total set with args->shard_count 0");
+        return PSR_OK;
+    }
+    REQUIRE(a->shard_count <= PSR_MAX_SHARDS, PSR_ERR_INVALID_ARGUMENT,
+            "args->shard_count %zu is above PSR_MAX_SHARDS (%d)", a->shard_count, PSR_MAX_SHARDS);
+    REQUIRE(a->shard_index < a->shard_count, PSR_ERR_INVALID_ARGUMENT,
+            "args->shard_index %zu is not below args->shard_count %zu", a->shard_index, a->shard_count);
+    REQUIRE(a->vocab_total <= (1u << 20), PSR_ERR_INVALID_ARGUMENT,
+            "args->vocab_total %zu is above 2^20, the most logprobs support", a->vocab_total);
+    REQUIRE(a->vocab_offset < a->vocab_total && a->vocab <= a->vocab_total - a->vocab_offset,
+            PSR_ERR_SHARD_MISMATCH, "args->vocab_offset %zu + vocab %zu is past args->vocab_total %zu",
+            a->vocab_offset, a->vocab, a->vocab_total);
+    REQUIRE(a->shard_slots > 0 && a->shard_slots <= PSR_LOGPROBS_MAX_SLOTS, PSR_ERR_INVALID_ARGUMENT,
+            "args->shard_slots %zu is outside 1 .. PSR_LOGPROBS_MAX_SLOTS (%d)", a->shard_slots,
+            PSR_LOGPROBS_MAX_SLOTS);
+    size_t mine = psr_logprobs_shard_slots(a->vocab);
+    REQUIRE(a->shard_slot <= a->shard_slots && mine <= a->shard_slots - a->shard_slot, PSR_ERR_SHARD_MISMATCH,
+            "args->shard_slot %zu + this shard's %zu slots is past args->shard_slots %zu", a->shard_slot, mine,
+            a->shard_slots);
+    REQUIRE(psr_logprobs_shard_slot_bytes(a->rows, a->top_n) / 4 <= UINT32_MAX / a->shard_slots,
+            PSR_ERR_INVALID_ARGUMENT, "args->rows %zu: the shards' partials would pass 16 GiB", a->rows);
+    REQUIRE(a->shard_token_keys, PSR_ERR_NULL_ARGUMENT, "args->shard_token_keys is NULL with shards");
+    REQUIRE(a->shard_partials, PSR_ERR_NULL_ARGUMENT, "args->shard_partials is NULL with shards");
+    REQUIRE(ctx->host_byte_order, PSR_ERR_NOT_SUPPORTED,
+            "args->shard_count: the device's byte order differs from the host's, so keys would not reduce");
+    return PSR_OK;
+}
+
 static psr_status check_args(psr_context *ctx, const psr_logprobs_args *a)
 {
     REQUIRE(a->rows > 0, PSR_ERR_INVALID_ARGUMENT, "args->rows is 0");
@@ -42,6 +92,9 @@ static psr_status check_args(psr_context *ctx, const psr_logprobs_args *a)
     REQUIRE(a->vocab > 0, PSR_ERR_INVALID_ARGUMENT, "args->vocab is 0");
     REQUIRE(a->vocab <= (1u << 20), PSR_ERR_INVALID_ARGUMENT,
             "args->vocab %zu is above 2^20, the most logprobs support", a->vocab);
+    psr_status shard_st = check_shard(ctx, a);
+    if (shard_st != PSR_OK)
+        return shard_st;
     REQUIRE(a->top_n >= 0 && a->top_n <= PSR_LOGPROBS_MAX_TOP_N, PSR_ERR_INVALID_ARGUMENT,
             "args->top_n %d is outside 0 .. %d", a->top_n, PSR_LOGPROBS_MAX_TOP_N);
     REQUIRE(!(a->flags & ~PSR_LOGPROBS_RAW), PSR_ERR_INVALID_ARGUMENT, "args->flags has unknown bits 0x%x",
@@ -80,6 +133,10 @@ static psr_status check_args(psr_context *ctx, const psr_logprobs_args *a)
             "args->logits_offset %zu + (rows - 1) x row_stride %zu overflows the address space",
             a->logits_offset, stride);
     size_t top_bytes = a->rows * (size_t)a->top_n * 4;
+    bool sharded = a->shard_count > 0;
+    REQUIRE(!filtered || !sharded || a->shard_filter_state, PSR_ERR_NULL_ARGUMENT,
+            "args->shard_filter_state is NULL: filters with shards need the rounds of psr_shard_filter_round");
+    size_t slot_bytes = psr_logprobs_shard_slot_bytes(a->rows, a->top_n);
     const psr_buffer_need needs[] = {
         {a->logits, bytes, "args->logits", false},
         {a->tokens, a->rows * (a->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4), "args->tokens", false},
@@ -91,11 +148,59 @@ static psr_status check_args(psr_context *ctx, const psr_logprobs_args *a)
         {a->token_logprobs, a->rows * 4, "args->token_logprobs", true},
         {a->token_ranks, a->rows * 4, "args->token_ranks", true},
         {a->top_n > 0 ? a->top_ids : NULL, top_bytes, "args->top_ids", true},
-        {a->top_n > 0 ? a->top_logprobs : NULL, top_bytes, "args->top_logprobs", true}};
+        {a->top_n > 0 ? a->top_logprobs : NULL, top_bytes, "args->top_logprobs", true},
+        {a->shard_token_keys, a->rows * 4, "args->shard_token_keys", true},
+        {a->shard_partials, a->shard_slots * slot_bytes, "args->shard_partials", true},
+        {filtered ? a->shard_filter_state : NULL, a->rows * PSR_SHARD_FILTER_STATE_BYTES,
+         "args->shard_filter_state", false}};
     psr_status st = psr_check_buffers(ctx, needs, sizeof needs / sizeof needs[0]);
     if (st == PSR_OK && filtered)
         st = psr_filter_check(ctx, &view, 0);
     return st;
+}
+
+/* The params every kernel of a call shares, before the partials' layout. */
+static psr_logprobs_params base_params(const psr_logprobs_args *a)
+{
+    cl_uint vocab = (cl_uint)a->vocab;
+    psr_logprobs_params p = {.logits_offset = a->logits_offset,
+                             .row_stride = a->row_stride ? a->row_stride : a->vocab,
+                             .vocab = vocab,
+                             .rows = (cl_uint)a->rows,
+                             .requests = (cl_uint)a->requests,
+                             .blocks_per_row = (vocab + PSR_SB - 1) / PSR_SB,
+                             .top_n = (cl_uint)a->top_n,
+                             .raw = (a->flags & PSR_LOGPROBS_RAW) != 0,
+                             .tokens64 = a->tokens_dtype == PSR_TOKENS_I64,
+                             .token_base = (cl_uint)a->vocab_offset};
+    return p;
+}
+
+/* One call's partials: an array of each kind, a row's blocks together. */
+static void layout_rows(psr_logprobs_params *p)
+{
+    p->part_row_step = p->blocks_per_row;
+    p->lse_slot_step = p->beat_slot_step = 1;
+    p->top_row_step = p->blocks_per_row * p->top_n;
+    p->top_slot_step = p->top_n;
+}
+
+/* Shards' partials: slots of psr_logprobs_shard_slot_bytes, each the
+ * log-sum-exp pairs of every row, then their counts, top values and top
+ * ids. The four kernel arguments are the one buffer; the bases and steps
+ * are in each one's elements. */
+static void layout_slots(psr_logprobs_params *p)
+{
+    size_t words = psr_logprobs_shard_slot_bytes(p->rows, (int)p->top_n) / 4;
+    p->lse_base = 0;
+    p->beat_base = 2 * p->rows;
+    p->top_v_base = 3 * p->rows;
+    p->top_i_base = (3 + p->top_n) * p->rows;
+    p->part_row_step = 1;
+    p->lse_slot_step = (cl_uint)(words / 2);
+    p->beat_slot_step = (cl_uint)words;
+    p->top_row_step = p->top_n;
+    p->top_slot_step = (cl_uint)words;
 }
 
 /* The call's own copy of the caller's args (0.2 defaults filled in). */
@@ -130,6 +235,8 @@ static psr_status bind_partial(psr_context *ctx, cl_kernel k, const char *name, 
     psr_arg_mem(&b, "row_request", a->row_request);
     psr_arg_mem(&b, "temperatures", temps);
     psr_arg_mem(&b, "tokens", a->tokens);
+    if (!one)
+        psr_arg_mem(&b, "token_keys", a->shard_token_keys);
     psr_arg_mem(&b, one ? "lse" : "lse_out", scratch[LSE]);
     psr_arg_mem(&b, one ? "beat" : "beat_out", scratch[BEAT]);
     psr_arg_mem(&b, "top_v", scratch[TOP_V]);
@@ -149,6 +256,7 @@ static psr_status bind_finish(psr_context *ctx, cl_kernel k, const psr_logprobs_
     psr_kernel_args b = psr_kernel_args_begin(ctx, k, "psr_logprobs_finish");
     psr_arg_value(&b, "p", params, sizeof *params);
     psr_arg_mem(&b, "tokens", a->tokens);
+    psr_arg_mem(&b, "token_keys", a->shard_token_keys);
     psr_arg_mem(&b, "lse_in", scratch[LSE]);
     psr_arg_mem(&b, "beat_in", scratch[BEAT]);
     psr_arg_mem(&b, "top_v", scratch[TOP_V]);
@@ -156,6 +264,41 @@ static psr_status bind_finish(psr_context *ctx, cl_kernel k, const psr_logprobs_
     psr_arg_mem(&b, "token_value", scratch[TOKEN_VALUE]);
     bind_outputs(&b, a);
     return psr_kernel_args_end(&b);
+}
+
+/* The variant's kernels and scratch of a call (or a shard's round). */
+typedef struct logprobs_plan {
+    const char *pname; /* the partial kernel's name */
+    cl_kernel partial, finish;
+    bool one, few, filtered;
+    psr_sample_args view; /* the filters' view of the args */
+} logprobs_plan;
+
+static psr_status plan_call(psr_context *ctx, const psr_logprobs_args *a, bool sharded, logprobs_plan *pl)
+{
+    size_t nsb = (a->vocab + PSR_SB - 1) / PSR_SB, blocks = a->rows * nsb;
+    cl_uint top_n = (cl_uint)a->top_n;
+    /* Few blocks: one launch, each row merged by its last block (a launch
+     * costs more than the work at one row); or the partial kernel with the
+     * segment bound first (cl/logprobs.cl). Shards merge after the
+     * exchange, so never in one launch. */
+    pl->one = !sharded && blocks <= ctx->tuning.logprobs.one_blocks;
+    pl->few = !pl->one && blocks <= ctx->tuning.logprobs.few_blocks;
+    pl->pname = pl->one ? "psr_logprobs_one" : pl->few ? "psr_logprobs_partial_few" : "psr_logprobs_partial";
+    pl->view = filter_view(a);
+    pl->filtered = psr_filter_requested(&pl->view);
+    psr_variant v = {.set = PSR_KERNELS_LOGPROBS, .dtype = a->logits_dtype};
+    pl->partial = pl->finish = NULL;
+    psr_status st = psr_kernel_get(ctx, &v, pl->pname, &pl->partial);
+    if (st == PSR_OK && !pl->one)
+        st = psr_kernel_get(ctx, &v, "psr_logprobs_finish", &pl->finish);
+    if (sharded)
+        return st; /* the exchange buffer holds the partials */
+    const size_t need[LOGPROBS_SCRATCH] = {blocks * 8, blocks * 4, blocks * (top_n ? top_n : 1) * 4,
+                                           blocks * (top_n ? top_n : 1) * 4, a->rows * 4, a->rows * 4};
+    for (int i = 0; i < LOGPROBS_SCRATCH && st == PSR_OK; i++)
+        st = psr_scratch_reserve(ctx, &ctx->logprobs[i], need[i]);
+    return st;
 }
 
 psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_event *event)
@@ -167,73 +310,119 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_even
     if (st != PSR_OK)
         return st;
     const psr_logprobs_args *a = &call;
-    cl_uint vocab = (cl_uint)a->vocab, rows = (cl_uint)a->rows;
-    cl_uint nsb = (vocab + PSR_SB - 1) / PSR_SB;
-    cl_uint top_n = (cl_uint)a->top_n, raw = (a->flags & PSR_LOGPROBS_RAW) != 0;
-    cl_uint requests = (cl_uint)a->requests;
-    size_t blocks = a->rows * nsb;
-    /* Few blocks: one launch, each row merged by its last block (a launch
-     * costs more than the work at one row); or the partial kernel with the
-     * segment bound first (cl/logprobs.cl). */
-    bool one = blocks <= ctx->tuning.logprobs.one_blocks;
-    bool few = !one && blocks <= ctx->tuning.logprobs.few_blocks;
-    const char *pname = one ? "psr_logprobs_one" : few ? "psr_logprobs_partial_few" : "psr_logprobs_partial";
-    psr_variant v = {.set = PSR_KERNELS_LOGPROBS, .dtype = a->logits_dtype};
-    cl_kernel partial = NULL, finish = NULL;
-    st = psr_kernel_get(ctx, &v, pname, &partial);
-    if (st == PSR_OK && !one)
-        st = psr_kernel_get(ctx, &v, "psr_logprobs_finish", &finish);
-    const size_t need[LOGPROBS_SCRATCH] = {blocks * 8, blocks * 4, blocks * (top_n ? top_n : 1) * 4,
-                                           blocks * (top_n ? top_n : 1) * 4, a->rows * 4, a->rows * 4};
-    for (int i = 0; i < LOGPROBS_SCRATCH && st == PSR_OK; i++)
-        st = psr_scratch_reserve(ctx, &ctx->logprobs[i], need[i]);
+    REQUIRE(!a->shard_count, PSR_ERR_INVALID_ARGUMENT,
+            "args->shard_count %zu: logprobs across shards run in rounds (psr_logprobs_shard_round)",
+            a->shard_count);
+    logprobs_plan pl;
+    st = plan_call(ctx, a, false, &pl);
     if (st != PSR_OK)
         return st;
-    cl_mem temps = raw ? NULL : a->temperatures;
+    cl_mem temps = (a->flags & PSR_LOGPROBS_RAW) ? NULL : a->temperatures;
     /* Filters: their threshold pre-pass, launched first (it waits on the wait list). */
     cl_mem cuts = NULL;
     cl_uint nwait = a->num_events_in_wait_list;
     const cl_event *wait = a->event_wait_list;
-    psr_sample_args view = filter_view(a);
-    bool filtered = psr_filter_requested(&view);
     psr_filter_plan filter = {0};
-    if (filtered) {
+    if (pl.filtered) {
         psr_variant fv = {.set = PSR_KERNELS_FILTER, .dtype = a->logits_dtype};
-        st = psr_filter_prepare(ctx, &view, &fv, false, &filter);
+        st = psr_filter_prepare(ctx, &pl.view, &fv, false, &filter);
         if (st != PSR_OK)
             return st;
         cuts = filter.cut;
     }
-    psr_logprobs_params params = {.logits_offset = a->logits_offset,
-                                  .row_stride = a->row_stride ? a->row_stride : a->vocab,
-                                  .vocab = vocab,
-                                  .rows = rows,
-                                  .requests = requests,
-                                  .blocks_per_row = nsb,
-                                  .top_n = top_n,
-                                  .raw = raw,
-                                  .tokens64 = a->tokens_dtype == PSR_TOKENS_I64};
+    psr_logprobs_params params = base_params(a);
+    layout_rows(&params);
     cl_mem scratch[LOGPROBS_SCRATCH];
     for (int i = 0; i < LOGPROBS_SCRATCH; i++)
         scratch[i] = ctx->logprobs[i].buffer;
-    st = bind_partial(ctx, partial, pname, a, &params, temps, cuts, scratch, one);
-    if (st == PSR_OK && !one)
-        st = bind_finish(ctx, finish, a, &params, scratch);
+    st = bind_partial(ctx, pl.partial, pl.pname, a, &params, temps, cuts, scratch, pl.one);
+    if (st == PSR_OK && !pl.one)
+        st = bind_finish(ctx, pl.finish, a, &params, scratch);
     /* Every kernel's arguments are set first, so nothing that can fail
      * comes between the launches (as in lib/ops/verify.c). */
-    if (st == PSR_OK && filtered) {
-        st = psr_filter_launch(ctx, &view, &filter, NULL);
+    if (st == PSR_OK && pl.filtered) {
+        st = psr_filter_launch(ctx, &pl.view, &filter, NULL);
         nwait = 0, wait = NULL;
     }
     size_t local = ctx->tuning.sample.work_group_size < 256 ? ctx->tuning.sample.work_group_size : 256;
-    if (st == PSR_OK && one)
+    size_t blocks = a->rows * params.blocks_per_row;
+    if (st == PSR_OK && pl.one)
         st = psr_clear_if_dirty(ctx, &ctx->logprobs_dirty, &ctx->logprobs[ROW_DONE], &nwait, &wait,
                                 "psr_logprobs' row counts");
     if (st == PSR_OK)
-        st = psr_enqueue_groups(ctx, partial, pname, blocks, local, nwait, wait, one ? event : NULL);
-    if (st == PSR_OK && !one)
-        st = psr_enqueue_groups(ctx, finish, "psr_logprobs_finish", a->rows, local, 0, NULL, event);
-    ctx->logprobs_one_last = one && st == PSR_OK;
-    ctx->logprobs_few_last = few && st == PSR_OK;
+        st = psr_enqueue_groups(ctx, pl.partial, pl.pname, blocks, local, nwait, wait, pl.one ? event : NULL);
+    if (st == PSR_OK && !pl.one)
+        st = psr_enqueue_groups(ctx, pl.finish, "psr_logprobs_finish", a->rows, local, 0, NULL, event);
+    ctx->logprobs_one_last = pl.one && st == PSR_OK;
+    ctx->logprobs_few_last = pl.few && st == PSR_OK;
+    return st;
+}
+
+/* Round 0 of a shard: its keys of the sampled tokens. */
+static psr_status shard_keys(psr_context *ctx, const psr_logprobs_args *a, const psr_logprobs_params *params,
+                             cl_mem temps, cl_mem cuts, cl_event *event)
+{
+    psr_variant v = {.set = PSR_KERNELS_LOGPROBS, .dtype = a->logits_dtype};
+    cl_kernel k = NULL;
+    psr_status st = psr_kernel_get(ctx, &v, "psr_logprobs_token_key", &k);
+    if (st != PSR_OK)
+        return st;
+    psr_kernel_args b = psr_kernel_args_begin(ctx, k, "psr_logprobs_token_key");
+    psr_arg_value(&b, "p", params, sizeof *params);
+    psr_arg_mem(&b, "logits", a->logits);
+    psr_arg_mem(&b, "row_request", a->row_request);
+    psr_arg_mem(&b, "temperatures", temps);
+    psr_arg_mem(&b, "tokens", a->tokens);
+    psr_arg_mem(&b, "cuts", cuts);
+    psr_arg_mem(&b, "token_keys", a->shard_token_keys);
+    st = psr_kernel_args_end(&b);
+    if (st == PSR_OK)
+        st = psr_enqueue_groups(ctx, k, "psr_logprobs_token_key", (a->rows + 63) / 64, 64,
+                                a->num_events_in_wait_list, a->event_wait_list, event);
+    return st;
+}
+
+psr_status psr_logprobs_shard_round(psr_context *ctx, const psr_logprobs_args *args, unsigned round,
+                                    cl_event *event)
+{
+    if (event)
+        *event = NULL;
+    psr_logprobs_args call;
+    psr_status st = read_args(ctx, args, &call);
+    if (st != PSR_OK)
+        return st;
+    const psr_logprobs_args *a = &call;
+    REQUIRE(a->shard_count, PSR_ERR_INVALID_ARGUMENT,
+            "args->shard_count is 0: psr_logprobs_shard_round is for shards (else psr_logprobs)");
+    REQUIRE(round < PSR_LOGPROBS_SHARD_ROUNDS, PSR_ERR_INVALID_ARGUMENT, "round %u is not below %d", round,
+            PSR_LOGPROBS_SHARD_ROUNDS);
+    cl_mem temps = (a->flags & PSR_LOGPROBS_RAW) ? NULL : a->temperatures;
+    logprobs_plan pl;
+    st = plan_call(ctx, a, true, &pl);
+    if (st != PSR_OK)
+        return st;
+    /* psr_shard_filter_round found the thresholds */
+    cl_mem cuts = pl.filtered ? a->shard_filter_state : NULL;
+    psr_logprobs_params params = base_params(a);
+    layout_slots(&params);
+    if (round == 0)
+        return shard_keys(ctx, a, &params, temps, cuts, event);
+    cl_mem part[LOGPROBS_SCRATCH] = {a->shard_partials, a->shard_partials, a->shard_partials, a->shard_partials,
+                                     NULL, NULL};
+    size_t local = ctx->tuning.sample.work_group_size < 256 ? ctx->tuning.sample.work_group_size : 256;
+    if (round == 1) {
+        params.first_slot = (cl_uint)a->shard_slot;
+        st = bind_partial(ctx, pl.partial, pl.pname, a, &params, temps, cuts, part, false);
+        if (st == PSR_OK)
+            st = psr_enqueue_groups(ctx, pl.partial, pl.pname, a->rows * params.blocks_per_row, local,
+                                    a->num_events_in_wait_list, a->event_wait_list, event);
+        return st;
+    }
+    params.vocab = (cl_uint)a->vocab_total; /* the finish: the tokens' range, every shard's slots */
+    params.blocks_per_row = (cl_uint)a->shard_slots;
+    st = bind_finish(ctx, pl.finish, a, &params, part);
+    if (st == PSR_OK)
+        st = psr_enqueue_groups(ctx, pl.finish, "psr_logprobs_finish", a->rows, local, a->num_events_in_wait_list,
+                                a->event_wait_list, event);
     return st;
 }
