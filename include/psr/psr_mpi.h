@@ -66,6 +66,23 @@ PSR_API psr_status psr_mpi_sample_host(psr_context *ctx, MPI_Comm comm, const ps
  * of tokens and row_flags are checked before the rounds; a device failure
  * of the combine itself (after them) is this rank's alone. */
 PSR_API psr_status psr_mpi_sample(psr_context *ctx, MPI_Comm comm, const psr_sample_args *args, cl_event *event);
+/* Logprobs of the sampled tokens across the ranks' shards (added in
+ * 0.3): args as for psr_logprobs, with this rank's shard in vocab,
+ * vocab_offset and vocab_total (`logits` holds its columns), the same
+ * global `tokens` on every rank, and the outputs written on every rank.
+ * shard_count and shard_index as for psr_mpi_sample; shard_slot,
+ * shard_slots, shard_token_keys, shard_partials and shard_filter_state
+ * stay unset: the call makes its own. Rounds: the headers (as above, with
+ * top_n and a hash of the tokens, which must agree); the filters' rounds
+ * where it has filters; then psr_logprobs_shard_round's: the keys reduced
+ * by MPI_Allreduce (MPI_MAX on MPI_UINT32_T, 4 bytes per row), each
+ * rank's slots gathered by MPI_Allgatherv (rows x (12 + 8 top_n) bytes per
+ * 16,384 tokens of its shard), each after the ranks agree that all got
+ * there. Shards starting on multiples of 16,384 tokens give the bits of
+ * the unsharded psr_logprobs. Waits for the wait list and the rounds;
+ * *event (may be NULL) is the last round's. */
+PSR_API psr_status psr_mpi_logprobs(psr_context *ctx, MPI_Comm comm, const psr_logprobs_args *args,
+                                   cl_event *event);
 
 #ifdef __cplusplus
 }

@@ -4,38 +4,13 @@
  * the shards fit together, every rank's records; each rank then combines
  * them into its own tokens. The header round always happens, so a rank
  * that fails on its own input never leaves the others waiting. */
-#include <psr/psr_mpi.h>
-
-#include "runtime/status.h"
+#include "mpi/rounds.h"
 
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* What each rank tells the others after sampling its shard. Sent as
- * bytes: every rank runs this same library. */
-typedef struct shard_header {
-    int32_t status;   /* psr_status of this rank's own part */
-    int32_t noise;    /* the noise the shard was sampled with, after the fp64 policy */
-    uint32_t flags;   /* PSR_SAMPLE_* */
-    uint32_t reserved;
-    uint64_t rows, vocab_offset, vocab, vocab_total;
-    uint64_t inputs;  /* hash of the seeds, positions and temperatures (host calls; 0 on device) */
-} shard_header;
-
-/* One call on this rank. */
-typedef struct mpi_call {
-    psr_context *ctx;
-    MPI_Comm comm;
-    int size, rank;
-    size_t rows;
-    shard_header mine;
-    shard_header all[PSR_MAX_SHARDS];
-    psr_shard_record *records; /* [size, rows]: this rank's at rank * rows, then every rank's */
-    uint32_t *flags;           /* [rows]: the combined rows' flags */
-} mpi_call;
 
 /* The caller's shard fields and outputs, as both calls name them. */
 typedef struct shard_fields {
@@ -48,34 +23,6 @@ typedef struct shard_fields {
 /* Host arrays with filters go through the device path (at the end). */
 static bool host_filtered(const psr_sample_host_args *h);
 static psr_status host_via_device(psr_context *ctx, MPI_Comm comm, const psr_sample_host_args *h);
-
-static psr_status fail_mpi(psr_context *ctx, int rc, const char *what)
-{
-    char text[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
-        snprintf(text, sizeof text, "MPI error %d", rc);
-    return psr_fail(ctx, PSR_ERR_COLLECTIVE, "%s failed: %s", what, text);
-}
-
-/* The communicator's size and this rank: failures here are the same on
- * every rank of a usable communicator, so the call ends before any round. */
-static psr_status call_begin(mpi_call *c, psr_context *ctx, MPI_Comm comm)
-{
-    memset(c, 0, offsetof(mpi_call, all));
-    c->ctx = ctx, c->comm = comm, c->records = NULL, c->flags = NULL;
-    if (comm == MPI_COMM_NULL)
-        return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "comm is MPI_COMM_NULL");
-    int rc = MPI_Comm_size(comm, &c->size);
-    if (rc == MPI_SUCCESS)
-        rc = MPI_Comm_rank(comm, &c->rank);
-    if (rc != MPI_SUCCESS)
-        return fail_mpi(ctx, rc, "MPI_Comm_size/MPI_Comm_rank");
-    if (c->size > PSR_MAX_SHARDS)
-        return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT, "comm has %d ranks, more than PSR_MAX_SHARDS (%d)",
-                        c->size, PSR_MAX_SHARDS);
-    return PSR_OK;
-}
 
 /* This rank's own checks of what the inner call does not see, its shard
  * fields from the communicator, and the records' memory (allocated before
@@ -105,116 +52,25 @@ static psr_status call_prepare(mpi_call *c, const shard_fields *f)
     return PSR_OK;
 }
 
-/* The first failing rank's status: this rank's own if it failed (its
- * message is already recorded), else PSR_ERR_COLLECTIVE naming it. */
-static psr_status judge_status(const mpi_call *c)
-{
-    if (c->mine.status != PSR_OK)
-        return (psr_status)c->mine.status;
-    int failed = -1, others = 0;
-    for (int r = 0; r < c->size; r++) {
-        if (c->all[r].status == PSR_OK)
-            continue;
-        if (failed < 0)
-            failed = r;
-        else
-            others++;
-    }
-    if (failed < 0)
-        return PSR_OK;
-    return psr_fail(c->ctx, PSR_ERR_COLLECTIVE, "rank %d failed: %s%s", failed,
-                    psr_status_string((psr_status)c->all[failed].status),
-                    others ? " (and other ranks failed too)" : "");
-}
-
-/* Every rank's header against rank 0's: what must be the same everywhere. */
-static psr_status judge_agreement(const mpi_call *c)
-{
-    psr_context *ctx = c->ctx;
-    const shard_header *a = &c->all[0];
-    for (int r = 1; r < c->size; r++) {
-        const shard_header *b = &c->all[r];
-        REQUIRE(b->rows == a->rows, PSR_ERR_SHARD_MISMATCH, "args->rows: rank %d has %llu rows, rank 0 has %llu",
-                r, (unsigned long long)b->rows, (unsigned long long)a->rows);
-        REQUIRE(b->vocab_total == a->vocab_total, PSR_ERR_SHARD_MISMATCH,
-                "args->vocab_total: rank %d has %llu, rank 0 has %llu", r, (unsigned long long)b->vocab_total,
-                (unsigned long long)a->vocab_total);
-        REQUIRE(b->flags == a->flags, PSR_ERR_SHARD_MISMATCH, "args->flags: rank %d has 0x%x, rank 0 has 0x%x", r,
-                b->flags, a->flags);
-        REQUIRE(b->noise == a->noise, PSR_ERR_SHARD_MISMATCH,
-                "the noise: rank %d sampled with noise %d, rank 0 with %d (a device without fp64 falls back "
-                "to PSR_NOISE_WIDE: ask every rank for one noise its device has)",
-                r, (int)b->noise, (int)a->noise);
-        REQUIRE(b->inputs == a->inputs, PSR_ERR_SHARD_MISMATCH,
-                "args->seeds, positions or temperatures: rank %d's differ from rank 0's", r);
-    }
-    return PSR_OK;
-}
-
-/* The shards, ordered by vocab_offset, must tile [0, vocab_total). */
-static psr_status judge_tiling(const mpi_call *c)
-{
-    psr_context *ctx = c->ctx;
-    int order[PSR_MAX_SHARDS];
-    for (int r = 0; r < c->size; r++) {
-        int i = r;
-        for (; i > 0 && c->all[order[i - 1]].vocab_offset > c->all[r].vocab_offset; i--)
-            order[i] = order[i - 1];
-        order[i] = r;
-    }
-    unsigned long long end = 0; /* tokens below `end` are held */
-    for (int i = 0; i < c->size; i++) {
-        int r = order[i], p = i ? order[i - 1] : -1;
-        unsigned long long off = c->all[r].vocab_offset, stop = off + c->all[r].vocab;
-        REQUIRE(off <= end, PSR_ERR_SHARD_MISMATCH,
-                "args->vocab_offset: no rank holds tokens [%llu, %llu) (rank %d starts at %llu)", end, off, r, off);
-        REQUIRE(off == end, PSR_ERR_SHARD_MISMATCH,
-                "args->vocab_offset: rank %d's tokens [%llu, %llu) overlap rank %d's [%llu, %llu)", r, off, stop, p,
-                (unsigned long long)c->all[p].vocab_offset, end);
-        end = stop;
-    }
-    REQUIRE(end == c->all[0].vocab_total, PSR_ERR_SHARD_MISMATCH,
-            "args->vocab_offset: no rank holds tokens [%llu, %llu) of vocab_total %llu", end,
-            (unsigned long long)c->all[0].vocab_total, (unsigned long long)c->all[0].vocab_total);
-    return PSR_OK;
-}
-
 /* The two rounds. Every rank reaches the same verdict from the same
  * headers, so either all take part in the records round or none does. */
 static psr_status call_exchange(mpi_call *c)
 {
-    int rc = MPI_Allgather(&c->mine, (int)sizeof c->mine, MPI_BYTE, c->all, (int)sizeof c->mine, MPI_BYTE,
-                           c->comm);
-    if (rc != MPI_SUCCESS)
-        return c->mine.status != PSR_OK ? (psr_status)c->mine.status
-                                        : fail_mpi(c->ctx, rc, "MPI_Allgather of the shard headers");
-    psr_status st = judge_status(c);
-    if (st == PSR_OK)
-        st = judge_agreement(c);
-    if (st == PSR_OK)
-        st = judge_tiling(c);
+    psr_status st = psrmpi_exchange_headers(c);
     if (st != PSR_OK)
         return st;
+    int rc;
     rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, c->records, (int)(c->rows * sizeof *c->records),
                        MPI_BYTE, c->comm);
-    return rc == MPI_SUCCESS ? PSR_OK : fail_mpi(c->ctx, rc, "MPI_Allgather of the shard records");
-}
-
-/* FNV-1a over bytes, continuing from h. */
-static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3u;
-    return h;
+    return rc == MPI_SUCCESS ? PSR_OK : psrmpi_fail(c->ctx, rc, "MPI_Allgather of the shard records");
 }
 
 /* What every rank's host call must share: its seeds, positions and temperatures. */
 static uint64_t hash_inputs(const psr_sample_host_args *a)
 {
-    uint64_t h = hash_bytes(0xcbf29ce484222325u, a->seeds, a->rows * sizeof *a->seeds);
-    h = hash_bytes(h, a->positions, a->rows * sizeof *a->positions);
-    return hash_bytes(h, a->temperatures, a->rows * sizeof *a->temperatures);
+    uint64_t h = psrmpi_hash(0xcbf29ce484222325u, a->seeds, a->rows * sizeof *a->seeds);
+    h = psrmpi_hash(h, a->positions, a->rows * sizeof *a->positions);
+    return psrmpi_hash(h, a->temperatures, a->rows * sizeof *a->temperatures);
 }
 
 /* The header of a shard sampled (or refused) with status st. */
@@ -225,19 +81,6 @@ static void set_header(mpi_call *c, psr_status st, unsigned flags, psr_noise noi
     c->mine.rows = c->rows, c->mine.vocab_offset = offset, c->mine.vocab = vocab, c->mine.vocab_total = total;
 }
 
-/* The caller's args struct, of exactly this library's size: the call
- * copies it whole. */
-static psr_status check_struct(psr_context *ctx, const void *args, size_t own, const char *type, const char *call)
-{
-    REQUIRE(args, PSR_ERR_NULL_ARGUMENT, "%s: args is NULL", call);
-    size_t size;
-    memcpy(&size, args, sizeof size);
-    REQUIRE(size == own, PSR_ERR_STRUCT_SIZE,
-            "args->struct_size is %zu, not sizeof(%s) %zu of this library (0.3 on): set it up with %s_init(&a, "
-            "sizeof a)", size, type, own, type);
-    return PSR_OK;
-}
-
 /* This rank's shard on host arrays, into its place in c->records. */
 static psr_status host_shard(mpi_call *c, const psr_sample_host_args *args, psr_sample_host_args *a,
                              psr_noise *noise)
@@ -245,7 +88,7 @@ static psr_status host_shard(mpi_call *c, const psr_sample_host_args *args, psr_
     psr_context *ctx = c->ctx;
     if (!ctx) /* psr_sample_host records the message where psr_last_error(NULL) finds it */
         return psr_sample_host(NULL, args);
-    psr_status st = check_struct(ctx, args, sizeof *a, "psr_sample_host_args", "psr_mpi_sample_host");
+    psr_status st = psrmpi_check_struct(ctx, args, sizeof *a, "psr_sample_host_args", "psr_mpi_sample_host");
     if (st != PSR_OK)
         return st;
     *a = *args;
@@ -267,9 +110,10 @@ psr_status psr_mpi_sample_host(psr_context *ctx, MPI_Comm comm, const psr_sample
     if (ctx && args && host_filtered(args))
         return host_via_device(ctx, comm, args);
     mpi_call c;
-    psr_status st = call_begin(&c, ctx, comm);
+    psr_status st = psrmpi_begin(&c, ctx, comm);
     if (st != PSR_OK)
         return st;
+    c.inputs_what = "args->seeds, positions or temperatures";
     psr_sample_host_args a;
     memset(&a, 0, sizeof a);
     psr_noise noise = PSR_NOISE_FP32;
@@ -300,128 +144,6 @@ psr_status psr_mpi_sample_host(psr_context *ctx, MPI_Comm comm, const psr_sample
 
 /* ---- device buffers ---- */
 
-/* Fails unless buffer m (when set) holds `need` bytes. */
-static psr_status check_size(psr_context *ctx, cl_mem m, size_t need, const char *name)
-{
-    size_t have = 0;
-    cl_int err = m ? clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof have, &have, NULL) : CL_SUCCESS;
-    if (err != CL_SUCCESS)
-        return psr_fail_cl(ctx, err, "%s: clGetMemObjectInfo", name);
-    REQUIRE(!m || have >= need, PSR_ERR_BUFFER_TOO_SMALL, "%s holds %zu bytes, the call needs %zu", name, have,
-            need);
-    return PSR_OK;
-}
-
-/* This device call's OpenCL objects. */
-typedef struct device_call {
-    cl_context cl_ctx;
-    cl_command_queue queue;
-    cl_mem own, all; /* records: this shard's [rows]; every shard's [size, rows] */
-    cl_mem state, partial, reduced; /* filters across shards (filter_rounds) */
-    size_t rounds;
-    uint64_t *words; /* host copies of a round's partial, then of the reduction */
-} device_call;
-
-static void device_call_free(device_call *d)
-{
-    cl_mem all[] = {d->own, d->all, d->state, d->partial, d->reduced};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (all[i])
-            clReleaseMemObject(all[i]); /* the combine keeps its own hold until it has run */
-    free(d->words);
-}
-
-/* A device buffer of the call, or the failure. */
-static psr_status call_buffer(psr_context *ctx, const device_call *d, size_t bytes, cl_mem *out, const char *what)
-{
-    cl_int err = CL_SUCCESS;
-    *out = clCreateBuffer(d->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
-    return err == CL_SUCCESS ? PSR_OK : psr_fail_cl(ctx, err, "psr_mpi_sample: clCreateBuffer of %s", what);
-}
-
-/* The filters' rounds and their buffers, before any collective (so a
- * rank that cannot have them still takes part in the agreement). */
-static psr_status filter_prepare(mpi_call *c, psr_sample_args *a, device_call *d)
-{
-    psr_context *ctx = c->ctx;
-    psr_status st = call_buffer(ctx, d, c->rows * PSR_SHARD_FILTER_STATE_BYTES, &d->state, "the filter state");
-    a->shard_filter_state = d->state;
-    if (st == PSR_OK)
-        st = psr_shard_filter_rounds(ctx, a, &d->rounds);
-    size_t bytes = c->rows * PSR_SHARD_FILTER_WORDS * sizeof(uint64_t);
-    if (st == PSR_OK && d->rounds)
-        st = call_buffer(ctx, d, bytes, &d->partial, "the filter partials");
-    if (st == PSR_OK && d->rounds)
-        st = call_buffer(ctx, d, bytes, &d->reduced, "the filter reductions");
-    if (st == PSR_OK && d->rounds && !(d->words = malloc(2 * bytes)))
-        st = psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "psr_mpi_sample: no memory for the filter rounds");
-    return st;
-}
-
-/* Every rank's status and number of filter rounds: the same verdict on
- * every rank before any round. */
-static psr_status filter_agree(mpi_call *c, const device_call *d, psr_status st)
-{
-    int mine[2] = {(int)st, (int)d->rounds}, all[2 * PSR_MAX_SHARDS];
-    int rc = MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, c->comm);
-    if (rc != MPI_SUCCESS)
-        return st != PSR_OK ? st : fail_mpi(c->ctx, rc, "MPI_Allgather of the filter rounds");
-    if (st != PSR_OK)
-        return st;
-    psr_context *ctx = c->ctx;
-    for (int r = 0; r < c->size; r++) {
-        if (all[2 * r] != PSR_OK)
-            return psr_fail(c->ctx, PSR_ERR_COLLECTIVE, "rank %d failed: %s", r,
-                            psr_status_string((psr_status)all[2 * r]));
-        REQUIRE(all[2 * r + 1] == all[1], PSR_ERR_SHARD_MISMATCH,
-                "args: rank %d needs %d filter rounds, rank 0 %d: their filters differ", r, all[2 * r + 1], all[1]);
-    }
-    return PSR_OK;
-}
-
-/* One round's partial reduced across the ranks into d->reduced (round 0
- * by maximum, the others by sum), after every rank said it has one. */
-static psr_status filter_reduce(mpi_call *c, device_call *d, size_t round, psr_status st)
-{
-    size_t words = c->rows * PSR_SHARD_FILTER_WORDS;
-    cl_int err = CL_SUCCESS;
-    if (st == PSR_OK)
-        err = clEnqueueReadBuffer(d->queue, d->partial, CL_TRUE, 0, words * 8, d->words, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        st = psr_fail_cl(c->ctx, err, "psr_mpi_sample: reading filter round %zu's partial", round);
-    int failed = st != PSR_OK;
-    int rc = MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, c->comm);
-    if (st != PSR_OK)
-        return st;
-    if (rc != MPI_SUCCESS)
-        return fail_mpi(c->ctx, rc, "MPI_Allreduce of a filter round's status");
-    if (failed)
-        return psr_fail(c->ctx, PSR_ERR_COLLECTIVE, "another rank failed in filter round %zu", round);
-    rc = MPI_Allreduce(d->words, d->words + words, (int)words, MPI_UINT64_T, round == 0 ? MPI_MAX : MPI_SUM,
-                       c->comm);
-    if (rc != MPI_SUCCESS)
-        return fail_mpi(c->ctx, rc, "MPI_Allreduce of a filter round's partials");
-    err = clEnqueueWriteBuffer(d->queue, d->reduced, CL_TRUE, 0, words * 8, d->words + words, 0, NULL, NULL);
-    return err == CL_SUCCESS ? PSR_OK : psr_fail_cl(c->ctx, err, "psr_mpi_sample: writing filter round %zu", round);
-}
-
-/* The filters' rounds (docs/sharded.md): every rank runs them, with
- * st its status so far, and all stop together at the first failure. */
-static psr_status filter_rounds(mpi_call *c, const psr_sample_args *a, device_call *d, psr_status st)
-{
-    st = filter_agree(c, d, st);
-    for (size_t r = 0; st == PSR_OK && r <= d->rounds && d->rounds; r++) {
-        psr_shard_filter_args f;
-        psr_shard_filter_args_init(&f, sizeof f);
-        f.sample = a, f.round = r, f.reduced = d->reduced, f.partial = d->partial;
-        st = psr_shard_filter_round(c->ctx, &f, NULL);
-        if (r < d->rounds)
-            st = filter_reduce(c, d, r, st);
-    }
-    return st;
-}
-
-
 /* This rank's checks and buffers for its shard on the device. */
 static psr_status device_prepare(mpi_call *c, const psr_sample_args *args, psr_sample_args *a, device_call *d,
                                  psr_noise *noise)
@@ -429,7 +151,7 @@ static psr_status device_prepare(mpi_call *c, const psr_sample_args *args, psr_s
     psr_context *ctx = c->ctx;
     if (!ctx)
         return psr_sample(NULL, args, NULL);
-    psr_status st = check_struct(ctx, args, sizeof *a, "psr_sample_args", "psr_mpi_sample");
+    psr_status st = psrmpi_check_struct(ctx, args, sizeof *a, "psr_sample_args", "psr_mpi_sample");
     if (st != PSR_OK)
         return st;
     *a = *args;
@@ -438,17 +160,17 @@ static psr_status device_prepare(mpi_call *c, const psr_sample_args *args, psr_s
     st = call_prepare(c, &f);
     size_t bytes = c->rows * sizeof(psr_shard_record);
     if (st == PSR_OK)
-        st = check_size(ctx, a->tokens, c->rows * (a->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4), "args->tokens");
+        st = psrmpi_check_size(ctx, a->tokens, c->rows * (a->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4), "args->tokens");
     if (st == PSR_OK)
-        st = check_size(ctx, a->row_flags, c->rows * 4, "args->row_flags");
+        st = psrmpi_check_size(ctx, a->row_flags, c->rows * 4, "args->row_flags");
     if (st == PSR_OK)
         st = psr_context_cl(ctx, &d->cl_ctx, NULL, &d->queue);
     if (st == PSR_OK)
-        st = call_buffer(ctx, d, bytes, &d->own, "the shard records");
+        st = psrmpi_buffer(ctx, d, bytes, &d->own, "the shard records");
     if (st == PSR_OK)
-        st = call_buffer(ctx, d, bytes * (size_t)c->size, &d->all, "the gathered records");
+        st = psrmpi_buffer(ctx, d, bytes * (size_t)c->size, &d->all, "the gathered records");
     a->tokens = NULL, a->row_flags = NULL, a->shard_records = d->own, a->effective_noise = noise;
-    return st == PSR_OK ? filter_prepare(c, a, d) : st;
+    return st == PSR_OK ? psrmpi_filter_prepare(c, a, d) : st;
 }
 
 /* This rank's shard sampled, read back into its place in c->records. */
@@ -484,17 +206,18 @@ static psr_status sample_device(psr_context *ctx, MPI_Comm comm, const psr_sampl
                                 psr_status pre, uint64_t inputs)
 {
     mpi_call c;
-    psr_status st = call_begin(&c, ctx, comm);
+    psr_status st = psrmpi_begin(&c, ctx, comm);
     if (st != PSR_OK)
         return st;
     c.mine.inputs = inputs;
+    c.inputs_what = "args->seeds, positions or temperatures";
     psr_sample_args a;
     memset(&a, 0, sizeof a);
     psr_noise noise = PSR_NOISE_FP32;
     device_call d;
     memset(&d, 0, sizeof d);
     st = pre != PSR_OK ? pre : device_prepare(&c, args, &a, &d, &noise);
-    st = filter_rounds(&c, &a, &d, st);
+    st = psrmpi_filter_rounds(&c, &a, &d, st);
     if (st == PSR_OK)
         st = device_shard(&c, &a, &d);
     set_header(&c, st, a.flags, noise, a.vocab_offset, a.vocab, a.vocab_total);
@@ -503,7 +226,7 @@ static psr_status sample_device(psr_context *ctx, MPI_Comm comm, const psr_sampl
         st = device_combine(&c, args, &d, event);
     if (st == PSR_OK && args->effective_noise)
         *args->effective_noise = noise;
-    device_call_free(&d);
+    psrmpi_device_free(&d);
     free(c.records);
     return st;
 }
@@ -604,7 +327,7 @@ static psr_status host_via_device(psr_context *ctx, MPI_Comm comm, const psr_sam
     cl_mem mems[9] = {NULL};
     psr_sample_args a;
     psr_noise noise = PSR_NOISE_FP32;
-    psr_status pre = check_struct(ctx, h, sizeof *h, "psr_sample_host_args", "psr_mpi_sample_host");
+    psr_status pre = psrmpi_check_struct(ctx, h, sizeof *h, "psr_sample_host_args", "psr_mpi_sample_host");
     if (pre == PSR_OK)
         pre = h->tokens ? check_host_values(ctx, h) : psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "args->tokens is NULL");
     if (pre == PSR_OK)

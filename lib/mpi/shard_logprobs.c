@@ -1,0 +1,218 @@
+/* psr_mpi_logprobs (include/psr/psr_mpi.h): logprobs across the ranks'
+ * vocabulary shards. The headers first (every rank's shard and a hash of
+ * its tokens), from which each rank finds its slots; the filters' rounds
+ * where the call has filters; then psr_logprobs_shard_round's three
+ * rounds, the keys reduced by MPI_Allreduce (MPI_MAX) and the slots
+ * gathered by MPI_Allgatherv. Before each collective the ranks agree
+ * that all of them got there. */
+#include "mpi/rounds.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* This call's buffers on the device and their host copies. */
+typedef struct lp_call {
+    device_call d;
+    psr_logprobs_args a;       /* the caller's, with the shard fields filled in */
+    psr_sample_args view;      /* the filters' rounds read these */
+    cl_mem seeds, records;     /* what the view needs but the rounds never read */
+    bool filtered;
+    size_t slot_bytes;
+    uint32_t *keys;            /* [rows] */
+    unsigned char *partials;   /* [shard_slots * slot_bytes] */
+    int counts[PSR_MAX_SHARDS], displs[PSR_MAX_SHARDS]; /* each rank's slots, in bytes */
+} lp_call;
+
+static void lp_free(lp_call *l)
+{
+    psrmpi_device_free(&l->d);
+    cl_mem all[] = {l->a.shard_token_keys, l->a.shard_partials, l->seeds, l->records};
+    for (size_t i = 0; i < 4; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]); /* enqueued rounds keep their own hold */
+    free(l->keys);
+    free(l->partials);
+}
+
+/* The sample args of the filters' rounds: the same rows, logits,
+ * temperatures and filters as the logprobs call. */
+static psr_status filter_view(mpi_call *c, lp_call *l)
+{
+    const psr_logprobs_args *a = &l->a;
+    psr_sample_args *v = &l->view;
+    psr_sample_args_init(v, sizeof *v);
+    v->rows = a->rows, v->vocab = a->vocab, v->logits = a->logits, v->logits_dtype = a->logits_dtype;
+    v->logits_offset = a->logits_offset, v->row_stride = a->row_stride, v->row_request = a->row_request;
+    v->requests = a->requests ? a->requests : a->rows, v->temperatures = a->temperatures;
+    v->top_k = a->top_k, v->top_p = a->top_p, v->min_p = a->min_p;
+    v->all_top_k = a->all_top_k, v->all_top_p = a->all_top_p, v->all_min_p = a->all_min_p;
+    v->shard_count = a->shard_count, v->shard_index = a->shard_index;
+    v->vocab_offset = a->vocab_offset, v->vocab_total = a->vocab_total;
+    psr_status st = psrmpi_buffer(c->ctx, &l->d, a->rows * 8, &l->seeds, "the filters' seeds");
+    if (st == PSR_OK)
+        st = psrmpi_buffer(c->ctx, &l->d, a->rows * sizeof(psr_shard_record), &l->records, "the filters' records");
+    v->seeds = v->positions = l->seeds, v->shard_records = l->records;
+    return st == PSR_OK ? psrmpi_filter_prepare(c, v, &l->d) : st;
+}
+
+/* This rank's own checks, its tokens' hash and header. */
+static psr_status prepare(mpi_call *c, const psr_logprobs_args *args, lp_call *l)
+{
+    psr_context *ctx = c->ctx;
+    if (!ctx)
+        return psr_logprobs(NULL, args, NULL);
+    psr_status st = psrmpi_check_struct(ctx, args, sizeof l->a, "psr_logprobs_args", "psr_mpi_logprobs");
+    if (st != PSR_OK)
+        return st;
+    psr_logprobs_args *a = &l->a;
+    *a = *args;
+    size_t size = (size_t)c->size, rank = (size_t)c->rank;
+    REQUIRE(!a->shard_slot && !a->shard_slots && !a->shard_token_keys && !a->shard_partials &&
+                !a->shard_filter_state,
+            PSR_ERR_INVALID_ARGUMENT,
+            "args->shard_slot(s), shard_token_keys, shard_partials or shard_filter_state is set: the MPI call "
+            "makes its own");
+    REQUIRE(!a->shard_count || a->shard_count == size, PSR_ERR_SHARD_MISMATCH,
+            "args->shard_count %zu is not the communicator's size %zu (leave it 0)", a->shard_count, size);
+    REQUIRE(!a->shard_index || a->shard_index == rank, PSR_ERR_SHARD_MISMATCH,
+            "args->shard_index %zu is not this process's rank %zu (leave it 0)", a->shard_index, rank);
+    REQUIRE(a->rows > 0 && a->rows <= INT_MAX / 8, PSR_ERR_INVALID_ARGUMENT, "args->rows %zu is 0 or too large",
+            a->rows);
+    REQUIRE(a->tokens, PSR_ERR_NULL_ARGUMENT, "args->tokens is NULL");
+    REQUIRE(a->num_events_in_wait_list == 0 || a->event_wait_list, PSR_ERR_NULL_ARGUMENT,
+            "args->event_wait_list is NULL but args->num_events_in_wait_list is %u", a->num_events_in_wait_list);
+    a->shard_count = size, a->shard_index = rank;
+    c->rows = a->rows;
+    st = psr_context_cl(ctx, &l->d.cl_ctx, NULL, &l->d.queue);
+    size_t token_bytes = a->rows * (a->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4);
+    if (st == PSR_OK)
+        st = psrmpi_check_size(ctx, a->tokens, token_bytes, "args->tokens");
+    void *tokens = st == PSR_OK ? malloc(token_bytes) : NULL;
+    if (st == PSR_OK && !tokens)
+        st = psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "psr_mpi_logprobs: no memory for the tokens");
+    cl_int err = CL_SUCCESS;
+    if (st == PSR_OK && a->num_events_in_wait_list)
+        err = clWaitForEvents(a->num_events_in_wait_list, a->event_wait_list);
+    if (st == PSR_OK && err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(l->d.queue, a->tokens, CL_TRUE, 0, token_bytes, tokens, 0, NULL, NULL);
+    if (st == PSR_OK && err != CL_SUCCESS)
+        st = psr_fail_cl(ctx, err, "psr_mpi_logprobs: reading args->tokens");
+    if (st == PSR_OK)
+        c->mine.inputs = psrmpi_hash(0xcbf29ce484222325u, tokens, token_bytes);
+    free(tokens);
+    a->num_events_in_wait_list = 0, a->event_wait_list = NULL; /* waited for */
+    return st;
+}
+
+/* The slots of every rank, ordered by vocab_offset (the headers agree),
+ * this rank's first one, and the buffers of the rounds. */
+static psr_status place_slots(mpi_call *c, lp_call *l)
+{
+    psr_context *ctx = c->ctx;
+    psr_logprobs_args *a = &l->a;
+    size_t total = 0, first = 0;
+    for (int r = 0; r < c->size; r++) {
+        size_t slots = psr_logprobs_shard_slots(c->all[r].vocab);
+        total += slots;
+        if (c->all[r].vocab_offset < a->vocab_offset)
+            first += slots;
+    }
+    l->slot_bytes = psr_logprobs_shard_slot_bytes(a->rows, a->top_n);
+    REQUIRE(total <= PSR_LOGPROBS_MAX_SLOTS, PSR_ERR_INVALID_ARGUMENT,
+            "the ranks' shards make %zu slots, more than PSR_LOGPROBS_MAX_SLOTS (%d): start shards on multiples "
+            "of %d tokens",
+            total, PSR_LOGPROBS_MAX_SLOTS, PSR_LOGPROBS_SHARD_BLOCK);
+    REQUIRE(l->slot_bytes && total * l->slot_bytes <= INT_MAX, PSR_ERR_INVALID_ARGUMENT,
+            "args->rows %zu: the slots pass what one MPI_Allgatherv moves", a->rows);
+    for (int r = 0; r < c->size; r++) {
+        size_t before = 0;
+        for (int q = 0; q < c->size; q++)
+            if (c->all[q].vocab_offset < c->all[r].vocab_offset)
+                before += psr_logprobs_shard_slots(c->all[q].vocab);
+        l->displs[r] = (int)(before * l->slot_bytes);
+        l->counts[r] = (int)(psr_logprobs_shard_slots(c->all[r].vocab) * l->slot_bytes);
+    }
+    a->shard_slot = first, a->shard_slots = total;
+    psr_status st = psrmpi_buffer(ctx, &l->d, a->rows * 4, &a->shard_token_keys, "the token keys");
+    if (st == PSR_OK)
+        st = psrmpi_buffer(ctx, &l->d, total * l->slot_bytes, &a->shard_partials, "the partials");
+    l->keys = malloc(a->rows * 4);
+    l->partials = malloc(total * l->slot_bytes);
+    if (st == PSR_OK && (!l->keys || !l->partials))
+        st = psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "psr_mpi_logprobs: no memory for the rounds");
+    l->filtered = a->top_k || a->top_p || a->min_p || a->all_top_k > 0 || a->all_top_p != 1.0f ||
+                  a->all_min_p != 0.0f;
+    if (st == PSR_OK && l->filtered)
+        st = filter_view(c, l);
+    a->shard_filter_state = l->d.state;
+    return st;
+}
+
+/* Round r on this rank, then its bytes read back: the keys (round 0)
+ * or this rank's slots (round 1). */
+static psr_status round_here(mpi_call *c, lp_call *l, unsigned r)
+{
+    cl_event done = NULL;
+    psr_status st = psr_logprobs_shard_round(c->ctx, &l->a, r, &done);
+    if (st != PSR_OK)
+        return st;
+    int rank = c->rank;
+    cl_int err = r == 0 ? clEnqueueReadBuffer(l->d.queue, l->a.shard_token_keys, CL_TRUE, 0, l->a.rows * 4, l->keys,
+                                              1, &done, NULL)
+                        : clEnqueueReadBuffer(l->d.queue, l->a.shard_partials, CL_TRUE, (size_t)l->displs[rank],
+                                              (size_t)l->counts[rank], l->partials + l->displs[rank], 1, &done, NULL);
+    clReleaseEvent(done);
+    return err == CL_SUCCESS ? PSR_OK : psr_fail_cl(c->ctx, err, "psr_mpi_logprobs: reading round %u", r);
+}
+
+/* Rounds 0 and 1 with their collectives, the results back on the device. */
+static psr_status exchange_rounds(mpi_call *c, lp_call *l)
+{
+    psr_status st = PSR_OK;
+    for (unsigned r = 0; r < 2 && st == PSR_OK; r++) {
+        st = psrmpi_agree(c, round_here(c, l, r), r == 0 ? "in round 0 (the token keys)" : "in round 1 (the slots)");
+        if (st != PSR_OK)
+            return st;
+        int rc = r == 0 ? MPI_Allreduce(MPI_IN_PLACE, l->keys, (int)l->a.rows, MPI_UINT32_T, MPI_MAX, c->comm)
+                        : MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, l->partials, l->counts, l->displs,
+                                         MPI_BYTE, c->comm);
+        if (rc != MPI_SUCCESS)
+            return psrmpi_fail(c->ctx, rc, r == 0 ? "MPI_Allreduce of the token keys" : "MPI_Allgatherv of the slots");
+        cl_int err = r == 0 ? clEnqueueWriteBuffer(l->d.queue, l->a.shard_token_keys, CL_TRUE, 0, l->a.rows * 4,
+                                                   l->keys, 0, NULL, NULL)
+                            : clEnqueueWriteBuffer(l->d.queue, l->a.shard_partials, CL_TRUE, 0,
+                                                   l->a.shard_slots * l->slot_bytes, l->partials, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            st = psr_fail_cl(c->ctx, err, "psr_mpi_logprobs: writing round %u's reduction", r);
+    }
+    return st;
+}
+
+psr_status psr_mpi_logprobs(psr_context *ctx, MPI_Comm comm, const psr_logprobs_args *args, cl_event *event)
+{
+    if (event)
+        *event = NULL;
+    mpi_call c;
+    psr_status st = psrmpi_begin(&c, ctx, comm);
+    if (st != PSR_OK)
+        return st;
+    c.inputs_what = "args->tokens";
+    lp_call l;
+    memset(&l, 0, sizeof l);
+    st = prepare(&c, args, &l);
+    const psr_logprobs_args *a = &l.a;
+    c.mine.status = st, c.mine.flags = a->flags, c.mine.top_n = (uint32_t)a->top_n, c.mine.rows = a->rows;
+    c.mine.vocab_offset = a->vocab_offset, c.mine.vocab = a->vocab, c.mine.vocab_total = a->vocab_total;
+    st = psrmpi_exchange_headers(&c);
+    if (st == PSR_OK) {
+        st = place_slots(&c, &l);
+        st = l.filtered ? psrmpi_filter_rounds(&c, &l.view, &l.d, st) : psrmpi_agree(&c, st, "preparing its shard");
+    }
+    if (st == PSR_OK)
+        st = exchange_rounds(&c, &l);
+    if (st == PSR_OK)
+        st = psr_logprobs_shard_round(ctx, &l.a, 2, event);
+    lp_free(&l);
+    return st;
+}
