@@ -84,11 +84,14 @@ def _sharded_logprobs(ctx, x, tokens, temps, bounds, reduce_keys=True, full=Fals
         keys = [s.keys() for s in shards]
         assert all(k.dtype == np.uint32 and k.shape == (x.shape[0],) for k in keys)
         reduced = np.maximum.reduce(keys)
+        if full:  # as a transport of int64 tensors would hand them back
+            reduced = reduced.astype(np.int64)
         parts = [s.partials(reduced if reduce_keys else k, full=full)
                  for s, k in zip(shards, keys)]
         assert all(p.dtype == np.uint8 for p in parts)
-        # full=True: each shard's whole buffer, reduced like the keys
-        gathered = np.maximum.reduce(parts) if full else np.concatenate(parts)
+        # full=True: each shard's whole buffer, reduced like the keys; else
+        # the pieces as a list (finish concatenates them)
+        gathered = np.maximum.reduce(parts) if full else parts
         return [s.finish(gathered) for s in shards]
     finally:
         for s in shards:
