@@ -13,6 +13,7 @@ docs/python.md is the guide.
 from . import _api
 from ._context import (SHARD_RECORD, Context, DeviceInfo, LogprobsResult, SampleResult, combine,
                        devices, select_device)
+from ._shard_logprobs import LogprobsShard, logprobs_shard_slot_bytes, logprobs_shard_slots
 from ._errors import (BadSelector, BufferOverlap, BufferTooSmall, BuildFailed, CacheIOError,
                       CollectiveError, DeviceNotFound, Error, FilterRange, ForeignBuffer,
                       Fp64Unsupported, InvalidArgument, NoDevice, NotSupported, NullArgument,
@@ -21,18 +22,21 @@ from ._errors import (BadSelector, BufferOverlap, BufferTooSmall, BuildFailed, C
 
 __all__ = [
     "Context", "DeviceInfo", "LogprobsResult", "SampleResult", "devices", "select_device",
-    "combine", "SHARD_RECORD",
+    "combine", "SHARD_RECORD", "LogprobsShard", "logprobs_shard_slots",
+    "logprobs_shard_slot_bytes",
     "version", "version_number", "features", "has_clblast", "oracle",
     "Error", "NullArgument", "InvalidArgument", "OutOfHostMemory", "NoDevice", "BadSelector",
     "DeviceNotFound", "OpenCLError", "BuildFailed", "Fp64Unsupported", "CacheIOError",
     "BufferTooSmall", "PositionRange", "TemperatureRange", "TokenRange", "NotSupported",
     "FilterRange", "StructSize", "ForeignBuffer", "BufferOverlap", "OutOfDeviceMemory",
     "ShardMismatch", "CollectiveError",
-    "MAX_POSITION", "MAX_TOP_N",
+    "MAX_POSITION", "MAX_TOP_N", "LOGPROBS_SHARD_BLOCK", "LOGPROBS_MAX_SLOTS",
 ]
 
 MAX_POSITION = _api.PSR_MAX_POSITION
 MAX_TOP_N = _api.PSR_LOGPROBS_MAX_TOP_N
+LOGPROBS_SHARD_BLOCK = _api.PSR_LOGPROBS_SHARD_BLOCK  # shards starting on multiples: exact bits
+LOGPROBS_MAX_SLOTS = _api.PSR_LOGPROBS_MAX_SLOTS
 
 
 def version():

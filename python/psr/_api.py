@@ -31,6 +31,7 @@ PSR_VERIFY = {"probabilistic": 0, "greedy": 1}
 PSR_VERIFY_BAD_TOKEN, PSR_VERIFY_BAD_POSITION, PSR_VERIFY_BAD_TEMPERATURE = 1, 2, 4
 PSR_LOGPROBS_MAX_TOP_N = 20
 PSR_LOGPROBS_RAW = 1
+PSR_LOGPROBS_SHARD_ROUNDS, PSR_LOGPROBS_SHARD_BLOCK, PSR_LOGPROBS_MAX_SLOTS = 3, 16384, 64
 PSR_MAX_POSITION = 1 << 30
 PSR_LOG_LEVELS = {"debug": 0, "info": 1, "warning": 2, "error": 3}
 PSR_FP64_POLICY = {"error": 0, "wide": 1}
@@ -151,7 +152,10 @@ class LogprobsArgs(ctypes.Structure):
         ("token_logprobs", _mem), ("token_ranks", _mem), ("top_ids", _mem),
         ("top_logprobs", _mem), ("num_events_in_wait_list", c_uint32),
         ("event_wait_list", c_void_p), ("tokens_dtype", _enum), ("all_top_k", c_int),
-        ("all_top_p", c_float), ("all_min_p", c_float),
+        ("all_top_p", c_float), ("all_min_p", c_float), ("shard_count", c_size_t),
+        ("shard_index", c_size_t), ("vocab_offset", c_size_t), ("vocab_total", c_size_t),
+        ("shard_slot", c_size_t), ("shard_slots", c_size_t), ("shard_token_keys", _mem),
+        ("shard_partials", _mem), ("shard_filter_state", _mem),
     ]
 
 
@@ -231,6 +235,9 @@ _PROTOTYPES = {
     "psr_verify_host": (c_int, [_P, _P]),
     "psr_logprobs": (c_int, [_P, _P, _P]),
     "psr_logprobs_host": (c_int, [_P, _P]),
+    "psr_logprobs_shard_round": (c_int, [_P, _P, c_uint, _P]),
+    "psr_logprobs_shard_slots": (c_size_t, [c_size_t]),
+    "psr_logprobs_shard_slot_bytes": (c_size_t, [c_size_t, c_int]),
     "psr_lm_head": (c_int, [_P, _P, _P]),
     "psr_combine": (c_int, [_P, _P, _P]),
     "psr_combine_host": (c_int, [_P, _P]),
@@ -273,6 +280,28 @@ def lib():
     """libpsr, loaded once with its prototypes set (a race loads it twice:
     the same handle)."""
     return load_library(_library_path("libpsr", "PSR_LIBRARY"), _PROTOTYPES)
+
+
+# The few OpenCL calls the package makes itself (host arrays to device
+# buffers for calls that only take cl_mem, such as psr_logprobs_shard_round),
+# found through libpsr: the OpenCL library libpsr itself links.
+CL_MEM_READ_WRITE, CL_MEM_COPY_HOST_PTR = 1 << 0, 1 << 5
+_CL_PROTOTYPES = {
+    "clCreateBuffer": (c_void_p, [_P, c_uint64, c_size_t, _P, POINTER(ctypes.c_int32)]),
+    "clReleaseMemObject": (ctypes.c_int32, [_P]),
+    "clEnqueueReadBuffer": (ctypes.c_int32, [_P, _P, c_uint32, c_size_t, c_size_t, _P, c_uint32,
+                                              _P, _P]),
+    "clEnqueueWriteBuffer": (ctypes.c_int32, [_P, _P, c_uint32, c_size_t, c_size_t, _P, c_uint32,
+                                               _P, _P]),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def opencl():
+    """The OpenCL entry points above, looked up in libpsr's handle (its
+    dependencies included), with their prototypes set."""
+    lib()
+    return load_library(_library_path("libpsr", "PSR_LIBRARY"), _CL_PROTOTYPES)
 
 
 def oracle_library_path():

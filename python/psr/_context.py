@@ -451,6 +451,26 @@ class Context:
         del keep
         return records
 
+    def logprobs_shard(self, logits, tokens, temperature=None, *, vocab_offset, vocab_total,
+                       shard_index, shard_count, shard_slot, shard_slots, top_n=0, raw=False,
+                       top_k=None, top_p=None, min_p=None, dtype=None):
+        """Logprobs across a vocabulary split over devices or processes
+        (psr_logprobs_shard_round): one shard, whose logits [rows, vocab]
+        are the columns vocab_offset .. vocab_offset + vocab of a vocab_total
+        vocabulary; tokens are global ids, temperature, top_n and raw as in
+        logprobs(). Its slots of the partials start at shard_slot (the sum of
+        psr.logprobs_shard_slots over the shards before it) of shard_slots
+        (the sum over all shards). Returns a psr.LogprobsShard holding the
+        shard's inputs on the device, which runs the three rounds: keys(),
+        partials(keys), finish(partials). numpy logits only; no filters
+        (top_k, top_p, min_p raise psr.InvalidArgument)."""
+        from ._shard_logprobs import open_shard
+        return open_shard(self, logits, tokens, temperature, vocab_offset=vocab_offset,
+                          vocab_total=vocab_total, shard_index=shard_index,
+                          shard_count=shard_count, shard_slot=shard_slot,
+                          shard_slots=shard_slots, top_n=top_n, raw=raw, top_k=top_k,
+                          top_p=top_p, min_p=min_p, dtype=dtype)
+
     def logprobs(self, logits, tokens, temperature=None, *, top_n=0, raw=False, top_k=None,
                  top_p=None, min_p=None, dtype=None, shape=None, wait_for=None):
         """The logprobs of sampled tokens (psr_logprobs): per row the token's
