@@ -573,14 +573,14 @@ def shards_checks(d):
             check(want.returncode == 0 and got.returncode == 0 and got.stdout == want.stdout and got.stderr == want.stderr,
                   f"sample {' '.join(a for a in args if not a.startswith(d))} --shards {n} prints the unsharded output")
     bad = [(["0"], "not in [1, 255]"), (["256"], "not in [1, 255]"), ([str(vocab + 1)], "more than the vocabulary"),
-           (["3:5"], "need 2 starts"), (["3:9,4"], "increasing"), (["2:200"], "past the vocabulary"),
-           (["2", "--logprobs", "1"], "--logprobs is not available")]
+           (["3:5"], "need 2 starts"), (["3:9,4"], "increasing"), (["2:200"], "past the vocabulary")]
     for extra, why in bad:
         r = run("sample", "--logits", f32, "--shards", *extra)
         check(r.returncode == 2 and "--shards" in r.stderr and why in r.stderr, f"sample --shards {' '.join(extra)} is a usage error")
     r = run("sample", "--hidden", f32, "--weights", f32, "--shards", "2")
     check(r.returncode == 2 and "--hidden with --weights is not available with --shards" in r.stderr, "--shards with --hidden")
     filtered = filtered_shards_checks(d)
+    logprobs_shards_checks(d)
     mpi_checks(f32, filtered)
     r = run("bench", "sample", "--shards", "2", "--shapes", "2x1000", "--iters", "3", "--variants", "fp32,greedy")
     lines = [l.split() for l in r.stdout.splitlines()]
@@ -617,6 +617,60 @@ def filtered_shards_checks(d):
                   f"sample {' '.join(args)} --shards {n} prints the unsharded filtered output")
     check(len(set(wants[:3])) == 3, "the filtered cases' tokens differ from one another: the filters ran")
     return common[1:] + cases[0]
+
+
+def close_logprobs(got, want):
+    """Sharded --logprobs JSON against unsharded: the same tokens, ranks and
+    top ids, logprobs equal up to rounding (null, a NaN, where unsharded)."""
+    if got.keys() != want.keys() or any(got[k] != want[k] for k in got if k not in ("logprobs", "top")):
+        return False
+    near = lambda x, y: x == y or (x is not None and y is not None and abs(x - y) <= 1e-5 * (1 + abs(y)))
+    pairs = list(zip(got["logprobs"], want["logprobs"]))
+    for g, w in zip(got["top"], want["top"]):
+        if [i for i, _ in g] != [i for i, _ in w]:
+            return False
+        pairs += [(a[1], b[1]) for a, b in zip(g, w)]
+    return len(got["top"]) == len(want["top"]) and all(near(x, y) for x, y in pairs)
+
+
+def logprobs_shards_checks(d):
+    """psr sample --logprobs N --shards: the unsharded output, byte for byte, on
+    shards starting at multiples of 16,384 tokens (a vocabulary of 3 blocks),
+    filters and raw logprobs included; elsewhere the same tokens, ranks and top
+    ids; too many blocks, and --logprobs with --mpi, are usage errors."""
+    rows, vocab = 4, 40000
+    x = shard_rows(13, rows, vocab, 39000)
+    f32 = write(d, "shl32.npy", npy_bytes("<f4", (rows, vocab), struct.pack(f"<{rows * vocab}f", *x)))
+    f16 = write(d, "shl16.npy", npy_bytes("<f2", (rows, vocab), struct.pack(f"<{rows * vocab}e", *x)))
+    seeds = write(d, "shls.npy", npy_bytes("<i8", (rows,), struct.pack(f"<{rows}q", *range(5, 5 + rows))))
+    common = ["--seeds", seeds, "--temperature", "1.5", "--logprobs", "5"]
+    filters = ["--top-k", "50", "--top-p", "0.9", "--min-p", "0.02"]
+    cases = [([f32], ["2:16384", "3:16384,32768"]),
+             ([f32, *filters, "--json"], ["3:16384,32768", "2:32768"]),
+             ([f16, "--raw-logprobs", "--top-p", "0.8", "--json"], ["2:16384"])]
+    wants = []
+    for args, counts in cases:
+        want = run("sample", "--logits", *args, *common)
+        wants.append(want)
+        what = " ".join(["--logprobs 5", *(a for a in args if not a.startswith(d))])
+        for n in counts:
+            got = run("sample", "--logits", *args, *common, "--shards", n)
+            check(want.returncode == 0 and got.returncode == 0 and (got.stdout, got.stderr) == (want.stdout, want.stderr),
+                  f"sample {what} --shards {n} prints the unsharded output")
+    plain = run("sample", "--logits", f32, *common, "--json")
+    check(plain.returncode == 0 and plain.stdout != wants[1].stdout, "the filters change the logprobs: they ran")
+    for args, want in (([], plain), (filters, wants[1])):
+        for n in ("3", "5:1,2,30000,39999"):
+            got = run("sample", "--logits", f32, *args, *common, "--json", "--shards", n)
+            check(got.returncode == 0 and want.returncode == 0
+                  and close_logprobs(json.loads(got.stdout), json.loads(want.stdout)),
+                  f"sample {' '.join(['--logprobs 5', *args, '--json'])} --shards {n}: the unsharded tokens, ranks, top ids")
+    r = run("sample", "--logits", f32, "--logprobs", "1", "--shards", "70")
+    check(r.returncode == 2 and "70 blocks" in r.stderr and "64" in r.stderr,
+          "sample --logprobs --shards 70 (more than 64 blocks of 16,384 tokens) is a usage error")
+    r = run("sample", "--logits", f32, "--logprobs", "1", "--mpi")
+    named = "--logprobs is not available with --mpi" in r.stderr or "built without MPI" in r.stderr
+    check(r.returncode == 2 and named, "sample --logprobs --mpi is a usage error that names them")
 
 
 def mpi_checks(f32, filtered):

@@ -60,11 +60,16 @@ static void sample_usage(FILE *out)
             "                 and combine their 16-byte records: the same output as without\n"
             "                 it (the race over logits: up to rounding), the filters\n"
             "                 included (their thresholds found in rounds across the\n"
-            "                 shards). Not yet with --logprobs or --hidden\n"
+            "                 shards). With --logprobs the shards compute them in rounds\n"
+            "                 too: the same output when shards 1..N-1 start on multiples\n"
+            "                 of 16384 tokens; otherwise the same tokens, ranks and top ids,\n"
+            "                 the logprobs possibly differing in their last bits (at most 64\n"
+            "                 blocks of 16384 tokens, each shard starting its own). Not yet\n"
+            "                 with --hidden\n"
             "  --mpi          under mpirun: each rank is one shard and reads only its\n"
             "                 columns of --logits; rank 0 prints what the unsharded command\n"
-            "                 does (builds with MPI only; not with --logprobs or --hidden;\n"
-            "                 filters in rounds across the ranks)\n"
+            "                 does (builds with MPI only; not yet with --logprobs, not with\n"
+            "                 --hidden; filters in rounds across the ranks)\n"
             "  --json         {\"tokens\": [...], \"device\": ..., ...} instead of one token a line\n"
             "                 (with --logprobs: \"logprobs\", \"ranks\" and \"top\": [[[id, logprob],\n"
             "                 ...], ...]; without --json each line is token, logprob, rank,\n"
@@ -192,7 +197,8 @@ static int check_shards(const sample_options *o)
 #endif
     if (!o->mpi && !o->shards.count)
         return -1;
-    int rc = shards_refuse("sample", opt, o->logprobs >= 0, "--logprobs");
+    /* --shards computes logprobs in its own rounds; the ranks of --mpi do not yet */
+    int rc = shards_refuse("sample", opt, o->mpi && o->logprobs >= 0, "--logprobs");
     if (rc == CLI_OK)
         rc = shards_refuse("sample", opt, o->hidden || o->weights, "--hidden with --weights");
     return rc == CLI_OK ? -1 : rc;
@@ -474,8 +480,10 @@ static psr_status mpi_draw(psr_context *ctx, psr_sample_host_args *a, sample_row
 }
 #endif
 
-/* The tokens, by the LM head path or from the host logits. */
-static psr_status draw_tokens(psr_context *ctx, const sample_options *o, sample_rows *in)
+/* The tokens, by the LM head path or from the host logits; with --shards
+ * and `lp` (--logprobs) their logprobs too, in the same shards, whose
+ * rounds reuse the filter state the sampling's rounds found. */
+static psr_status draw_tokens(psr_context *ctx, const sample_options *o, sample_rows *in, sample_logprobs *lp)
 {
     if (o->hidden)
         return sample_hidden(ctx, in, o);
@@ -487,7 +495,13 @@ static psr_status draw_tokens(psr_context *ctx, const sample_options *o, sample_
     a.all_top_k = (int)o->top_k, a.all_top_p = o->top_p, a.all_min_p = o->min_p;
     a.flags = o->flags, a.noise = o->noise;
     a.tokens = in->tokens, a.row_flags = in->row_flags, a.no_finite_rows = &in->no_finite;
-    if (o->shards.count && shards_filtered(&a)) { /* device buffers: check what psr_sample_host would */
+    /* device buffers: check what psr_sample_host would */
+    if (o->shards.count && lp) {
+        psr_status st = check_rows(in);
+        shards_logprobs out = {o->logprobs, o->raw_logprobs, lp->logprobs, lp->top_logprobs, lp->ranks, lp->top_ids};
+        return st == PSR_OK ? shards_sample_logprobs(ctx, &a, o->shards.count, in->bounds, &out) : st;
+    }
+    if (o->shards.count && shards_filtered(&a)) {
         psr_status st = check_rows(in);
         return st == PSR_OK ? shards_sample_filtered(ctx, &a, o->shards.count, in->bounds) : st;
     }
@@ -500,15 +514,15 @@ static psr_status draw_tokens(psr_context *ctx, const sample_options *o, sample_
     return psr_sample_host(ctx, &a);
 }
 
-static psr_status logprobs_of_tokens(psr_context *ctx, const sample_options *o, const sample_rows *in,
-                                     sample_logprobs *lp)
+/* Room for psr_logprobs' outputs (--logprobs N). */
+static psr_status alloc_logprobs(const sample_options *o, const sample_rows *in, sample_logprobs *lp)
 {
     size_t rows = in->rows, tn = o->logprobs > 0 ? (size_t)o->logprobs : 1;
     lp->logprobs = malloc(rows * 4), lp->ranks = malloc(rows * 4);
     lp->top_logprobs = malloc(rows * tn * 4), lp->top_ids = malloc(rows * tn * 4);
     if (!lp->logprobs || !lp->ranks || !lp->top_logprobs || !lp->top_ids)
         return PSR_ERR_OUT_OF_HOST_MEMORY;
-    return host_logprobs(ctx, o, in, lp);
+    return PSR_OK;
 }
 
 /* "logprobs", "ranks" and "top": [[[id, logprob], ...], ...]. */
@@ -605,9 +619,12 @@ static void print_text(const sample_options *o, const sample_rows *in, const sam
 static int sample_with(psr_context *ctx, const sample_options *o, sample_rows *in)
 {
     sample_logprobs lp = {0};
-    psr_status st = draw_tokens(ctx, o, in);
-    if (st == PSR_OK && o->logprobs >= 0)
-        st = logprobs_of_tokens(ctx, o, in, &lp);
+    bool logprobs = o->logprobs >= 0;
+    psr_status st = logprobs ? alloc_logprobs(o, in, &lp) : PSR_OK;
+    if (st == PSR_OK)
+        st = draw_tokens(ctx, o, in, logprobs ? &lp : NULL);
+    if (st == PSR_OK && logprobs && !o->shards.count) /* with --shards draw_tokens computed them */
+        st = host_logprobs(ctx, o, in, &lp);
     int rc = CLI_OK;
     if (st != PSR_OK)
         rc = cli_report(st, ctx);
@@ -684,6 +701,8 @@ static int sample_in_process(const sample_options *o, sample_rows *in)
     int rc = read_matrices(o, in);
     if (rc == CLI_OK && o->shards.count)
         rc = shards_bounds("sample", "--shards", &o->shards, in->vocab, in->bounds);
+    if (rc == CLI_OK && o->shards.count && o->logprobs >= 0)
+        rc = shards_logprobs_fit("sample", o->shards.count, in->bounds);
     if (rc == CLI_OK)
         rc = fill_rows(o, in);
     if (rc == CLI_OK)

@@ -1,7 +1,7 @@
 /* Vocabulary shards inside one process: each shard is sampled on its
  * columns of the same rows (row_stride the whole vocabulary), and the
  * records of all the shards are combined into the unsharded call's
- * tokens. */
+ * tokens; with --logprobs the shards compute the logprobs in rounds too. */
 #include "shards.h"
 #include "cli.h"
 #include <psr/psr_experimental.h>
@@ -148,33 +148,44 @@ bool shards_filtered(const psr_sample_host_args *a)
     return a->top_k || a->top_p || a->min_p || a->all_top_k > 0 || a->all_top_p != 1.0f || a->all_min_p != 0.0f;
 }
 
-/* ---- filters: the rounds on device buffers ---- */
+/* ---- on device buffers: the filters' rounds, the logprobs' rounds ---- */
 
 /* The buffers every shard shares, by index. */
-enum { D_LOGITS, D_SEEDS, D_POSITIONS, D_TEMPS, D_TOP_K, D_TOP_P, D_MIN_P, D_RECORDS, D_REDUCED, D_SHARED };
+enum {
+    D_LOGITS, D_SEEDS, D_POSITIONS, D_TEMPS, D_TOP_K, D_TOP_P, D_MIN_P, D_RECORDS, D_REDUCED,
+    D_TOKENS, D_KEYS, D_PARTIALS, D_LOGPROBS, D_RANKS, D_TOP_IDS, D_TOP_LOGPROBS, D_SHARED
+};
+/* Each shard's own buffers, at own[OWN * s + ...]: its filter partial and
+ * state, and its logprob keys before the reduction. */
+enum { O_PARTIAL, O_STATE, O_KEYS, OWN };
 
-/* A filtered sharded call: the shared buffers, each shard's partial
- * (own[2 s]) and filter state (own[2 s + 1]), and each shard's args. */
-typedef struct filter_run {
+/* A sharded call on one device: the shared buffers, each shard's own,
+ * and each shard's args. */
+typedef struct shard_run {
     psr_context *ctx;
     size_t count, rows, words; /* words: rows x PSR_SHARD_FILTER_WORDS */
+    bool filtered;
+    const shards_logprobs *lp; /* NULL: tokens only */
+    size_t slots, slot_bytes;  /* with lp: the exchange of partials */
     cl_mem shared[D_SHARED];
-    cl_mem own[2 * PSR_MAX_SHARDS];
+    cl_mem own[OWN * PSR_MAX_SHARDS];
     psr_sample_args args[PSR_MAX_SHARDS];
-} filter_run;
+    psr_logprobs_args lp_args[PSR_MAX_SHARDS];
+} shard_run;
 
 static psr_status opencl_failed(const char *what, cl_int err)
 {
     return cli_fail(PSR_ERR_OPENCL, "%s failed: %s (%d)", what, psr_cl_error_string(err), err);
 }
 
-/* The logits and every row's inputs uploaded once; the records, the
- * reduced partials, and each shard's partial and state. */
-static psr_status make_buffers(filter_run *run, const psr_sample_host_args *w)
+/* The logits and every row's inputs uploaded once; the records and the
+ * reduced partials; with logprobs the tokens, keys, partials and outputs. */
+static void shared_spec(const shard_run *run, const psr_sample_host_args *w, cli_buffer *spec)
 {
     size_t rows = w->rows, stride = w->row_stride ? w->row_stride : w->vocab;
     size_t logit_bytes = ((rows - 1) * stride + w->vocab) * psr_dtype_size(w->logits_dtype);
-    const cli_buffer spec[D_SHARED] = {
+    size_t lp = run->lp ? rows * 4 : 0, top = run->lp ? rows * (size_t)run->lp->top_n * 4 : 0;
+    const cli_buffer all[D_SHARED] = {
         [D_LOGITS] = {logit_bytes, w->logits},
         [D_SEEDS] = {rows * 8, w->seeds},
         [D_POSITIONS] = {rows * 8, w->positions},
@@ -183,21 +194,37 @@ static psr_status make_buffers(filter_run *run, const psr_sample_host_args *w)
         [D_TOP_P] = {w->top_p ? rows * 4 : 0, w->top_p},
         [D_MIN_P] = {w->min_p ? rows * 4 : 0, w->min_p},
         [D_RECORDS] = {run->count * rows * sizeof(psr_shard_record), NULL},
-        [D_REDUCED] = {run->words * 8, NULL},
+        [D_REDUCED] = {run->filtered ? run->words * 8 : 0, NULL},
+        [D_TOKENS] = {w->tokens_dtype == PSR_TOKENS_I64 ? 2 * lp : lp, NULL},
+        [D_KEYS] = {lp, NULL},
+        [D_PARTIALS] = {run->slots * run->slot_bytes, NULL},
+        [D_LOGPROBS] = {lp, NULL},
+        [D_RANKS] = {lp, NULL},
+        [D_TOP_IDS] = {top, NULL},
+        [D_TOP_LOGPROBS] = {top, NULL},
     };
-    cli_buffer own[2 * PSR_MAX_SHARDS];
-    for (size_t s = 0; s < run->count; s++)
-        own[2 * s] = (cli_buffer){run->words * 8, NULL},
-        own[2 * s + 1] = (cli_buffer){rows * PSR_SHARD_FILTER_STATE_BYTES, NULL};
+    memcpy(spec, all, sizeof all);
+}
+
+static psr_status make_buffers(shard_run *run, const psr_sample_host_args *w)
+{
+    cli_buffer spec[D_SHARED], own[OWN * PSR_MAX_SHARDS];
+    shared_spec(run, w, spec);
+    size_t filter = run->filtered ? run->words * 8 : 0;
+    for (size_t s = 0; s < run->count; s++) {
+        own[OWN * s + O_PARTIAL] = (cli_buffer){filter, NULL};
+        own[OWN * s + O_STATE] = (cli_buffer){run->filtered ? run->rows * PSR_SHARD_FILTER_STATE_BYTES : 0, NULL};
+        own[OWN * s + O_KEYS] = (cli_buffer){run->lp ? run->rows * 4 : 0, NULL};
+    }
     cl_int err = cli_make_buffers(run->ctx, spec, D_SHARED, run->shared);
     if (err == CL_SUCCESS)
-        err = cli_make_buffers(run->ctx, own, 2 * run->count, run->own);
+        err = cli_make_buffers(run->ctx, own, OWN * run->count, run->own);
     return err == CL_SUCCESS ? PSR_OK : opencl_failed("allocating the shards' device buffers", err);
 }
 
 /* Shard s's psr_sample args over the shared buffers: its columns of the
  * logits, its records at s x rows, its filter state. */
-static void shard_args(filter_run *run, const psr_sample_host_args *w, size_t s, const size_t *bounds)
+static void shard_args(shard_run *run, const psr_sample_host_args *w, size_t s, const size_t *bounds)
 {
     psr_sample_args *a = &run->args[s];
     const cl_mem *m = run->shared;
@@ -211,17 +238,44 @@ static void shard_args(filter_run *run, const psr_sample_host_args *w, size_t s,
     a->flags = w->flags, a->noise = w->noise, a->effective_noise = w->effective_noise;
     a->shard_count = run->count, a->shard_index = s, a->vocab_offset = bounds[s], a->vocab_total = w->vocab;
     a->shard_records = m[D_RECORDS], a->shard_records_offset = s * run->rows;
-    a->shard_filter_state = run->own[2 * s + 1];
+    a->shard_filter_state = run->own[OWN * s + O_STATE];
+}
+
+/* Shard s's logprobs args: its sampling's columns, temperatures, filters
+ * and filter state (raw logprobs take neither), its own keys for round 0,
+ * its first slot of the shared partials. */
+static void logprobs_args(shard_run *run, const psr_sample_host_args *w, size_t s, size_t first_slot)
+{
+    const psr_sample_args *sa = &run->args[s];
+    const shards_logprobs *lp = run->lp;
+    const cl_mem *m = run->shared;
+    psr_logprobs_args *a = &run->lp_args[s];
+    psr_logprobs_args_init(a, sizeof *a);
+    a->rows = run->rows, a->vocab = sa->vocab, a->logits = sa->logits, a->logits_dtype = sa->logits_dtype;
+    a->logits_offset = sa->logits_offset, a->row_stride = sa->row_stride, a->temperatures = sa->temperatures;
+    a->tokens = m[D_TOKENS], a->tokens_dtype = w->tokens_dtype;
+    a->top_n = lp->top_n, a->flags = lp->raw ? PSR_LOGPROBS_RAW : 0;
+    if (!lp->raw) {
+        a->top_k = sa->top_k, a->top_p = sa->top_p, a->min_p = sa->min_p;
+        a->all_top_k = sa->all_top_k, a->all_top_p = sa->all_top_p, a->all_min_p = sa->all_min_p;
+        a->shard_filter_state = sa->shard_filter_state;
+    }
+    a->token_logprobs = m[D_LOGPROBS], a->token_ranks = m[D_RANKS];
+    a->top_ids = lp->top_n ? m[D_TOP_IDS] : NULL, a->top_logprobs = lp->top_n ? m[D_TOP_LOGPROBS] : NULL;
+    a->shard_count = run->count, a->shard_index = s, a->vocab_offset = sa->vocab_offset;
+    a->vocab_total = sa->vocab_total, a->shard_slot = first_slot, a->shard_slots = run->slots;
+    a->shard_token_keys = run->own[OWN * s + O_KEYS], a->shard_partials = m[D_PARTIALS];
 }
 
 /* The partials of round r reduced element-wise over the shards (round 0
  * by maximum, later rounds by sum) into the shared `reduced` buffer. */
-static psr_status reduce_round(filter_run *run, size_t r, uint64_t *sum, uint64_t *part)
+static psr_status reduce_round(shard_run *run, size_t r, uint64_t *sum, uint64_t *part)
 {
     cl_command_queue q = cli_queue(run->ctx);
     memset(sum, 0, run->words * 8);
     for (size_t s = 0; s < run->count; s++) {
-        cl_int err = clEnqueueReadBuffer(q, run->own[2 * s], CL_TRUE, 0, run->words * 8, part, 0, NULL, NULL);
+        cl_int err = clEnqueueReadBuffer(q, run->own[OWN * s + O_PARTIAL], CL_TRUE, 0, run->words * 8, part, 0,
+                                         NULL, NULL);
         if (err != CL_SUCCESS)
             return opencl_failed("reading a shard's filter partial", err);
         for (size_t i = 0; i < run->words; i++)
@@ -233,7 +287,7 @@ static psr_status reduce_round(filter_run *run, size_t r, uint64_t *sum, uint64_
 
 /* Rounds 0 .. rounds of psr_shard_filter_round on every shard, reduced
  * on the host between rounds, as an all-reduce across devices would. */
-static psr_status filter_rounds(filter_run *run)
+static psr_status filter_rounds(shard_run *run)
 {
     size_t rounds = 0;
     psr_status st = psr_shard_filter_rounds(run->ctx, &run->args[0], &rounds);
@@ -245,7 +299,7 @@ static psr_status filter_rounds(filter_run *run)
             psr_shard_filter_args fa;
             psr_shard_filter_args_init(&fa, sizeof fa);
             fa.sample = &run->args[s], fa.round = r;
-            fa.reduced = run->shared[D_REDUCED], fa.partial = run->own[2 * s];
+            fa.reduced = run->shared[D_REDUCED], fa.partial = run->own[OWN * s + O_PARTIAL];
             st = psr_shard_filter_round(run->ctx, &fa, NULL);
         }
         if (st == PSR_OK && r < rounds)
@@ -256,7 +310,7 @@ static psr_status filter_rounds(filter_run *run)
 }
 
 /* Every shard's psr_sample into the records, read back and combined. */
-static psr_status sample_and_combine(filter_run *run, const psr_sample_host_args *whole)
+static psr_status sample_and_combine(shard_run *run, const psr_sample_host_args *whole)
 {
     psr_status st = PSR_OK;
     for (size_t s = 0; st == PSR_OK && s < run->count; s++)
@@ -276,24 +330,114 @@ static psr_status sample_and_combine(filter_run *run, const psr_sample_host_args
     return st;
 }
 
-psr_status shards_sample_filtered(psr_context *ctx, const psr_sample_host_args *whole, size_t count,
-                                  const size_t *bounds)
+/* Round 0 on every shard, then its keys reduced by maximum into the
+ * shared keys, which rounds 1 and 2 read on every shard. */
+static psr_status reduce_keys(shard_run *run)
 {
-    filter_run *run = calloc(1, sizeof *run);
+    cl_command_queue q = cli_queue(run->ctx);
+    uint32_t *max = calloc(run->rows, 4), *mine = malloc(run->rows * 4);
+    psr_status st = max && mine ? PSR_OK
+                                : cli_fail(PSR_ERR_OUT_OF_HOST_MEMORY, "cannot allocate the keys of %zu rows",
+                                           run->rows);
+    for (size_t s = 0; st == PSR_OK && s < run->count; s++) {
+        st = psr_logprobs_shard_round(run->ctx, &run->lp_args[s], 0, NULL);
+        cl_int err = st == PSR_OK ? clEnqueueReadBuffer(q, run->own[OWN * s + O_KEYS], CL_TRUE, 0, run->rows * 4,
+                                                        mine, 0, NULL, NULL)
+                                  : CL_SUCCESS;
+        if (err != CL_SUCCESS)
+            st = opencl_failed("reading a shard's logprob keys", err);
+        for (size_t r = 0; st == PSR_OK && r < run->rows; r++)
+            max[r] = mine[r] > max[r] ? mine[r] : max[r];
+        run->lp_args[s].shard_token_keys = run->shared[D_KEYS];
+    }
+    if (st == PSR_OK) {
+        cl_int err = clEnqueueWriteBuffer(q, run->shared[D_KEYS], CL_TRUE, 0, run->rows * 4, max, 0, NULL, NULL);
+        st = err == CL_SUCCESS ? PSR_OK : opencl_failed("writing the reduced logprob keys", err);
+    }
+    free(max), free(mine);
+    return st;
+}
+
+/* The tokens drawn uploaded; round 0 and its keys' reduction; round 1 on
+ * every shard into the one partials buffer (as an all-gather would leave
+ * it); round 2 on shard 0 alone, since every shard writes the same; the
+ * outputs read back. */
+static psr_status logprobs_rounds(shard_run *run, const psr_sample_host_args *whole)
+{
+    cl_command_queue q = cli_queue(run->ctx);
+    const shards_logprobs *lp = run->lp;
+    size_t rows = run->rows, top = rows * (size_t)lp->top_n * 4;
+    size_t token_bytes = rows * (whole->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4);
+    cl_int err = clEnqueueWriteBuffer(q, run->shared[D_TOKENS], CL_TRUE, 0, token_bytes, whole->tokens, 0, NULL,
+                                      NULL);
+    psr_status st = err == CL_SUCCESS ? reduce_keys(run) : opencl_failed("writing the sampled tokens", err);
+    for (size_t s = 0; st == PSR_OK && s < run->count; s++)
+        st = psr_logprobs_shard_round(run->ctx, &run->lp_args[s], 1, NULL);
+    if (st == PSR_OK)
+        st = psr_logprobs_shard_round(run->ctx, &run->lp_args[0], 2, NULL);
+    const struct { int buffer; size_t bytes; void *host; } out[] = {
+        {D_LOGPROBS, rows * 4, lp->token_logprobs}, {D_RANKS, rows * 4, lp->token_ranks},
+        {D_TOP_IDS, top, lp->top_ids}, {D_TOP_LOGPROBS, top, lp->top_logprobs}};
+    for (size_t i = 0; st == PSR_OK && err == CL_SUCCESS && i < sizeof out / sizeof out[0]; i++)
+        if (out[i].bytes)
+            err = clEnqueueReadBuffer(q, run->shared[out[i].buffer], CL_TRUE, 0, out[i].bytes, out[i].host, 0,
+                                      NULL, NULL);
+    return st == PSR_OK && err != CL_SUCCESS ? opencl_failed("reading the logprobs", err) : st;
+}
+
+/* The sharded call on device buffers: the filters' rounds when filtered,
+ * the tokens, then (lp) their logprobs. */
+static psr_status run_shards(psr_context *ctx, const psr_sample_host_args *whole, size_t count,
+                             const size_t *bounds, const shards_logprobs *lp)
+{
+    shard_run *run = calloc(1, sizeof *run);
     if (!run)
         return cli_fail(PSR_ERR_OUT_OF_HOST_MEMORY, "cannot allocate the state of %zu shards", count);
-    run->ctx = ctx, run->count = count, run->rows = whole->rows;
-    run->words = whole->rows * PSR_SHARD_FILTER_WORDS;
+    run->ctx = ctx, run->count = count, run->rows = whole->rows, run->lp = lp;
+    run->words = whole->rows * PSR_SHARD_FILTER_WORDS, run->filtered = shards_filtered(whole);
+    size_t first_slot[PSR_MAX_SHARDS];
+    for (size_t s = 0; lp && s < count; s++)
+        first_slot[s] = run->slots, run->slots += psr_logprobs_shard_slots(bounds[s + 1] - bounds[s]);
+    run->slot_bytes = lp ? psr_logprobs_shard_slot_bytes(whole->rows, lp->top_n) : 0;
     psr_status st = make_buffers(run, whole);
-    for (size_t s = 0; st == PSR_OK && s < count; s++)
+    for (size_t s = 0; st == PSR_OK && s < count; s++) {
         shard_args(run, whole, s, bounds);
-    if (st == PSR_OK)
+        if (lp)
+            logprobs_args(run, whole, s, first_slot[s]);
+    }
+    if (st == PSR_OK && run->filtered)
         st = filter_rounds(run);
     if (st == PSR_OK)
         st = sample_and_combine(run, whole);
+    if (st == PSR_OK && lp)
+        st = logprobs_rounds(run, whole);
     clFinish(cli_queue(ctx)); /* nothing may still use the buffers below */
     cli_release_buffers(run->shared, D_SHARED);
-    cli_release_buffers(run->own, 2 * count);
+    cli_release_buffers(run->own, OWN * count);
     free(run);
     return st;
+}
+
+psr_status shards_sample_filtered(psr_context *ctx, const psr_sample_host_args *whole, size_t count,
+                                  const size_t *bounds)
+{
+    return run_shards(ctx, whole, count, bounds, NULL);
+}
+
+psr_status shards_sample_logprobs(psr_context *ctx, const psr_sample_host_args *whole, size_t count,
+                                  const size_t *bounds, const shards_logprobs *lp)
+{
+    return run_shards(ctx, whole, count, bounds, lp);
+}
+
+int shards_logprobs_fit(const char *command, size_t count, const size_t *bounds)
+{
+    size_t slots = 0;
+    for (size_t s = 0; s < count; s++)
+        slots += psr_logprobs_shard_slots(bounds[s + 1] - bounds[s]);
+    if (slots <= PSR_LOGPROBS_MAX_SLOTS)
+        return CLI_OK;
+    return cli_usage_error(command, "--logprobs with --shards: the shards span %zu blocks of at most 16,384 "
+                           "tokens (each shard starts its own), above the %d the logprobs' exchange holds; give "
+                           "fewer shards", slots, PSR_LOGPROBS_MAX_SLOTS);
 }

@@ -50,6 +50,29 @@ bool shards_filtered(const psr_sample_host_args *a);
 psr_status shards_sample_filtered(psr_context *ctx, const psr_sample_host_args *whole, size_t count,
                                   const size_t *bounds);
 
+/* --logprobs N with --shards: what to compute and where it goes on the
+ * host ([rows], and [rows, top_n] for the top ids and logprobs). */
+typedef struct shards_logprobs {
+    int top_n;
+    bool raw; /* PSR_LOGPROBS_RAW: no temperature and no filters */
+    float *token_logprobs, *top_logprobs;
+    int32_t *token_ranks, *top_ids;
+} shards_logprobs;
+
+/* CLI_OK when the shards' logprobs fit one exchange (the sum of
+ * psr_logprobs_shard_slots over the shards at most
+ * PSR_LOGPROBS_MAX_SLOTS), else CLI_USAGE after a message. */
+int shards_logprobs_fit(const char *command, size_t count, const size_t *bounds);
+
+/* shards_sample_filtered, filters or not, then the tokens' logprobs in
+ * the same shards on the same buffers: the three rounds of
+ * psr_logprobs_shard_round on every shard, the keys reduced by maximum on
+ * the host and every shard's partials written into one buffer; the
+ * filters' thresholds are the ones the sampling's rounds found. The same
+ * checks to make first as there. */
+psr_status shards_sample_logprobs(psr_context *ctx, const psr_sample_host_args *whole, size_t count,
+                                  const size_t *bounds, const shards_logprobs *lp);
+
 /* whole's columns of shard s of `count` over `bounds` (whole: rows of
  * `vocab` logits): the logits from column bounds[s], vocab the shard's
  * width, row_stride whole's row, the shard fields; outputs as whole's. */
