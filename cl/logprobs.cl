@@ -593,15 +593,19 @@ inline void psr_lp_row(const psr_logprobs_params p, __global const int *tokens, 
         valid = tok >= 0 && (uint)tok < p.vocab;
         tv = psr_lp_read_f(token_value + row, published);
     }
+    bool packed = p.top_slot_step == top_n; /* one call's lists, back to back: no division */
     for (uint c = lid; c < cands; c += PSR_VWG) {
-        uint b = c / top_n;
-        ulong at = top_at + b * p.top_slot_step + (c - b * top_n);
+        ulong at = top_at + c;
+        if (!packed) {
+            uint b = c / top_n;
+            at = top_at + (ulong)b * p.top_slot_step + (c - b * top_n);
+        }
         cv[c] = psr_lp_read_f(top_v + at, published);
         ci[c] = psr_lp_read_u(top_i + at, published);
     }
     for (uint b = lid; b < blocks; b += PSR_VWG) {
-        l->parts[b] = psr_lse_partial(lse_in, part_at + b * p.lse_slot_step, published);
-        l->beats[b] = psr_lp_read_u(beat_in + part_at + b * p.beat_slot_step, published);
+        l->parts[b] = psr_lse_partial(lse_in, part_at + (ulong)b * p.lse_slot_step, published);
+        l->beats[b] = psr_lp_read_u(beat_in + part_at + (ulong)b * p.beat_slot_step, published);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid == 0) {
