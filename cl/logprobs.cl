@@ -229,15 +229,6 @@ inline void psr_lp_row_scale(__global const int *row_request, uint requests, __g
     *cut = psr_lp_cut(cuts, row, raw, *t);
 }
 
-/* A token's value as a shard's key: an unsigned integer of the same order,
- * never 0 (0: the shard does not hold the token). -0 keeps its sign, so
- * psr_unordered gives back the very bits. */
-inline uint psr_lp_key(float v)
-{
-    uint b = as_uint(v);
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
 /* The row's temperature and filter, and the block's lanes (sb of the row
  * at src); returns the sampled token's value. With shards the value comes
  * from the reduced keys (token_keys), as only its shard can read it. */
@@ -713,7 +704,7 @@ __kernel void psr_logprobs_token_key(const psr_logprobs_params p, __global const
     uint key = 0;
     if (local_id >= 0 && local_id < (long)p.vocab) {
         __global const psr_logit_t *src = logits + p.logits_offset + (ulong)row * p.row_stride;
-        key = psr_lp_key(psr_lp_value(psr_load_logit(src, (ulong)local_id), divide, t, r, cut));
+        key = psr_value_key(psr_lp_value(psr_load_logit(src, (ulong)local_id), divide, t, r, cut));
     }
     token_keys[row] = key;
 }

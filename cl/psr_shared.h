@@ -112,6 +112,28 @@ typedef struct psr_logprobs_params {
     psr_uint32_t top_row_step, top_slot_step;
 } psr_logprobs_params;
 
+/* psr_verify_shard_keys, _stats, _sample and _finish (cl/verify_shards.cl). */
+typedef struct psr_verify_shard_params {
+    psr_uint64_t logits_offset;
+    psr_uint64_t row_stride;
+    psr_uint32_t vocab;          /* this shard's columns */
+    psr_uint32_t vocab_total;
+    psr_uint32_t token_base;     /* global id of the shard's first column */
+    psr_uint32_t rows;
+    psr_uint32_t requests;
+    psr_uint32_t greedy_all;     /* PSR_VERIFY_GREEDY */
+    psr_uint32_t cache_k;        /* draft cache rows per request; 0: one-hot drafts */
+    psr_uint32_t first_slot;     /* this shard's first slot */
+    psr_uint32_t slots;          /* every shard's slots */
+    psr_uint32_t slot_words;     /* 4-byte words from a slot to the next */
+    psr_uint32_t cols;           /* output tokens per request: max_drafts + 1 */
+    psr_uint32_t tokens64;
+    psr_uint32_t shard_tag;      /* the records' flags: index << 16 | count << 24 */
+    psr_uint32_t records_offset; /* records before request 0's: shard_index x requests */
+    psr_uint32_t shards;         /* shard_count */
+    psr_uint32_t unused;
+} psr_verify_shard_params;
+
 /* psr_verify's state lives in one buffer of regions; psr_verify_params.at
  * holds each region's byte offset (PSR_VS_NONE: the kernel gets NULL).
  * Regions from PSR_VS_DONE to PSR_VS_BEST_COUNT hold launch-numbered

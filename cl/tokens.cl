@@ -121,6 +121,16 @@ inline float psr_unordered(uint o)
     return as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
 }
 
+/* A value as a shard's key for a reduction by maximum: an unsigned integer
+ * of the same order, 0 only for one NaN pattern (0: the shard does not
+ * hold the token, read back as that NaN). -0 keeps its sign, so
+ * psr_unordered gives back the very bits. */
+inline uint psr_value_key(float v)
+{
+    uint b = as_uint(v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
 /* A score as psr_shard_record.value: the order of the scores, as an
  * unsigned integer (fp32 scores in the high half). */
 inline ulong psr_record_value(psr_acc_t v)

@@ -312,9 +312,10 @@ inline void psr_count_row(__global const psr_logit_t *logits, ulong logits_offse
 }
 
 /* The group's argmax from each work-item's (bv, bi), published at *best,
- * *best_i. Every work-item calls it (barriers). */
+ * *best_i, the index plus id_base (a shard's first token). Every
+ * work-item calls it (barriers). */
 inline void psr_stats_publish_best(float bv, uint bi, uint lid, __local float *lbv, __local uint *lbi,
-                                   __global float *best, __global uint *best_i)
+                                   __global float *best, __global uint *best_i, uint id_base)
 {
     lbv[lid] = bv;
     lbi[lid] = bi;
@@ -327,7 +328,7 @@ inline void psr_stats_publish_best(float bv, uint bi, uint lid, __local float *l
     }
     if (lid == 0) {
         psr_publish((__global uint *)best, as_uint(lbv[0]));
-        psr_publish(best_i, lbi[0]);
+        psr_publish(best_i, lbi[0] == 0xffffffffu ? lbi[0] : lbi[0] + id_base);
     }
 }
 
@@ -372,13 +373,14 @@ inline void psr_stats_lse_lanes(bool is_draft, __global const psr_logit_t *src, 
 
 /* A statistics group's partial of the super-block at `base`, from the
  * lanes it loads and uses here: greedy (!scale), the argmax at *best,
- * *best_i; else the log-sum-exp of logits / T at *part (divide: T is not
- * 1; r its reciprocal). Every work-item calls it (barriers). */
+ * *best_i (its index plus id_base); else the log-sum-exp of logits / T at
+ * *part (divide: T is not 1; r its reciprocal). Every work-item calls it
+ * (barriers). */
 inline void psr_stats_partial(bool scale, bool is_draft, __global const psr_logit_t *src, __global const float *q,
                               bool aligned, bool full, uint base, uint vocab, uint lid, bool divide, float t,
                               float r, __local float *lm, __local float *ls, __local float *lbv,
                               __local uint *lbi, __global float *best, __global uint *best_i,
-                              __global float2 *part)
+                              __global float2 *part, uint id_base)
 {
     uint steps[PSR_LPT];
     for (uint l = 0; l < PSR_LPT; l++)
@@ -431,7 +433,7 @@ inline void psr_stats_partial(bool scale, bool is_draft, __global const psr_logi
             if (psr_better(x.s3, i + 3, bv, bi))
                 bv = x.s3, bi = i + 3;
         }
-        psr_stats_publish_best(bv, bi, lid, lbv, lbi, best, best_i);
+        psr_stats_publish_best(bv, bi, lid, lbv, lbi, best, best_i, id_base);
     } else {
         /* Each lane's max of logits / T, then its exp sums against it. */
 #if PSR_LPT == 1
@@ -525,7 +527,7 @@ inline void psr_stats_group(__global const psr_logit_t *logits, ulong logits_off
     bool aligned = is_draft ? ((size_t)q & 15) == 0
                             : ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     psr_stats_partial(scale, is_draft, src, q, aligned, full, base, vocab, lid, divide, t, r, lm, ls, lbv, lbi,
-                      t_best + at, t_best_i + at, (is_draft ? q_lse : t_lse) + at);
+                      t_best + at, t_best_i + at, (is_draft ? q_lse : t_lse) + at, 0);
 
     if (lid == 0 && decide)
         psr_count_row(logits, logits_offset, row_stride, vocab, nsb, order, temperatures, seeds,
@@ -1166,3 +1168,5 @@ void psr_verify_finalize(const psr_verify_params p, __global const psr_acc_t *pa
                      NULL, 0, tokens, tokens64, num_sampled);
 }
 #endif
+
+#include "verify_shards.cl"

@@ -600,6 +600,24 @@ typedef struct psr_verify_args {
     const cl_event *event_wait_list;
     /* Added in 0.2 (a 0.1-layout caller gets the defaults). */
     psr_noise noise;            /* of the residual and bonus sampling; default PSR_NOISE_FP32 */
+    /* Added in 0.3: one shard of a vocabulary split across devices or
+     * processes, through psr_verify_shard_round (psr_verify refuses
+     * shards; docs/sharded.md). `vocab`, target_logits and draft_cache
+     * hold this shard's columns; draft_tokens and the output tokens are
+     * global ids. */
+    size_t shard_count;         /* shards of the vocabulary, 1 .. PSR_MAX_SHARDS; 0: not sharded */
+    size_t shard_index;         /* this shard, < shard_count */
+    size_t vocab_offset;        /* global id of this shard's first token */
+    size_t vocab_total;         /* the whole vocabulary */
+    size_t shard_slot;          /* this shard's first slot: the sum of psr_logprobs_shard_slots()
+                                   over the shards before it */
+    size_t shard_slots;         /* the slots of all shards */
+    cl_mem shard_keys;          /* uint32 [2 rows + 1]: round 0 writes this shard's, which the
+                                   app reduces by maximum across shards before round 1 */
+    cl_mem shard_partials;      /* shard_slots slots of psr_verify_shard_slot_bytes() each:
+                                   round 1 writes this shard's, which the app gathers */
+    cl_mem shard_records;       /* psr_shard_record [shard_count, requests]: round 2 writes row
+                                   shard_index, which the app gathers */
 } psr_verify_args;
 
 PSR_API psr_status psr_verify_args_init(psr_verify_args *args, size_t struct_size);
@@ -610,6 +628,27 @@ PSR_API psr_status psr_verify_args_init(psr_verify_args *args, size_t struct_siz
  * is written to tokens or num_sampled and args->status says why.
  * *event (may be NULL) receives an event the caller releases. */
 PSR_API psr_status psr_verify(psr_context *ctx, const psr_verify_args *args, cl_event *event);
+
+/* Verification across vocabulary shards: PSR_VERIFY_SHARD_ROUNDS rounds,
+ * every shard calling psr_verify_shard_round with the same args (shard
+ * fields set) for round 0 .. 3, the app moving bytes between them:
+ *   0: writes shard_keys (per row the draft token's target and draft
+ *      logits where this shard holds the token, and the inputs' check);
+ *      reduce them element-wise by maximum (uint32) across shards.
+ *   1: writes this shard's slots of shard_partials (one per 16,384 tokens
+ *      of the shard, as for logprobs); gather every shard's slots.
+ *   2: writes this shard's row of shard_records (the residual or bonus
+ *      token of each request over its columns); gather every shard's.
+ *   3: writes tokens, num_sampled and status, the same on every shard.
+ * Shards whose first tokens are multiples of 16,384 give the tokens of
+ * the unsharded psr_verify, bit for bit; other splits the same up to
+ * floating-point near-ties of the acceptance test. */
+#define PSR_VERIFY_SHARD_ROUNDS 4
+
+/* Bytes of one slot for `rows` target rows: 24 rows, rounded up to 16. */
+PSR_API size_t psr_verify_shard_slot_bytes(size_t rows);
+PSR_API psr_status psr_verify_shard_round(psr_context *ctx, const psr_verify_args *args, unsigned round,
+                                          cl_event *event);
 
 /* psr_verify on host arrays, blocking. Draft tokens, positions and
  * temperatures are checked on the host first (PSR_ERR_TOKEN_RANGE,

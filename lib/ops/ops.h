@@ -114,5 +114,16 @@ psr_status psr_warm_launch_verify(psr_context *ctx, unsigned flags, psr_dtype dt
 
 /* The host check of args->cu against requests, rows, max_drafts and the draft cache. */
 psr_status psr_verify_check_cu(psr_context *ctx, const psr_verify_args *args);
+/* A verify call's own copy of the caller's args, checked (verify.c), and
+ * whether the caller has the 0.1 layout. */
+psr_status psr_verify_read_args(psr_context *ctx, const psr_verify_args *args, const char *call,
+                                psr_verify_args *a, unsigned *flags);
+bool psr_verify_legacy_layout(const psr_verify_args *a);
+/* Uploads cu, the row-to-request map and the statistics' row order into
+ * ctx->verify_layout (or keeps the last upload of the same cu). */
+psr_status psr_verify_upload_layout(psr_context *ctx, const psr_verify_args *a);
+/* The shard fields of a verify call (shard_verify.c): all unset, or a
+ * shard that fits its vocabulary and slots, with its buffers. */
+psr_status psr_verify_check_shard(psr_context *ctx, const psr_verify_args *a);
 
 #endif

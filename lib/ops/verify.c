@@ -83,6 +83,8 @@ static psr_status check_args(psr_context *ctx, const psr_verify_args *a, unsigne
             "args->event_wait_list is NULL but args->num_events_in_wait_list is %u",
             a->num_events_in_wait_list);
     st = psr_verify_check_cu(ctx, a);
+    if (st == PSR_OK)
+        st = psr_verify_check_shard(ctx, a);
     if (st != PSR_OK)
         return st;
 
@@ -115,7 +117,7 @@ static psr_status check_args(psr_context *ctx, const psr_verify_args *a, unsigne
  * or reuses the last upload when cu is the same (steady decoding repeats
  * its layout). The buffers are never written after creation, so reuse is
  * safe while kernels run. */
-static psr_status upload_layout(psr_context *ctx, const psr_verify_args *a)
+psr_status psr_verify_upload_layout(psr_context *ctx, const psr_verify_args *a)
 {
     size_t cu_bytes = (a->requests + 1) * sizeof(int32_t);
     if (ctx->verify_cu && ctx->verify_requests == a->requests &&
@@ -237,6 +239,18 @@ psr_status psr_verify(psr_context *ctx, const psr_verify_args *args, cl_event *e
     return psr_verify_enqueue(ctx, args, NULL, event);
 }
 
+psr_status psr_verify_read_args(psr_context *ctx, const psr_verify_args *args, const char *call,
+                                psr_verify_args *a, unsigned *flags)
+{
+    psr_status st = psr_args_read(ctx, args, &psr_verify_args_layout, call, a);
+    return st == PSR_OK ? check_args(ctx, a, flags) : st;
+}
+
+bool psr_verify_legacy_layout(const psr_verify_args *a)
+{
+    return legacy_layout(a);
+}
+
 /* One call's launch: its geometry, kernels and parameters. */
 typedef struct verify_plan {
     psr_variant v;
@@ -308,7 +322,7 @@ static psr_status reserve(psr_context *ctx, const psr_verify_args *a, verify_pla
         st = psr_reserve_partials(ctx, &pl->v, "psr_verify_finalize", pl->parts, &pl->finalize);
     }
     if (st == PSR_OK)
-        st = upload_layout(ctx, a);
+        st = psr_verify_upload_layout(ctx, a);
     if (st == PSR_OK)
         st = next_epoch(ctx);
     pl->params.epoch = ctx->verify_epoch;
@@ -442,6 +456,9 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *args, cl_
     st = check_args(ctx, &call, &flags);
     if (st != PSR_OK)
         return st;
+    REQUIRE(!call.shard_count, PSR_ERR_INVALID_ARGUMENT,
+            "args->shard_count %zu: verification across shards runs in rounds (psr_verify_shard_round)",
+            call.shard_count);
     const psr_verify_args *a = &call;
     verify_plan pl;
     plan_launch(ctx, a, flags, &pl);

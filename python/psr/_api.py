@@ -128,6 +128,10 @@ class VerifyArgs(ctypes.Structure):
         ("flags", c_uint), ("tokens", _mem), ("tokens_dtype", _enum), ("num_sampled", _mem),
         ("status", _mem), ("effective_noise", c_void_p), ("num_events_in_wait_list", c_uint32),
         ("event_wait_list", c_void_p), ("noise", _enum),
+        # 0.3: one shard of a vocabulary (psr_verify_shard_round)
+        ("shard_count", c_size_t), ("shard_index", c_size_t), ("vocab_offset", c_size_t),
+        ("vocab_total", c_size_t), ("shard_slot", c_size_t), ("shard_slots", c_size_t),
+        ("shard_keys", _mem), ("shard_partials", _mem), ("shard_records", _mem),
     ]
 
 
