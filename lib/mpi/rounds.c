@@ -20,7 +20,7 @@ psr_status psrmpi_fail(psr_context *ctx, int rc, const char *what)
 psr_status psrmpi_begin(mpi_call *c, psr_context *ctx, MPI_Comm comm)
 {
     memset(c, 0, offsetof(mpi_call, all));
-    c->ctx = ctx, c->comm = comm, c->records = NULL, c->flags = NULL, c->inputs_what = NULL;
+    c->ctx = ctx, c->comm = comm, c->records = NULL, c->flags = NULL, c->inputs_what = c->shape_what = NULL;
     if (comm == MPI_COMM_NULL)
         return psr_fail(ctx, PSR_ERR_NULL_ARGUMENT, "comm is MPI_COMM_NULL");
     int rc = MPI_Comm_size(comm, &c->size);
@@ -74,8 +74,8 @@ psr_status psrmpi_judge_agreement(const mpi_call *c)
                 "the noise: rank %d sampled with noise %d, rank 0 with %d (a device without fp64 falls back "
                 "to PSR_NOISE_WIDE: ask every rank for one noise its device has)",
                 r, (int)b->noise, (int)a->noise);
-        REQUIRE(b->top_n == a->top_n, PSR_ERR_SHARD_MISMATCH, "args->top_n: rank %d has %u, rank 0 has %u", r,
-                b->top_n, a->top_n);
+        REQUIRE(b->shape == a->shape, PSR_ERR_SHARD_MISMATCH, "%s: rank %d has %u, rank 0 has %u",
+                c->shape_what ? c->shape_what : "the shape", r, b->shape, a->shape);
         REQUIRE(b->inputs == a->inputs, PSR_ERR_SHARD_MISMATCH, "%s: rank %d's differ from rank 0's",
                 c->inputs_what ? c->inputs_what : "the inputs", r);
     }
@@ -264,4 +264,27 @@ psr_status psrmpi_agree(mpi_call *c, psr_status st, const char *what)
     if (rc != MPI_SUCCESS)
         return psrmpi_fail(c->ctx, rc, "MPI_Allreduce of the ranks' status");
     return first < c->size ? psr_fail(c->ctx, PSR_ERR_COLLECTIVE, "rank %d failed %s", first, what) : PSR_OK;
+}
+
+psr_status psrmpi_round_exchange(mpi_call *c, cl_command_queue q, psr_status st, cl_event done, cl_mem m, void *host,
+                                 size_t total, bool reduce, const int *counts, const int *displs, const char *what)
+{
+    size_t at = reduce ? 0 : (size_t)displs[c->rank], bytes = reduce ? total : (size_t)counts[c->rank];
+    cl_int err = CL_SUCCESS;
+    if (st == PSR_OK)
+        err = clEnqueueReadBuffer(q, m, CL_TRUE, at, bytes, (unsigned char *)host + at, done ? 1 : 0,
+                                  done ? &done : NULL, NULL);
+    if (done)
+        clReleaseEvent(done);
+    if (st == PSR_OK && err != CL_SUCCESS)
+        st = psr_fail_cl(c->ctx, err, "reading %s", what);
+    st = psrmpi_agree(c, st, what);
+    if (st != PSR_OK)
+        return st;
+    int rc = reduce ? MPI_Allreduce(MPI_IN_PLACE, host, (int)(total / 4), MPI_UINT32_T, MPI_MAX, c->comm)
+                    : MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host, counts, displs, MPI_BYTE, c->comm);
+    if (rc != MPI_SUCCESS)
+        return psrmpi_fail(c->ctx, rc, reduce ? "MPI_Allreduce of a round's keys" : "MPI_Allgatherv of a round's parts");
+    err = clEnqueueWriteBuffer(q, m, CL_TRUE, 0, total, host, 0, NULL, NULL);
+    return err == CL_SUCCESS ? PSR_OK : psr_fail_cl(c->ctx, err, "writing back %s", what);
 }

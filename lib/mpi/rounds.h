@@ -19,7 +19,7 @@ typedef struct shard_header {
     int32_t status;   /* psr_status of this rank's own part */
     int32_t noise;    /* the noise the shard was sampled with, after the fp64 policy (logprobs: 0) */
     uint32_t flags;   /* PSR_SAMPLE_* or PSR_LOGPROBS_* */
-    uint32_t top_n;   /* logprobs' top_n (sampling: 0) */
+    uint32_t shape;   /* logprobs: top_n; verification: max_drafts; sampling: 0 */
     uint64_t rows, vocab_offset, vocab, vocab_total;
     uint64_t inputs;  /* hash of inputs every rank must share (mpi_call.inputs_what), or 0 */
 } shard_header;
@@ -31,6 +31,7 @@ typedef struct mpi_call {
     int size, rank;
     size_t rows;
     const char *inputs_what; /* what shard_header.inputs hashes, for the message */
+    const char *shape_what;  /* what shard_header.shape holds, for the message */
     shard_header mine;
     shard_header all[PSR_MAX_SHARDS];
     psr_shard_record *records; /* [size, rows]: this rank's at rank * rows, then every rank's */
@@ -62,6 +63,14 @@ psr_status psrmpi_exchange_headers(mpi_call *c);
 /* Every rank's status st, reduced: st where this rank failed, else
  * PSR_ERR_COLLECTIVE naming the lowest rank that did (`what`: the step). */
 psr_status psrmpi_agree(mpi_call *c, psr_status st, const char *what);
+/* After a round that wrote this rank's part of device buffer m (st its
+ * status, done its event, released here): every rank's parts, through
+ * host memory `host` of `total` bytes. reduce: the whole buffer, uint32
+ * words reduced by MPI_MAX; else each rank's part (counts[r] bytes at
+ * displs[r]) gathered by MPI_Allgatherv. The ranks first agree that all
+ * got there; m then holds the result. */
+psr_status psrmpi_round_exchange(mpi_call *c, cl_command_queue q, psr_status st, cl_event done, cl_mem m, void *host,
+                                 size_t total, bool reduce, const int *counts, const int *displs, const char *what);
 /* FNV-1a over bytes, continuing from h. */
 uint64_t psrmpi_hash(uint64_t h, const void *p, size_t n);
 /* The caller's args struct must be exactly this library's size: the

@@ -149,44 +149,20 @@ static psr_status place_slots(mpi_call *c, lp_call *l)
     return st;
 }
 
-/* Round r on this rank, then its bytes read back: the keys (round 0)
- * or this rank's slots (round 1). */
-static psr_status round_here(mpi_call *c, lp_call *l, unsigned r)
-{
-    cl_event done = NULL;
-    psr_status st = psr_logprobs_shard_round(c->ctx, &l->a, r, &done);
-    if (st != PSR_OK)
-        return st;
-    int rank = c->rank;
-    cl_int err = r == 0 ? clEnqueueReadBuffer(l->d.queue, l->a.shard_token_keys, CL_TRUE, 0, l->a.rows * 4, l->keys,
-                                              1, &done, NULL)
-                        : clEnqueueReadBuffer(l->d.queue, l->a.shard_partials, CL_TRUE, (size_t)l->displs[rank],
-                                              (size_t)l->counts[rank], l->partials + l->displs[rank], 1, &done, NULL);
-    clReleaseEvent(done);
-    return err == CL_SUCCESS ? PSR_OK : psr_fail_cl(c->ctx, err, "psr_mpi_logprobs: reading round %u", r);
-}
-
 /* Rounds 0 and 1 with their collectives, the results back on the device. */
 static psr_status exchange_rounds(mpi_call *c, lp_call *l)
 {
-    psr_status st = PSR_OK;
-    for (unsigned r = 0; r < 2 && st == PSR_OK; r++) {
-        st = psrmpi_agree(c, round_here(c, l, r), r == 0 ? "in round 0 (the token keys)" : "in round 1 (the slots)");
-        if (st != PSR_OK)
-            return st;
-        int rc = r == 0 ? MPI_Allreduce(MPI_IN_PLACE, l->keys, (int)l->a.rows, MPI_UINT32_T, MPI_MAX, c->comm)
-                        : MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, l->partials, l->counts, l->displs,
-                                         MPI_BYTE, c->comm);
-        if (rc != MPI_SUCCESS)
-            return psrmpi_fail(c->ctx, rc, r == 0 ? "MPI_Allreduce of the token keys" : "MPI_Allgatherv of the slots");
-        cl_int err = r == 0 ? clEnqueueWriteBuffer(l->d.queue, l->a.shard_token_keys, CL_TRUE, 0, l->a.rows * 4,
-                                                   l->keys, 0, NULL, NULL)
-                            : clEnqueueWriteBuffer(l->d.queue, l->a.shard_partials, CL_TRUE, 0,
-                                                   l->a.shard_slots * l->slot_bytes, l->partials, 0, NULL, NULL);
-        if (err != CL_SUCCESS)
-            st = psr_fail_cl(c->ctx, err, "psr_mpi_logprobs: writing round %u's reduction", r);
-    }
-    return st;
+    cl_event done = NULL;
+    psr_status st = psr_logprobs_shard_round(c->ctx, &l->a, 0, &done);
+    st = psrmpi_round_exchange(c, l->d.queue, st, done, l->a.shard_token_keys, l->keys, l->a.rows * 4, true, NULL,
+                               NULL, "in round 0 (the token keys)");
+    if (st != PSR_OK)
+        return st;
+    done = NULL;
+    st = psr_logprobs_shard_round(c->ctx, &l->a, 1, &done);
+    return psrmpi_round_exchange(c, l->d.queue, st, done, l->a.shard_partials, l->partials,
+                                 l->a.shard_slots * l->slot_bytes, false, l->counts, l->displs,
+                                 "in round 1 (the slots)");
 }
 
 psr_status psr_mpi_logprobs(psr_context *ctx, MPI_Comm comm, const psr_logprobs_args *args, cl_event *event)
@@ -198,11 +174,12 @@ psr_status psr_mpi_logprobs(psr_context *ctx, MPI_Comm comm, const psr_logprobs_
     if (st != PSR_OK)
         return st;
     c.inputs_what = "args->tokens";
+    c.shape_what = "args->top_n";
     lp_call l;
     memset(&l, 0, sizeof l);
     st = prepare(&c, args, &l);
     const psr_logprobs_args *a = &l.a;
-    c.mine.status = st, c.mine.flags = a->flags, c.mine.top_n = (uint32_t)a->top_n, c.mine.rows = a->rows;
+    c.mine.status = st, c.mine.flags = a->flags, c.mine.shape = (uint32_t)a->top_n, c.mine.rows = a->rows;
     c.mine.vocab_offset = a->vocab_offset, c.mine.vocab = a->vocab, c.mine.vocab_total = a->vocab_total;
     st = psrmpi_exchange_headers(&c);
     if (st == PSR_OK) {
