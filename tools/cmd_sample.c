@@ -702,7 +702,7 @@ static int sample_in_process(const sample_options *o, sample_rows *in)
     if (rc == CLI_OK && o->shards.count)
         rc = shards_bounds("sample", "--shards", &o->shards, in->vocab, in->bounds);
     if (rc == CLI_OK && o->shards.count && o->logprobs >= 0)
-        rc = shards_logprobs_fit("sample", o->shards.count, in->bounds);
+        rc = shards_logprobs_fit("sample", "--shards", o->shards.count, in->bounds);
     if (rc == CLI_OK)
         rc = fill_rows(o, in);
     if (rc == CLI_OK)

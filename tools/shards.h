@@ -61,8 +61,9 @@ typedef struct shards_logprobs {
 
 /* CLI_OK when the shards' logprobs fit one exchange (the sum of
  * psr_logprobs_shard_slots over the shards at most
- * PSR_LOGPROBS_MAX_SLOTS), else CLI_USAGE after a message. */
-int shards_logprobs_fit(const char *command, size_t count, const size_t *bounds);
+ * PSR_LOGPROBS_MAX_SLOTS), else CLI_USAGE after a message naming `opt`
+ * ("--shards", "--mpi"). */
+int shards_logprobs_fit(const char *command, const char *opt, size_t count, const size_t *bounds);
 
 /* shards_sample_filtered, filters or not, then the tokens' logprobs in
  * the same shards on the same buffers: the three rounds of
