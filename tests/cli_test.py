@@ -581,7 +581,7 @@ def shards_checks(d):
     check(r.returncode == 2 and "--hidden with --weights is not available with --shards" in r.stderr, "--shards with --hidden")
     filtered = filtered_shards_checks(d)
     logprobs_shards_checks(d)
-    mpi_checks(f32, filtered)
+    mpi_checks(d, f32, filtered)
     r = run("bench", "sample", "--shards", "2", "--shapes", "2x1000", "--iters", "3", "--variants", "fp32,greedy")
     lines = [l.split() for l in r.stdout.splitlines()]
     check(r.returncode == 0 and lines[2][-4:] == ["shard_us", "xshard", "rec_bytes", "gather_bytes"]
@@ -637,7 +637,7 @@ def logprobs_shards_checks(d):
     """psr sample --logprobs N --shards: the unsharded output, byte for byte, on
     shards starting at multiples of 16,384 tokens (a vocabulary of 3 blocks),
     filters and raw logprobs included; elsewhere the same tokens, ranks and top
-    ids; too many blocks, and --logprobs with --mpi, are usage errors."""
+    ids; too many blocks are a usage error."""
     rows, vocab = 4, 40000
     x = shard_rows(13, rows, vocab, 39000)
     f32 = write(d, "shl32.npy", npy_bytes("<f4", (rows, vocab), struct.pack(f"<{rows * vocab}f", *x)))
@@ -668,12 +668,9 @@ def logprobs_shards_checks(d):
     r = run("sample", "--logits", f32, "--logprobs", "1", "--shards", "70")
     check(r.returncode == 2 and "70 blocks" in r.stderr and "64" in r.stderr,
           "sample --logprobs --shards 70 (more than 64 blocks of 16,384 tokens) is a usage error")
-    r = run("sample", "--logits", f32, "--logprobs", "1", "--mpi")
-    named = "--logprobs is not available with --mpi" in r.stderr or "built without MPI" in r.stderr
-    check(r.returncode == 2 and named, "sample --logprobs --mpi is a usage error that names them")
 
 
-def mpi_checks(f32, filtered):
+def mpi_checks(d, f32, filtered):
     """--mpi: a usage error without MPI in the build; under mpirun (where it runs) the unsharded output."""
     import shutil
     r = run("sample", "--logits", f32, "--mpi")
@@ -697,6 +694,44 @@ def mpi_checks(f32, filtered):
     got = subprocess.run([mpirun, "--oversubscribe", "-np", "2", PSR, "sample", "--logits", *filtered, "--mpi"],
                          capture_output=True, text=True, env=env, timeout=300)
     check(got.returncode == 0 and got.stdout == want.stdout, "mpirun -np 2 psr sample --mpi with filters")
+
+    def mpi(np, *args):
+        return subprocess.run([mpirun, "--oversubscribe", "-np", np, PSR, "sample", *args, "--mpi"],
+                              capture_output=True, text=True, env=env, timeout=300)
+    mpi_logprobs_checks(d, mpi)
+
+
+def mpi_logprobs_checks(d, mpi):
+    """--logprobs N --mpi: under mpirun -np 2 over 32,768 tokens (the even split
+    lands on 16,384) the unsharded output byte for byte, filters, raw logprobs
+    and float16 included; over 40,000 tokens the same tokens, ranks and top
+    ids; more blocks than the exchange holds a usage error, said once."""
+    rows, vocab = 3, 32768
+    x = shard_rows(17, rows, vocab, 30000)
+    f32 = write(d, "mpl32.npy", npy_bytes("<f4", (rows, vocab), struct.pack(f"<{rows * vocab}f", *x)))
+    f16 = write(d, "mpl16.npy", npy_bytes("<f2", (rows, vocab), struct.pack(f"<{rows * vocab}e", *x)))
+    common = ["--temperature", "1.5", "--seed", "8", "--logprobs", "5"]
+    filters = ["--top-k", "50", "--top-p", "0.9", "--min-p", "0.02"]
+    for args in ([f32], [f32, *filters, "--json"], [f16, "--raw-logprobs", "--top-p", "0.8", "--json"]):
+        want = run("sample", "--logits", *args, *common)
+        got = mpi("2", "--logits", *args, *common)
+        what = " ".join(["--logprobs 5", *(a for a in args if not a.startswith(d))])
+        check(want.returncode == 0 and got.returncode == 0 and got.stdout == want.stdout,
+              f"mpirun -np 2 psr sample {what} --mpi prints the unsharded output")
+    # rank 1 starts at 20,000: no block bound
+    y = shard_rows(19, rows, 40000, 39000)
+    uneven = write(d, "mplu.npy", npy_bytes("<f4", (rows, 40000), struct.pack(f"<{rows * 40000}f", *y)))
+    want = run("sample", "--logits", uneven, *filters, *common, "--json")
+    got = mpi("2", "--logits", uneven, *filters, *common, "--json")
+    check(want.returncode == 0 and got.returncode == 0
+          and close_logprobs(json.loads(got.stdout), json.loads(want.stdout)),
+          "mpirun -np 2 psr sample --logprobs 5 with filters --mpi over 40,000 tokens: the unsharded tokens, "
+          "ranks, top ids")
+    # 2^20 tokens over 3 ranks: 22 blocks each, above the 64 of the exchange
+    big = write(d, "mplbig.npy", npy_bytes("<f4", (1, 1 << 20), bytes(4 << 20)))
+    r = mpi("3", "--logits", big, "--logprobs", "1")
+    check(r.returncode != 0 and r.stderr.count("--logprobs with --mpi: the shards span 66 blocks") == 1,
+          "mpirun -np 3 psr sample --logprobs --mpi over 2^20 tokens (66 blocks) is a usage error, said once")
 
 
 def one_row_checks(d):

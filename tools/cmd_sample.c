@@ -66,10 +66,13 @@ static void sample_usage(FILE *out)
             "                 the logprobs possibly differing in their last bits (at most 64\n"
             "                 blocks of 16384 tokens, each shard starting its own). Not yet\n"
             "                 with --hidden\n"
-            "  --mpi          under mpirun: each rank is one shard and reads only its\n"
-            "                 columns of --logits; rank 0 prints what the unsharded command\n"
-            "                 does (builds with MPI only; not yet with --logprobs, not with\n"
-            "                 --hidden; filters in rounds across the ranks)\n"
+            "  --mpi          under mpirun: each rank is one shard of an even split (as\n"
+            "                 --shards N with N ranks) and reads only its columns of\n"
+            "                 --logits; rank 0 prints what the unsharded command does\n"
+            "                 (builds with MPI only; not with --hidden). The filters and\n"
+            "                 --logprobs run in rounds across the ranks, the logprobs as\n"
+            "                 with --shards: the same output when every rank's first token\n"
+            "                 is a multiple of 16384, else the same tokens, ranks and top ids\n"
             "  --json         {\"tokens\": [...], \"device\": ..., ...} instead of one token a line\n"
             "                 (with --logprobs: \"logprobs\", \"ranks\" and \"top\": [[[id, logprob],\n"
             "                 ...], ...]; without --json each line is token, logprob, rank,\n"
@@ -197,10 +200,7 @@ static int check_shards(const sample_options *o)
 #endif
     if (!o->mpi && !o->shards.count)
         return -1;
-    /* --shards computes logprobs in its own rounds; the ranks of --mpi do not yet */
-    int rc = shards_refuse("sample", opt, o->mpi && o->logprobs >= 0, "--logprobs");
-    if (rc == CLI_OK)
-        rc = shards_refuse("sample", opt, o->hidden || o->weights, "--hidden with --weights");
+    int rc = shards_refuse("sample", opt, o->hidden || o->weights, "--hidden with --weights");
     return rc == CLI_OK ? -1 : rc;
 }
 
@@ -467,8 +467,10 @@ static psr_status host_logprobs(psr_context *ctx, const sample_options *o, const
 
 #ifdef PSR_CLI_MPI
 /* This rank's shard through psr_mpi_sample_host: the tokens of every
- * shard on every rank. */
-static psr_status mpi_draw(psr_context *ctx, psr_sample_host_args *a, sample_rows *in)
+ * shard on every rank; with `lp` (--logprobs) then their logprobs across
+ * the ranks, on every rank, from the same columns. */
+static psr_status mpi_draw(psr_context *ctx, const sample_options *o, psr_sample_host_args *a, sample_rows *in,
+                           sample_logprobs *lp)
 {
     a->vocab = in->logits.shape[1];
     a->vocab_offset = in->vocab_offset, a->vocab_total = in->vocab;
@@ -476,13 +478,18 @@ static psr_status mpi_draw(psr_context *ctx, psr_sample_host_args *a, sample_row
     psr_status st = cli_mpi_sample(ctx, a);
     for (size_t r = 0; st == PSR_OK && r < in->rows; r++)
         in->no_finite += (in->row_flags[r] & PSR_ROW_NO_FINITE) != 0;
-    return st;
+    /* the sampling fails on every rank or on none, so all ranks get here together */
+    if (st != PSR_OK || !lp)
+        return st;
+    shards_logprobs out = {o->logprobs, o->raw_logprobs, lp->logprobs, lp->top_logprobs, lp->ranks, lp->top_ids};
+    return cli_mpi_logprobs(ctx, a, &out);
 }
 #endif
 
 /* The tokens, by the LM head path or from the host logits; with --shards
- * and `lp` (--logprobs) their logprobs too, in the same shards, whose
- * rounds reuse the filter state the sampling's rounds found. */
+ * or --mpi and `lp` (--logprobs) their logprobs too, in the same shards
+ * (--shards: whose rounds reuse the filter state the sampling's rounds
+ * found; --mpi: psr_mpi_logprobs runs the filters' rounds again). */
 static psr_status draw_tokens(psr_context *ctx, const sample_options *o, sample_rows *in, sample_logprobs *lp)
 {
     if (o->hidden)
@@ -509,7 +516,7 @@ static psr_status draw_tokens(psr_context *ctx, const sample_options *o, sample_
         return shards_sample_host(ctx, &a, o->shards.count, in->bounds);
 #ifdef PSR_CLI_MPI
     if (o->mpi)
-        return mpi_draw(ctx, &a, in);
+        return mpi_draw(ctx, o, &a, in, lp);
 #endif
     return psr_sample_host(ctx, &a);
 }
@@ -623,7 +630,7 @@ static int sample_with(psr_context *ctx, const sample_options *o, sample_rows *i
     psr_status st = logprobs ? alloc_logprobs(o, in, &lp) : PSR_OK;
     if (st == PSR_OK)
         st = draw_tokens(ctx, o, in, logprobs ? &lp : NULL);
-    if (st == PSR_OK && logprobs && !o->shards.count) /* with --shards draw_tokens computed them */
+    if (st == PSR_OK && logprobs && !o->shards.count && !o->mpi) /* else draw_tokens computed them */
         st = host_logprobs(ctx, o, in, &lp);
     int rc = CLI_OK;
     if (st != PSR_OK)
@@ -665,6 +672,10 @@ static int read_columns(const sample_options *o, sample_rows *in, int ranks)
         in->vocab = head.shape[head.ndim - 1];
         if (shards_bounds("sample", "--mpi", &spec, in->vocab, in->bounds) != CLI_OK)
             return CLI_USAGE;
+        /* every rank finds the same; rank 0 says so, and all stop at cli_mpi_agree */
+        if (o->logprobs >= 0 && in->rank == 0 &&
+            shards_logprobs_fit("sample", "--mpi", spec.count, in->bounds) != CLI_OK)
+            return CLI_USAGE;
         in->vocab_offset = in->bounds[in->rank];
         npy_read_columns(o->logits, in->vocab_offset, in->bounds[in->rank + 1], &in->logits, err, sizeof err);
     }
@@ -702,7 +713,7 @@ static int sample_in_process(const sample_options *o, sample_rows *in)
     if (rc == CLI_OK && o->shards.count)
         rc = shards_bounds("sample", "--shards", &o->shards, in->vocab, in->bounds);
     if (rc == CLI_OK && o->shards.count && o->logprobs >= 0)
-        rc = shards_logprobs_fit("sample", o->shards.count, in->bounds);
+        rc = shards_logprobs_fit("sample", "--shards", o->shards.count, in->bounds);
     if (rc == CLI_OK)
         rc = fill_rows(o, in);
     if (rc == CLI_OK)

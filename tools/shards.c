@@ -430,14 +430,14 @@ psr_status shards_sample_logprobs(psr_context *ctx, const psr_sample_host_args *
     return run_shards(ctx, whole, count, bounds, lp);
 }
 
-int shards_logprobs_fit(const char *command, size_t count, const size_t *bounds)
+int shards_logprobs_fit(const char *command, const char *opt, size_t count, const size_t *bounds)
 {
     size_t slots = 0;
     for (size_t s = 0; s < count; s++)
         slots += psr_logprobs_shard_slots(bounds[s + 1] - bounds[s]);
     if (slots <= PSR_LOGPROBS_MAX_SLOTS)
         return CLI_OK;
-    return cli_usage_error(command, "--logprobs with --shards: the shards span %zu blocks of at most 16,384 "
+    return cli_usage_error(command, "--logprobs with %s: the shards span %zu blocks of at most 16,384 "
                            "tokens (each shard starts its own), above the %d the logprobs' exchange holds; give "
-                           "fewer shards", slots, PSR_LOGPROBS_MAX_SLOTS);
+                           "fewer shards", opt, slots, PSR_LOGPROBS_MAX_SLOTS);
 }

@@ -61,8 +61,9 @@ typedef struct shards_logprobs {
 
 /* CLI_OK when the shards' logprobs fit one exchange (the sum of
  * psr_logprobs_shard_slots over the shards at most
- * PSR_LOGPROBS_MAX_SLOTS), else CLI_USAGE after a message. */
-int shards_logprobs_fit(const char *command, size_t count, const size_t *bounds);
+ * PSR_LOGPROBS_MAX_SLOTS), else CLI_USAGE after a message naming `opt`
+ * ("--shards", "--mpi"). */
+int shards_logprobs_fit(const char *command, const char *opt, size_t count, const size_t *bounds);
 
 /* shards_sample_filtered, filters or not, then the tokens' logprobs in
  * the same shards on the same buffers: the three rounds of
@@ -107,6 +108,12 @@ int cli_mpi_init(int *rank, int *ranks);
 int cli_mpi_agree(int rc);
 /* psr_mpi_sample_host over MPI_COMM_WORLD. */
 psr_status cli_mpi_sample(psr_context *ctx, const psr_sample_host_args *args);
+/* psr_mpi_logprobs over MPI_COMM_WORLD of the tokens cli_mpi_sample just
+ * drew: `mine` is this rank's call to it (its columns, the rows' inputs,
+ * the filters, the tokens of every row), uploaded for the rounds; the
+ * outputs in `lp` on every rank. Every rank must call it, a rank that
+ * cannot upload included: they fail together. */
+psr_status cli_mpi_logprobs(psr_context *ctx, const psr_sample_host_args *mine, const shards_logprobs *lp);
 void cli_mpi_finalize(void);
 #endif
 
