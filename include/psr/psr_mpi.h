@@ -1,5 +1,6 @@
-/* psr_mpi.h: vocabulary-sharded sampling across the ranks of an MPI
- * communicator (libpsr-mpi, built where MPI is found; pkg-config psr-mpi).
+/* psr_mpi.h: vocabulary-sharded sampling, logprobs and verification across
+ * the ranks of an MPI communicator (libpsr-mpi, built where MPI is found;
+ * pkg-config psr-mpi).
  *
  * Each rank holds the same rows' logits for its own slice of the
  * vocabulary, samples it (psr_sample with the shard fields), and the
@@ -83,6 +84,23 @@ PSR_API psr_status psr_mpi_sample(psr_context *ctx, MPI_Comm comm, const psr_sam
  * *event (may be NULL) is the last round's. */
 PSR_API psr_status psr_mpi_logprobs(psr_context *ctx, MPI_Comm comm, const psr_logprobs_args *args,
                                    cl_event *event);
+/* Verification of speculative drafts across the ranks' shards (added in
+ * 0.3): args as for psr_verify, with this rank's shard in vocab,
+ * vocab_offset and vocab_total (target_logits and draft_cache hold its
+ * columns), the same cu, draft tokens, seeds, temperatures and positions
+ * on every rank, and tokens, num_sampled and status written on every
+ * rank. shard_count and shard_index as for psr_mpi_sample; shard_slot,
+ * shard_slots, shard_keys, shard_partials and shard_records stay unset.
+ * Rounds: the headers (with max_drafts, the method and a hash of the
+ * request inputs, which must agree); then psr_verify_shard_round's: the
+ * keys reduced by MPI_Allreduce (MPI_MAX on MPI_UINT32_T, 8 bytes per row),
+ * the slots gathered by MPI_Allgatherv (24 bytes per row per 16,384 tokens
+ * of a shard), the records by MPI_Allgatherv (16 bytes per request per
+ * rank), each after the ranks agree that all got there. Shards starting on
+ * multiples of 16,384 tokens give the tokens of the unsharded psr_verify.
+ * Waits for the wait list and the rounds; *event (may be NULL) is the last
+ * round's. */
+PSR_API psr_status psr_mpi_verify(psr_context *ctx, MPI_Comm comm, const psr_verify_args *args, cl_event *event);
 
 #ifdef __cplusplus
 }

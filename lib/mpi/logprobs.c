@@ -66,13 +66,13 @@ static psr_status prepare(mpi_call *c, const psr_logprobs_args *args, lp_call *l
     if (st != PSR_OK)
         return st;
     psr_logprobs_args *a = &l->a;
-    *a = *args;
     size_t size = (size_t)c->size, rank = (size_t)c->rank;
-    REQUIRE(!a->shard_slot && !a->shard_slots && !a->shard_token_keys && !a->shard_partials &&
-                !a->shard_filter_state,
+    REQUIRE(!args->shard_slot && !args->shard_slots && !args->shard_token_keys && !args->shard_partials &&
+                !args->shard_filter_state,
             PSR_ERR_INVALID_ARGUMENT,
             "args->shard_slot(s), shard_token_keys, shard_partials or shard_filter_state is set: the MPI call "
             "makes its own");
+    *a = *args; /* past that check: the buffers the call releases are its own */
     REQUIRE(!a->shard_count || a->shard_count == size, PSR_ERR_SHARD_MISMATCH,
             "args->shard_count %zu is not the communicator's size %zu (leave it 0)", a->shard_count, size);
     REQUIRE(!a->shard_index || a->shard_index == rank, PSR_ERR_SHARD_MISMATCH,

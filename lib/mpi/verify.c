@@ -67,11 +67,12 @@ static psr_status prepare(mpi_call *c, const psr_verify_args *args, vf_call *v)
     if (st != PSR_OK)
         return st;
     psr_verify_args *a = &v->a;
-    *a = *args;
     size_t size = (size_t)c->size, rank = (size_t)c->rank;
-    REQUIRE(!a->shard_slot && !a->shard_slots && !a->shard_keys && !a->shard_partials && !a->shard_records,
+    REQUIRE(!args->shard_slot && !args->shard_slots && !args->shard_keys && !args->shard_partials &&
+                !args->shard_records,
             PSR_ERR_INVALID_ARGUMENT,
             "args->shard_slot(s), shard_keys, shard_partials or shard_records is set: the MPI call makes its own");
+    *a = *args; /* past that check: the buffers the call releases are its own */
     REQUIRE(!a->shard_count || a->shard_count == size, PSR_ERR_SHARD_MISMATCH,
             "args->shard_count %zu is not the communicator's size %zu (leave it 0)", a->shard_count, size);
     REQUIRE(!a->shard_index || a->shard_index == rank, PSR_ERR_SHARD_MISMATCH,
