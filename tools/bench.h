@@ -170,11 +170,12 @@ void bench_format_reference(double ref, double us, char *ref_text, char *ratio_t
 /* One psr_sample call split into `count` shards over `bounds`: each shard
  * on its columns of the same logits (a sub-buffer where its first column
  * is aligned to CL_DEVICE_MEM_BASE_ADDR_ALIGN, else logits_offset),
- * writing its records, then psr_combine into whole's tokens. */
+ * writing its records, then psr_combine into whole's tokens. own_queues:
+ * shards 1 .. count-1 each on a context and queue of its own. */
 typedef struct bench_shards bench_shards;
 /* *out is set even on failure: free it with bench_shards_free. */
 psr_status bench_shards_make(psr_context *ctx, const psr_sample_args *whole, size_t count, const size_t *bounds,
-                             bench_shards **out);
+                             bool own_queues, bench_shards **out);
 /* A bench_launch_fn (args: a bench_shards): the first shard's first
  * event and the combine's. */
 psr_status bench_launch_shards(psr_context *ctx, const void *args, cl_event *first, cl_event *last);

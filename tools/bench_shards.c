@@ -1,6 +1,9 @@
 /* psr bench sample --shards N: one psr_sample call split into N
  * vocabulary shards on the same device logits, each shard writing its
- * records, then psr_combine of the records into the tokens. */
+ * records, then psr_combine of the records into the tokens; the shards on
+ * the context's one queue, or each on a queue of its own (a psr context
+ * per shard over the same cl_context), which lets the device run them at
+ * once as it would shards on devices of their own. */
 #include "bench.h"
 #include "cli.h"
 #include "shards.h"
@@ -17,6 +20,8 @@ struct bench_shards {
     cl_mem *records;          /* [count]: the shard's records, in `gathered` or apart */
     cl_mem gathered;          /* [count, rows] of psr_shard_record */
     bool copy;                /* the records are apart and copied into `gathered` */
+    psr_context **ctx;        /* [count]: each shard's context (the caller's for shard 0) */
+    cl_event *done;           /* [count]: each shard's last event, for the combine */
 };
 
 /* The device's base address alignment in bytes (at least 1). */
@@ -62,8 +67,29 @@ static cl_int make_shard(psr_context *ctx, bench_shards *b, const psr_sample_arg
     return err;
 }
 
+/* Shard s's own context: a new profiling queue on the caller's device
+ * and cl_context. */
+static psr_status shard_context(psr_context *ctx, psr_context **out)
+{
+    cl_context cl;
+    cl_device_id dev;
+    psr_status st = psr_context_cl(ctx, &cl, &dev, NULL);
+    if (st != PSR_OK)
+        return st;
+    cl_int err = CL_SUCCESS;
+    cl_command_queue q = clCreateCommandQueue(cl, dev, CL_QUEUE_PROFILING_ENABLE, &err);
+    if (err != CL_SUCCESS)
+        return cli_fail(PSR_ERR_OPENCL, "a shard's queue: %s (%d)", psr_cl_error_string(err), err);
+    psr_context_options o;
+    psr_context_options_init(&o, sizeof o);
+    o.profiling = 1;
+    st = psr_context_create_from_cl(cl, dev, q, &o, out);
+    clReleaseCommandQueue(q); /* the context holds its own */
+    return st;
+}
+
 psr_status bench_shards_make(psr_context *ctx, const psr_sample_args *whole, size_t count, const size_t *bounds,
-                             bench_shards **out)
+                             bool own_queues, bench_shards **out)
 {
     bench_shards *b = calloc(1, sizeof *b);
     size_t align = base_align(ctx), rec = whole->rows * sizeof(psr_shard_record);
@@ -71,10 +97,19 @@ psr_status bench_shards_make(psr_context *ctx, const psr_sample_args *whole, siz
         b->count = count, b->rows = whole->rows;
         b->bounds = malloc((count + 1) * sizeof *bounds), b->shard = calloc(count, sizeof *b->shard);
         b->logits = calloc(count, sizeof *b->logits), b->records = calloc(count, sizeof *b->records);
+        b->ctx = calloc(count, sizeof *b->ctx), b->done = calloc(count, sizeof *b->done);
     }
     *out = b;
-    if (!b || !b->bounds || !b->shard || !b->logits || !b->records)
+    if (!b || !b->bounds || !b->shard || !b->logits || !b->records || !b->ctx || !b->done)
         return PSR_ERR_OUT_OF_HOST_MEMORY;
+    b->ctx[0] = ctx;
+    for (size_t s = 1; s < count; s++) {
+        psr_status st = own_queues ? shard_context(ctx, &b->ctx[s]) : PSR_OK;
+        if (st != PSR_OK)
+            return st;
+        if (!own_queues)
+            b->ctx[s] = ctx;
+    }
     memcpy(b->bounds, bounds, (count + 1) * sizeof *bounds);
     b->copy = rec % align != 0;
     cl_int err = CL_SUCCESS;
@@ -96,15 +131,23 @@ psr_status bench_launch_shards(psr_context *ctx, const void *args, cl_event *fir
     psr_status st = PSR_OK;
     cl_int err = CL_SUCCESS;
     *first = NULL, *last = NULL;
+    size_t waits = 0;
     for (size_t s = 0; s < b->count && st == PSR_OK && err == CL_SUCCESS; s++) {
-        st = psr_sample_enqueue(ctx, &b->shard[s], s == 0 ? first : NULL, NULL);
+        cl_event *done = b->ctx[s] != ctx ? &b->done[waits++] : NULL;
+        st = psr_sample_enqueue(b->ctx[s], &b->shard[s], s == 0 ? first : NULL, done);
         if (st == PSR_OK && b->copy) /* the records' gather, where they cannot be written in place */
-            err = clEnqueueCopyBuffer(cli_queue(ctx), b->records[s], b->gathered, 0, s * rec, rec, 0, NULL, NULL);
+            err = clEnqueueCopyBuffer(cli_queue(b->ctx[s]), b->records[s], b->gathered, 0, s * rec, rec, done ? 1 : 0,
+                                      done, NULL);
     }
     if (st == PSR_OK && err != CL_SUCCESS)
         st = cli_fail(PSR_ERR_OPENCL, "copying the records: %s (%d)", psr_cl_error_string(err), err);
-    if (st == PSR_OK) /* the queue is in order: the combine follows every shard */
-        st = psr_combine(ctx, &b->combine, last);
+    psr_combine_args c = b->combine; /* the shards on other queues: waited for by event */
+    c.num_events_in_wait_list = (cl_uint)waits, c.event_wait_list = waits ? b->done : NULL;
+    if (st == PSR_OK) /* the context's queue is in order: the combine follows its own shards */
+        st = psr_combine(ctx, &c, last);
+    for (size_t i = 0; i < waits; i++)
+        if (b->done[i])
+            clReleaseEvent(b->done[i]), b->done[i] = NULL;
     return st;
 }
 
@@ -120,5 +163,10 @@ void bench_shards_free(bench_shards *b)
     }
     if (b->gathered)
         clReleaseMemObject(b->gathered);
-    free(b->bounds), free(b->shard), free(b->logits), free(b->records), free(b);
+    for (size_t s = 1; s < b->count && b->ctx; s++)
+        if (b->ctx[s] && b->ctx[s] != b->ctx[0]) {
+            clFinish(cli_queue(b->ctx[s])); /* nothing may still use the shards' buffers */
+            psr_context_free(b->ctx[s]);
+        }
+    free(b->bounds), free(b->shard), free(b->logits), free(b->records), free(b->ctx), free(b->done), free(b);
 }

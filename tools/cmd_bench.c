@@ -86,9 +86,12 @@ static void sample_usage(FILE *out)
             "               sharded on the same device, N psr_sample calls on the same\n"
             "               logits (sub-buffers where a shard's first column is aligned)\n"
             "               and psr_combine of their records, the same way (shard_us), and\n"
-            "               gives shard_us over us (xshard), the bytes shards exchange per\n"
-            "               step (rows x 16 x N, rec_bytes) and those of an all-gather of\n"
-            "               the fp32 logits instead (rows x V x 4, gather_bytes)\n"
+            "               gives shard_us over us (xshard); again with each shard on a\n"
+            "               queue of its own (queues_us, xqueues: the device may run them\n"
+            "               at once, as shards on devices of their own run); and the\n"
+            "               bytes shards exchange per step (rows x 16 x N, rec_bytes) and\n"
+            "               those of an all-gather of the fp32 logits (rows x V x 4,\n"
+            "               gather_bytes)\n"
             "\n"
             "psr bench --help lists the other benches.\n",
             default_shapes, default_cpu_shapes);
@@ -133,7 +136,8 @@ typedef struct result {
     size_t rows, vocab;
     const char *variant;
     double us, piped_us, floor_us, vllm_us, cloop_us;
-    double shard_us; /* --shards: the sharded call's span */
+    double shard_us;  /* --shards: the sharded call's span, the shards on one queue */
+    double queues_us; /* and with each shard on a queue of its own */
 } result;
 
 /* psr bench sample's own options. */
@@ -247,10 +251,11 @@ static void print_row(const sample_bench *sb, const result *r)
         snprintf(cl, sizeof cl, " %10.1f %8.3f", r->cloop_us, r->us / r->cloop_us);
     else if (sb->cpu)
         snprintf(cl, sizeof cl, " %10s %8s", "-", "-");
-    char sh[80] = "";
+    char sh[112] = "";
     if (sb->so.shards.count)
-        snprintf(sh, sizeof sh, " %10.1f %7.2f %10zu %12zu", r->shard_us, r->shard_us / r->us,
-                 r->rows * sizeof(psr_shard_record) * sb->so.shards.count, r->rows * r->vocab * 4);
+        snprintf(sh, sizeof sh, " %10.1f %7.2f %10.1f %7.2f %10zu %12zu", r->shard_us, r->shard_us / r->us,
+                 r->queues_us, r->queues_us / r->us, r->rows * sizeof(psr_shard_record) * sb->so.shards.count,
+                 r->rows * r->vocab * 4);
     printf("%-14s %-10s %10.1f %10.1f %10.1f %8.2f %10s %8s%s%s\n", shape, r->variant, r->us, r->piped_us,
            r->floor_us, r->us / r->floor_us, vllm, xv, cl, sh);
     fflush(stdout);
@@ -258,12 +263,12 @@ static void print_row(const sample_bench *sb, const result *r)
 
 /* The median span of the same call split into --shards shards, timed as
  * the unsharded one. */
-static psr_status time_sharded(const sample_bench *sb, const psr_sample_args *a, double *us)
+static psr_status time_sharded(const sample_bench *sb, const psr_sample_args *a, bool own_queues, double *us)
 {
     size_t bounds[PSR_MAX_SHARDS + 1];
     shards_bounds("bench sample", "--shards", &sb->so.shards, a->vocab, bounds); /* checked before the run */
     bench_shards *b = NULL;
-    psr_status st = bench_shards_make(sb->s.ctx, a, sb->so.shards.count, bounds, &b);
+    psr_status st = bench_shards_make(sb->s.ctx, a, sb->so.shards.count, bounds, own_queues, &b);
     if (st == PSR_OK)
         st = bench_time_spans(sb->s.ctx, bench_launch_shards, b, 5, sb->s.o.iters, us, NULL);
     clFinish(cli_queue(sb->s.ctx)); /* nothing may still use the shards' buffers */
@@ -298,7 +303,9 @@ static int run_variant(sample_bench *sb, const variant_def *vd, const float *hos
     r->vllm_us = sb->nvidia ? vllm_us(vd, rows, vocab) : 0;
     if (sb->cpu && (vd->flags & ~PSR_SAMPLE_FAST_MATH) == 0 && vd->noise == PSR_NOISE_FP32)
         r->cloop_us = c_loop_us(host, rows, vocab, vd->greedy ? 0.0f : 0.8f);
-    st = sb->so.shards.count ? time_sharded(sb, &a, &r->shard_us) : PSR_OK;
+    st = sb->so.shards.count ? time_sharded(sb, &a, false, &r->shard_us) : PSR_OK;
+    if (st == PSR_OK && sb->so.shards.count)
+        st = time_sharded(sb, &a, true, &r->queues_us);
     if (st != PSR_OK)
         return cli_report(st, ctx);
     if (!sb->s.o.json)
@@ -343,7 +350,7 @@ static void print_header(const sample_bench *sb)
                sb->so.shards.count);
     printf("%-14s %-10s %10s %10s %10s %8s %10s %8s%s%s\n", "shape", "variant", "us", "piped_us", "floor_us",
            "xfloor", "vllm_us", "xvllm", sb->cpu ? "  cloop_us   xcloop" : "",
-           sb->so.shards.count ? "   shard_us  xshard  rec_bytes gather_bytes" : "");
+           sb->so.shards.count ? "   shard_us  xshard  queues_us xqueues  rec_bytes gather_bytes" : "");
 }
 
 /* A line's sharded time, its ratio to the unsharded one, and the bytes
@@ -353,6 +360,8 @@ static void json_shards(json_writer *w, size_t shards, const result *r)
     const json_number keys[] = {
         {"shard_us", r->shard_us},
         {"x_shard", r->shard_us / r->us},
+        {"queues_us", r->queues_us},
+        {"x_queues", r->queues_us / r->us},
         {"record_bytes", (double)(r->rows * sizeof(psr_shard_record) * shards)},
         {"allgather_bytes", (double)(r->rows * r->vocab * 4)},
     };
