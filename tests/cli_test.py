@@ -584,9 +584,11 @@ def shards_checks(d):
     mpi_checks(d, f32, filtered)
     r = run("bench", "sample", "--shards", "2", "--shapes", "2x1000", "--iters", "3", "--variants", "fp32,greedy")
     lines = [l.split() for l in r.stdout.splitlines()]
-    check(r.returncode == 0 and lines[2][-4:] == ["shard_us", "xshard", "rec_bytes", "gather_bytes"]
-          and [l[-2:] for l in lines[3:]] == [["64", "8000"]] * 2 and all(float(l[-3]) > 0 for l in lines[3:]),
-          "bench sample --shards 2 prints the sharded time, its ratio and the bytes exchanged")
+    check(r.returncode == 0
+          and lines[2][-6:] == ["shard_us", "xshard", "queues_us", "xqueues", "rec_bytes", "gather_bytes"]
+          and [l[-2:] for l in lines[3:]] == [["64", "8000"]] * 2
+          and all(float(l[-3]) > 0 and float(l[-5]) > 0 for l in lines[3:]),
+          "bench sample --shards 2 prints the sharded times (one queue, a queue each), their ratios and the bytes exchanged")
     r = run("bench", "sample", "--shards", "3", "--shapes", "2x1000", "--iters", "2", "--variants", "race", "--json")
     out = json.loads(r.stdout) if r.returncode == 0 else {}
     res = out.get("results", [{}])[0]
