@@ -66,23 +66,20 @@ static psr_status prepare(mpi_call *c, const psr_logprobs_args *args, lp_call *l
     if (st != PSR_OK)
         return st;
     psr_logprobs_args *a = &l->a;
-    size_t size = (size_t)c->size, rank = (size_t)c->rank;
     REQUIRE(!args->shard_slot && !args->shard_slots && !args->shard_token_keys && !args->shard_partials &&
                 !args->shard_filter_state,
             PSR_ERR_INVALID_ARGUMENT,
             "args->shard_slot(s), shard_token_keys, shard_partials or shard_filter_state is set: the MPI call "
             "makes its own");
     *a = *args; /* past that check: the buffers the call releases are its own */
-    REQUIRE(!a->shard_count || a->shard_count == size, PSR_ERR_SHARD_MISMATCH,
-            "args->shard_count %zu is not the communicator's size %zu (leave it 0)", a->shard_count, size);
-    REQUIRE(!a->shard_index || a->shard_index == rank, PSR_ERR_SHARD_MISMATCH,
-            "args->shard_index %zu is not this process's rank %zu (leave it 0)", a->shard_index, rank);
+    st = psrmpi_take_shard(c, &a->shard_count, &a->shard_index);
+    if (st != PSR_OK)
+        return st;
     REQUIRE(a->rows > 0 && a->rows <= INT_MAX / 8, PSR_ERR_INVALID_ARGUMENT, "args->rows %zu is 0 or too large",
             a->rows);
     REQUIRE(a->tokens, PSR_ERR_NULL_ARGUMENT, "args->tokens is NULL");
     REQUIRE(a->num_events_in_wait_list == 0 || a->event_wait_list, PSR_ERR_NULL_ARGUMENT,
             "args->event_wait_list is NULL but args->num_events_in_wait_list is %u", a->num_events_in_wait_list);
-    a->shard_count = size, a->shard_index = rank;
     c->rows = a->rows;
     st = psr_context_cl(ctx, &l->d.cl_ctx, NULL, &l->d.queue);
     size_t token_bytes = a->rows * (a->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4);
@@ -112,29 +109,16 @@ static psr_status place_slots(mpi_call *c, lp_call *l)
     psr_context *ctx = c->ctx;
     psr_logprobs_args *a = &l->a;
     size_t total = 0, first = 0;
-    for (int r = 0; r < c->size; r++) {
-        size_t slots = psr_logprobs_shard_slots(c->all[r].vocab);
-        total += slots;
-        if (c->all[r].vocab_offset < a->vocab_offset)
-            first += slots;
-    }
     l->slot_bytes = psr_logprobs_shard_slot_bytes(a->rows, a->top_n);
+    psr_status st = psrmpi_place_slots(c, l->slot_bytes, l->counts, l->displs, &first, &total);
+    if (st != PSR_OK)
+        return st;
     REQUIRE(total <= PSR_LOGPROBS_MAX_SLOTS, PSR_ERR_INVALID_ARGUMENT,
             "the ranks' shards make %zu slots, more than PSR_LOGPROBS_MAX_SLOTS (%d): start shards on multiples "
             "of %d tokens",
             total, PSR_LOGPROBS_MAX_SLOTS, PSR_LOGPROBS_SHARD_BLOCK);
-    REQUIRE(l->slot_bytes && total * l->slot_bytes <= INT_MAX, PSR_ERR_INVALID_ARGUMENT,
-            "args->rows %zu: the slots pass what one MPI_Allgatherv moves", a->rows);
-    for (int r = 0; r < c->size; r++) {
-        size_t before = 0;
-        for (int q = 0; q < c->size; q++)
-            if (c->all[q].vocab_offset < c->all[r].vocab_offset)
-                before += psr_logprobs_shard_slots(c->all[q].vocab);
-        l->displs[r] = (int)(before * l->slot_bytes);
-        l->counts[r] = (int)(psr_logprobs_shard_slots(c->all[r].vocab) * l->slot_bytes);
-    }
     a->shard_slot = first, a->shard_slots = total;
-    psr_status st = psrmpi_buffer(ctx, &l->d, a->rows * 4, &a->shard_token_keys, "the token keys");
+    st = psrmpi_buffer(ctx, &l->d, a->rows * 4, &a->shard_token_keys, "the token keys");
     if (st == PSR_OK)
         st = psrmpi_buffer(ctx, &l->d, total * l->slot_bytes, &a->shard_partials, "the partials");
     l->keys = malloc(a->rows * 4);

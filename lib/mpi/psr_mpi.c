@@ -30,7 +30,7 @@ static psr_status host_via_device(psr_context *ctx, MPI_Comm comm, const psr_sam
 static psr_status call_prepare(mpi_call *c, const shard_fields *f)
 {
     psr_context *ctx = c->ctx;
-    size_t size = (size_t)c->size, rank = (size_t)c->rank;
+    size_t size = (size_t)c->size;
     REQUIRE(!f->has_records, PSR_ERR_INVALID_ARGUMENT,
             "args->shard_records is set: the MPI call gathers the records itself");
     REQUIRE(f->has_tokens, PSR_ERR_NULL_ARGUMENT, "args->tokens is NULL");
@@ -39,11 +39,9 @@ static psr_status call_prepare(mpi_call *c, const shard_fields *f)
     REQUIRE(f->rows > 0, PSR_ERR_INVALID_ARGUMENT, "args->rows is 0");
     REQUIRE(f->rows <= UINT32_MAX / PSR_MAX_SHARDS, PSR_ERR_INVALID_ARGUMENT, "args->rows %zu is too large",
             f->rows);
-    REQUIRE(!*f->shard_count || *f->shard_count == size, PSR_ERR_SHARD_MISMATCH,
-            "args->shard_count %zu is not the communicator's size %zu (leave it 0)", *f->shard_count, size);
-    REQUIRE(!*f->shard_index || *f->shard_index == rank, PSR_ERR_SHARD_MISMATCH,
-            "args->shard_index %zu is not this process's rank %zu (leave it 0)", *f->shard_index, rank);
-    *f->shard_count = size, *f->shard_index = rank;
+    psr_status st = psrmpi_take_shard(c, f->shard_count, f->shard_index);
+    if (st != PSR_OK)
+        return st;
     c->rows = f->rows;
     c->records = calloc(1, size * f->rows * sizeof(psr_shard_record) + f->rows * sizeof(uint32_t));
     REQUIRE(c->records, PSR_ERR_OUT_OF_HOST_MEMORY, "cannot allocate %zu ranks' records of %zu rows", size,

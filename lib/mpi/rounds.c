@@ -1,6 +1,7 @@
 /* The MPI adapter's shared rounds (rounds.h). */
 #include "mpi/rounds.h"
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -287,4 +288,36 @@ psr_status psrmpi_round_exchange(mpi_call *c, cl_command_queue q, psr_status st,
         return psrmpi_fail(c->ctx, rc, reduce ? "MPI_Allreduce of a round's keys" : "MPI_Allgatherv of a round's parts");
     err = clEnqueueWriteBuffer(q, m, CL_TRUE, 0, total, host, 0, NULL, NULL);
     return err == CL_SUCCESS ? PSR_OK : psr_fail_cl(c->ctx, err, "writing back %s", what);
+}
+
+psr_status psrmpi_take_shard(mpi_call *c, size_t *shard_count, size_t *shard_index)
+{
+    psr_context *ctx = c->ctx;
+    size_t size = (size_t)c->size, rank = (size_t)c->rank;
+    REQUIRE(!*shard_count || *shard_count == size, PSR_ERR_SHARD_MISMATCH,
+            "args->shard_count %zu is not the communicator's size %zu (leave it 0)", *shard_count, size);
+    REQUIRE(!*shard_index || *shard_index == rank, PSR_ERR_SHARD_MISMATCH,
+            "args->shard_index %zu is not this process's rank %zu (leave it 0)", *shard_index, rank);
+    *shard_count = size, *shard_index = rank;
+    return PSR_OK;
+}
+
+psr_status psrmpi_place_slots(const mpi_call *c, size_t slot_bytes, int *counts, int *displs, size_t *first,
+                              size_t *total)
+{
+    psr_context *ctx = c->ctx;
+    *total = 0;
+    for (int r = 0; r < c->size; r++) {
+        size_t before = 0, slots = psr_logprobs_shard_slots(c->all[r].vocab);
+        for (int q = 0; q < c->size; q++)
+            if (c->all[q].vocab_offset < c->all[r].vocab_offset)
+                before += psr_logprobs_shard_slots(c->all[q].vocab);
+        REQUIRE(slot_bytes && (before + slots) * slot_bytes <= INT_MAX, PSR_ERR_INVALID_ARGUMENT,
+                "args->rows %zu: the slots pass what one MPI_Allgatherv moves", c->rows);
+        displs[r] = (int)(before * slot_bytes), counts[r] = (int)(slots * slot_bytes);
+        *total += slots;
+        if (r == c->rank)
+            *first = before;
+    }
+    return PSR_OK;
 }

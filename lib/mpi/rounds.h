@@ -71,6 +71,16 @@ psr_status psrmpi_agree(mpi_call *c, psr_status st, const char *what);
  * got there; m then holds the result. */
 psr_status psrmpi_round_exchange(mpi_call *c, cl_command_queue q, psr_status st, cl_event done, cl_mem m, void *host,
                                  size_t total, bool reduce, const int *counts, const int *displs, const char *what);
+/* The caller's shard_count and shard_index: 0 (then the communicator's
+ * size and this rank are filled in) or those. */
+psr_status psrmpi_take_shard(mpi_call *c, size_t *shard_count, size_t *shard_index);
+/* Every rank's slots (psr_logprobs_shard_slots of its vocab), ranks
+ * ordered by vocab_offset as the headers agree: counts[r] and displs[r]
+ * in bytes of slot_bytes a slot, this rank's first slot in *first and all
+ * ranks' in *total. Fails where the bytes pass what MPI's int counts hold
+ * (the same verdict on every rank). */
+psr_status psrmpi_place_slots(const mpi_call *c, size_t slot_bytes, int *counts, int *displs, size_t *first,
+                              size_t *total);
 /* FNV-1a over bytes, continuing from h. */
 uint64_t psrmpi_hash(uint64_t h, const void *p, size_t n);
 /* The caller's args struct must be exactly this library's size: the

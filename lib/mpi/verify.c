@@ -67,22 +67,20 @@ static psr_status prepare(mpi_call *c, const psr_verify_args *args, vf_call *v)
     if (st != PSR_OK)
         return st;
     psr_verify_args *a = &v->a;
-    size_t size = (size_t)c->size, rank = (size_t)c->rank;
+    size_t size = (size_t)c->size;
     REQUIRE(!args->shard_slot && !args->shard_slots && !args->shard_keys && !args->shard_partials &&
                 !args->shard_records,
             PSR_ERR_INVALID_ARGUMENT,
             "args->shard_slot(s), shard_keys, shard_partials or shard_records is set: the MPI call makes its own");
     *a = *args; /* past that check: the buffers the call releases are its own */
-    REQUIRE(!a->shard_count || a->shard_count == size, PSR_ERR_SHARD_MISMATCH,
-            "args->shard_count %zu is not the communicator's size %zu (leave it 0)", a->shard_count, size);
-    REQUIRE(!a->shard_index || a->shard_index == rank, PSR_ERR_SHARD_MISMATCH,
-            "args->shard_index %zu is not this process's rank %zu (leave it 0)", a->shard_index, rank);
+    st = psrmpi_take_shard(c, &a->shard_count, &a->shard_index);
+    if (st != PSR_OK)
+        return st;
     REQUIRE(a->rows > 0 && a->rows <= INT_MAX / 64 && a->requests > 0 && a->requests <= INT_MAX / 64 / size,
             PSR_ERR_INVALID_ARGUMENT, "args->rows %zu or requests %zu is 0 or too large", a->rows, a->requests);
     REQUIRE(a->cu, PSR_ERR_NULL_ARGUMENT, "args->cu is NULL");
     REQUIRE(a->num_events_in_wait_list == 0 || a->event_wait_list, PSR_ERR_NULL_ARGUMENT,
             "args->event_wait_list is NULL but args->num_events_in_wait_list is %u", a->num_events_in_wait_list);
-    a->shard_count = size, a->shard_index = rank;
     c->rows = a->rows;
     st = psr_context_cl(ctx, &v->d.cl_ctx, NULL, &v->d.queue);
     cl_int err = CL_SUCCESS;
@@ -102,25 +100,15 @@ static psr_status place_slots(mpi_call *c, vf_call *v)
     psr_verify_args *a = &v->a;
     size_t total = 0, rec = a->requests * sizeof(psr_shard_record);
     v->slot_bytes = psr_verify_shard_slot_bytes(a->rows);
-    for (int r = 0; r < c->size; r++) {
-        size_t before = 0;
-        for (int q = 0; q < c->size; q++)
-            if (c->all[q].vocab_offset < c->all[r].vocab_offset)
-                before += psr_logprobs_shard_slots(c->all[q].vocab);
-        size_t slots = psr_logprobs_shard_slots(c->all[r].vocab);
-        total += slots;
-        REQUIRE((before + slots) * v->slot_bytes <= INT_MAX, PSR_ERR_INVALID_ARGUMENT,
-                "args->rows %zu: the slots pass what one MPI_Allgatherv moves", a->rows);
-        v->slot_displs[r] = (int)(before * v->slot_bytes), v->slot_counts[r] = (int)(slots * v->slot_bytes);
+    psr_status st = psrmpi_place_slots(c, v->slot_bytes, v->slot_counts, v->slot_displs, &a->shard_slot, &total);
+    if (st != PSR_OK)
+        return st;
+    for (int r = 0; r < c->size; r++)
         v->rec_displs[r] = (int)((size_t)r * rec), v->rec_counts[r] = (int)rec;
-        if (r == c->rank)
-            a->shard_slot = before;
-    }
     a->shard_slots = total;
     size_t bytes[3] = {(2 * a->rows + 1) * 4, total * v->slot_bytes, (size_t)c->size * rec};
     cl_mem *bufs[3] = {&a->shard_keys, &a->shard_partials, &a->shard_records};
     void **host[3] = {&v->keys, &v->partials, &v->records};
-    psr_status st = PSR_OK;
     for (int i = 0; i < 3; i++) {
         if (st == PSR_OK)
             st = psrmpi_buffer(ctx, &v->d, bytes[i], bufs[i], "a round's exchange");

@@ -60,22 +60,12 @@ static psr_status check_shard(psr_context *ctx, const psr_logprobs_args *a)
                 PSR_ERR_INVALID_ARGUMENT, "args->shard_* or vocab_offset/vocab_total set with args->shard_count 0");
         return PSR_OK;
     }
-    REQUIRE(a->shard_count <= PSR_MAX_SHARDS, PSR_ERR_INVALID_ARGUMENT,
-            "args->shard_count %zu is above PSR_MAX_SHARDS (%d)", a->shard_count, PSR_MAX_SHARDS);
-    REQUIRE(a->shard_index < a->shard_count, PSR_ERR_INVALID_ARGUMENT,
-            "args->shard_index %zu is not below args->shard_count %zu", a->shard_index, a->shard_count);
-    REQUIRE(a->vocab_total <= (1u << 20), PSR_ERR_INVALID_ARGUMENT,
-            "args->vocab_total %zu is above 2^20, the most logprobs support", a->vocab_total);
-    REQUIRE(a->vocab_offset < a->vocab_total && a->vocab <= a->vocab_total - a->vocab_offset,
-            PSR_ERR_SHARD_MISMATCH, "args->vocab_offset %zu + vocab %zu is past args->vocab_total %zu",
-            a->vocab_offset, a->vocab, a->vocab_total);
-    REQUIRE(a->shard_slots > 0 && a->shard_slots <= PSR_LOGPROBS_MAX_SLOTS, PSR_ERR_INVALID_ARGUMENT,
-            "args->shard_slots %zu is outside 1 .. PSR_LOGPROBS_MAX_SLOTS (%d)", a->shard_slots,
-            PSR_LOGPROBS_MAX_SLOTS);
-    size_t mine = psr_logprobs_shard_slots(a->vocab);
-    REQUIRE(a->shard_slot <= a->shard_slots && mine <= a->shard_slots - a->shard_slot, PSR_ERR_SHARD_MISMATCH,
-            "args->shard_slot %zu + this shard's %zu slots is past args->shard_slots %zu", a->shard_slot, mine,
-            a->shard_slots);
+    const psr_shard_place place = {a->shard_count, a->shard_index, a->vocab_offset, a->vocab,
+                                   a->vocab_total, a->shard_slot,  a->shard_slots};
+    psr_status st = psr_check_shard_place(ctx, &place, 1u << 20, "2^20, the most logprobs support",
+                                          PSR_LOGPROBS_MAX_SLOTS);
+    if (st != PSR_OK)
+        return st;
     REQUIRE(psr_logprobs_shard_slot_bytes(a->rows, a->top_n) / 4 <= UINT32_MAX / a->shard_slots,
             PSR_ERR_INVALID_ARGUMENT, "args->rows %zu: the shards' partials would pass 16 GiB", a->rows);
     REQUIRE(a->shard_token_keys, PSR_ERR_NULL_ARGUMENT, "args->shard_token_keys is NULL with shards");

@@ -122,6 +122,17 @@ bool psr_verify_legacy_layout(const psr_verify_args *a);
 /* Uploads cu, the row-to-request map and the statistics' row order into
  * ctx->verify_layout (or keeps the last upload of the same cu). */
 psr_status psr_verify_upload_layout(psr_context *ctx, const psr_verify_args *a);
+/* A shard's place (shard_verify.c): count in 1 .. PSR_MAX_SHARDS, index
+ * below it, vocab_total at most total_max (what_max names that limit),
+ * [offset, offset + vocab) inside it; with slots (logprobs and
+ * verification), [slot, slot + its own slots) inside `slots`, which is
+ * 1 .. slots_max. The args->... names of the messages are the calls'. */
+typedef struct psr_shard_place {
+    size_t count, index, offset, vocab, total;
+    size_t slot, slots;
+} psr_shard_place;
+psr_status psr_check_shard_place(psr_context *ctx, const psr_shard_place *p, size_t total_max, const char *what_max,
+                                 size_t slots_max);
 /* The shard fields of a verify call (shard_verify.c): all unset, or a
  * shard that fits its vocabulary and slots, with its buffers. */
 psr_status psr_verify_check_shard(psr_context *ctx, const psr_verify_args *a);

@@ -1,5 +1,6 @@
 /* Host side of verification across vocabulary shards
- * (cl/verify_shards.cl): the shard checks and the four rounds' launches. */
+ * (cl/verify_shards.cl): the shard checks (a shard's place, shared with
+ * logprobs) and the four rounds' launches. */
 #include "ops/ops.h"
 
 _Static_assert(sizeof(psr_verify_shard_params) == 80, "psr_verify_shard_params is laid out as in OpenCL C");
@@ -11,6 +12,26 @@ size_t psr_verify_shard_slot_bytes(size_t rows)
     return (rows * 24 + 15) / 16 * 16;
 }
 
+psr_status psr_check_shard_place(psr_context *ctx, const psr_shard_place *p, size_t total_max, const char *what_max,
+                                 size_t slots_max)
+{
+    REQUIRE(p->count <= PSR_MAX_SHARDS, PSR_ERR_INVALID_ARGUMENT, "args->shard_count %zu is above PSR_MAX_SHARDS (%d)",
+            p->count, PSR_MAX_SHARDS);
+    REQUIRE(p->index < p->count, PSR_ERR_INVALID_ARGUMENT, "args->shard_index %zu is not below args->shard_count %zu",
+            p->index, p->count);
+    REQUIRE(p->total <= total_max, PSR_ERR_INVALID_ARGUMENT, "args->vocab_total %zu is above %s", p->total, what_max);
+    REQUIRE(p->offset < p->total && p->vocab <= p->total - p->offset, PSR_ERR_SHARD_MISMATCH,
+            "args->vocab_offset %zu + vocab %zu is past args->vocab_total %zu", p->offset, p->vocab, p->total);
+    if (!slots_max)
+        return PSR_OK;
+    REQUIRE(p->slots > 0 && p->slots <= slots_max, PSR_ERR_INVALID_ARGUMENT,
+            "args->shard_slots %zu is outside 1 .. %zu", p->slots, slots_max);
+    size_t mine = psr_logprobs_shard_slots(p->vocab);
+    REQUIRE(p->slot <= p->slots && mine <= p->slots - p->slot, PSR_ERR_SHARD_MISMATCH,
+            "args->shard_slot %zu + this shard's %zu slots is past args->shard_slots %zu", p->slot, mine, p->slots);
+    return PSR_OK;
+}
+
 psr_status psr_verify_check_shard(psr_context *ctx, const psr_verify_args *a)
 {
     if (!a->shard_count) {
@@ -19,22 +40,13 @@ psr_status psr_verify_check_shard(psr_context *ctx, const psr_verify_args *a)
                 PSR_ERR_INVALID_ARGUMENT, "args->shard_* or vocab_offset/vocab_total set with args->shard_count 0");
         return PSR_OK;
     }
-    REQUIRE(a->shard_count <= PSR_MAX_SHARDS, PSR_ERR_INVALID_ARGUMENT,
-            "args->shard_count %zu is above PSR_MAX_SHARDS (%d)", a->shard_count, PSR_MAX_SHARDS);
-    REQUIRE(a->shard_index < a->shard_count, PSR_ERR_INVALID_ARGUMENT,
-            "args->shard_index %zu is not below args->shard_count %zu", a->shard_index, a->shard_count);
-    REQUIRE(a->vocab_total <= INT32_MAX, PSR_ERR_INVALID_ARGUMENT,
-            "args->vocab_total %zu does not fit an int32 token id", a->vocab_total);
-    REQUIRE(a->vocab_offset < a->vocab_total && a->vocab <= a->vocab_total - a->vocab_offset,
-            PSR_ERR_SHARD_MISMATCH, "args->vocab_offset %zu + vocab %zu is past args->vocab_total %zu",
-            a->vocab_offset, a->vocab, a->vocab_total);
-    size_t slot_bytes = psr_verify_shard_slot_bytes(a->rows), mine = psr_logprobs_shard_slots(a->vocab);
-    REQUIRE(a->shard_slots > 0 && slot_bytes && a->shard_slots <= UINT32_MAX / slot_bytes,
-            PSR_ERR_INVALID_ARGUMENT, "args->shard_slots %zu is 0 or too large for %zu rows", a->shard_slots,
-            a->rows);
-    REQUIRE(a->shard_slot <= a->shard_slots && mine <= a->shard_slots - a->shard_slot, PSR_ERR_SHARD_MISMATCH,
-            "args->shard_slot %zu + this shard's %zu slots is past args->shard_slots %zu", a->shard_slot, mine,
-            a->shard_slots);
+    size_t slot_bytes = psr_verify_shard_slot_bytes(a->rows);
+    const psr_shard_place place = {a->shard_count, a->shard_index, a->vocab_offset, a->vocab,
+                                   a->vocab_total, a->shard_slot,  a->shard_slots};
+    psr_status st = psr_check_shard_place(ctx, &place, INT32_MAX, "what an int32 token id holds",
+                                          slot_bytes ? UINT32_MAX / slot_bytes : 0);
+    if (st != PSR_OK)
+        return st;
     REQUIRE(ctx->host_byte_order, PSR_ERR_NOT_SUPPORTED,
             "args->shard_count: the device's byte order differs from the host's, so keys would not reduce");
     const psr_buffer_need needs[] = {
