@@ -297,12 +297,20 @@ def verify_checks():
           and all(p["pass"] for p in pos) and all(k in pos[0] for k in ("chi2", "df", "threshold")),
           "verify unbiased --json: every salted position passes")
     check(len(ctl) == 2 and ctl[0]["pass"] is False, "verify unbiased --control: the unsalted control fails at 0")
-    # Sharded drafts are the unsharded ones: the same counts, the control still failing.
+    # Sharded, the drafts are the unsharded ones, verified in the same shards: the unsharded
+    # verdicts (the control still failing) and counts, up to near-ties of the acceptance test.
     r = run("verify", "unbiased", "--k", "1", "--trials", "20000", "--control", "--json", "--shards", "3")
     sh = json.loads(r.stdout) if r.returncode == 0 else {}
-    observed = lambda o: [p["observed"] for p in o.get("positions", [])]
-    check(sh.get("shards") == 3 and observed(sh) == observed(out) and observed(sh.get("control", {})) == observed(out["control"])
-          and sh["control"]["positions"][0]["pass"] is False, "verify unbiased --shards 3: the unsharded counts, the control fails")
+    check(sh.get("shards") == 3 and like_unsharded(sh, out) and sh["control"]["positions"][0]["pass"] is False,
+          "verify unbiased --shards 3: the unsharded verdicts and counts, the control fails")
+    # One-token shards: every shard's rounds with a single column.
+    r = run("verify", "unbiased", "--k", "1", "--trials", "20000", "--json", "--shards", "4:1,2,15")
+    sh = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(sh.get("shards") == 4 and like_unsharded(sh, {k: v for k, v in out.items() if k != "control"}),
+          "verify unbiased --shards 4:1,2,15: the unsharded verdicts and counts")
+    r = run("verify", "unbiased", "--k", "0", "--trials", "2000", "--shards", "2")
+    check(r.returncode == 0 and "sampled and verified in 2 vocabulary shards" in r.stdout,
+          "verify unbiased --shards 2 says the drafts are verified in shards")
     r = run("verify", "unbiased", "--shards", "17")
     check(r.returncode == 2 and "--shards" in r.stderr, "verify unbiased --shards 17 (> vocabulary 16) is a usage error")
     verify_mpi_checks(out)
@@ -321,6 +329,25 @@ def verify_checks():
     check(run("bench", "verify", "--shapes", "2x3").returncode == 2, "bad bench verify --shapes is a usage error")
 
 
+def like_unsharded(got, want):
+    """A sharded verify unbiased report against the unsharded one: the same verdicts, and
+    counts that differ by at most a few tokens (a near-tie of the acceptance test may fall
+    the other way where shards do not start on multiples of 16,384 tokens)."""
+    def runs(o):
+        return [o] + ([o["control"]] if "control" in o else [])
+    if got.get("passed") != want.get("passed") or len(runs(got)) != len(runs(want)):
+        return False
+    moved = 0
+    for g, w in zip(runs(got), runs(want)):
+        gp, wp = g.get("positions", []), w.get("positions", [])
+        if len(gp) != len(wp) or [p["pass"] for p in gp] != [p["pass"] for p in wp]:
+            return False
+        moved += sum(abs(a - b) for p, q in zip(gp, wp) for a, b in zip(p["observed"], q["observed"]))
+    if moved:
+        print(f"note: the sharded counts differ from the unsharded ones by {moved} tokens")
+    return moved <= 8
+
+
 def mpirun_env():
     """psr under mpirun: root allowed, and in a sanitizer build Open MPI's own
     leaks suppressed as the mpi suite does (tests/mpi/meson.build)."""
@@ -332,7 +359,7 @@ def mpirun_env():
 
 
 def verify_mpi_checks(unsharded):
-    """verify unbiased --mpi: under mpirun the unsharded report (the control still failing); else usage errors."""
+    """verify unbiased --mpi: under mpirun the unsharded verdicts (the control still failing); else usage errors."""
     import shutil
     for cmd in (["verify"], ["verify", "unbiased"]):
         r = run(*cmd, "--help")
@@ -351,14 +378,16 @@ def verify_mpi_checks(unsharded):
     mpi = lambda np, *extra: subprocess.run(
         [mpirun, "--oversubscribe", "-np", np, PSR, "verify", "unbiased", "--mpi", "--k", "1", "--trials", "20000",
          "--json", *extra], capture_output=True, text=True, env=env, timeout=300)
-    # The report, less what says how it was sharded, is the unsharded one: counts, verdicts, exit status.
+    # The drafts sampled and verified across the ranks: the unsharded verdicts and exit status,
+    # the counts up to near-ties of the acceptance test, the control still failing.
     salted = {k: v for k, v in unsharded.items() if k != "control"}
     for extra, want in (([], salted), (["--control"], unsharded)):
         got = mpi("2", *extra)
         out = json.loads(got.stdout) if got.returncode == 0 and got.stdout.strip() else {}
         how = (out.pop("shards", None), out.pop("mpi", None))
-        check(how == (2, True) and out == want,
-              "mpirun -np 2 psr verify unbiased " + " ".join(["--mpi", *extra]) + ": the unsharded report")
+        control_fails = "control" not in want or out.get("control", {}).get("positions", [{}])[0].get("pass") is False
+        check(how == (2, True) and like_unsharded(out, want) and control_fails,
+              "mpirun -np 2 psr verify unbiased " + " ".join(["--mpi", *extra]) + ": the unsharded verdicts and counts")
     got = mpi("17")
     check(got.returncode != 0 and got.stderr.count("--mpi: 17 shards") == 1,
           "mpirun -np 17 psr verify unbiased --mpi (> vocabulary 16) is a usage error, said once")

@@ -1,7 +1,7 @@
 /* psr sample --mpi and psr verify unbiased --mpi: the few calls that need
  * MPI, built only where the build found it (PSR_CLI_MPI). Each rank is
  * one vocabulary shard; with --logprobs the ranks compute the logprobs
- * in rounds too. */
+ * in rounds too, and verify unbiased verifies its drafts in rounds. */
 #include "shards.h"
 #include "cli.h"
 
@@ -103,6 +103,37 @@ psr_status cli_mpi_logprobs(psr_context *ctx, const psr_sample_host_args *mine, 
         st = logprobs_rounds(ctx, mine, lp, b);
     clFinish(cli_queue(ctx)); /* nothing may still use the buffers below */
     cli_release_buffers(b, L_BUFFERS);
+    return st;
+}
+
+psr_status cli_mpi_verify(psr_context *ctx, const psr_verify_host_args *whole, size_t lo, size_t hi)
+{
+    cl_mem b[VB_BUFFERS], cache = NULL;
+    psr_verify_args a;
+    cl_int err = shards_verify_stage(ctx, whole, lo, hi, b, &a);
+    if (err == CL_SUCCESS)
+        err = shards_verify_cache(ctx, whole, lo, hi, &cache);
+    /* a rank without its buffers would leave the others waiting in the rounds */
+    psr_status st = PSR_OK;
+    if (err != CL_SUCCESS)
+        st = cli_fail(PSR_ERR_OPENCL, "allocating the verification's device buffers failed: %s (%d)",
+                      psr_cl_error_string(err), err);
+    if (cli_mpi_agree(st == PSR_OK ? CLI_OK : CLI_FAILED) != CLI_OK && st == PSR_OK)
+        st = cli_fail(PSR_ERR_COLLECTIVE, "another rank could not allocate its verification's device buffers");
+    a.vocab = hi - lo, a.vocab_offset = lo, a.draft_cache = cache;
+    cl_event done = NULL;
+    if (st == PSR_OK)
+        st = psr_mpi_verify(ctx, MPI_COMM_WORLD, &a, &done);
+    err = st == PSR_OK && done ? clWaitForEvents(1, &done) : CL_SUCCESS;
+    if (st == PSR_OK && err != CL_SUCCESS)
+        st = cli_fail(PSR_ERR_OPENCL, "verifying failed: %s (%d)", psr_cl_error_string(err), err);
+    if (st == PSR_OK) /* the same status on every rank: they fail together */
+        st = shards_verify_finish(ctx, whole, b);
+    if (done)
+        clReleaseEvent(done);
+    clFinish(cli_queue(ctx)); /* nothing may still use the buffers below */
+    cli_release_buffers(b, VB_BUFFERS);
+    cli_release_buffers(&cache, 1);
     return st;
 }
 

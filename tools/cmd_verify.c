@@ -72,8 +72,9 @@ static void verify_usage(FILE *out)
             "            (with a control that must fail) and a quick unbiasedness test\n"
             "            of speculative decoding.\n"
             "unbiased    speculative decoding's unbiasedness test (psr verify unbiased --help);\n"
-            "            --shards N samples every draft in N vocabulary shards; --mpi,\n"
-            "            under mpirun, one shard per rank (builds with MPI only).\n"
+            "            --shards N samples and verifies every draft in N vocabulary\n"
+            "            shards; --mpi, under mpirun, one shard per rank (builds with\n"
+            "            MPI only).\n"
             "%s%s"
             "p-value     the p-value of a chi2 statistic or a count you give.\n",
             tail_synopsis, lower_tail_synopsis, tail_help, lower_tail_help);

@@ -1,7 +1,9 @@
 /* Vocabulary shards inside one process: each shard is sampled on its
  * columns of the same rows (row_stride the whole vocabulary), and the
  * records of all the shards are combined into the unsharded call's
- * tokens; with --logprobs the shards compute the logprobs in rounds too. */
+ * tokens; with --logprobs the shards compute the logprobs in rounds too,
+ * and speculative drafts are verified in the rounds of
+ * psr_verify_shard_round. */
 #include "shards.h"
 #include "cli.h"
 #include <psr/psr_experimental.h>
@@ -440,4 +442,167 @@ int shards_logprobs_fit(const char *command, const char *opt, size_t count, cons
     return cli_usage_error(command, "--logprobs with %s: the shards span %zu blocks of at most 16,384 "
                            "tokens (each shard starts its own), above the %d the logprobs' exchange holds; give "
                            "fewer shards", opt, slots, PSR_LOGPROBS_MAX_SLOTS);
+}
+
+/* ---- verification across shards ---- */
+
+cl_int shards_verify_stage(psr_context *ctx, const psr_verify_host_args *whole, size_t lo, size_t hi, cl_mem *b,
+                           psr_verify_args *a)
+{
+    size_t rows = whole->rows, R = whole->requests, dsize = psr_dtype_size(whole->target_dtype);
+    size_t stride = whole->target_row_stride ? whole->target_row_stride : whole->vocab;
+    size_t token_bytes = R * (whole->max_drafts + 1) * (whole->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4);
+    const cli_buffer spec[VB_BUFFERS] = {
+        [VB_TARGET] = {((rows - 1) * stride + (hi - lo)) * dsize, (const char *)whole->target_logits + lo * dsize},
+        [VB_DRAFTS] = {rows * 4, whole->draft_tokens},
+        [VB_SEEDS] = {R * 8, whole->seeds},
+        [VB_TEMPS] = {R * 4, whole->temperatures},
+        [VB_POSITIONS] = {rows * 8, whole->positions},
+        [VB_TOKENS] = {token_bytes, NULL},
+        [VB_NUM] = {R * 4, NULL},
+        [VB_STATUS] = {4, NULL},
+    };
+    psr_verify_args_init(a, sizeof *a);
+    a->requests = R, a->cu = whole->cu, a->rows = rows, a->max_drafts = whole->max_drafts;
+    a->target_dtype = whole->target_dtype, a->target_row_stride = stride;
+    a->draft_cache_k = whole->draft_cache ? whole->draft_cache_k : 0;
+    a->method = whole->method, a->noise = whole->noise, a->tokens_dtype = whole->tokens_dtype;
+    a->vocab_total = whole->vocab, a->effective_noise = whole->effective_noise;
+    cl_int err = cli_make_buffers(ctx, spec, VB_BUFFERS, b);
+    a->target_logits = b[VB_TARGET], a->draft_tokens = b[VB_DRAFTS], a->seeds = b[VB_SEEDS];
+    a->temperatures = b[VB_TEMPS], a->positions = b[VB_POSITIONS];
+    a->tokens = b[VB_TOKENS], a->num_sampled = b[VB_NUM], a->status = b[VB_STATUS];
+    return err;
+}
+
+cl_int shards_verify_cache(psr_context *ctx, const psr_verify_host_args *whole, size_t lo, size_t hi, cl_mem *out)
+{
+    *out = NULL;
+    size_t n = hi - lo, rows = whole->requests * whole->draft_cache_k;
+    if (!whole->draft_cache || !rows)
+        return CL_SUCCESS;
+    float *cols = malloc(rows * n * sizeof *cols);
+    if (!cols)
+        return CL_OUT_OF_HOST_MEMORY;
+    for (size_t r = 0; r < rows; r++)
+        memcpy(cols + r * n, whole->draft_cache + r * whole->vocab + lo, n * sizeof *cols);
+    cl_int err = cli_make_buffers(ctx, &(cli_buffer){rows * n * sizeof *cols, cols}, 1, out);
+    free(cols);
+    return err;
+}
+
+psr_status shards_verify_finish(psr_context *ctx, const psr_verify_host_args *whole, const cl_mem *b)
+{
+    cl_command_queue q = cli_queue(ctx);
+    uint32_t status = 0;
+    size_t R = whole->requests;
+    size_t token_bytes = R * (whole->max_drafts + 1) * (whole->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4);
+    cl_int err = clEnqueueReadBuffer(q, b[VB_STATUS], CL_TRUE, 0, 4, &status, 0, NULL, NULL);
+    if (err == CL_SUCCESS && status) /* as psr_verify_host: nothing written */
+        return cli_fail(PSR_ERR_INVALID_ARGUMENT, "sharded verification: the device flagged the input (0x%x)",
+                        status);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, b[VB_TOKENS], CL_TRUE, 0, token_bytes, whole->tokens, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, b[VB_NUM], CL_TRUE, 0, R * 4, whole->num_sampled, 0, NULL, NULL);
+    return err == CL_SUCCESS ? PSR_OK : opencl_failed("reading the verified tokens", err);
+}
+
+/* A verification's shards on one device: each its keys and columns of
+ * the draft cache; the slots and records of all in one buffer each. */
+typedef struct verify_run {
+    psr_context *ctx;
+    size_t count, slots, first_slot[PSR_MAX_SHARDS];
+    const size_t *bounds;
+    psr_verify_args base; /* what every shard shares */
+    cl_mem keys[PSR_MAX_SHARDS], caches[PSR_MAX_SHARDS], partials, records;
+} verify_run;
+
+/* Shard s's args: the same buffers as every shard's but its own keys,
+ * columns and slots. */
+static psr_verify_args verify_shard(const verify_run *v, size_t s)
+{
+    psr_verify_args a = v->base;
+    a.vocab = v->bounds[s + 1] - v->bounds[s], a.target_offset = v->bounds[s], a.draft_cache = v->caches[s];
+    a.shard_count = v->count, a.shard_index = s, a.vocab_offset = v->bounds[s];
+    a.shard_slot = v->first_slot[s], a.shard_slots = v->slots;
+    a.shard_keys = v->keys[s], a.shard_partials = v->partials, a.shard_records = v->records;
+    return a;
+}
+
+/* Round 0 on every shard, then the keys' element-wise maximum written
+ * back into every shard's keys, as an all-reduce would leave them. */
+static psr_status verify_keys(verify_run *v)
+{
+    cl_command_queue q = cli_queue(v->ctx);
+    size_t n = 2 * v->base.rows + 1;
+    uint32_t *max = calloc(n, 4), *mine = malloc(n * 4);
+    psr_status st = max && mine ? PSR_OK : cli_fail(PSR_ERR_OUT_OF_HOST_MEMORY, "cannot allocate the keys of %zu rows",
+                                                    v->base.rows);
+    cl_int err = CL_SUCCESS;
+    for (size_t s = 0; st == PSR_OK && err == CL_SUCCESS && s < v->count; s++) {
+        psr_verify_args a = verify_shard(v, s);
+        st = psr_verify_shard_round(v->ctx, &a, 0, NULL);
+        if (st == PSR_OK)
+            err = clEnqueueReadBuffer(q, v->keys[s], CL_TRUE, 0, n * 4, mine, 0, NULL, NULL);
+        for (size_t i = 0; st == PSR_OK && err == CL_SUCCESS && i < n; i++)
+            max[i] = mine[i] > max[i] ? mine[i] : max[i];
+    }
+    for (size_t s = 0; st == PSR_OK && err == CL_SUCCESS && s < v->count; s++)
+        err = clEnqueueWriteBuffer(q, v->keys[s], CL_TRUE, 0, n * 4, max, 0, NULL, NULL);
+    free(max), free(mine);
+    return st == PSR_OK && err != CL_SUCCESS ? opencl_failed("reducing the shards' keys", err) : st;
+}
+
+/* The shards' own buffers: keys, columns of the draft cache, the shared
+ * slots and records. */
+static cl_int verify_buffers(verify_run *v, const psr_verify_host_args *whole)
+{
+    size_t rows = whole->rows;
+    const cli_buffer shared[2] = {{v->slots * psr_verify_shard_slot_bytes(rows), NULL},
+                                  {v->count * whole->requests * sizeof(psr_shard_record), NULL}};
+    cl_mem made[2];
+    cl_int err = cli_make_buffers(v->ctx, shared, 2, made);
+    v->partials = made[0], v->records = made[1];
+    for (size_t s = 0; err == CL_SUCCESS && s < v->count; s++) {
+        err = cli_make_buffers(v->ctx, &(cli_buffer){(2 * rows + 1) * 4, NULL}, 1, &v->keys[s]);
+        if (err == CL_SUCCESS)
+            err = shards_verify_cache(v->ctx, whole, v->bounds[s], v->bounds[s + 1], &v->caches[s]);
+    }
+    return err;
+}
+
+psr_status shards_verify_host(psr_context *ctx, const psr_verify_host_args *whole, size_t count,
+                              const size_t *bounds)
+{
+    verify_run *v = calloc(1, sizeof *v);
+    if (!v)
+        return cli_fail(PSR_ERR_OUT_OF_HOST_MEMORY, "cannot allocate the state of %zu shards", count);
+    v->ctx = ctx, v->count = count, v->bounds = bounds;
+    for (size_t s = 0; s < count; s++)
+        v->first_slot[s] = v->slots, v->slots += psr_logprobs_shard_slots(bounds[s + 1] - bounds[s]);
+    cl_mem b[VB_BUFFERS];
+    cl_int err = shards_verify_stage(ctx, whole, 0, whole->vocab, b, &v->base);
+    if (err == CL_SUCCESS)
+        err = verify_buffers(v, whole);
+    psr_status st = err == CL_SUCCESS ? verify_keys(v) : opencl_failed("allocating the verification's buffers", err);
+    for (unsigned r = 1; r <= 2; r++) /* every shard's slots, then records, into the shared buffers */
+        for (size_t s = 0; st == PSR_OK && s < count; s++) {
+            psr_verify_args a = verify_shard(v, s);
+            st = psr_verify_shard_round(ctx, &a, r, NULL);
+        }
+    if (st == PSR_OK) { /* the same outputs from any shard */
+        psr_verify_args a = verify_shard(v, 0);
+        st = psr_verify_shard_round(ctx, &a, 3, NULL);
+    }
+    if (st == PSR_OK)
+        st = shards_verify_finish(ctx, whole, b);
+    clFinish(cli_queue(ctx)); /* nothing may still use the buffers below */
+    cli_release_buffers(b, VB_BUFFERS);
+    cli_release_buffers(v->keys, count);
+    cli_release_buffers(v->caches, count);
+    cli_release_buffers(&v->partials, 1);
+    cli_release_buffers(&v->records, 1);
+    free(v);
+    return st;
 }

@@ -80,9 +80,39 @@ psr_status shards_sample_logprobs(psr_context *ctx, const psr_sample_host_args *
 psr_sample_host_args shards_columns(const psr_sample_host_args *whole, size_t count, size_t s,
                                     const size_t *bounds);
 
-/* How shards_unbiased_run samples the drafts: every one of `count` shards
- * over `bounds` in this process (rank -1), or, under --mpi, only this
- * rank's shard through cli_mpi_sample, the other ranks sampling theirs. */
+/* psr_verify_host of `whole` (target rows of `vocab` logits; the draft
+ * cache, if any, [requests, draft_cache_k, vocab]) as `count` shards over
+ * `bounds`, on device buffers: the inputs uploaded once, each shard its
+ * columns of the draft cache and its own keys, the four rounds of
+ * psr_verify_shard_round on every shard (the keys reduced by maximum on
+ * the host, every shard's slots and records written into one buffer each,
+ * as an all-gather would leave them; round 3 on shard 0), then tokens and
+ * num_sampled read back. A draft token, position or temperature the
+ * device flags fails with PSR_ERR_INVALID_ARGUMENT, writing nothing. */
+psr_status shards_verify_host(psr_context *ctx, const psr_verify_host_args *whole, size_t count,
+                              const size_t *bounds);
+
+/* The pieces of shards_verify_host that cli_mpi_verify shares. Device
+ * buffers by index: */
+enum { VB_TARGET, VB_DRAFTS, VB_SEEDS, VB_TEMPS, VB_POSITIONS, VB_TOKENS, VB_NUM, VB_STATUS, VB_BUFFERS };
+/* whole's target logits from column lo to hi (every row at whole's
+ * stride) and its request inputs uploaded into b, room for the outputs,
+ * and *a over them with what every shard shares (vocab, target_offset,
+ * draft_cache and the shard fields but vocab_total left to set). Release
+ * b with cli_release_buffers either way. */
+cl_int shards_verify_stage(psr_context *ctx, const psr_verify_host_args *whole, size_t lo, size_t hi, cl_mem *b,
+                           psr_verify_args *a);
+/* whole's draft cache, columns lo to hi, uploaded as [requests,
+ * draft_cache_k, hi - lo] into *out (NULL without a cache). */
+cl_int shards_verify_cache(psr_context *ctx, const psr_verify_host_args *whole, size_t lo, size_t hi, cl_mem *out);
+/* After the last round: the status read back and, when the device
+ * flagged nothing, the tokens and num_sampled into whole's. */
+psr_status shards_verify_finish(psr_context *ctx, const psr_verify_host_args *whole, const cl_mem *b);
+
+/* How shards_unbiased_run samples and verifies the drafts: every one of
+ * `count` shards over `bounds` in this process (rank -1), or, under
+ * --mpi, only this rank's shard through cli_mpi_sample and
+ * cli_mpi_verify, the other ranks doing theirs. */
 typedef struct shard_plan {
     size_t count;
     const size_t *bounds; /* [count + 1] */
@@ -90,8 +120,8 @@ typedef struct shard_plan {
 } shard_plan;
 
 /* The unbiasedness experiment (check.h's psr_unbiased_run, the same
- * requests) with every draft sampled in shards as `plan` says
- * (unbiased_shards.c). */
+ * requests) with every draft sampled and verified in shards as `plan`
+ * says (unbiased_shards.c). */
 struct psr_unbiased_result;
 psr_status shards_unbiased_run(psr_context *ctx, size_t k, size_t trials, uint64_t seed, const shard_plan *plan,
                                struct psr_unbiased_result *out);
@@ -114,6 +144,11 @@ psr_status cli_mpi_sample(psr_context *ctx, const psr_sample_host_args *args);
  * outputs in `lp` on every rank. Every rank must call it, a rank that
  * cannot upload included: they fail together. */
 psr_status cli_mpi_logprobs(psr_context *ctx, const psr_sample_host_args *mine, const shards_logprobs *lp);
+/* psr_mpi_verify over MPI_COMM_WORLD with this rank's shard the columns
+ * lo to hi of `whole` (only those uploaded, the draft cache's included);
+ * tokens and num_sampled on every rank. Every rank must call it, as
+ * cli_mpi_logprobs. */
+psr_status cli_mpi_verify(psr_context *ctx, const psr_verify_host_args *whole, size_t lo, size_t hi);
 void cli_mpi_finalize(void);
 #endif
 

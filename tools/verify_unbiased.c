@@ -20,11 +20,12 @@ typedef struct unbiased_options {
     shard_spec shards; /* --shards; count 0 without */
     bool mpi;          /* --mpi: one shard per rank */
     size_t bounds[PSR_MAX_SHARDS + 1];
-    shard_plan plan; /* how the drafts are sharded; count 0: not */
+    shard_plan plan; /* how the drafts are sampled and verified; count 0: unsharded */
 } unbiased_options;
 
-/* One run, its drafts sharded with --shards or --mpi; *pass: every
- * position passes or, for the control, position 0 fails. */
+/* One run, its drafts sampled and verified in shards with --shards or
+ * --mpi; *pass: every position passes or, for the control, position 0
+ * fails. */
 static int verify_unbiased_run(psr_context *ctx, const unbiased_options *o, bool control, bool *pass,
                                psr_unbiased_result *res, fit_report *fits)
 {
@@ -103,11 +104,14 @@ static void usage(FILE *out)
             "draws each position's counts against the target's, as an SVG file.\n"
             "--shards N (1..16, or N:S1,...: where shards 1..N-1 start) samples every\n"
             "draft in N vocabulary shards (records, then psr_combine_host) and verifies\n"
-            "with psr_verify_host: the same drafts, so the same counts; the control\n"
-            "still fails. --mpi, under mpirun -np N (N 1..16, builds with MPI only),\n"
-            "samples every draft with each rank holding an even slice of the\n"
-            "vocabulary (psr_mpi_sample_host); every rank verifies and counts the same\n"
-            "tokens and rank 0 prints: again the unsharded counts. Not with --shards.\n"
+            "it in the same shards (the rounds of psr_verify_shard_round): the same\n"
+            "drafts, and the unsharded counts but where a floating-point near-tie of\n"
+            "the acceptance test falls the other way (shards of 16 tokens do not start\n"
+            "on multiples of 16,384); the control still fails. --mpi, under mpirun\n"
+            "-np N (N 1..16, builds with MPI only), samples and verifies every draft\n"
+            "with each rank holding an even slice of the vocabulary\n"
+            "(psr_mpi_sample_host, psr_mpi_verify); every rank counts the same tokens\n"
+            "and rank 0 prints, the counts as with --shards. Not with --shards.\n"
             "Exit status 1 when a salted position fails or the control passes.\n",
             PSR_UNBIASED_MAX_K, PSR_CHECK_THRESHOLD_P);
 }
@@ -175,7 +179,7 @@ static void print_report(const psr_device_info *info, const unbiased_options *o,
         printf("device: %s (%s)\nk %llu, %llu trials, vocabulary %d; a position fails when p < %g\n", info->name,
                info->platform_name, o->k, o->trials, PSR_UNBIASED_VOCAB, PSR_CHECK_THRESHOLD_P);
         if (o->plan.count)
-            printf("drafts sampled in %zu vocabulary shards%s\n", o->plan.count, o->mpi ? ", one per MPI rank" : "");
+            printf("drafts sampled and verified in %zu vocabulary shards%s\n", o->plan.count, o->mpi ? ", one per MPI rank" : "");
     }
     print_positions(&w, o->json, "salted", (size_t)o->k, u->fits);
     if (o->control) {
