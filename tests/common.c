@@ -453,6 +453,56 @@ void release_buffers(cl_mem *mems, size_t n)
             clReleaseMemObject(mems[i]);
 }
 
+/* ---- vocabulary shards ---- */
+
+void expect_status(const psr_context *ctx, psr_status st, psr_status want, const char *words)
+{
+    if (st != want)
+        fail_msg("status %s, wanted %s (%s)", psr_status_string(st), psr_status_string(want), psr_last_error(ctx));
+    if (!strstr(psr_last_error(ctx), words))
+        fail_msg("message \"%s\" does not name \"%s\"", psr_last_error(ctx), words);
+}
+
+void random_bounds(size_t vocab, size_t shards, size_t *bounds)
+{
+    bounds[0] = 0;
+    bounds[shards] = vocab;
+    for (size_t s = 1; s < shards; s++) {
+        size_t left = vocab - bounds[s - 1] - (shards - s); /* tokens this shard may take */
+        size_t even = (vocab - bounds[s - 1]) / (shards - s + 1);
+        size_t take = rnd() % 4 == 0 ? 1 : 1 + rnd() % (2 * even > 1 ? 2 * even - 1 : 1);
+        bounds[s] = bounds[s - 1] + (take < left ? take : left);
+    }
+}
+
+void run_filter_rounds(psr_context *ctx, const psr_sample_args *args, size_t shards, const cl_mem *partial,
+                       cl_mem reduced, size_t rows, bool forget_last_shard)
+{
+    size_t rounds = 0, words = rows * PSR_SHARD_FILTER_WORDS;
+    assert_int_equal(psr_shard_filter_rounds(ctx, &args[0], &rounds), PSR_OK);
+    uint64_t *sum = malloc(words * 8), *part = malloc(words * 8);
+    for (size_t r = 0; r <= rounds; r++) {
+        for (size_t s = 0; s < shards; s++) {
+            psr_shard_filter_args fa;
+            psr_shard_filter_args_init(&fa, sizeof fa);
+            fa.sample = &args[s], fa.round = r, fa.reduced = reduced, fa.partial = partial[s];
+            if (psr_shard_filter_round(ctx, &fa, NULL) != PSR_OK)
+                fail_msg("filter round %zu, shard %zu: %s", r, s, psr_last_error(ctx));
+        }
+        if (r == rounds)
+            break;
+        memset(sum, 0, words * 8);
+        for (size_t s = 0; s < shards - (forget_last_shard ? 1 : 0); s++) {
+            download(ctx, partial[s], part, words * 8);
+            for (size_t w = 0; w < words; w++)
+                sum[w] = r == 0 ? (part[w] > sum[w] ? part[w] : sum[w]) : sum[w] + part[w];
+        }
+        assert_int_equal(clEnqueueWriteBuffer(queue_of(ctx), reduced, CL_TRUE, 0, words * 8, sum, 0, NULL, NULL),
+                         CL_SUCCESS);
+    }
+    free(sum), free(part);
+}
+
 /* ---- internal state that has no call ----
  *
  * A few tests must reach state the library keeps to itself: the filter

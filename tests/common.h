@@ -148,6 +148,22 @@ void download(const psr_context *ctx, cl_mem m, void *host, size_t bytes);
 /* Releases n buffers; NULL entries are skipped. */
 void release_buffers(cl_mem *mems, size_t n);
 
+/* ---- vocabulary shards ---- */
+
+/* A call's status must be `want` and its message must name `words`
+ * (psr_last_error(ctx)); anything else fails the test. */
+void expect_status(const psr_context *ctx, psr_status st, psr_status want, const char *words);
+/* `shards` uneven ranges tiling [0, vocab), some of one token where the
+ * vocabulary allows, drawn from rnd(); bounds has shards + 1 entries. */
+void random_bounds(size_t vocab, size_t shards, size_t *bounds);
+/* The filters' rounds (psr_shard_filter_round) for every shard of args in
+ * this process, each round's partials read back and reduced on the host
+ * (max in round 0, else sum) into `reduced`, as an all-reduce would;
+ * `forget_last_shard`: the reduction leaves out the last shard's partials.
+ * partial holds one buffer of rows * PSR_SHARD_FILTER_WORDS words a shard. */
+void run_filter_rounds(psr_context *ctx, const psr_sample_args *args, size_t shards, const cl_mem *partial,
+                       cl_mem reduced, size_t rows, bool forget_last_shard);
+
 /* ---- internal state that has no call (see common.c) ---- */
 
 /* The filter pass's per-row scratch: its thresholds (two floats a row,

@@ -128,33 +128,10 @@ static void filter_rounds(const batch *b, const dev *d, const size_t *bounds, si
         sa[s].vocab_total = b->vocab, sa[s].shard_filter_state = state[s], sa[s].shard_records = records;
         partial[s] = device_buffer(ctx, words * 8);
     }
-    size_t rounds = 0;
-    if (psr_shard_filter_rounds(ctx, &sa[0], &rounds) != PSR_OK)
-        fail_msg("psr_shard_filter_rounds: %s", psr_last_error(ctx));
-    uint64_t *sum = malloc(words * 8), *part = malloc(words * 8);
-    for (size_t r = 0; r <= rounds; r++) {
-        for (size_t s = 0; s < shards; s++) {
-            psr_shard_filter_args fa;
-            psr_shard_filter_args_init(&fa, sizeof fa);
-            fa.sample = &sa[s], fa.round = r, fa.reduced = reduced, fa.partial = partial[s];
-            if (psr_shard_filter_round(ctx, &fa, NULL) != PSR_OK)
-                fail_msg("filter round %zu, shard %zu: %s", r, s, psr_last_error(ctx));
-        }
-        if (r == rounds)
-            break;
-        memset(sum, 0, words * 8);
-        for (size_t s = 0; s < shards; s++) {
-            download(ctx, partial[s], part, words * 8);
-            for (size_t w = 0; w < words; w++)
-                sum[w] = r == 0 ? (part[w] > sum[w] ? part[w] : sum[w]) : sum[w] + part[w];
-        }
-        assert_int_equal(clEnqueueWriteBuffer(queue_of(ctx), reduced, CL_TRUE, 0, words * 8, sum, 0, NULL, NULL),
-                         CL_SUCCESS);
-    }
+    run_filter_rounds(ctx, sa, shards, partial, reduced, rows, false);
     for (size_t s = 0; s < shards; s++)
         clReleaseMemObject(partial[s]);
     release_buffers((cl_mem[]){seeds, positions, reduced, records}, 4);
-    free(sum), free(part);
 }
 
 /* What a test leaves out on purpose. */
@@ -266,19 +243,6 @@ static size_t block_bounds(size_t vocab, size_t *bounds)
     return shards;
 }
 
-/* Bounds anywhere, some shards of one token. */
-static void random_bounds(size_t vocab, size_t shards, size_t *bounds)
-{
-    bounds[0] = 0;
-    bounds[shards] = vocab;
-    for (size_t s = 1; s < shards; s++) {
-        size_t left = vocab - bounds[s - 1] - (shards - s);
-        size_t even = (vocab - bounds[s - 1]) / (shards - s + 1);
-        size_t take = rnd() % 4 == 0 ? 1 : 1 + rnd() % (2 * even > 1 ? 2 * even - 1 : 1);
-        bounds[s] = bounds[s - 1] + (take < left ? take : left);
-    }
-}
-
 /* Sharded against unsharded over one batch, for every top_n, raw and
  * processed, with and without filters. */
 static size_t compare_batch(size_t rows, size_t vocab, const size_t *bounds, size_t shards, bool exact,
@@ -346,14 +310,6 @@ static void test_controls(void **state)
     assert_true(missing >= 40);
 }
 
-static void expect_status(psr_status st, psr_status want, const char *words)
-{
-    if (st != want)
-        fail_msg("status %d, not %d: %s", (int)st, (int)want, psr_last_error(ctx));
-    if (!strstr(psr_last_error(ctx), words))
-        fail_msg("'%s' does not name %s", psr_last_error(ctx), words);
-}
-
 static void test_bad_shard_arguments(void **state)
 {
     (void)state;
@@ -365,32 +321,32 @@ static void test_bad_shard_arguments(void **state)
     a.vocab_total = 100, a.shard_slot = 1, a.shard_slots = 2, a.shard_token_keys = keys, a.shard_partials = partials;
     for (unsigned r = 0; r < PSR_LOGPROBS_SHARD_ROUNDS; r++)
         assert_int_equal(psr_logprobs_shard_round(ctx, &a, r, NULL), PSR_OK);
-    expect_status(psr_logprobs_shard_round(ctx, &a, 3, NULL), PSR_ERR_INVALID_ARGUMENT, "round 3");
-    expect_status(psr_logprobs(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "psr_logprobs_shard_round");
+    expect_status(ctx, psr_logprobs_shard_round(ctx, &a, 3, NULL), PSR_ERR_INVALID_ARGUMENT, "round 3");
+    expect_status(ctx, psr_logprobs(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "psr_logprobs_shard_round");
     psr_logprobs_args c = a;
     c.shard_slot = 2;
-    expect_status(psr_logprobs_shard_round(ctx, &c, 1, NULL), PSR_ERR_SHARD_MISMATCH, "args->shard_slot");
+    expect_status(ctx, psr_logprobs_shard_round(ctx, &c, 1, NULL), PSR_ERR_SHARD_MISMATCH, "args->shard_slot");
     c = a, c.vocab_offset = 60;
-    expect_status(psr_logprobs_shard_round(ctx, &c, 0, NULL), PSR_ERR_SHARD_MISMATCH, "args->vocab_offset");
+    expect_status(ctx, psr_logprobs_shard_round(ctx, &c, 0, NULL), PSR_ERR_SHARD_MISMATCH, "args->vocab_offset");
     c = a, c.shard_slots = PSR_LOGPROBS_MAX_SLOTS + 1;
-    expect_status(psr_logprobs_shard_round(ctx, &c, 2, NULL), PSR_ERR_INVALID_ARGUMENT, "args->shard_slots");
+    expect_status(ctx, psr_logprobs_shard_round(ctx, &c, 2, NULL), PSR_ERR_INVALID_ARGUMENT, "args->shard_slots");
     c = a, c.shard_index = 2;
-    expect_status(psr_logprobs_shard_round(ctx, &c, 0, NULL), PSR_ERR_INVALID_ARGUMENT, "args->shard_index");
+    expect_status(ctx, psr_logprobs_shard_round(ctx, &c, 0, NULL), PSR_ERR_INVALID_ARGUMENT, "args->shard_index");
     c = a, c.vocab_total = (1u << 20) + 1;
-    expect_status(psr_logprobs_shard_round(ctx, &c, 0, NULL), PSR_ERR_INVALID_ARGUMENT, "args->vocab_total");
+    expect_status(ctx, psr_logprobs_shard_round(ctx, &c, 0, NULL), PSR_ERR_INVALID_ARGUMENT, "args->vocab_total");
     c = a, c.shard_token_keys = NULL;
-    expect_status(psr_logprobs_shard_round(ctx, &c, 0, NULL), PSR_ERR_NULL_ARGUMENT, "args->shard_token_keys");
+    expect_status(ctx, psr_logprobs_shard_round(ctx, &c, 0, NULL), PSR_ERR_NULL_ARGUMENT, "args->shard_token_keys");
     cl_mem small = device_buffer(ctx, psr_logprobs_shard_slot_bytes(4, 5));
     c = a, c.shard_partials = small;
-    expect_status(psr_logprobs_shard_round(ctx, &c, 1, NULL), PSR_ERR_BUFFER_TOO_SMALL, "args->shard_partials");
+    expect_status(ctx, psr_logprobs_shard_round(ctx, &c, 1, NULL), PSR_ERR_BUFFER_TOO_SMALL, "args->shard_partials");
     clReleaseMemObject(small);
     c = a, c.top_k = d.top_k;
-    expect_status(psr_logprobs_shard_round(ctx, &c, 0, NULL), PSR_ERR_NULL_ARGUMENT, "args->shard_filter_state");
+    expect_status(ctx, psr_logprobs_shard_round(ctx, &c, 0, NULL), PSR_ERR_NULL_ARGUMENT, "args->shard_filter_state");
     c = whole_args(&b, &d, 5, 0, false), c.shard_slots = 1;
-    expect_status(psr_logprobs(ctx, &c, NULL), PSR_ERR_INVALID_ARGUMENT, "args->shard_count 0");
-    expect_status(psr_logprobs_shard_round(ctx, &c, 0, NULL), PSR_ERR_INVALID_ARGUMENT, "args->shard_count 0");
+    expect_status(ctx, psr_logprobs(ctx, &c, NULL), PSR_ERR_INVALID_ARGUMENT, "args->shard_count 0");
+    expect_status(ctx, psr_logprobs_shard_round(ctx, &c, 0, NULL), PSR_ERR_INVALID_ARGUMENT, "args->shard_count 0");
     c.shard_slots = 0;
-    expect_status(psr_logprobs_shard_round(ctx, &c, 0, NULL), PSR_ERR_INVALID_ARGUMENT, "psr_logprobs");
+    expect_status(ctx, psr_logprobs_shard_round(ctx, &c, 0, NULL), PSR_ERR_INVALID_ARGUMENT, "psr_logprobs");
     assert_int_equal(psr_logprobs_shard_slots(0), 0);
     assert_int_equal(psr_logprobs_shard_slots(16384), 1);
     assert_int_equal(psr_logprobs_shard_slots(16385), 2);

@@ -240,14 +240,6 @@ static void test_bad_draft_token(void **state)
     free_case(&c);
 }
 
-static void expect_status(psr_status st, psr_status want, const char *words)
-{
-    if (st != want)
-        fail_msg("status %d, not %d: %s", (int)st, (int)want, psr_last_error(ctx));
-    if (!strstr(psr_last_error(ctx), words))
-        fail_msg("'%s' does not name %s", psr_last_error(ctx), words);
-}
-
 static void test_bad_shard_arguments(void **state)
 {
     (void)state;
@@ -263,24 +255,24 @@ static void test_bad_shard_arguments(void **state)
     for (unsigned r = 0; r < PSR_VERIFY_SHARD_ROUNDS; r++)
         if (psr_verify_shard_round(ctx, &a, r, NULL) != PSR_OK)
             fail_msg("round %u: %s", r, psr_last_error(ctx));
-    expect_status(psr_verify_shard_round(ctx, &a, 4, NULL), PSR_ERR_INVALID_ARGUMENT, "round 4");
-    expect_status(psr_verify(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "psr_verify_shard_round");
+    expect_status(ctx, psr_verify_shard_round(ctx, &a, 4, NULL), PSR_ERR_INVALID_ARGUMENT, "round 4");
+    expect_status(ctx, psr_verify(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "psr_verify_shard_round");
     psr_verify_args b = a;
     b.shard_slot = 2;
-    expect_status(psr_verify_shard_round(ctx, &b, 1, NULL), PSR_ERR_SHARD_MISMATCH, "args->shard_slot");
+    expect_status(ctx, psr_verify_shard_round(ctx, &b, 1, NULL), PSR_ERR_SHARD_MISMATCH, "args->shard_slot");
     b = a, b.vocab_offset = 60;
-    expect_status(psr_verify_shard_round(ctx, &b, 0, NULL), PSR_ERR_SHARD_MISMATCH, "args->vocab_offset");
+    expect_status(ctx, psr_verify_shard_round(ctx, &b, 0, NULL), PSR_ERR_SHARD_MISMATCH, "args->vocab_offset");
     b = a, b.shard_index = 2;
-    expect_status(psr_verify_shard_round(ctx, &b, 0, NULL), PSR_ERR_INVALID_ARGUMENT, "args->shard_index");
+    expect_status(ctx, psr_verify_shard_round(ctx, &b, 0, NULL), PSR_ERR_INVALID_ARGUMENT, "args->shard_index");
     b = a, b.shard_keys = NULL;
-    expect_status(psr_verify_shard_round(ctx, &b, 0, NULL), PSR_ERR_NULL_ARGUMENT, "args->shard_keys");
+    expect_status(ctx, psr_verify_shard_round(ctx, &b, 0, NULL), PSR_ERR_NULL_ARGUMENT, "args->shard_keys");
     cl_mem small = device_buffer(ctx, 16);
     b = a, b.shard_records = small;
-    expect_status(psr_verify_shard_round(ctx, &b, 2, NULL), PSR_ERR_BUFFER_TOO_SMALL, "args->shard_records");
+    expect_status(ctx, psr_verify_shard_round(ctx, &b, 2, NULL), PSR_ERR_BUFFER_TOO_SMALL, "args->shard_records");
     b = base_args(&c, &d, PSR_VERIFY_PROBABILISTIC, PSR_NOISE_FP32), b.shard_slots = 1;
-    expect_status(psr_verify(ctx, &b, NULL), PSR_ERR_INVALID_ARGUMENT, "args->shard_count 0");
+    expect_status(ctx, psr_verify(ctx, &b, NULL), PSR_ERR_INVALID_ARGUMENT, "args->shard_count 0");
     b.shard_slots = 0;
-    expect_status(psr_verify_shard_round(ctx, &b, 0, NULL), PSR_ERR_INVALID_ARGUMENT, "psr_verify");
+    expect_status(ctx, psr_verify_shard_round(ctx, &b, 0, NULL), PSR_ERR_INVALID_ARGUMENT, "psr_verify");
     assert_int_equal(psr_verify_shard_slot_bytes(3), 80); /* 72, rounded up */
     release_buffers((cl_mem[]){keys, partials, records, small, d.target, d.drafts, d.seeds, d.temps, d.positions,
                                d.tokens, d.num, d.status},

@@ -93,20 +93,6 @@ static void free_batch(batch *b)
     free(b->logits), free(b->seeds), free(b->positions), free(b->temps);
 }
 
-/* Shard bounds: `shards` ranges tiling [0, vocab), uneven, some of one
- * token where the vocabulary allows. bounds has shards + 1 entries. */
-static void random_bounds(size_t vocab, size_t shards, size_t *bounds)
-{
-    bounds[0] = 0;
-    bounds[shards] = vocab;
-    for (size_t s = 1; s < shards; s++) {
-        size_t left = vocab - bounds[s - 1] - (shards - s); /* tokens this shard may take */
-        size_t even = (vocab - bounds[s - 1]) / (shards - s + 1);
-        size_t take = rnd() % 4 == 0 ? 1 : 1 + rnd() % (2 * even > 1 ? 2 * even - 1 : 1);
-        bounds[s] = bounds[s - 1] + (take < left ? take : left);
-    }
-}
-
 /* One shard's records through psr_sample_host. */
 static psr_status sample_shard(const batch *b, const size_t *bounds, size_t shards, size_t s, unsigned flags,
                                psr_shard_record *records)
@@ -313,36 +299,6 @@ static psr_sample_args filtered_shard_args(const batch *b, const dev_batch *d, c
     return a;
 }
 
-/* The rounds for every shard in this process: partials read back and
- * reduced on the host (max in round 0, else sum), as an all-reduce would. */
-static void run_filter_rounds(const psr_sample_args *args, size_t shards, cl_mem *partial, cl_mem reduced,
-                              size_t rows, bool forget_last_shard)
-{
-    size_t rounds = 0, words = rows * PSR_SHARD_FILTER_WORDS;
-    assert_int_equal(psr_shard_filter_rounds(ctx, &args[0], &rounds), PSR_OK);
-    uint64_t *sum = malloc(words * 8), *part = malloc(words * 8);
-    for (size_t r = 0; r <= rounds; r++) {
-        for (size_t s = 0; s < shards; s++) {
-            psr_shard_filter_args fa;
-            psr_shard_filter_args_init(&fa, sizeof fa);
-            fa.sample = &args[s], fa.round = r, fa.reduced = reduced, fa.partial = partial[s];
-            if (psr_shard_filter_round(ctx, &fa, NULL) != PSR_OK)
-                fail_msg("round %zu, shard %zu: %s", r, s, psr_last_error(ctx));
-        }
-        if (r == rounds)
-            break;
-        memset(sum, 0, words * 8);
-        for (size_t s = 0; s < shards - (forget_last_shard ? 1 : 0); s++) {
-            download(ctx, partial[s], part, words * 8);
-            for (size_t w = 0; w < words; w++)
-                sum[w] = r == 0 ? (part[w] > sum[w] ? part[w] : sum[w]) : sum[w] + part[w];
-        }
-        assert_int_equal(clEnqueueWriteBuffer(queue_of(ctx), reduced, CL_TRUE, 0, words * 8, sum, 0, NULL, NULL),
-                         CL_SUCCESS);
-    }
-    free(sum), free(part);
-}
-
 /* Rows whose sharded filtered token differs from the unsharded call's;
  * `control`: the reductions leave out the last shard's partials. */
 static size_t filtered_differences(const batch *b, size_t shards, unsigned flags, const filters *f, bool control)
@@ -358,7 +314,7 @@ static size_t filtered_differences(const batch *b, size_t shards, unsigned flags
         state[s] = device_buffer(ctx, rows * PSR_SHARD_FILTER_STATE_BYTES);
         args[s] = filtered_shard_args(b, &d, f, bounds, shards, s, flags, records, state[s]);
     }
-    run_filter_rounds(args, shards, partial, reduced, rows, control);
+    run_filter_rounds(ctx, args, shards, partial, reduced, rows, control);
     for (size_t s = 0; s < shards; s++)
         if (psr_sample(ctx, &args[s], NULL) != PSR_OK)
             fail_msg("filtered shard %zu: %s", s, psr_last_error(ctx));
@@ -503,14 +459,6 @@ static psr_sample_args shard_args(cl_mem logits, cl_mem seeds, cl_mem temps, cl_
     return a;
 }
 
-static void expect_status(psr_status st, psr_status want, const char *words)
-{
-    if (st != want)
-        fail_msg("status %s, wanted %s (%s)", psr_status_string(st), psr_status_string(want), psr_last_error(ctx));
-    if (!strstr(psr_last_error(ctx), words))
-        fail_msg("message \"%s\" does not name \"%s\"", psr_last_error(ctx), words);
-}
-
 static void test_bad_shard_arguments(void **state)
 {
     (void)state;
@@ -523,27 +471,27 @@ static void test_bad_shard_arguments(void **state)
     psr_sample_args a = shard_args(dl, ds, dt, dp, dr);
     assert_int_equal(psr_sample(ctx, &a, NULL), PSR_OK);
     a.vocab_offset = 9;
-    expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_SHARD_MISMATCH, "args->vocab_offset 9 + vocab 8");
+    expect_status(ctx, psr_sample(ctx, &a, NULL), PSR_ERR_SHARD_MISMATCH, "args->vocab_offset 9 + vocab 8");
     a = shard_args(dl, ds, dt, dp, dr), a.vocab_offset = 16;
-    expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_SHARD_MISMATCH, "past args->vocab_total 16");
+    expect_status(ctx, psr_sample(ctx, &a, NULL), PSR_ERR_SHARD_MISMATCH, "past args->vocab_total 16");
     a = shard_args(dl, ds, dt, dp, dr), a.shard_index = 2;
-    expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "args->shard_index 2");
+    expect_status(ctx, psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "args->shard_index 2");
     a = shard_args(dl, ds, dt, dp, dr), a.shard_count = PSR_MAX_SHARDS + 1;
-    expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "args->shard_count 256");
+    expect_status(ctx, psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "args->shard_count 256");
     a = shard_args(dl, ds, dt, dp, dr), a.vocab_total = (size_t)INT32_MAX + 1;
-    expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "args->vocab_total");
+    expect_status(ctx, psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "args->vocab_total");
     a = shard_args(dl, ds, dt, dp, NULL);
-    expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_NULL_ARGUMENT, "args->shard_records");
+    expect_status(ctx, psr_sample(ctx, &a, NULL), PSR_ERR_NULL_ARGUMENT, "args->shard_records");
     a = shard_args(dl, ds, dt, dp, small);
-    expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_BUFFER_TOO_SMALL, "args->shard_records");
+    expect_status(ctx, psr_sample(ctx, &a, NULL), PSR_ERR_BUFFER_TOO_SMALL, "args->shard_records");
     a = shard_args(dl, ds, dt, dp, dr), a.shard_records_offset = 1; /* 3 records into room for 2 */
-    expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_BUFFER_TOO_SMALL, "args->shard_records");
+    expect_status(ctx, psr_sample(ctx, &a, NULL), PSR_ERR_BUFFER_TOO_SMALL, "args->shard_records");
     a = shard_args(dl, ds, dt, dp, dr), a.tokens = tokens;
-    expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "args->tokens is set with shards");
+    expect_status(ctx, psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "args->tokens is set with shards");
     a = shard_args(dl, ds, dt, dp, dr), a.all_top_k = 3;
-    expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_NULL_ARGUMENT, "args->shard_filter_state is NULL");
+    expect_status(ctx, psr_sample(ctx, &a, NULL), PSR_ERR_NULL_ARGUMENT, "args->shard_filter_state is NULL");
     a = shard_args(dl, ds, dt, dp, dr), a.shard_count = 0;
-    expect_status(psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "with args->shard_count 0");
+    expect_status(ctx, psr_sample(ctx, &a, NULL), PSR_ERR_INVALID_ARGUMENT, "with args->shard_count 0");
     release_buffers((cl_mem[]){dl, ds, dt, dp, dr, small, tokens}, 7);
 }
 
@@ -567,7 +515,7 @@ static void test_records_that_do_not_fit(void **state)
     memcpy(other, records + 3, 3 * sizeof *other), memcpy(other + 3, records, 3 * sizeof *other);
     tokens[0] = 7;
     c.records = other;
-    expect_status(psr_combine_host(ctx, &c), PSR_ERR_SHARD_MISMATCH, "args->records[0] (shard 0, row 0)");
+    expect_status(ctx, psr_combine_host(ctx, &c), PSR_ERR_SHARD_MISMATCH, "args->records[0] (shard 0, row 0)");
     assert_int_equal(tokens[0], 7); /* nothing written */
     assert_int_equal(combine_on_device(other, 3, 2, dev_tokens, dev_flags), PSR_OK);
     for (int r = 0; r < 3; r++) {
@@ -576,18 +524,18 @@ static void test_records_that_do_not_fit(void **state)
     }
     /* records of two shards read as three */
     c.records = records, c.rows = 2, c.shards = 3;
-    expect_status(psr_combine_host(ctx, &c), PSR_ERR_SHARD_MISMATCH, "not shard 0 of 3");
+    expect_status(ctx, psr_combine_host(ctx, &c), PSR_ERR_SHARD_MISMATCH, "not shard 0 of 3");
     c.shards = 0;
-    expect_status(psr_combine_host(ctx, &c), PSR_ERR_INVALID_ARGUMENT, "args->shards 0");
+    expect_status(ctx, psr_combine_host(ctx, &c), PSR_ERR_INVALID_ARGUMENT, "args->shards 0");
     c.shards = 2, c.records = NULL;
-    expect_status(psr_combine_host(ctx, &c), PSR_ERR_NULL_ARGUMENT, "args->records");
+    expect_status(ctx, psr_combine_host(ctx, &c), PSR_ERR_NULL_ARGUMENT, "args->records");
     psr_combine_args d;
     psr_combine_args_init(&d, sizeof d);
     d.rows = 3, d.shards = 2;
-    expect_status(psr_combine(ctx, &d, NULL), PSR_ERR_NULL_ARGUMENT, "args->records");
+    expect_status(ctx, psr_combine(ctx, &d, NULL), PSR_ERR_NULL_ARGUMENT, "args->records");
     cl_mem dr = upload(ctx, records, 3 * sizeof *records), dt = device_buffer(ctx, 12);
     d.records = dr, d.tokens = dt;
-    expect_status(psr_combine(ctx, &d, NULL), PSR_ERR_BUFFER_TOO_SMALL, "args->records");
+    expect_status(ctx, psr_combine(ctx, &d, NULL), PSR_ERR_BUFFER_TOO_SMALL, "args->records");
     release_buffers((cl_mem[]){dr, dt}, 2);
     free_batch(&b);
 }

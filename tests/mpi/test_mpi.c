@@ -10,40 +10,13 @@
  * index, seeds that differ) give their status on every rank, and no rank
  * hangs. A control swaps the ranks' offsets while each keeps its own
  * columns: the ranges still tile, and the tokens must then differ. */
-#include <psr/psr_mpi.h>
+#include "mpi_test.h"
 
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int rank, size;
-static psr_context *ctx;
-static cl_context cl_ctx;
-static cl_command_queue queue;
-static int failures, checks;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        checks++;                                                          \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-        }                                                                  \
-    } while (0)
-
-/* splitmix64: the same sequence on every rank. */
-static uint64_t rng = 20240611;
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
 
 typedef struct batch {
     size_t rows, vocab;
@@ -176,14 +149,6 @@ static void check_host(MPI_Comm comm, const batch *b, const size_t *bounds, cons
     free(want), free(got), free(want_f), free(got_f);
 }
 
-static cl_mem upload(const void *host, size_t bytes)
-{
-    cl_int err;
-    cl_mem m = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, (void *)host, &err);
-    CHECK(err == CL_SUCCESS, "clCreateBuffer: %d", err);
-    return m;
-}
-
 /* psr_mpi_sample on device buffers (the whole batch uploaded, this rank's
  * slice through logits_offset); tokens_bytes sizes the tokens buffer. */
 static psr_status device_call(const batch *b, const size_t *bounds, const mode *m, size_t tokens_bytes,
@@ -266,8 +231,6 @@ static void check_same_tokens(void)
     }
 }
 
-static void expect(const char *name, psr_status got, psr_status want, const char *text);
-
 /* ---- filters across the ranks ---- */
 
 /* Per-row top-k, top-p and min-p (some rows off), the same on every rank. */
@@ -334,13 +297,6 @@ static void check_filters(void)
 }
 
 /* ---- bad shards: a status on every rank, and nobody waits ---- */
-
-static void expect(const char *name, psr_status got, psr_status want, const char *text)
-{
-    CHECK(got == want, "%s: status %d (%s), want %d", name, (int)got, psr_last_error(ctx), (int)want);
-    if (got == want && text)
-        CHECK(strstr(psr_last_error(ctx), text), "%s: message \"%s\" lacks \"%s\"", name, psr_last_error(ctx), text);
-}
 
 /* This rank's share of an even split of the batch, with tokens. */
 static psr_sample_host_args even_args(const batch *b, void *tokens)
@@ -483,27 +439,15 @@ static void check_control(void)
     free_batch(&b);
 }
 
-int main(int argc, char **argv)
+static void run_checks(void)
 {
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    if (size < 2 || psr_context_create(NULL, &ctx) != PSR_OK) {
-        fprintf(stderr, "rank %d: needs 2 ranks or more and a context: %s\n", rank, psr_last_error(NULL));
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    psr_context_cl(ctx, &cl_ctx, NULL, &queue);
     check_same_tokens();
     check_filters();
     check_errors();
     check_control();
-    int total = 0;
-    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0)
-        printf("%d ranks: %s (%d of rank 0's %d checks failed on some rank)\n", size, total ? "FAILED" : "ok",
-               total, checks);
-    psr_context_free(ctx);
-    MPI_Finalize();
-    return total != 0;
+}
+
+int main(int argc, char **argv)
+{
+    return mpi_test_main(argc, argv, 20240611, run_checks);
 }

@@ -8,45 +8,13 @@
  * max_drafts differ, and a rank that sets the call's own fields, give
  * their status on every rank. A control swaps two ranks' offsets while
  * each keeps its columns: the tokens must then differ. */
-#include <psr/psr_mpi.h>
+#include "mpi_test.h"
 
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int rank, size;
-static psr_context *ctx;
-static cl_context cl_ctx;
-static cl_command_queue queue;
-static int failures, checks;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        checks++;                                                          \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-        }                                                                  \
-    } while (0)
-
-/* splitmix64: the same sequence on every rank. */
-static uint64_t rng = 20261204;
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
-static float uniform_pm(void)
-{
-    return (float)((double)(rnd() >> 11) / 9007199254740992.0) * 2.0f - 1.0f;
-}
 
 #define REQUESTS 10
 #define K 3
@@ -95,14 +63,6 @@ static vcase make_case(size_t vocab)
 static void free_case(vcase *c)
 {
     free(c->target), free(c->cache), free(c->drafts), free(c->positions);
-}
-
-static cl_mem upload(const void *host, size_t bytes)
-{
-    cl_int err;
-    cl_mem m = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, (void *)host, &err);
-    CHECK(err == CL_SUCCESS, "clCreateBuffer: %d", err);
-    return m;
 }
 
 typedef struct outputs {
@@ -197,13 +157,6 @@ static void check_same_tokens(void)
     free_case(&u);
 }
 
-static void expect(const char *name, psr_status got, psr_status want, const char *text)
-{
-    CHECK(got == want, "%s: status %d, not %d (%s)", name, (int)got, (int)want, psr_last_error(ctx));
-    CHECK(got != want || !text || strstr(psr_last_error(ctx), text), "%s: '%s' does not say '%s'", name,
-          psr_last_error(ctx), text);
-}
-
 static void other_max_drafts(psr_verify_args *a)
 {
     if (rank == size - 1)
@@ -251,25 +204,13 @@ static void check_errors(void)
     free_case(&c);
 }
 
-int main(int argc, char **argv)
+static void run_checks(void)
 {
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    if (size < 2 || psr_context_create(NULL, &ctx) != PSR_OK) {
-        fprintf(stderr, "rank %d: needs 2 ranks or more and a context: %s\n", rank, psr_last_error(NULL));
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    psr_context_cl(ctx, &cl_ctx, NULL, &queue);
     check_same_tokens();
     check_errors();
-    int total = 0;
-    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0)
-        printf("%d ranks: %s (%d of rank 0's %d checks failed on some rank)\n", size, total ? "FAILED" : "ok",
-               total, checks);
-    psr_context_free(ctx);
-    MPI_Finalize();
-    return total != 0;
+}
+
+int main(int argc, char **argv)
+{
+    return mpi_test_main(argc, argv, 20261204, run_checks);
 }
