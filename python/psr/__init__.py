@@ -14,6 +14,7 @@ from . import _api
 from ._context import (SHARD_RECORD, Context, DeviceInfo, LogprobsResult, SampleResult, combine,
                        devices, select_device)
 from ._shard_logprobs import LogprobsShard, logprobs_shard_slot_bytes, logprobs_shard_slots
+from ._shard_verify import VerifyShard, verify_shard_slot_bytes
 from ._errors import (BadSelector, BufferOverlap, BufferTooSmall, BuildFailed, CacheIOError,
                       CollectiveError, DeviceNotFound, Error, FilterRange, ForeignBuffer,
                       Fp64Unsupported, InvalidArgument, NoDevice, NotSupported, NullArgument,
@@ -23,7 +24,7 @@ from ._errors import (BadSelector, BufferOverlap, BufferTooSmall, BuildFailed, C
 __all__ = [
     "Context", "DeviceInfo", "LogprobsResult", "SampleResult", "devices", "select_device",
     "combine", "SHARD_RECORD", "LogprobsShard", "logprobs_shard_slots",
-    "logprobs_shard_slot_bytes",
+    "logprobs_shard_slot_bytes", "VerifyShard", "verify_shard_slot_bytes",
     "version", "version_number", "features", "has_clblast", "oracle",
     "Error", "NullArgument", "InvalidArgument", "OutOfHostMemory", "NoDevice", "BadSelector",
     "DeviceNotFound", "OpenCLError", "BuildFailed", "Fp64Unsupported", "CacheIOError",

@@ -29,6 +29,7 @@ PSR_ROW_BAD_INDEX, PSR_ROW_BAD_FILTER, PSR_ROW_BAD_SHARD = 8, 16, 32
 PSR_MAX_SHARDS = 255
 PSR_VERIFY = {"probabilistic": 0, "greedy": 1}
 PSR_VERIFY_BAD_TOKEN, PSR_VERIFY_BAD_POSITION, PSR_VERIFY_BAD_TEMPERATURE = 1, 2, 4
+PSR_VERIFY_SHARD_ROUNDS = 4
 PSR_LOGPROBS_MAX_TOP_N = 20
 PSR_LOGPROBS_RAW = 1
 PSR_LOGPROBS_SHARD_ROUNDS, PSR_LOGPROBS_SHARD_BLOCK, PSR_LOGPROBS_MAX_SLOTS = 3, 16384, 64
@@ -242,6 +243,8 @@ _PROTOTYPES = {
     "psr_logprobs_shard_round": (c_int, [_P, _P, c_uint, _P]),
     "psr_logprobs_shard_slots": (c_size_t, [c_size_t]),
     "psr_logprobs_shard_slot_bytes": (c_size_t, [c_size_t, c_int]),
+    "psr_verify_shard_round": (c_int, [_P, _P, c_uint, _P]),
+    "psr_verify_shard_slot_bytes": (c_size_t, [c_size_t]),
     "psr_lm_head": (c_int, [_P, _P, _P]),
     "psr_combine": (c_int, [_P, _P, _P]),
     "psr_combine_host": (c_int, [_P, _P]),
@@ -287,7 +290,8 @@ def lib():
 
 
 # The few OpenCL calls the package makes itself (host arrays to device
-# buffers for calls that only take cl_mem, such as psr_logprobs_shard_round),
+# buffers for calls that only take cl_mem: psr_logprobs_shard_round and
+# psr_verify_shard_round),
 # found through libpsr: the OpenCL library libpsr itself links.
 CL_MEM_READ_WRITE, CL_MEM_COPY_HOST_PTR = 1 << 0, 1 << 5
 _CL_PROTOTYPES = {

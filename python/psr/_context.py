@@ -555,6 +555,30 @@ class Context:
         self._call(self._lib.psr_verify_host, byref(a))
         return tokens, num
 
+    def verify_shard(self, target_logits, draft_tokens, cu, seeds, temperatures, positions, *,
+                     vocab_offset, vocab_total, shard_index, shard_count, shard_slot,
+                     shard_slots, draft_cache=None, method="probabilistic", noise="fp32",
+                     max_drafts=None, tokens_dtype=np.int32, dtype=None):
+        """Verification across a vocabulary split over devices or processes
+        (psr_verify_shard_round): one shard, whose target logits [rows,
+        vocab] are the columns vocab_offset .. vocab_offset + vocab of a
+        vocab_total vocabulary, and whose draft_cache (optional) is float32
+        [requests, k, vocab] of the same columns. draft_tokens are global
+        ids; cu, seeds, temperatures, positions, method, noise, max_drafts
+        and tokens_dtype as in verify(). Its slots of the partials start at
+        shard_slot (the sum of psr.logprobs_shard_slots over the shards
+        before it) of shard_slots (the sum over all shards). Returns a
+        psr.VerifyShard holding the shard's inputs on the device, which
+        runs the four rounds: keys(), partials(keys), records(partials),
+        finish(records). numpy arrays only."""
+        from ._shard_verify import open_verify_shard
+        return open_verify_shard(self, target_logits, draft_tokens, cu, seeds, temperatures,
+                                 positions, vocab_offset=vocab_offset, vocab_total=vocab_total,
+                                 shard_index=shard_index, shard_count=shard_count,
+                                 shard_slot=shard_slot, shard_slots=shard_slots,
+                                 draft_cache=draft_cache, method=method, noise=noise,
+                                 max_drafts=max_drafts, tokens_dtype=tokens_dtype, dtype=dtype)
+
     def lm_head(self, hidden, weights, *, out=None, wait_for=None):
         """logits [B, V] = hidden [B, H] x weights [V, H]^T on the device
         through CLBlast (psr_lm_head), fp32 or fp16 (where the device has

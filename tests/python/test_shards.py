@@ -2,7 +2,11 @@
 psr.combine give ctx.sample's tokens; records that do not fit raise
 ShardMismatch. Context.logprobs_shard's three rounds give ctx.logprobs'
 results: the same bits on 16,384-token bounds, the same ranks and ids on
-others; keys left unreduced change them; bad arguments raise, named."""
+others; keys left unreduced change them; bad arguments raise, named.
+Context.verify_shard's four rounds give ctx.verify's tokens on 16,384-token
+bounds, probabilistic and greedy, with and without draft logits, over
+either transport (gathers, or reductions of full buffers); unreduced keys
+change them; bad arguments and records out of place raise, named."""
 import numpy as np
 import pytest
 
@@ -207,4 +211,193 @@ def test_logprobs_shard_bad_arguments(ctx):
         s.finish(np.zeros(s.partials_bytes // 4, np.float32))
     s.close()
     with pytest.raises(psr.InvalidArgument, match="closed"):
+        s.keys()
+
+
+# ---- verification across shards: Context.verify_shard and its four rounds ----
+
+def _verify_batch(requests, vocab, seed, max_drafts=3):
+    """Requests of 0 .. max_drafts drafts: drafts often a token the target
+    makes likely (so some are accepted), else random or -1; a row of NaN;
+    temperatures 0 (greedy), 0.7 and 1; the draft logits near the target's."""
+    rng = np.random.default_rng(seed)
+    cu = np.concatenate([[0], np.cumsum(1 + rng.integers(0, max_drafts + 1, requests))])
+    rows = int(cu[-1])
+    x = logits(rows, vocab, seed=seed)
+    drafts = rng.integers(0, vocab, rows).astype(np.int32)
+    pick = rng.integers(0, 10, rows)
+    x[np.arange(rows), drafts] += np.where(pick < 6, 15.0, 0.0).astype(np.float32)
+    drafts[pick == 9] = -1
+    x[rows // 2, :] = np.nan
+    cache = np.zeros((requests, max_drafts, vocab), np.float32)
+    for r in range(requests):
+        n = cu[r + 1] - cu[r] - 1
+        cache[r, :n] = 0.8 * np.nan_to_num(x[cu[r]:cu[r] + n], nan=0.0) + \
+            rng.normal(size=(n, vocab)).astype(np.float32)
+    return dict(target_logits=x, draft_tokens=drafts, cu=cu,
+                seeds=rng.integers(-2**40, 2**40, requests),
+                temperatures=rng.choice(np.array([0.0, 0.7, 1.0], np.float32), requests),
+                positions=rng.integers(0, 1 << 29, rows)), cache
+
+
+def _open_verify(ctx, case, cache, bounds, **kw):
+    """One VerifyShard per shard of bounds, their slots laid out in order."""
+    slots = [psr.logprobs_shard_slots(b - a) for a, b in zip(bounds[:-1], bounds[1:])]
+    return [ctx.verify_shard(**dict(case, target_logits=case["target_logits"][:, a:b]),
+                             draft_cache=None if cache is None else cache[:, :, a:b],
+                             vocab_offset=a, vocab_total=bounds[-1], shard_index=s,
+                             shard_count=len(bounds) - 1, shard_slot=sum(slots[:s]),
+                             shard_slots=sum(slots), **kw)
+            for s, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+
+
+def _sharded_verify(ctx, case, cache, bounds, reduce_keys=True, full=False, **kw):
+    """The four rounds for every shard, the app's reduction and gathers done
+    here; every shard's (tokens, num_sampled)."""
+    shards = _open_verify(ctx, case, cache, bounds, **kw)
+    try:
+        keys = [s.keys() for s in shards]
+        rows = case["target_logits"].shape[0]
+        assert all(k.dtype == np.uint32 and k.shape == (2 * rows + 1,) for k in keys)
+        reduced = np.maximum.reduce(keys)
+        if full:  # as a transport of int64 tensors would hand them back
+            reduced = reduced.astype(np.int64)
+        parts = [s.partials(reduced if reduce_keys else k, full=full)
+                 for s, k in zip(shards, keys)]
+        # full=True: each shard's whole buffer, reduced like the keys; else
+        # the pieces as a list (records() concatenates them)
+        recs = [s.records(np.maximum.reduce(parts) if full else parts, full=full)
+                for s in shards]
+        assert all(r.dtype == psr.SHARD_RECORD for r in recs)
+        if full:  # [shards, requests] each, zeros but in its own row
+            gathered = np.maximum.reduce([r.view(np.uint8) for r in recs])
+        else:
+            gathered = np.stack(recs)
+        return [s.finish(gathered) for s in shards]
+    finally:
+        for s in shards:
+            s.close()
+
+
+def _differing(got, want):
+    """The requests whose tokens or num_sampled differ."""
+    return int(((got[0] != want[0]).any(axis=1) | (got[1] != want[1])).sum())
+
+
+@pytest.mark.parametrize("method", ["probabilistic", "greedy"])
+@pytest.mark.parametrize("draft_logits", [False, True])
+def test_sharded_verify_equals_unsharded_on_block_bounds(ctx, method, draft_logits):
+    case, cache = _verify_batch(16, 40000, seed=8)
+    cache = cache if draft_logits else None
+    want = ctx.verify(**case, draft_cache=cache, method=method)
+    results = _sharded_verify(ctx, case, cache, [0, 16384, 32768, 40000], method=method)
+    for tokens, num in results:  # the same on every shard
+        assert tokens.dtype == want[0].dtype and tokens.shape == want[0].shape
+        assert (tokens == want[0]).all() and (num == want[1]).all()
+    n = np.diff(case["cu"])
+    assert (want[1] > 1).any() and (want[1] < n).any()  # drafts accepted, drafts rejected
+
+
+def test_sharded_verify_full_exchanges_and_one_shard(ctx):
+    case, cache = _verify_batch(8, 20000, seed=9)
+    kw = dict(tokens_dtype=np.int64, max_drafts=5)
+    want = ctx.verify(**case, draft_cache=cache, **kw)
+    got = _sharded_verify(ctx, case, cache, [0, 16384, 20000], full=True, **kw)
+    assert got[1][0].dtype == np.int64 and got[1][0].shape == (8, 6)
+    assert (got[1][0] == want[0]).all() and (got[1][1] == want[1]).all()
+    got = _sharded_verify(ctx, case, None, [0, 20000], method="greedy")
+    want = ctx.verify(**case, method="greedy")
+    assert (got[0][0] == want[0]).all() and (got[0][1] == want[1]).all()
+
+
+def test_sharded_verify_control_unreduced_keys(ctx):
+    """Keys left unreduced (each shard sees only the draft logits it holds)
+    change the verdicts of some requests: the comparisons above can fail."""
+    case, cache = _verify_batch(16, 40000, seed=8)
+    want = ctx.verify(**case, draft_cache=cache)
+    got = _sharded_verify(ctx, case, cache, [0, 16384, 32768, 40000], reduce_keys=False)
+    assert _differing(got[0], want) >= 3  # of 16 requests
+
+
+def test_verify_shard_slot_bytes():
+    assert psr.verify_shard_slot_bytes(3) == 80  # 3 x 24 = 72, rounded up to 16
+    assert psr.verify_shard_slot_bytes(2) == 48 and psr.verify_shard_slot_bytes(0) == 0
+    with pytest.raises(psr.InvalidArgument, match="rows: -1 is negative"):
+        psr.verify_shard_slot_bytes(-1)
+    with pytest.raises(TypeError, match="rows"):
+        psr.verify_shard_slot_bytes(3.0)
+
+
+def test_verify_shard_bad_arguments(ctx):
+    case, cache = _verify_batch(4, 100, seed=10, max_drafts=2)
+    tail = dict(case, target_logits=case["target_logits"][:, 50:])
+    kw = dict(vocab_offset=50, vocab_total=100, shard_index=1, shard_count=2, shard_slot=1,
+              shard_slots=2)
+
+    def keys(**changes):
+        with ctx.verify_shard(**{**tail, **kw, **changes}) as s:
+            return s.keys()
+
+    assert keys().shape == (2 * case["cu"][-1] + 1,)
+    with pytest.raises(psr.ShardMismatch, match="shard_slot 2"):
+        keys(shard_slot=2)
+    with pytest.raises(psr.ShardMismatch, match="vocab_offset 60"):
+        keys(vocab_offset=60)
+    with pytest.raises(psr.InvalidArgument, match="shard_index 2"):
+        keys(shard_index=2)
+    for n in (0, psr._api.PSR_MAX_SHARDS + 1):
+        with pytest.raises(psr.InvalidArgument, match=f"shard_count: {n} is outside"):
+            keys(shard_count=n)
+    with pytest.raises(psr.InvalidArgument, match="shard_slots: 4 is outside 1 .. 2"):
+        keys(shard_slots=4)
+    with pytest.raises(psr.InvalidArgument, match="vocab_offset: -1 is negative"):
+        keys(vocab_offset=-1)
+    with pytest.raises(TypeError, match="shard_index"):
+        keys(shard_index=1.0)
+    with pytest.raises(psr.InvalidArgument, match="method"):
+        keys(method="sure")
+    with pytest.raises(psr.InvalidArgument, match="draft_cache"):
+        keys(draft_cache=cache)  # the whole vocabulary's, not the shard's columns
+    with pytest.raises(psr.InvalidArgument, match=r"cu\[0\]"):
+        keys(cu=case["cu"] + 1)
+    bad = case["draft_tokens"].copy()
+    bad[0] = 100  # in no shard of the vocabulary
+    with pytest.raises(psr.TokenRange, match=r"draft_tokens\[0\] = 100"):
+        keys(draft_tokens=bad)
+    with pytest.raises(psr.TokenRange, match="draft_tokens"):
+        ctx.verify(**dict(case, draft_tokens=bad))
+    with pytest.raises(psr.TemperatureRange, match=r"temperatures\[1\]"):
+        keys(temperatures=[1.0, -1.0, 1.0, 1.0])
+    with pytest.raises(psr.PositionRange, match=r"positions\[0\]"):
+        keys(positions=np.full(case["cu"][-1], -1))
+
+    shards = _open_verify(ctx, case, None, [0, 50, 100])
+    s = shards[1]
+    with pytest.raises(psr.InvalidArgument, match="records: round 2 needs"):
+        s.records(np.zeros(s.partials_bytes, np.uint8))
+    with pytest.raises(psr.InvalidArgument, match="keys"):
+        s.partials(s.keys()[:3])
+    k = np.maximum.reduce([t.keys() for t in shards])
+    parts = [t.partials(k) for t in shards]
+    assert parts[1].shape == (s.slots * s.slot_bytes,) and s.partials_bytes == 2 * s.slot_bytes
+    with pytest.raises(psr.InvalidArgument, match="finish: round 3 needs"):
+        s.finish(np.zeros(s.records_bytes, np.uint8))
+    with pytest.raises(psr.InvalidArgument, match="partials"):
+        s.records(parts[1])  # shard 0's slot is missing
+    recs = np.stack([t.records(parts) for t in shards])
+    with pytest.raises(psr.ShardMismatch, match=r"records\[0, 0\] is from shard 1 of 2"):
+        s.finish(recs[::-1])
+    with pytest.raises(psr.InvalidArgument, match="records"):
+        s.finish(recs[0])
+    with pytest.raises(TypeError, match="records"):
+        s.finish(recs.view(np.int64))
+    assert s.finish(list(recs))[1].shape == (4,)
+    k[-1] = 1  # another shard's device saw a bad draft token
+    s.partials(k)
+    s.records(parts)
+    with pytest.raises(psr.TokenRange, match="flagged"):
+        s.finish(recs)
+    for t in shards:
+        t.close()
+    with pytest.raises(psr.InvalidArgument, match="VerifyShard is closed"):
         s.keys()
