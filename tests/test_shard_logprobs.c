@@ -110,28 +110,27 @@ static void read_outputs(const dev *d, size_t rows, int top_n, outputs *o)
 
 /* The filters' rounds (psr_shard_filter_round) for every shard, their
  * partials reduced on the host, leaving each shard's thresholds in
- * state[s]: the same rounds a sharded psr_sample takes. */
+ * state[s]: the same rounds a sharded psr_sample takes, from sample args
+ * without seeds, positions or records (the rounds read none of them). */
 static void filter_rounds(const batch *b, const dev *d, const size_t *bounds, size_t shards, cl_mem *state)
 {
     size_t rows = b->rows, words = rows * PSR_SHARD_FILTER_WORDS;
-    int64_t zeros[64] = {0};
-    cl_mem seeds = upload(ctx, zeros, rows * 8), positions = upload(ctx, zeros, rows * 8);
-    cl_mem reduced = device_buffer(ctx, words * 8), records = device_buffer(ctx, rows * 16), partial[8];
+    cl_mem reduced = device_buffer(ctx, words * 8), partial[8];
     psr_sample_args sa[8];
     for (size_t s = 0; s < shards; s++) {
         psr_sample_args_init(&sa[s], sizeof sa[s]);
         sa[s].rows = rows, sa[s].vocab = bounds[s + 1] - bounds[s], sa[s].logits = d->logits;
         sa[s].logits_offset = bounds[s], sa[s].row_stride = b->vocab;
-        sa[s].seeds = seeds, sa[s].positions = positions, sa[s].temperatures = d->temps;
+        sa[s].temperatures = d->temps;
         sa[s].top_k = d->top_k, sa[s].top_p = d->top_p, sa[s].min_p = d->min_p;
         sa[s].shard_count = shards, sa[s].shard_index = s, sa[s].vocab_offset = bounds[s];
-        sa[s].vocab_total = b->vocab, sa[s].shard_filter_state = state[s], sa[s].shard_records = records;
+        sa[s].vocab_total = b->vocab, sa[s].shard_filter_state = state[s];
         partial[s] = device_buffer(ctx, words * 8);
     }
     run_filter_rounds(ctx, sa, shards, partial, reduced, rows, false);
     for (size_t s = 0; s < shards; s++)
         clReleaseMemObject(partial[s]);
-    release_buffers((cl_mem[]){seeds, positions, reduced, records}, 4);
+    clReleaseMemObject(reduced);
 }
 
 /* What a test leaves out on purpose. */

@@ -461,7 +461,9 @@ PSR_API psr_status psr_sample_host(psr_context *ctx, const psr_sample_host_args 
  * reduces element-wise across all shards (round 0: maximum; later rounds:
  * sum) and passes as `reduced` to round r + 1. After round `rounds`, the
  * sharded psr_sample gives the tokens of the unsharded filtered call, bit
- * for bit. rounds is 1, plus 4 with top-k, plus 4 with top-p. */
+ * for bit. rounds is 1, plus 4 with top-k, plus 4 with top-p. The rounds
+ * read no seeds, positions or outputs, so those may be NULL in their
+ * sample args (sharded logprobs without a sampling call). */
 #define PSR_SHARD_FILTER_WORDS 256
 #define PSR_SHARD_FILTER_STATE_BYTES 40
 

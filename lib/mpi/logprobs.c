@@ -16,7 +16,6 @@ typedef struct lp_call {
     device_call d;
     psr_logprobs_args a;       /* the caller's, with the shard fields filled in */
     psr_sample_args view;      /* the filters' rounds read these */
-    cl_mem seeds, records;     /* what the view needs but the rounds never read */
     bool filtered;
     size_t slot_bytes;
     uint32_t *keys;            /* [rows] */
@@ -27,8 +26,8 @@ typedef struct lp_call {
 static void lp_free(lp_call *l)
 {
     psrmpi_device_free(&l->d);
-    cl_mem all[] = {l->a.shard_token_keys, l->a.shard_partials, l->seeds, l->records};
-    for (size_t i = 0; i < 4; i++)
+    cl_mem all[] = {l->a.shard_token_keys, l->a.shard_partials};
+    for (size_t i = 0; i < 2; i++)
         if (all[i])
             clReleaseMemObject(all[i]); /* enqueued rounds keep their own hold */
     free(l->keys);
@@ -49,11 +48,7 @@ static psr_status filter_view(mpi_call *c, lp_call *l)
     v->all_top_k = a->all_top_k, v->all_top_p = a->all_top_p, v->all_min_p = a->all_min_p;
     v->shard_count = a->shard_count, v->shard_index = a->shard_index;
     v->vocab_offset = a->vocab_offset, v->vocab_total = a->vocab_total;
-    psr_status st = psrmpi_buffer(c->ctx, &l->d, a->rows * 8, &l->seeds, "the filters' seeds");
-    if (st == PSR_OK)
-        st = psrmpi_buffer(c->ctx, &l->d, a->rows * sizeof(psr_shard_record), &l->records, "the filters' records");
-    v->seeds = v->positions = l->seeds, v->shard_records = l->records;
-    return st == PSR_OK ? psrmpi_filter_prepare(c, v, &l->d) : st;
+    return psrmpi_filter_prepare(c, v, &l->d); /* the rounds need no seeds, positions or records */
 }
 
 /* This rank's own checks, its tokens' hash and header. */

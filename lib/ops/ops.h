@@ -62,8 +62,9 @@ psr_status psr_check_vocab_types(psr_context *ctx, size_t vocab, psr_dtype dtype
  * `p`, the logits and the row-to-request map. */
 void psr_arg_rows(psr_kernel_args *b, const void *params, size_t size, const psr_sample_args *a);
 /* psr_sample's own copy of args (defaults past the caller's size) after
- * every check psr_sample makes, and its flags made internal; `call`
- * names the call in the NULL checks' messages. */
+ * the checks psr_sample makes, and its flags made internal; `call` names
+ * the call in the NULL checks' messages. For the filters' rounds: the
+ * seeds, positions and outputs may be NULL (checked when given). */
 psr_status psr_sample_read_args(psr_context *ctx, const psr_sample_args *args, const char *call,
                                 psr_sample_args *a, unsigned *flags);
 /* part_value and part_index, the partials of rows split over groups

@@ -111,16 +111,18 @@ static psr_status draft_cache_bytes(psr_context *ctx, const psr_sample_args *a, 
     return PSR_OK;
 }
 
-static psr_status check_buffers(psr_context *ctx, const psr_sample_args *a)
+/* The buffers of a call; for the filters' rounds (filter_rounds) the
+ * noise inputs and the outputs may be absent: the rounds read neither. */
+static psr_status check_buffers(psr_context *ctx, const psr_sample_args *a, bool filter_rounds)
 {
     const psr_buffer_need required[] = {{a->logits, 0, "args->logits", false},
-                                        {a->seeds, 0, "args->seeds", false},
                                         {a->temperatures, 0, "args->temperatures", false},
+                                        {a->seeds, 0, "args->seeds", false},
                                         {a->positions, 0, "args->positions", false},
                                         a->shard_count ? (psr_buffer_need){a->shard_records, 0,
                                                                            "args->shard_records", true}
                                                        : (psr_buffer_need){a->tokens, 0, "args->tokens", true}};
-    psr_status st = psr_check_required(ctx, required, sizeof required / sizeof required[0]);
+    psr_status st = psr_check_required(ctx, required, filter_rounds ? 2 : sizeof required / sizeof required[0]);
     size_t stride = a->row_stride ? a->row_stride : a->vocab, cache_bytes = 0;
     size_t logits_bytes =
         psr_logits_bytes(a->logits_offset, a->rows, stride, a->vocab, psr_dtype_size(a->logits_dtype));
@@ -152,7 +154,7 @@ static psr_status check_buffers(psr_context *ctx, const psr_sample_args *a)
 /* Checks the call's own copy of the caller's args (psr_enqueue_begin
  * filled in the 0.2 defaults), with the flags made internal (the noise as
  * two bits) and resolved. */
-static psr_status check_args(psr_context *ctx, psr_sample_args *a, unsigned *flags)
+static psr_status check_args(psr_context *ctx, psr_sample_args *a, unsigned *flags, bool filter_rounds)
 {
     psr_status st = psr_call_flags(ctx, a->flags, a->noise, legacy_layout(a), "args->", &a->flags);
     if (st == PSR_OK)
@@ -162,7 +164,7 @@ static psr_status check_args(psr_context *ctx, psr_sample_args *a, unsigned *fla
     if (st == PSR_OK)
         st = check_shape(ctx, a, *flags);
     if (st == PSR_OK)
-        st = check_buffers(ctx, a);
+        st = check_buffers(ctx, a, filter_rounds);
     return st;
 }
 
@@ -354,7 +356,7 @@ psr_status psr_sample_read_args(psr_context *ctx, const psr_sample_args *args, c
                                 psr_sample_args *a, unsigned *flags)
 {
     psr_status st = psr_args_read(ctx, args, &psr_sample_args_layout, call, a);
-    return st == PSR_OK ? check_args(ctx, a, flags) : st;
+    return st == PSR_OK ? check_args(ctx, a, flags, true) : st;
 }
 
 psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *args, cl_event *first,
@@ -364,7 +366,7 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *args, cl_
     unsigned flags;
     psr_status st = psr_enqueue_begin(ctx, args, &psr_sample_args_layout, "psr_sample", &a, first, last);
     if (st == PSR_OK)
-        st = check_args(ctx, &a, &flags);
+        st = check_args(ctx, &a, &flags, false);
     if (st != PSR_OK)
         return st;
     sample_plan pl;
