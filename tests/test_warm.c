@@ -191,6 +191,73 @@ static void test_warm_one_kernel_programs(void **state)
     psr_context_free(family);
 }
 
+/* Builds of warming `list` on a fresh context of one program per kernel. */
+static size_t kernel_builds(const psr_warm_variant *list, size_t count)
+{
+    psr_context *ctx = open_context(NULL);
+    psr_tuning t;
+    assert_int_equal(psr_context_tuning(ctx, &t), PSR_OK);
+    t.one_kernel_programs = 1;
+    assert_int_equal(psr_context_set_tuning(ctx, &t), PSR_OK);
+    psr_warm_options o = list_options(list, count, PSR_WARM_LAUNCH_OFF);
+    assert_int_equal(psr_context_warm(ctx, &o, NULL), PSR_OK);
+    size_t built = stats_of(ctx).builds;
+    psr_context_free(ctx);
+    return built;
+}
+
+/* PSR_WARM_SHARDED adds exactly the sharded calls' kernels: the combine
+ * and the filters' round for sampling, the token keys for logprobs, the
+ * four rounds for verification; warming it with launches (the sharded
+ * calls run as one shard of themselves) succeeds, and a sharded
+ * verification then builds nothing. */
+static void test_warm_sharded(void **state)
+{
+    (void)state;
+    const psr_warm_variant plain[] = {{PSR_WARM_SAMPLE, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 1},
+                                      {PSR_WARM_LOGPROBS, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 0},
+                                      {PSR_WARM_VERIFY, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 0}};
+    psr_warm_variant sharded[3];
+    size_t extra[3] = {2, 1, 4};
+    for (size_t i = 0; i < 3; i++) {
+        sharded[i] = plain[i];
+        sharded[i].flags |= PSR_WARM_SHARDED;
+        assert_int_equal(kernel_builds(&sharded[i], 1), kernel_builds(&plain[i], 1) + extra[i]);
+    }
+    psr_context *ctx = open_context(NULL);
+    progress_log log = {.consistent = true};
+    psr_warm_options o = list_options(sharded, 3, PSR_WARM_LAUNCH_ON);
+    o.progress = record_progress, o.progress_user_data = &log;
+    if (psr_context_warm(ctx, &o, NULL) != PSR_OK)
+        fail_msg("warm: %s", psr_last_error(ctx));
+    assert_non_null(strstr(log.names[2], " sharded"));
+    size_t built = stats_of(ctx).builds;
+    /* one request of one draft over 100 tokens, verified as one shard */
+    const int32_t cu[2] = {0, 2}, drafts[2] = {7, -1};
+    const int64_t seeds[1] = {3}, pos[2] = {10, 11};
+    const float temps[1] = {1.0f};
+    float logits[200];
+    for (int i = 0; i < 200; i++)
+        logits[i] = (float)(i % 17) / 4.0f;
+    psr_verify_args a;
+    psr_verify_args_init(&a, sizeof a);
+    a.requests = 1, a.cu = cu, a.rows = 2, a.max_drafts = 1, a.vocab = 100;
+    a.target_logits = upload(ctx, logits, sizeof logits), a.draft_tokens = upload(ctx, drafts, sizeof drafts);
+    a.seeds = upload(ctx, seeds, 8), a.temperatures = upload(ctx, temps, 4), a.positions = upload(ctx, pos, 16);
+    a.tokens = device_buffer(ctx, 8), a.num_sampled = device_buffer(ctx, 4);
+    a.shard_count = 1, a.vocab_total = 100, a.shard_slots = 1;
+    a.shard_keys = device_buffer(ctx, 20), a.shard_partials = device_buffer(ctx, psr_verify_shard_slot_bytes(2));
+    a.shard_records = device_buffer(ctx, 16);
+    for (unsigned r = 0; r < PSR_VERIFY_SHARD_ROUNDS; r++)
+        if (psr_verify_shard_round(ctx, &a, r, NULL) != PSR_OK)
+            fail_msg("round %u: %s", r, psr_last_error(ctx));
+    assert_int_equal(stats_of(ctx).builds, built);
+    release_buffers((cl_mem[]){a.target_logits, a.draft_tokens, a.seeds, a.temperatures, a.positions, a.tokens,
+                               a.num_sampled, a.shard_keys, a.shard_partials, a.shard_records},
+                    10);
+    psr_context_free(ctx);
+}
+
 /* Refused before anything is built, naming the argument. */
 static void expect_refused(psr_context *ctx, const psr_warm_options *o, psr_status status, const char *word)
 {
@@ -270,6 +337,7 @@ int main(void)
         cmocka_unit_test(test_warm_shares_programs),
         cmocka_unit_test(test_warm_launch),
         cmocka_unit_test(test_warm_one_kernel_programs),
+        cmocka_unit_test(test_warm_sharded),
         cmocka_unit_test(test_warm_refusals),
         cmocka_unit_test(test_warm_fp64_unsupported),
     };

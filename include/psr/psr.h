@@ -838,9 +838,16 @@ typedef enum psr_warm_call {
  * first such call would (docs/cache.md lists the programs of each). An
  * element of an array the library reads, so its layout stays for the
  * whole soname (new fields would come in a new struct). */
+/* psr_warm_variant.flags, any call (added in 0.3): also the kernels of the
+ * call across vocabulary shards (docs/sharded.md): psr_combine and, with
+ * filters, psr_shard_filter_round; psr_logprobs_shard_round;
+ * psr_verify_shard_round. */
+#define PSR_WARM_SHARDED (1u << 30)
+
 typedef struct psr_warm_variant {
     psr_warm_call call;
-    unsigned flags;   /* sample: PSR_SAMPLE_* as in psr_sample_args.flags; others: 0 */
+    unsigned flags;   /* sample: PSR_SAMPLE_* as in psr_sample_args.flags; others: 0; any:
+                         PSR_WARM_SHARDED */
     psr_noise noise;  /* sample, verify: the call's noise; logprobs: PSR_NOISE_FP32 */
     psr_dtype dtype;  /* the logits' (verify: the target's) */
     int filtered;     /* sample, logprobs: non-zero for calls with top_k, top_p or min_p */

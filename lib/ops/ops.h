@@ -107,9 +107,9 @@ size_t psr_token_size(psr_token_dtype dtype);
 /* ---- warming's launches (warm_launch.c): one call of each kind on tiny
  * inputs; flags are internal (noise bits included) ---- */
 
-psr_status psr_warm_launch_sample(psr_context *ctx, unsigned flags, psr_dtype dtype, bool filtered);
-psr_status psr_warm_launch_logprobs(psr_context *ctx, psr_dtype dtype, bool filtered);
-psr_status psr_warm_launch_verify(psr_context *ctx, unsigned flags, psr_dtype dtype);
+psr_status psr_warm_launch_sample(psr_context *ctx, unsigned flags, psr_dtype dtype, bool filtered, bool sharded);
+psr_status psr_warm_launch_logprobs(psr_context *ctx, psr_dtype dtype, bool filtered, bool sharded);
+psr_status psr_warm_launch_verify(psr_context *ctx, unsigned flags, psr_dtype dtype, bool sharded);
 
 /* ---- verification (verify.c) ---- */
 

@@ -13,6 +13,9 @@ PSR_ARGS_STRUCT(psr_warm_options, sizeof(psr_warm_options), .launch = PSR_WARM_L
  * its flags; *flags receives the flags that call would use. */
 static psr_status check_warm_variant(psr_context *ctx, const psr_warm_variant *w, size_t i, unsigned *flags)
 {
+    psr_warm_variant call = *w;
+    call.flags &= ~PSR_WARM_SHARDED; /* the rest are the call's own */
+    w = &call;
     char name[64];
     snprintf(name, sizeof name, "options->variants[%zu].flags", i);
     REQUIRE((unsigned)w->call <= PSR_WARM_VERIFY, PSR_ERR_INVALID_ARGUMENT,
@@ -41,7 +44,7 @@ static psr_status check_warm_variant(psr_context *ctx, const psr_warm_variant *w
     return PSR_OK;
 }
 
-#define WARM_KERNELS 8
+#define WARM_KERNELS 12
 
 /* Appends kernel `name` of v's family to the list, unless its program is
  * there already (every kernel of a family shares one on PoCL). */
@@ -63,12 +66,16 @@ static size_t warm_programs(const psr_context *ctx, const psr_warm_variant *w, u
 {
     size_t n = 0;
     const psr_tuning *t = &ctx->tuning;
+    bool sharded = w->flags & PSR_WARM_SHARDED;
     if (w->call == PSR_WARM_SAMPLE) {
         psr_variant v = psr_variant_of(PSR_KERNELS_SAMPLE, flags, w->dtype);
         v.filtered = w->filtered;
         warm_add(ctx, &v, "psr_gumbel_sample", out, &n);
         if (!psr_one_pass(ctx, 1u << 17, 2, v.fp64))
             warm_add(ctx, &v, "psr_gumbel_finalize", out, &n);
+        psr_variant c = psr_variant_of(PSR_KERNELS_SAMPLE, 0, PSR_DTYPE_F32); /* psr_combine's */
+        if (sharded)
+            warm_add(ctx, &c, "psr_shard_combine", out, &n);
     } else if (w->call == PSR_WARM_LOGPROBS) {
         psr_variant v = psr_variant_of(PSR_KERNELS_LOGPROBS, 0, w->dtype);
         if (t->logprobs.one_blocks)
@@ -77,6 +84,8 @@ static size_t warm_programs(const psr_context *ctx, const psr_warm_variant *w, u
             warm_add(ctx, &v, "psr_logprobs_partial_few", out, &n);
         warm_add(ctx, &v, "psr_logprobs_partial", out, &n);
         warm_add(ctx, &v, "psr_logprobs_finish", out, &n);
+        if (sharded)
+            warm_add(ctx, &v, "psr_logprobs_token_key", out, &n);
     } else {
         psr_variant v = psr_variant_of(PSR_KERNELS_VERIFY, flags, w->dtype);
         if (t->verify.fused_groups && !t->verify.fused_broken && t->sample.work_group_size <= PSR_LANES)
@@ -85,6 +94,10 @@ static size_t warm_programs(const psr_context *ctx, const psr_warm_variant *w, u
         warm_add(ctx, &v, "psr_verify_sample", out, &n);
         if (!psr_one_pass(ctx, 1u << 17, 2, v.fp64))
             warm_add(ctx, &v, "psr_verify_finalize", out, &n);
+        static const char *const rounds[] = {"psr_verify_shard_keys", "psr_verify_shard_stats",
+                                             "psr_verify_shard_sample", "psr_verify_shard_finish"};
+        for (int r = 0; r < 4 && sharded; r++)
+            warm_add(ctx, &v, rounds[r], out, &n);
     }
     if (w->filtered) {
         /* logprobs' pre-pass: the target stream's deterministic fp32 filters (lib/ops/logprobs.c) */
@@ -92,6 +105,9 @@ static size_t warm_programs(const psr_context *ctx, const psr_warm_variant *w, u
         warm_add(ctx, &f, "psr_filter_scan", out, &n);
         warm_add(ctx, &f, "psr_filter_collect", out, &n);
         warm_add(ctx, &f, "psr_filter_collect_mass", out, &n);
+        f.filtered = true; /* the rounds' variant (lib/ops/shard_filter.c) */
+        if (sharded)
+            warm_add(ctx, &f, "psr_shard_filter_round", out, &n);
     }
     return n;
 }
@@ -144,11 +160,12 @@ static psr_status warm_one(psr_context *ctx, const psr_warm_variant *w, unsigned
     }
     if (st != PSR_OK || !launch)
         return st;
+    bool sharded = w->flags & PSR_WARM_SHARDED;
     if (w->call == PSR_WARM_SAMPLE)
-        return psr_warm_launch_sample(ctx, flags, w->dtype, w->filtered);
+        return psr_warm_launch_sample(ctx, flags, w->dtype, w->filtered, sharded);
     if (w->call == PSR_WARM_LOGPROBS)
-        return psr_warm_launch_logprobs(ctx, w->dtype, w->filtered);
-    return psr_warm_launch_verify(ctx, flags, w->dtype);
+        return psr_warm_launch_logprobs(ctx, w->dtype, w->filtered, sharded);
+    return psr_warm_launch_verify(ctx, flags, w->dtype, sharded);
 }
 
 /* The variant's name: its own program's ("sample f16 drafting filtered",
@@ -162,7 +179,9 @@ static void warm_name(const psr_context *ctx, const psr_warm_variant *w, unsigne
     psr_variant_name(&v[0], buf, len);
     size_t used = strlen(buf);
     if (w->filtered && used + 10 < len)
-        snprintf(buf + used, len - used, " filtered");
+        used += (size_t)snprintf(buf + used, len - used, " filtered");
+    if ((w->flags & PSR_WARM_SHARDED) && used + 9 < len)
+        snprintf(buf + used, len - used, " sharded");
 }
 
 /* The options' list (or every variant) checked, with each entry's flags. */
