@@ -33,6 +33,7 @@ PSR_VERIFY_SHARD_ROUNDS = 4
 PSR_LOGPROBS_MAX_TOP_N = 20
 PSR_LOGPROBS_RAW = 1
 PSR_LOGPROBS_SHARD_ROUNDS, PSR_LOGPROBS_SHARD_BLOCK, PSR_LOGPROBS_MAX_SLOTS = 3, 16384, 64
+PSR_SHARD_FILTER_WORDS, PSR_SHARD_FILTER_STATE_BYTES = 256, 40
 PSR_MAX_POSITION = 1 << 30
 PSR_LOG_LEVELS = {"debug": 0, "info": 1, "warning": 2, "error": 3}
 PSR_FP64_POLICY = {"error": 0, "wide": 1}
@@ -176,6 +177,13 @@ class LogprobsHostArgs(ctypes.Structure):
     ]
 
 
+class ShardFilterArgs(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t), ("sample", c_void_p), ("round", c_size_t), ("reduced", _mem),
+        ("partial", _mem), ("num_events_in_wait_list", c_uint32), ("event_wait_list", c_void_p),
+    ]
+
+
 class LmHeadArgs(ctypes.Structure):
     _fields_ = [
         ("struct_size", c_size_t), ("batch", c_size_t), ("hidden_size", c_size_t),
@@ -198,6 +206,7 @@ MIRRORS = {
     "psr_shard_record": ShardRecord,
     "psr_combine_args": CombineArgs,
     "psr_combine_host_args": CombineHostArgs,
+    "psr_shard_filter_args": ShardFilterArgs,
 }
 
 # Each argument struct's init call.
@@ -212,6 +221,7 @@ INITS = {
     LmHeadArgs: "psr_lm_head_args_init",
     CombineArgs: "psr_combine_args_init",
     CombineHostArgs: "psr_combine_host_args_init",
+    ShardFilterArgs: "psr_shard_filter_args_init",
 }
 
 _P = c_void_p
@@ -245,6 +255,8 @@ _PROTOTYPES = {
     "psr_logprobs_shard_slot_bytes": (c_size_t, [c_size_t, c_int]),
     "psr_verify_shard_round": (c_int, [_P, _P, c_uint, _P]),
     "psr_verify_shard_slot_bytes": (c_size_t, [c_size_t]),
+    "psr_shard_filter_rounds": (c_int, [_P, _P, POINTER(c_size_t)]),
+    "psr_shard_filter_round": (c_int, [_P, _P, _P]),
     "psr_lm_head": (c_int, [_P, _P, _P]),
     "psr_combine": (c_int, [_P, _P, _P]),
     "psr_combine_host": (c_int, [_P, _P]),
@@ -290,8 +302,8 @@ def lib():
 
 
 # The few OpenCL calls the package makes itself (host arrays to device
-# buffers for calls that only take cl_mem: psr_logprobs_shard_round and
-# psr_verify_shard_round),
+# buffers for calls that only take cl_mem: psr_logprobs_shard_round,
+# psr_verify_shard_round and psr_shard_filter_round),
 # found through libpsr: the OpenCL library libpsr itself links.
 CL_MEM_READ_WRITE, CL_MEM_COPY_HOST_PTR = 1 << 0, 1 << 5
 _CL_PROTOTYPES = {

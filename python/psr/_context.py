@@ -457,13 +457,14 @@ class Context:
         """Logprobs across a vocabulary split over devices or processes
         (psr_logprobs_shard_round): one shard, whose logits [rows, vocab]
         are the columns vocab_offset .. vocab_offset + vocab of a vocab_total
-        vocabulary; tokens are global ids, temperature, top_n and raw as in
-        logprobs(). Its slots of the partials start at shard_slot (the sum of
-        psr.logprobs_shard_slots over the shards before it) of shard_slots
-        (the sum over all shards). Returns a psr.LogprobsShard holding the
-        shard's inputs on the device, which runs the three rounds: keys(),
-        partials(keys), finish(partials). numpy logits only; no filters
-        (top_k, top_p, min_p raise psr.InvalidArgument)."""
+        vocabulary; tokens are global ids, temperature, top_n, raw, top_k,
+        top_p and min_p as in logprobs(). Its slots of the partials start at
+        shard_slot (the sum of psr.logprobs_shard_slots over the shards
+        before it) of shard_slots (the sum over all shards). Returns a
+        psr.LogprobsShard holding the shard's inputs on the device, which
+        runs the filters' rounds (with filters: filter_partial(r, reduced)
+        for r < filter_rounds, then filter_apply(reduced)) and the three
+        rounds: keys(), partials(keys), finish(partials). numpy logits only."""
         from ._shard_logprobs import open_shard
         return open_shard(self, logits, tokens, temperature, vocab_offset=vocab_offset,
                           vocab_total=vocab_total, shard_index=shard_index,

@@ -1,5 +1,6 @@
 """What the calls in rounds across vocabulary shards share: the argument
-checks, and DeviceShard, the base of psr.LogprobsShard and psr.VerifyShard.
+checks, DeviceShard, the base of psr.LogprobsShard and psr.VerifyShard, and
+FilteredShard, a DeviceShard with the filters' rounds (psr.LogprobsShard's).
 
 The round calls (psr_logprobs_shard_round, psr_verify_shard_round) take
 device buffers only, so a shard object uploads its inputs once, into
@@ -16,8 +17,8 @@ import numpy as np
 
 from . import _api
 from . import _convert as cv
-from ._errors import (InvalidArgument, OpenCLError, OutOfDeviceMemory, OutOfHostMemory,
-                      PositionRange, TemperatureRange)
+from ._errors import (FilterRange, InvalidArgument, OpenCLError, OutOfDeviceMemory,
+                      OutOfHostMemory, PositionRange, TemperatureRange)
 
 
 def size_arg(v, name):
@@ -136,8 +137,14 @@ class DeviceShard:
                            f"{host.nbytes} bytes")
 
     def _round(self, r, before, after):
-        """Round r under the context's lock: the writes of before, the call,
-        then the reads of after ([(mem, host array, offset)])."""
+        """Round r of the subclass's round call (_ROUND), as _run runs it."""
+        self._run(lambda c: getattr(c._lib, self._ROUND)(c._ptr, byref(self._a), r, None),
+                  before, after)
+
+    def _run(self, call, before, after):
+        """call(ctx) (a libpsr call, its psr_status returned) under the
+        context's lock: the writes of before, the call, then the reads of
+        after ([(mem, host array, offset)])."""
         ctx = self._ctx
         with ctx._locked():
             ctx._check()
@@ -145,7 +152,7 @@ class DeviceShard:
                 raise InvalidArgument(f"shard: this {type(self).__name__} is closed")
             for mem, host, off in before:
                 self._copy(True, mem, host, off)
-            st = getattr(ctx._lib, self._ROUND)(ctx._ptr, byref(self._a), r, None)
+            st = call(ctx)
             if st:
                 raise ctx._error(st)
             for mem, host, off in after:
@@ -205,3 +212,178 @@ class DeviceShard:
     def __del__(self):
         with contextlib.suppress(Exception):
             self._release()
+
+
+# ---- filters across shards (psr_shard_filter_rounds, psr_shard_filter_round) ----
+
+_WORDS = _api.PSR_SHARD_FILTER_WORDS
+_FILTER_FIELDS = ("top_k", "top_p", "min_p", "all_top_k", "all_top_p", "all_min_p")
+
+
+def filter_values(top_k, top_p, min_p, rows):
+    """[(all value, per-row array), ...] for top_k, top_p and min_p (None:
+    off, a scalar for every row, or per row), with psr's host rule checked
+    before anything reaches the device: each top-p in (0, 1], each min-p
+    in [0, 1] (psr.FilterRange naming the entry; every top-k is valid)."""
+    filt = [cv.filter_value(v, n, rows, k) for v, n, k in
+            ((top_k, "top_k", "k"), (top_p, "top_p", "p"), (min_p, "min_p", "p"))]
+    for (one, arr), name, low, ok in (
+            (filt[1], "top_p", "(0", lambda x: (x > 0) & (x <= 1)),
+            (filt[2], "min_p", "[0", lambda x: (x >= 0) & (x <= 1))):
+        if one is not None and not ok(np.float32(one)):
+            raise FilterRange(f"{name} = {one:g} is outside {low}, 1]")
+        if arr is not None and not ok(arr).all():
+            r = int(np.argmin(ok(arr)))
+            raise FilterRange(f"{name}[{r}] = {float(arr[r]):g} is outside {low}, 1]")
+    return filt
+
+
+def filter_specs(args, filt):
+    """The all_* values of filt set in args, and the buffers of its
+    per-row arrays, as _make_buffers takes them."""
+    specs = []
+    for (one, arr), name in zip(filt, ("top_k", "top_p", "min_p")):
+        if one is not None:
+            setattr(args, "all_" + name, one)
+        if arr is not None:
+            specs.append((name, arr, name))
+    return specs
+
+
+class FilteredShard(DeviceShard):
+    """A DeviceShard whose call may filter (top-k, top-p, min-p). Across
+    shards a filter needs each row's threshold over the whole vocabulary
+    first: the rounds of psr_shard_filter_round, 0 .. filter_rounds, the
+    application reducing every shard's partials between them; they leave
+    the thresholds in a shard_filter_state buffer that the shard's args
+    name. The subclass's args (with rows, vocab, logits, logits_dtype,
+    row_stride, temperatures, the filter fields and the shard fields, as
+    psr_logprobs_args has them) are set, their buffers made, before
+    _open_filters; its rounds call _need_filters first."""
+
+    filter_rounds = 0  # the exchanges the filters need; 0 without filters
+
+    def __init__(self, ctx, args):
+        super().__init__(ctx, args)
+        self._sa = None  # the filters' psr_sample_args
+        # The next filter round this shard runs: 0 .. filter_rounds, and
+        # filter_rounds + 1 once the last reduction is applied.
+        self._filter_next = 0
+
+    def _open_filters(self):
+        """The filters' sample args, their state and exchange buffers, and
+        filter_rounds (psr_shard_filter_rounds, which checks the args)."""
+        a, ctx = self._a, self._ctx
+        try:
+            sa = ctx._args(_api.SampleArgs)
+            sa.rows, sa.vocab, sa.requests = a.rows, a.vocab, a.rows
+            sa.logits, sa.logits_dtype, sa.row_stride = a.logits, a.logits_dtype, a.row_stride
+            sa.temperatures = a.temperatures
+            for f in _FILTER_FIELDS + ("shard_count", "shard_index", "vocab_offset", "vocab_total"):
+                setattr(sa, f, getattr(a, f))
+            state = self._buffer(a.rows * _api.PSR_SHARD_FILTER_STATE_BYTES, "shard_filter_state")
+            sa.shard_filter_state = a.shard_filter_state = state
+            n = ctypes.c_size_t(0)
+            ctx._call(ctx._lib.psr_shard_filter_rounds, byref(sa), byref(n))
+            if n.value:
+                words = a.rows * _WORDS * 8
+                self._partial_mem = self._buffer(words, "the filters' partial")
+                self._reduced_mem = self._buffer(words, "the filters' reduced partials")
+        except BaseException:
+            self._release()
+            raise
+        self._sa, self.filter_rounds = sa, n.value
+
+    def filter_partial(self, r, reduced=None):
+        """Round r (0 .. filter_rounds - 1) of the filters: this shard's
+        partial, uint64 [rows, 256]. Reduce every shard's partial of the
+        round element-wise, round 0's by maximum (np.maximum, MPI.MAX) and
+        every later round's by sum (MPI.SUM), and pass the result as
+        reduced to the next round: filter_partial(r + 1, reduced), or
+        filter_apply(reduced) after round filter_rounds - 1. Round 0 takes
+        no reduced and starts the rounds (again, at any time); the others
+        follow in order."""
+        r = size_arg(r, "r")
+        n = self._filters_on("filter_partial")
+        if r >= n:
+            raise cv.bad("r", f"{r} is not a round with a partial: those are 0 .. {n - 1}; "
+                              f"filter_apply(reduced) takes round {n - 1}'s reduction")
+        if r == 0:
+            if reduced is not None:
+                raise cv.bad("reduced", "round 0 takes none: its partial starts the rounds")
+            red = None
+        else:
+            self._filter_order("filter_partial", r)
+            red = self._reduced(reduced, r)
+        out = np.empty((self._a.rows, _WORDS), np.uint64)
+        self._filter_round(r, red, [(self._partial_mem, out, 0)])
+        return out
+
+    def filter_apply(self, reduced):
+        """The last round of the filters (round filter_rounds), which only
+        applies: reduced is the sum of every shard's partial of round
+        filter_rounds - 1. Then this shard's logprobs rounds may run."""
+        n = self._filters_on("filter_apply")
+        self._filter_order("filter_apply", n)
+        self._filter_round(n, self._reduced(reduced, n), [])
+
+    def _filters_on(self, call):
+        """filter_rounds, or InvalidArgument for a shard without filters."""
+        if not self.filter_rounds:
+            raise InvalidArgument(f"{call}: this {type(self).__name__} has no filters "
+                                  f"(filter_rounds is 0): there are no filter rounds to run")
+        return self.filter_rounds
+
+    def _filter_order(self, call, r):
+        """InvalidArgument unless round r (> 0) is this shard's next."""
+        nxt, n = self._filter_next, self.filter_rounds
+        if r == nxt:
+            return
+        if nxt == 0:
+            why = "start with filter_partial(0)"
+        elif nxt > n:
+            why = "the rounds are complete (filter_apply ran); filter_partial(0) starts them again"
+        elif r < nxt:
+            why = (f"round {r} already ran and the rounds go in order: round {nxt} is next "
+                   f"(filter_partial(0) starts them again)")
+        else:
+            why = f"round {nxt} is next" + ("" if nxt < n else ": filter_apply(reduced)")
+        raise InvalidArgument(f"{call}: round {r} takes round {r - 1}'s partials reduced, and "
+                              f"this shard has not run round {r - 1} last: {why}")
+
+    def _reduced(self, reduced, r):
+        """The reduction the app passes to round r, as uint64 [rows x 256]."""
+        rows, how = self._a.rows, "maximum" if r == 1 else "sum"
+        need = (f"round {r} takes the element-wise {how} of every shard's "
+                f"filter_partial({r - 1}), uint64 [{rows}, {_WORDS}]")
+        if reduced is None:
+            raise cv.bad("reduced", f"None: {need}")
+        a = np.asarray(reduced)
+        if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
+            raise TypeError(f"reduced: expected integers (uint64), not {a.dtype}")
+        if a.shape not in ((rows, _WORDS), (rows * _WORDS,)):
+            raise cv.bad("reduced", f"shape {a.shape}: {need}")
+        return cv.per_row_int(a.reshape(-1), "reduced", rows * _WORDS, np.uint64)
+
+    def _filter_round(self, r, reduced, after):
+        """Round r of psr_shard_filter_round with reduced (rounds > 0)
+        written first. A round that fails leaves the rounds to start again."""
+        n = self.filter_rounds
+        fa = self._ctx._args(_api.ShardFilterArgs)
+        fa.sample, fa.round = ctypes.addressof(self._sa), r
+        fa.reduced = self._reduced_mem if r else None
+        fa.partial = self._partial_mem if r < n else None
+        before = [] if reduced is None else [(self._reduced_mem, reduced, 0)]
+        self._filter_next, self._keys = 0, None  # the state changes: later rounds again
+        self._run(lambda c: c._lib.psr_shard_filter_round(c._ptr, byref(fa), None), before, after)
+        self._filter_next = r + 1
+
+    def _need_filters(self, call):
+        """InvalidArgument unless the filters' rounds are complete."""
+        n, nxt = self.filter_rounds, self._filter_next
+        if n and nxt != n + 1:
+            where = "none ran" if nxt == 0 else f"round {nxt} of 0 .. {n} is next"
+            raise InvalidArgument(
+                f"{call}: the filters' rounds are not complete ({where}): run "
+                f"filter_partial(r, reduced) for r = 0 .. {n - 1}, then filter_apply(reduced), "
+                f"first")

@@ -1,18 +1,17 @@
 """Logprobs across vocabulary shards on host arrays: psr.LogprobsShard,
-one shard's inputs on the device and the three rounds of
-psr_logprobs_shard_round, the application moving the bytes between
-shards (docs/python.md, "Logprobs across shards"). The device buffers and
-the rounds' mechanics are _shard.DeviceShard's."""
+one shard's inputs on the device, the filters' rounds of
+psr_shard_filter_round (with top_k, top_p or min_p) and the three rounds
+of psr_logprobs_shard_round, the application moving the bytes between
+shards (docs/python.md, "Logprobs across shards"). The device buffers,
+the rounds' mechanics and the filters' rounds are _shard.FilteredShard's."""
 import numpy as np
 
 from . import _api
 from . import _convert as cv
 from ._context import LogprobsResult, _host_tokens
 from ._errors import InvalidArgument
-from ._shard import DeviceShard, check_temperatures, shard_place, size_arg
-
-_FILTERS_REFUSED = ("filters across shards need the rounds of psr_shard_filter_round, which "
-                    "the Python package does not expose; use the C API (docs/sharded.md)")
+from ._shard import (FilteredShard, check_temperatures, filter_specs, filter_values, shard_place,
+                     size_arg)
 
 
 def logprobs_shard_slots(shard_vocab):
@@ -32,10 +31,21 @@ def logprobs_shard_slot_bytes(rows, top_n):
     return n
 
 
-class LogprobsShard(DeviceShard):
+class LogprobsShard(FilteredShard):
     """One shard of a vocabulary split over devices or processes, for
-    logprobs (made by Context.logprobs_shard). Every shard runs the three
-    rounds, the application moving the bytes between them:
+    logprobs (made by Context.logprobs_shard). With filters (top_k, top_p,
+    min_p), every shard first runs the filters' rounds, reducing every
+    shard's partials between them:
+
+        reduced = None
+        for r in range(shard.filter_rounds):   # 0 without filters
+            part = shard.filter_partial(r, reduced)  # uint64 [rows, 256]
+            reduced = ...  # every shard's part, element-wise: round 0 maximum, then sum
+        if shard.filter_rounds:
+            shard.filter_apply(reduced)        # the thresholds, on this shard
+
+    Then every shard runs the three rounds of the logprobs, the
+    application moving the bytes between them:
 
         keys = shard.keys()            # round 0: uint32 [rows]
         # reduce: every shard's keys, element-wise maximum
@@ -50,7 +60,7 @@ class LogprobsShard(DeviceShard):
 
     _ROUND = "psr_logprobs_shard_round"
 
-    def __init__(self, ctx, args, inputs, top_n):
+    def __init__(self, ctx, args, inputs, top_n, filt):
         super().__init__(ctx, args)
         self._top_n = top_n
         self.rows, self.vocab = args.rows, args.vocab
@@ -68,12 +78,17 @@ class LogprobsShard(DeviceShard):
         if top_n:
             specs += [("top_ids", rows * top_n * 4, "top_ids"),
                       ("top_logprobs", rows * top_n * 4, "top_logprobs")]
+        specs += filter_specs(args, filt)
         self._make_buffers(specs)
+        if any(v is not None or arr is not None for v, arr in filt):
+            self._open_filters()
 
     def keys(self):
         """Round 0: this shard's keys of the sampled tokens, uint32 [rows].
         Reduce every shard's keys by element-wise maximum (np.maximum,
-        MPI.MAX, ReduceOp.MAX) and pass the result to partials()."""
+        MPI.MAX, ReduceOp.MAX) and pass the result to partials(). With
+        filters, after their rounds (filter_apply)."""
+        self._need_filters("keys")
         out = np.empty(self.rows, np.uint32)
         self._round(0, [], [(self._a.shard_token_keys, out, 0)])
         return out
@@ -85,6 +100,7 @@ class LogprobsShard(DeviceShard):
         the whole partials instead, [shard_slots x slot_bytes] with zeros in
         the other shards' slots: then an element-wise maximum (or sum) of
         every shard's gives the gathered partials, as the keys' reduction."""
+        self._need_filters("partials")
         return self._partials_round(self._a.shard_token_keys, keys, self.rows, full)
 
     def finish(self, partials):
@@ -93,6 +109,7 @@ class LogprobsShard(DeviceShard):
         slot order, concatenated here), with the reduced keys the last
         partials() took. Returns a LogprobsResult like Context.logprobs',
         the same on every shard."""
+        self._need_filters("finish")
         if self._keys is None:
             raise InvalidArgument("finish: round 2 needs this shard's round 1 first: call "
                                   "partials(keys) with the reduced keys")
@@ -113,9 +130,8 @@ def open_shard(ctx, logits, tokens, temperature, *, vocab_offset, vocab_total, s
     """Context.logprobs_shard's work: the host arguments checked and
     converted, then a LogprobsShard."""
     top_n = cv.top_n_of(top_n, "top_n")
-    for v, name in ((top_k, "top_k"), (top_p, "top_p"), (min_p, "min_p")):
-        if v is not None:
-            raise cv.bad(name, _FILTERS_REFUSED)
+    if raw and (top_k is not None or top_p is not None or min_p is not None):
+        raise cv.bad("raw", "filters shape processed logprobs only (raw=False)")
     if not raw and temperature is None:
         raise cv.bad("temperature", "required for processed logprobs (raw=False)")
     sizes = shard_place(vocab_offset=vocab_offset, vocab_total=vocab_total,
@@ -131,6 +147,7 @@ def open_shard(ctx, logits, tokens, temperature, *, vocab_offset, vocab_total, s
     if not raw:
         temps = cv.per_row_float(temperature, "temperature", rows)
         check_temperatures(temps, "temperature")
+    filt = filter_values(top_k, top_p, min_p, rows)
     a = ctx._args(_api.LogprobsArgs)
     a.rows, a.vocab, a.row_stride, a.requests = rows, vocab, vocab, rows
     a.logits_dtype, a.top_n = pdtype, top_n
@@ -138,4 +155,4 @@ def open_shard(ctx, logits, tokens, temperature, *, vocab_offset, vocab_total, s
     a.flags = _api.PSR_LOGPROBS_RAW if raw else 0
     for n, v in sizes.items():
         setattr(a, n, v)
-    return LogprobsShard(ctx, a, (x, temps, tok), top_n)
+    return LogprobsShard(ctx, a, (x, temps, tok), top_n, filt)

@@ -2,7 +2,11 @@
 psr.combine give ctx.sample's tokens; records that do not fit raise
 ShardMismatch. Context.logprobs_shard's three rounds give ctx.logprobs'
 results: the same bits on 16,384-token bounds, the same ranks and ids on
-others; keys left unreduced change them; bad arguments raise, named.
+others; keys left unreduced change them; bad arguments raise, named. With
+top-k, top-p and min-p (per row or one value), the filters' rounds first
+give ctx.logprobs' filtered bits on 16,384-token bounds; reductions that
+miss a shard change them; rounds run out of order or with bad reductions
+raise, named.
 Context.verify_shard's four rounds give ctx.verify's tokens on 16,384-token
 bounds, probabilistic and greedy, with and without draft logits, over
 either transport (gathers, or reductions of full buffers); unreduced keys
@@ -80,11 +84,33 @@ def _open_shards(ctx, x, tokens, temps, bounds, **kw):
             for s, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
 
 
-def _sharded_logprobs(ctx, x, tokens, temps, bounds, reduce_keys=True, full=False, **kw):
-    """The three rounds for every shard, the app's reduction and gather done
-    here; every shard's result."""
+def _filter_rounds(shards, leave_out=None, int64=False):
+    """The filters' rounds for every shard, the app's reductions done here
+    (round 0 by maximum, later rounds by sum). leave_out: a shard whose
+    partials the reductions miss; int64: the reductions handed back flat
+    and as int64, as a transport without uint64 would."""
+    n, rows = shards[0].filter_rounds, shards[0].rows
+    assert all(s.filter_rounds == n for s in shards)
+    reduced = None
+    for r in range(n):
+        parts = [s.filter_partial(r, reduced) for s in shards]
+        assert all(p.dtype == np.uint64 and p.shape == (rows, 256) for p in parts)
+        kept = [p for i, p in enumerate(parts) if i != leave_out]
+        reduced = np.maximum.reduce(kept) if r == 0 else np.sum(kept, axis=0, dtype=np.uint64)
+        if int64:
+            reduced = reduced.astype(np.int64).reshape(-1)
+    for s in shards:
+        s.filter_apply(reduced)
+
+
+def _sharded_logprobs(ctx, x, tokens, temps, bounds, reduce_keys=True, full=False,
+                      leave_out=None, int64=False, **kw):
+    """The filters' rounds (with filters) and the three rounds for every
+    shard, the app's reductions and gather done here; every shard's result."""
     shards = _open_shards(ctx, x, tokens, temps, bounds, **kw)
     try:
+        if shards[0].filter_rounds:
+            _filter_rounds(shards, leave_out, int64)
         keys = [s.keys() for s in shards]
         assert all(k.dtype == np.uint32 and k.shape == (x.shape[0],) for k in keys)
         reduced = np.maximum.reduce(keys)
@@ -187,9 +213,6 @@ def test_logprobs_shard_bad_arguments(ctx):
         keys(shard_index=1.0)
     with pytest.raises(psr.InvalidArgument, match="top_n"):
         keys(top_n=psr.MAX_TOP_N + 1)
-    for name, value in (("top_k", 5), ("top_p", 0.9), ("min_p", 0.1)):
-        with pytest.raises(ValueError, match=f"{name}: filters across shards"):
-            keys(**{name: value})
     with pytest.raises(psr.InvalidArgument, match="temperature"):
         ctx.logprobs_shard(x[:, 50:], tokens, None, **kw)
     with pytest.raises(psr.TemperatureRange, match=r"temperature\[1\]"):
@@ -212,6 +235,153 @@ def test_logprobs_shard_bad_arguments(ctx):
     s.close()
     with pytest.raises(psr.InvalidArgument, match="closed"):
         s.keys()
+
+
+# ---- logprobs across shards with filters: the filters' rounds first ----
+
+def _filtered_batch(rows, vocab, seed):
+    """_lp_batch's rows, most tokens among their row's 60 largest logits (so
+    that filters keep some and cut others), and per-row filters with some
+    rows off."""
+    rng = np.random.default_rng(seed)
+    x, tokens, temps = _lp_batch(rows, vocab, seed)
+    near = np.argsort(-x, axis=1)[np.arange(rows), rng.integers(0, 60, rows)]
+    tokens[4:] = near[4:]
+    filters = dict(top_k=rng.choice(np.array([0, 1, 5, 20, 50, vocab], np.int32), rows),
+                   top_p=rng.choice(np.array([1.0, 0.3, 0.8, 0.95], np.float32), rows),
+                   min_p=rng.choice(np.array([0.0, 0.0, 0.01, 0.1], np.float32), rows))
+    return x, tokens, temps, filters
+
+
+def test_sharded_filtered_logprobs_equal_unsharded(ctx):
+    x, tokens, temps, filters = _filtered_batch(16, 40000, seed=11)
+    bounds = [0, 16384, 32768, 40000]
+    want = ctx.logprobs(x, tokens, temps, top_n=5, **filters)
+    results = _sharded_logprobs(ctx, x, tokens, temps, bounds, top_n=5, **filters)
+    for got in results:  # the same bits on every shard
+        assert _same_result(got, want)
+    plain = ctx.logprobs(x, tokens, temps, top_n=5)
+    cut = np.isneginf(want.logprobs) & np.isfinite(plain.logprobs)
+    assert 3 <= cut.sum() and np.isfinite(want.logprobs).sum() >= 3  # kept and cut tokens
+    assert (want.top_ids != plain.top_ids).any()  # lists cut short
+
+
+@pytest.mark.parametrize("filters, rounds", [
+    (dict(top_k=20), 5), (dict(top_p=0.9), 5), (dict(min_p=0.05), 1),
+    (dict(top_k=40000, min_p=0.05), 1), (dict(top_k=0, top_p=1.0, min_p=0.0), 0),
+    (dict(top_k=20, top_p=0.9, min_p=0.05), 9)])
+def test_sharded_filtered_logprobs_one_value(ctx, filters, rounds):
+    """One value for every row (the all_* fields): the rounds each filter
+    takes (top-k off at vocab_total or 0, top-p at 1, min-p at 0), and
+    reductions handed back as flat int64 arrays."""
+    x, tokens, temps, _ = _filtered_batch(8, 40000, seed=12)
+    bounds = [0, 16384, 32768, 40000]
+    with ctx.logprobs_shard(x[:, :16384], tokens, temps, vocab_offset=0, vocab_total=40000,
+                            shard_index=0, shard_count=3, shard_slot=0, shard_slots=3,
+                            **filters) as s:
+        assert s.filter_rounds == rounds
+    want = ctx.logprobs(x, tokens, temps, top_n=3, **filters)
+    got = _sharded_logprobs(ctx, x, tokens, temps, bounds, top_n=3, int64=True, **filters)
+    assert _same_result(got[2], want)
+
+
+def test_sharded_filtered_logprobs_control_missing_shard(ctx):
+    """Reductions that leave out the last shard's partials (the thresholds
+    of 32,768 .. 40,000 unseen) change some rows: the comparisons above
+    can fail."""
+    x, tokens, temps, filters = _filtered_batch(16, 40000, seed=11)
+    bounds = [0, 16384, 32768, 40000]
+    want = ctx.logprobs(x, tokens, temps, top_n=5, **filters)
+    got = _sharded_logprobs(ctx, x, tokens, temps, bounds, leave_out=2, top_n=5, **filters)
+    fields = ("logprobs", "ranks", "top_ids", "top_logprobs")
+    differ = [r for r in range(16)
+              if not all(same(getattr(got[0], f)[r], getattr(want, f)[r]) for f in fields)]
+    assert len(differ) >= 3  # of 16 rows
+
+
+def test_logprobs_shard_filter_misuse(ctx):
+    x, tokens, temps = _lp_batch(4, 100, seed=13)
+    kw = dict(vocab_offset=50, vocab_total=100, shard_index=1, shard_count=2, shard_slot=1,
+              shard_slots=2, top_n=2)
+    filters = dict(top_k=[5, 0, 20, 3], top_p=0.9, min_p=[0.0, 0.1, 0.0, 0.05])
+    with pytest.raises(psr.InvalidArgument, match="raw: filters shape processed logprobs"):
+        ctx.logprobs_shard(x[:, 50:], tokens, None, raw=True, top_k=5, **kw)
+    with pytest.raises(psr.FilterRange, match=r"top_p\[1\] = 1.5 is outside \(0, 1\]"):
+        ctx.logprobs_shard(x[:, 50:], tokens, temps, top_p=[0.9, 1.5, 1.0, 1.0], **kw)
+    with pytest.raises(psr.FilterRange, match=r"min_p = -0.1 is outside \[0, 1\]"):
+        ctx.logprobs_shard(x[:, 50:], tokens, temps, min_p=-0.1, **kw)
+    with pytest.raises(TypeError, match="top_k"):
+        ctx.logprobs_shard(x[:, 50:], tokens, temps, top_k=2.5, **kw)
+    with pytest.raises(psr.ShardMismatch, match="vocab_offset 60"):
+        ctx.logprobs_shard(x[:, 50:], tokens, temps, **{**kw, "vocab_offset": 60}, **filters)
+
+    with ctx.logprobs_shard(x[:, 50:], tokens, temps, **kw) as plain:
+        assert plain.filter_rounds == 0
+        with pytest.raises(psr.InvalidArgument, match="filter_partial: this LogprobsShard has no"):
+            plain.filter_partial(0)
+        with pytest.raises(psr.InvalidArgument, match="filter_apply: .* no filters"):
+            plain.filter_apply(np.zeros((4, 256), np.uint64))
+
+    shards = _open_shards(ctx, x, tokens, temps, [0, 50, 100], top_n=2, **filters)
+    s = shards[1]
+    assert s.filter_rounds == 9
+    with pytest.raises(psr.InvalidArgument, match="keys: the filters' rounds are not complete"
+                                                 r" \(none ran\)"):
+        s.keys()
+    with pytest.raises(psr.InvalidArgument, match="partials: the filters' rounds"):
+        s.partials(np.zeros(4, np.uint32))
+    with pytest.raises(psr.InvalidArgument, match="finish: the filters' rounds"):
+        s.finish(np.zeros(s.partials_bytes, np.uint8))
+    with pytest.raises(psr.InvalidArgument, match=r"start with filter_partial\(0\)"):
+        s.filter_partial(1, np.zeros((4, 256), np.uint64))
+    with pytest.raises(psr.InvalidArgument, match="reduced: round 0 takes none"):
+        s.filter_partial(0, np.zeros((4, 256), np.uint64))
+    with pytest.raises(psr.InvalidArgument, match="r: 9 is not a round with a partial: those "
+                                                 "are 0 .. 8"):
+        s.filter_partial(9)
+    with pytest.raises(psr.InvalidArgument, match="r: -1 is negative"):
+        s.filter_partial(-1)
+    with pytest.raises(TypeError, match="r: expected an integer"):
+        s.filter_partial(1.0)
+    with pytest.raises(psr.InvalidArgument, match="filter_apply: .*round 8 .* start with"):
+        s.filter_apply(np.zeros((4, 256), np.uint64))
+    parts = [t.filter_partial(0) for t in shards]
+    with pytest.raises(psr.InvalidArgument, match="reduced: None: round 1 takes the "
+                                                 "element-wise maximum"):
+        s.filter_partial(1)
+    with pytest.raises(psr.InvalidArgument, match=r"reduced: shape \(2, 4, 256\)"):
+        s.filter_partial(1, parts)  # the partials, not their reduction
+    with pytest.raises(psr.InvalidArgument, match=r"reduced: shape \(4, 128\)"):
+        s.filter_partial(1, parts[0][:, :128])
+    with pytest.raises(TypeError, match="reduced: expected integers"):
+        s.filter_partial(1, parts[0].astype(np.float64))
+    with pytest.raises(psr.InvalidArgument, match="reduced: values outside uint64"):
+        s.filter_partial(1, np.full((4, 256), -1, np.int64))
+    with pytest.raises(psr.InvalidArgument, match="round 1 is next"):
+        s.filter_partial(2, parts[0])
+    reduced = np.maximum.reduce(parts)
+    for r in range(1, 9):
+        parts = [t.filter_partial(r, reduced) for t in shards]
+        reduced = np.sum(parts, axis=0, dtype=np.uint64)
+        if r == 1:
+            with pytest.raises(psr.InvalidArgument, match="round 1 already ran"):
+                s.filter_partial(1, reduced)
+    with pytest.raises(psr.InvalidArgument, match="keys: .*round 9 of 0 .. 9 is next"):
+        s.keys()
+    for t in shards:
+        t.filter_apply(reduced)
+    with pytest.raises(psr.InvalidArgument, match="rounds are complete"):
+        s.filter_apply(reduced)
+    keys = np.maximum.reduce([t.keys() for t in shards])
+    assert s.finish([t.partials(keys) for t in shards]).top_ids.shape == (4, 2)
+    s.filter_partial(0)  # the rounds again: the logprobs' rounds wait for them
+    with pytest.raises(psr.InvalidArgument, match="finish: the filters' rounds are not "
+                                                 "complete"):
+        s.finish(np.zeros(s.partials_bytes, np.uint8))
+    for t in shards:
+        t.close()
+    with pytest.raises(psr.InvalidArgument, match="LogprobsShard is closed"):
+        s.filter_partial(0)
 
 
 # ---- verification across shards: Context.verify_shard and its four rounds ----
