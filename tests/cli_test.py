@@ -626,6 +626,17 @@ def shards_checks(d):
           "bench sample --shards --json")
     r = run("bench", "sample", "--shards", "5", "--shapes", "2x4")
     check(r.returncode == 2 and "--shards" in r.stderr, "bench sample --shards above a shape's vocabulary is a usage error")
+    # Logprobs and verification in rounds: keys + slots (+ records) against the all-gather.
+    r = run("bench", "logprobs", "--shards", "2", "--shapes", "2x1000", "--iters", "3", "--top-n", "2")
+    lines = [l.split() for l in r.stdout.splitlines()]
+    v = run("bench", "verify", "--shards", "2", "--shapes", "2x1x1000", "--iters", "2", "--json")
+    vout = json.loads(v.stdout) if v.returncode == 0 else {}
+    check(r.returncode == 0 and lines[2][-4:] == ["shard_us", "xshard", "xch_bytes", "gather_bytes"]
+          and lines[3][-2:] == ["136", "8000"] and float(lines[3][-4]) > 0 and float(lines[3][-3]) > 0
+          and vout.get("shards") == 2 and len(vout.get("results", [])) == 3
+          and all(x["shard_us"] > 0 and x["exchange_bytes"] == 292 and x["allgather_bytes"] == 16000
+                  and abs(x["x_shard"] - x["shard_us"] / x["us"]) < 1e-9 for x in vout.get("results", [])),
+          "bench logprobs and verify --shards 2 print the sharded rounds' time, its ratio and the bytes exchanged")
 
 
 def filtered_shards_checks(d):

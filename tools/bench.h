@@ -117,6 +117,9 @@ typedef struct bench_command {
     void (*header)(bench_session *s, void *user);
     /* Times and prints one shape: its dims numbers. */
     psr_status (*shape)(bench_session *s, const size_t *shape, void *user);
+    /* Optional: checks the parsed options against the shapes before the
+     * header, CLI_OK or CLI_USAGE after a message. */
+    int (*check)(bench_session *s, void *user);
 } bench_command;
 
 /* Parses argv[1 ..] into s->o (set its defaults first) as cli_parse does:
@@ -180,6 +183,28 @@ psr_status bench_shards_make(psr_context *ctx, const psr_sample_args *whole, siz
  * event and the combine's. */
 psr_status bench_launch_shards(psr_context *ctx, const void *args, cl_event *first, cl_event *last);
 void bench_shards_free(bench_shards *b);
+
+/* A call made in rounds across shards (psr_logprobs_shard_round,
+ * psr_verify_shard_round), all on the context's queue. */
+/* Enqueues round `round` on every shard that takes part: *first gets the
+ * first shard's event and *last the last one's (both to release). */
+typedef psr_status (*bench_round_fn)(psr_context *ctx, void *args, unsigned round, cl_event *first,
+                                     cl_event *last);
+/* The app's exchange after round `round` (it may do nothing), on the
+ * host: not timed. */
+typedef psr_status (*bench_exchange_fn)(psr_context *ctx, void *args, unsigned round);
+/* Median over `iters` calls (after `warmup`) of the sum over the rounds of
+ * each round's span, its first kernel's start to its last kernel's end;
+ * each round is waited for, then `exchange` runs before the next. */
+psr_status bench_time_rounds(psr_context *ctx, bench_round_fn round, bench_exchange_fn exchange, void *args,
+                             unsigned rounds, int warmup, int iters, double *median);
+/* Keeps a shard's event `ev` (owned) as the round's ends: the first stays
+ * *first, every later one replaces *last (start both NULL). */
+void bench_keep_ends(cl_event ev, cl_event *first, cl_event *last);
+/* The shards' uint32 keys ([words] in each of keys[count]) reduced
+ * element-wise by maximum on the host and written back into every
+ * shard's; scratch holds 2 x words. */
+psr_status bench_reduce_keys(psr_context *ctx, const cl_mem *keys, size_t count, size_t words, uint32_t *scratch);
 
 /* psr bench verify (bench_verify.c), logprobs (bench_logprobs.c) and
  * filters (bench_filters.c). */

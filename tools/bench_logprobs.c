@@ -1,9 +1,12 @@
 /* psr bench logprobs: psr_logprobs (the sampled token's logprob and rank,
  * and the top-N) timed against plain Gumbel-max sampling of the same rows,
- * both by profiling events in the same run. */
+ * both by profiling events in the same run; with --shards also the same
+ * logprobs across vocabulary shards, in the rounds of
+ * psr_logprobs_shard_round. */
 #include "bench.h"
 #include "cli.h"
 #include "json.h"
+#include "shards.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,14 +18,28 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: psr bench logprobs [--shapes BxV,...] [--top-n N] [--iters N] [--device SEL]\n"
-            "                          [--json]\n"
+            "                          [--shards N[:S1,...]] [--json]\n"
             "\n"
             "Times psr_logprobs (processed logprobs at T = 0.8: the sampled token's logprob\n"
             "and rank, and the top N, default 20) and psr_sample on the same N(0, 3) logits,\n"
             "median of --iters runs (default 50), and prints their ratio, each call timed\n"
             "from an idle queue (the host's enqueue included) and behind a buffer copy that\n"
             "outlasts the host's enqueue (dev: the device's time alone). Default shapes:\n"
-            "%s.\n",
+            "%s.\n"
+            "\n"
+            "  --shards  N (1..255) vocabulary shards, the first V %% N one token longer (or\n"
+            "            N:S1,...: where shards 1..N-1 start): also times the same logprobs\n"
+            "            split into N shards on the same device, the rounds of\n"
+            "            psr_logprobs_shard_round (0 and 1 on every shard, 2 on shard 0).\n"
+            "            shard_us: the median over the iterations of the sum over the rounds\n"
+            "            of each round's span, its first kernel's start to its last kernel's\n"
+            "            end: the sharded kernels' device time (a gap inside a round while\n"
+            "            the host enqueues the next shard counts); it excludes the time\n"
+            "            between rounds: the keys' reduction on the host after round 0\n"
+            "            (the app's transport). xshard: shard_us over dev_logp. xch_bytes:\n"
+            "            the bytes the shards exchange per call (keys 4 x rows, plus every\n"
+            "            shard's partial slots); gather_bytes: those of an all-gather of the\n"
+            "            fp32 logits instead (rows x V x 4)\n",
             default_shapes);
 }
 
@@ -40,13 +57,16 @@ static psr_status launch_logprobs(psr_context *ctx, const void *args, cl_event *
 /* What the rows of one run share. */
 typedef struct logprobs_bench {
     int top_n;
-    uint64_t state; /* the logits' generator, from shape to shape */
+    uint64_t state;    /* the logits' generator, from shape to shape */
+    shard_spec shards; /* --shards; count 0 without */
 } logprobs_bench;
 
-/* --top-n N, 0 .. PSR_LOGPROBS_MAX_TOP_N (a bench_option_fn). */
+/* --top-n N, 0 .. PSR_LOGPROBS_MAX_TOP_N, and --shards (a bench_option_fn). */
 static int top_n_option(void *user, const char *arg, const char *val)
 {
     int64_t n = 0;
+    if (strcmp(arg, "--shards") == 0)
+        return shards_parse("bench logprobs", val, &((logprobs_bench *)user)->shards);
     if (strcmp(arg, "--top-n") != 0)
         return -1;
     int rc = cli_int("bench logprobs", arg, val, 0, PSR_LOGPROBS_MAX_TOP_N, &n);
@@ -82,14 +102,142 @@ static void logprobs_args(psr_logprobs_args *l, const psr_sample_args *a, int to
     l->top_logprobs = top_n ? m[TOP_LOGPROBS] : NULL;
 }
 
-static void print_row(bench_session *s, size_t rows, size_t vocab, int top_n, const double *t)
+/* ---- the same logprobs across shards ---- */
+
+/* The shards of one shape's call: each its columns of the same logits,
+ * its own keys, and one partials buffer they all write into, as an
+ * all-gather would leave it. */
+typedef struct lp_shards {
+    size_t count, rows, slots, slot_bytes;
+    psr_logprobs_args *a; /* [count] */
+    cl_mem *keys;         /* [count]: uint32 [rows] */
+    cl_mem partials;      /* [slots, slot_bytes] */
+    uint32_t *scratch;    /* 2 x rows, for the keys' reduction */
+} lp_shards;
+
+static void lp_shards_free(lp_shards *sh)
 {
-    double sample_us = t[0], dev_sample_us = t[1], logprobs_us = t[2], dev_logprobs_us = t[3];
+    if (sh->keys)
+        cli_release_buffers(sh->keys, sh->count);
+    if (sh->partials)
+        clReleaseMemObject(sh->partials);
+    free(sh->a), free(sh->keys), free(sh->scratch);
+}
+
+/* The slots of `count` shards over `bounds`. */
+static size_t lp_slots(size_t count, const size_t *bounds)
+{
+    size_t slots = 0;
+    for (size_t s = 0; s < count; s++)
+        slots += psr_logprobs_shard_slots(bounds[s + 1] - bounds[s]);
+    return slots;
+}
+
+static psr_status lp_shards_make(psr_context *ctx, const psr_logprobs_args *whole, size_t count,
+                                 const size_t *bounds, lp_shards *sh)
+{
+    size_t rows = whole->rows;
+    sh->count = count, sh->rows = rows, sh->slots = lp_slots(count, bounds);
+    sh->slot_bytes = psr_logprobs_shard_slot_bytes(rows, whole->top_n);
+    sh->a = calloc(count, sizeof *sh->a), sh->keys = calloc(count, sizeof *sh->keys);
+    sh->scratch = malloc(2 * rows * 4);
+    if (!sh->a || !sh->keys || !sh->scratch)
+        return PSR_ERR_OUT_OF_HOST_MEMORY;
+    cl_int err = CL_SUCCESS;
+    sh->partials = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, sh->slots * sh->slot_bytes, NULL, &err);
+    for (size_t s = 0, slot = 0; s < count && err == CL_SUCCESS; s++) {
+        psr_logprobs_args *a = &sh->a[s];
+        sh->keys[s] = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, rows * 4, NULL, &err);
+        *a = *whole;
+        a->vocab = bounds[s + 1] - bounds[s], a->logits_offset = whole->logits_offset + bounds[s];
+        a->row_stride = whole->row_stride ? whole->row_stride : whole->vocab;
+        a->shard_count = count, a->shard_index = s, a->vocab_offset = bounds[s], a->vocab_total = whole->vocab;
+        a->shard_slot = slot, a->shard_slots = sh->slots;
+        a->shard_token_keys = sh->keys[s], a->shard_partials = sh->partials;
+        slot += psr_logprobs_shard_slots(a->vocab);
+    }
+    if (err != CL_SUCCESS)
+        return cli_fail(PSR_ERR_OPENCL, "the shards' buffers: %s (%d)", psr_cl_error_string(err), err);
+    return PSR_OK;
+}
+
+/* Rounds 0 and 1 on every shard, round 2 (the outputs, the same on every
+ * shard) on shard 0 (a bench_round_fn). */
+static psr_status lp_round(psr_context *ctx, void *args, unsigned round, cl_event *first, cl_event *last)
+{
+    lp_shards *sh = args;
+    size_t n = round < 2 ? sh->count : 1;
+    psr_status st = PSR_OK;
+    for (size_t s = 0; s < n && st == PSR_OK; s++) {
+        cl_event ev = NULL;
+        st = psr_logprobs_shard_round(ctx, &sh->a[s], round, &ev);
+        bench_keep_ends(ev, first, last);
+    }
+    return st;
+}
+
+/* After round 0 the keys reduced by maximum (a bench_exchange_fn); the
+ * partials need nothing: every shard wrote its slots into the one buffer. */
+static psr_status lp_exchange(psr_context *ctx, void *args, unsigned round)
+{
+    lp_shards *sh = args;
+    return round == 0 ? bench_reduce_keys(ctx, sh->keys, sh->count, sh->rows, sh->scratch) : PSR_OK;
+}
+
+/* The bytes the shards exchange per call: the keys, then every slot. */
+static size_t lp_exchange_bytes(const lp_shards *sh)
+{
+    return sh->rows * 4 + sh->slots * sh->slot_bytes;
+}
+
+static psr_status time_sharded(bench_session *s, const logprobs_bench *lb, const psr_logprobs_args *l, double *us,
+                               size_t *bytes)
+{
+    size_t bounds[PSR_MAX_SHARDS + 1];
+    shards_bounds("bench logprobs", "--shards", &lb->shards, l->vocab, bounds); /* checked before the run */
+    lp_shards sh = {0};
+    psr_status st = lp_shards_make(s->ctx, l, lb->shards.count, bounds, &sh);
+    if (st == PSR_OK)
+        st = bench_time_rounds(s->ctx, lp_round, lp_exchange, &sh, PSR_LOGPROBS_SHARD_ROUNDS, 3, s->o.iters, us);
+    *bytes = lp_exchange_bytes(&sh);
+    clFinish(cli_queue(s->ctx)); /* nothing may still use the shards' buffers */
+    lp_shards_free(&sh);
+    return st;
+}
+
+/* Every shape's shards: bounds inside its vocabulary, slots the exchange
+ * holds (a bench_command's check). */
+static int check_shards(bench_session *s, void *user)
+{
+    const logprobs_bench *lb = user;
+    size_t bounds[PSR_MAX_SHARDS + 1];
+    for (size_t i = 0; i < s->o.nshapes && lb->shards.count; i++) {
+        if (shards_bounds("bench logprobs", "--shards", &lb->shards, s->o.shape[i][1], bounds) != CLI_OK)
+            return CLI_USAGE;
+        size_t slots = lp_slots(lb->shards.count, bounds);
+        if (slots > PSR_LOGPROBS_MAX_SLOTS)
+            return cli_usage_error("bench logprobs", "--shards: at V %zu the shards span %zu blocks of at most "
+                                   "16,384 tokens, above the %d the exchange holds",
+                                   s->o.shape[i][1], slots, PSR_LOGPROBS_MAX_SLOTS);
+    }
+    return CLI_OK;
+}
+
+/* t: sample (idle queue, device), logprobs (idle queue, device), then
+ * with shards the sharded time; xch the bytes the shards exchange. */
+static void print_row(bench_session *s, size_t rows, size_t vocab, size_t shards, int top_n, const double *t,
+                      size_t xch)
+{
+    double sample_us = t[0], dev_sample_us = t[1], logprobs_us = t[2], dev_logprobs_us = t[3], shard_us = t[4];
     if (!s->o.json) {
-        char name[32];
+        char name[32], sh[64] = "";
         snprintf(name, sizeof name, "%zux%zu", rows, vocab);
-        printf("%-14s %10.1f %10.1f %8.2f %10.1f %10.1f %8.2f\n", name, sample_us, logprobs_us,
-               logprobs_us / sample_us, dev_sample_us, dev_logprobs_us, dev_logprobs_us / dev_sample_us);
+        if (shards)
+            snprintf(sh, sizeof sh, " %10.1f %7.2f %10zu %12zu", shard_us, shard_us / dev_logprobs_us, xch,
+                     rows * vocab * 4);
+        printf("%-14s %10.1f %10.1f %8.2f %10.1f %10.1f %8.2f%s\n", name, sample_us, logprobs_us,
+               logprobs_us / sample_us, dev_sample_us, dev_logprobs_us, dev_logprobs_us / dev_sample_us, sh);
+        fflush(stdout);
         return;
     }
     const json_number row[] = {
@@ -103,8 +251,16 @@ static void print_row(bench_session *s, size_t rows, size_t vocab, int top_n, co
         {"device_logprobs_us", dev_logprobs_us},
         {"device_ratio", dev_logprobs_us / dev_sample_us},
     };
+    const json_number sharded[] = {
+        {"shard_us", shard_us},
+        {"x_shard", shard_us / dev_logprobs_us},
+        {"exchange_bytes", (double)xch},
+        {"allgather_bytes", (double)(rows * vocab * 4)},
+    };
     json_begin_object(&s->w);
     json_key_numbers(&s->w, row, JSON_COUNT(row));
+    if (shards)
+        json_key_numbers(&s->w, sharded, JSON_COUNT(sharded));
     json_end_object(&s->w);
 }
 
@@ -115,7 +271,8 @@ static psr_status logprobs_shape(bench_session *s, const size_t *shape, void *us
     size_t rows = shape[0], vocab = shape[1];
     cl_mem m[SHAPE_BUFFERS] = {NULL};
     psr_status st = make_shape(s->ctx, rows, vocab, lb, m);
-    double t[4] = {0}; /* sample: idle queue, device; logprobs: idle queue, device */
+    double t[5] = {0}; /* sample: idle queue, device; logprobs: idle queue, device; sharded */
+    size_t xch = 0;
     psr_sample_args a;
     bench_sample_args(&a, rows, vocab, m);
     psr_logprobs_args l;
@@ -124,8 +281,10 @@ static psr_status logprobs_shape(bench_session *s, const size_t *shape, void *us
         st = bench_time_idle_and_device(s->ctx, bench_launch_sample, &a, s->o.iters, &t[0], &t[1]);
     if (st == PSR_OK)
         st = bench_time_idle_and_device(s->ctx, launch_logprobs, &l, s->o.iters, &t[2], &t[3]);
+    if (st == PSR_OK && lb->shards.count)
+        st = time_sharded(s, lb, &l, &t[4], &xch);
     if (st == PSR_OK)
-        print_row(s, rows, vocab, lb->top_n, t);
+        print_row(s, rows, vocab, lb->shards.count, lb->top_n, t, xch);
     cli_release_buffers(m, SHAPE_BUFFERS);
     return st;
 }
@@ -135,21 +294,28 @@ static void print_header(bench_session *s, void *user)
     const logprobs_bench *lb = user;
     if (s->o.json) {
         bench_json_begin(s);
+        if (lb->shards.count)
+            json_key_uint(&s->w, "shards", lb->shards.count);
         bench_json_results(s);
         return;
     }
     printf("device: %s (%s); top %d processed logprobs at T 0.8; median of %d\n", s->info.name,
            s->info.platform_name, lb->top_n, s->o.iters);
-    printf("%-14s %10s %10s %8s %10s %10s %8s\n", "shape", "sample_us", "logprobs_us", "ratio", "dev_sample",
-           "dev_logp", "dev_ratio");
+    if (lb->shards.count)
+        printf("sharded: %zu shards of the vocabulary, the rounds of psr_logprobs_shard_round, their kernels' "
+               "device time\n",
+               lb->shards.count);
+    printf("%-14s %10s %10s %8s %10s %10s %8s%s\n", "shape", "sample_us", "logprobs_us", "ratio", "dev_sample",
+           "dev_logp", "dev_ratio", lb->shards.count ? "   shard_us  xshard  xch_bytes gather_bytes" : "");
 }
 
 int bench_logprobs(int argc, char **argv)
 {
     static const bench_command command = {.name = "bench logprobs", .usage = usage, .extra = top_n_option,
-                                          .values = BENCH_VALUES " --top-n", .dims = 2, .max_shapes = 16,
-                                          .shapes_expected = "a list of BxV", .header = print_header,
-                                          .shape = logprobs_shape};
+                                          .values = BENCH_VALUES " --top-n --shards", .dims = 2,
+                                          .max_shapes = 16, .shapes_expected = "a list of BxV",
+                                          .header = print_header, .shape = logprobs_shape,
+                                          .check = check_shards};
     bench_session s = {.o = {.shapes = default_shapes, .iters = 50}};
     logprobs_bench lb = {.top_n = 20, .state = 99};
     return bench_main(&command, &s, argc, argv, &lb);

@@ -3,7 +3,10 @@
  * records, then psr_combine of the records into the tokens; the shards on
  * the context's one queue, or each on a queue of its own (a psr context
  * per shard over the same cl_context), which lets the device run them at
- * once as it would shards on devices of their own. */
+ * once as it would shards on devices of their own. And the timing of
+ * calls made in rounds across shards (psr bench logprobs and verify
+ * --shards): each round's span, the app's exchange between rounds left
+ * out. */
 #include "bench.h"
 #include "cli.h"
 #include "shards.h"
@@ -169,4 +172,71 @@ void bench_shards_free(bench_shards *b)
             psr_context_free(b->ctx[s]);
         }
     free(b->bounds), free(b->shard), free(b->logits), free(b->records), free(b->ctx), free(b->done), free(b);
+}
+
+/* ---- calls in rounds across shards ---- */
+
+void bench_keep_ends(cl_event ev, cl_event *first, cl_event *last)
+{
+    if (!ev)
+        return;
+    if (!*first) {
+        *first = ev;
+        clRetainEvent(ev); /* held once as first and once as last */
+    } else {
+        clReleaseEvent(*last);
+    }
+    *last = ev;
+}
+
+psr_status bench_time_rounds(psr_context *ctx, bench_round_fn round, bench_exchange_fn exchange, void *args,
+                             unsigned rounds, int warmup, int iters, double *median)
+{
+    double *times = calloc((size_t)iters, sizeof *times);
+    if (!times)
+        return PSR_ERR_OUT_OF_HOST_MEMORY;
+    psr_status st = PSR_OK;
+    for (int i = -warmup; i < iters && st == PSR_OK; i++) {
+        double sum = 0;
+        for (unsigned r = 0; r < rounds && st == PSR_OK; r++) {
+            cl_event first = NULL, last = NULL;
+            st = round(ctx, args, r, &first, &last);
+            if (st == PSR_OK && (!first || clWaitForEvents(1, &last) != CL_SUCCESS))
+                st = cli_fail(PSR_ERR_OPENCL, "waiting for round %u failed", r);
+            if (st == PSR_OK)
+                sum += event_span_us(first, last);
+            if (first)
+                clReleaseEvent(first);
+            if (last)
+                clReleaseEvent(last);
+            if (st == PSR_OK && exchange && r + 1 < rounds)
+                st = exchange(ctx, args, r);
+        }
+        if (st == PSR_OK && i >= 0)
+            times[i] = sum;
+    }
+    if (st == PSR_OK) {
+        qsort(times, (size_t)iters, sizeof *times, cmp_double);
+        *median = times[iters / 2];
+    }
+    free(times);
+    return st;
+}
+
+psr_status bench_reduce_keys(psr_context *ctx, const cl_mem *keys, size_t count, size_t words, uint32_t *scratch)
+{
+    uint32_t *reduced = scratch, *mine = scratch + words;
+    cl_command_queue q = cli_queue(ctx);
+    cl_int err = CL_SUCCESS;
+    memset(reduced, 0, words * 4);
+    for (size_t s = 0; s < count && err == CL_SUCCESS; s++) {
+        err = clEnqueueReadBuffer(q, keys[s], CL_TRUE, 0, words * 4, mine, 0, NULL, NULL);
+        for (size_t i = 0; i < words && err == CL_SUCCESS; i++)
+            reduced[i] = mine[i] > reduced[i] ? mine[i] : reduced[i];
+    }
+    for (size_t s = 0; s < count && err == CL_SUCCESS; s++)
+        err = clEnqueueWriteBuffer(q, keys[s], CL_TRUE, 0, words * 4, reduced, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return cli_fail(PSR_ERR_OPENCL, "reducing the shards' keys: %s (%d)", psr_cl_error_string(err), err);
+    return PSR_OK;
 }

@@ -410,6 +410,9 @@ int bench_main(const bench_command *cmd, bench_session *s, int argc, char **argv
     int opened = bench_open(s, cmd, argc, argv, user);
     if (opened >= 0)
         return opened;
+    int checked = cmd->check ? cmd->check(s, user) : CLI_OK;
+    if (checked != CLI_OK)
+        return bench_close(s, checked);
     cmd->header(s, user);
     int rc = CLI_OK;
     for (size_t i = 0; i < s->o.nshapes && rc == CLI_OK; i++) {

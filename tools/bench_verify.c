@@ -1,9 +1,12 @@
 /* psr bench verify: speculative-draft verification, timed by profiling
  * events from the first kernel's start to the last one's end, against the
- * memory floor (target plus draft logits read once). */
+ * memory floor (target plus draft logits read once); with --shards also
+ * the same verification across vocabulary shards, in the rounds of
+ * psr_verify_shard_round. */
 #include "bench.h"
 #include "cli.h"
 #include "json.h"
+#include "shards.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +42,8 @@ static const struct {
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: psr bench verify [--shapes RxKxV,...] [--iters N] [--device SEL] [--json]\n"
+            "usage: psr bench verify [--shapes RxKxV,...] [--iters N] [--device SEL]\n"
+            "                        [--shards N[:S1,...]] [--json]\n"
             "\n"
             "Times psr_verify over R requests of K drafts and vocabulary V (default %s):\n"
             "prob (rejection sampling with a draft-logits cache), onehot (no cache) and\n"
@@ -55,7 +59,23 @@ static void usage(FILE *out)
             "time alone, as in an engine whose queue is never idle. Small batches run in\n"
             "one launch where the device allows (one_launch in the JSON; stats_us is then\n"
             "the whole call). On NVIDIA, vllm_us is vLLM's rejection_sample on an H200\n"
-            "at the same shape and mode, replayed from a CUDA graph, and xvllm us over it.\n",
+            "at the same shape and mode, replayed from a CUDA graph, and xvllm us over it.\n"
+            "\n"
+            "  --shards  N (1..255) vocabulary shards, the first V %% N one token longer (or\n"
+            "            N:S1,...: where shards 1..N-1 start): also times each line split\n"
+            "            into N shards on the same device, the rounds of\n"
+            "            psr_verify_shard_round (0 to 2 on every shard, each with its\n"
+            "            columns of the target logits and of the draft cache; 3 on shard 0).\n"
+            "            shard_us: the median over the iterations of the sum over the rounds\n"
+            "            of each round's span, its first kernel's start to its last kernel's\n"
+            "            end: the sharded kernels' device time (a gap inside a round while\n"
+            "            the host enqueues the next shard counts); it excludes the time\n"
+            "            between rounds: the keys' reduction on the host after round 0\n"
+            "            (the app's transport). xshard: shard_us over us. xch_bytes: the\n"
+            "            bytes the shards exchange per call (keys (2 x rows + 1) x 4, every\n"
+            "            shard's slots, and N x R x 16 of records; rows = R x (K + 1));\n"
+            "            gather_bytes: those of an all-gather of the fp32 target logits\n"
+            "            instead (rows x V x 4)\n",
             default_shapes);
 }
 
@@ -204,7 +224,132 @@ typedef struct row {
     double us, stats_us, piped_us, device_us, floor_us, accepted, vllm_us;
     bool one_launch;
     char target[24];
+    double shard_us;    /* with --shards */
+    size_t xch_bytes;   /* the bytes the shards exchange per call */
 } row;
+
+/* ---- the same verification across shards ---- */
+
+/* The shards of one mode's call: each its columns of the target logits
+ * (target_offset) and of the draft cache (a copy of its own), its own
+ * keys, and one partials buffer and one records buffer they all write
+ * into, as an all-gather would leave them. */
+typedef struct v_shards {
+    size_t count, words, slots, slot_bytes, requests;
+    psr_verify_args *a;  /* [count] */
+    cl_mem *keys;        /* [count]: uint32 [2 rows + 1] */
+    cl_mem *caches;      /* [count]: float32 [R, K, the shard's vocab], or NULL without a cache */
+    cl_mem partials;     /* [slots, slot_bytes] */
+    cl_mem records;      /* psr_shard_record [count, R] */
+    uint32_t *scratch;   /* 2 x words, for the keys' reduction */
+} v_shards;
+
+static void v_shards_free(v_shards *sh)
+{
+    if (sh->keys)
+        cli_release_buffers(sh->keys, sh->count);
+    if (sh->caches)
+        cli_release_buffers(sh->caches, sh->count);
+    if (sh->partials)
+        clReleaseMemObject(sh->partials);
+    if (sh->records)
+        clReleaseMemObject(sh->records);
+    free(sh->a), free(sh->keys), free(sh->caches), free(sh->scratch);
+}
+
+/* Columns lo .. hi of the draft cache [R K, V] copied into *out, [R K, hi - lo]. */
+static cl_int cache_columns(psr_context *ctx, const shape *sh, size_t lo, size_t hi, cl_mem *out)
+{
+    cl_int err = CL_SUCCESS;
+    size_t n = hi - lo, cache_rows = sh->R * sh->K;
+    *out = clCreateBuffer(cli_cl_context(ctx), CL_MEM_READ_WRITE, cache_rows * n * 4, NULL, &err);
+    const size_t src[3] = {lo * 4, 0, 0}, dst[3] = {0, 0, 0}, region[3] = {n * 4, cache_rows, 1};
+    if (err == CL_SUCCESS)
+        err = clEnqueueCopyBufferRect(cli_queue(ctx), sh->m[CACHE], *out, src, dst, region, sh->V * 4, 0, n * 4, 0,
+                                      0, NULL, NULL);
+    return err;
+}
+
+static psr_status v_shards_make(psr_context *ctx, const shape *sh, const psr_verify_args *whole, size_t count,
+                                const size_t *bounds, v_shards *v)
+{
+    size_t rows = whole->rows;
+    v->count = count, v->words = 2 * rows + 1, v->requests = whole->requests;
+    v->slot_bytes = psr_verify_shard_slot_bytes(rows);
+    for (size_t s = 0; s < count; s++)
+        v->slots += psr_logprobs_shard_slots(bounds[s + 1] - bounds[s]);
+    v->a = calloc(count, sizeof *v->a), v->keys = calloc(count, sizeof *v->keys);
+    v->caches = calloc(count, sizeof *v->caches), v->scratch = malloc(2 * v->words * 4);
+    if (!v->a || !v->keys || !v->caches || !v->scratch)
+        return PSR_ERR_OUT_OF_HOST_MEMORY;
+    cl_context cl = cli_cl_context(ctx);
+    cl_int err = CL_SUCCESS;
+    v->partials = clCreateBuffer(cl, CL_MEM_READ_WRITE, v->slots * v->slot_bytes, NULL, &err);
+    if (err == CL_SUCCESS)
+        v->records = clCreateBuffer(cl, CL_MEM_READ_WRITE, count * whole->requests * sizeof(psr_shard_record), NULL,
+                                    &err);
+    for (size_t s = 0, slot = 0; s < count && err == CL_SUCCESS; s++) {
+        psr_verify_args *a = &v->a[s];
+        size_t lo = bounds[s], hi = bounds[s + 1];
+        v->keys[s] = clCreateBuffer(cl, CL_MEM_READ_WRITE, v->words * 4, NULL, &err);
+        if (err == CL_SUCCESS && whole->draft_cache)
+            err = cache_columns(ctx, sh, lo, hi, &v->caches[s]);
+        *a = *whole;
+        a->vocab = hi - lo, a->target_offset = whole->target_offset + lo;
+        a->target_row_stride = whole->target_row_stride ? whole->target_row_stride : whole->vocab;
+        a->draft_cache = v->caches[s];
+        a->shard_count = count, a->shard_index = s, a->vocab_offset = lo, a->vocab_total = whole->vocab;
+        a->shard_slot = slot, a->shard_slots = v->slots;
+        a->shard_keys = v->keys[s], a->shard_partials = v->partials, a->shard_records = v->records;
+        slot += psr_logprobs_shard_slots(hi - lo);
+    }
+    if (err == CL_SUCCESS)
+        err = clFinish(cli_queue(ctx)); /* the caches' copies, before any timing */
+    if (err != CL_SUCCESS)
+        return cli_fail(PSR_ERR_OPENCL, "the shards' buffers: %s (%d)", psr_cl_error_string(err), err);
+    return PSR_OK;
+}
+
+/* Rounds 0 to 2 on every shard, round 3 (the tokens, the same on every
+ * shard) on shard 0 (a bench_round_fn). */
+static psr_status v_round(psr_context *ctx, void *args, unsigned round, cl_event *first, cl_event *last)
+{
+    v_shards *v = args;
+    size_t n = round < 3 ? v->count : 1;
+    psr_status st = PSR_OK;
+    for (size_t s = 0; s < n && st == PSR_OK; s++) {
+        cl_event ev = NULL;
+        st = psr_verify_shard_round(ctx, &v->a[s], round, &ev);
+        bench_keep_ends(ev, first, last);
+    }
+    return st;
+}
+
+/* After round 0 the keys reduced by maximum (a bench_exchange_fn); the
+ * slots and records need nothing: every shard wrote into the one buffer. */
+static psr_status v_exchange(psr_context *ctx, void *args, unsigned round)
+{
+    v_shards *v = args;
+    return round == 0 ? bench_reduce_keys(ctx, v->keys, v->count, v->words, v->scratch) : PSR_OK;
+}
+
+/* The median device time of the sharded rounds of `a`, and the bytes
+ * exchanged per call: the keys, the slots and the records. */
+static psr_status time_sharded(const bench_session *s, const shard_spec *spec, const shape *sh,
+                               const psr_verify_args *a, row *r)
+{
+    size_t bounds[PSR_MAX_SHARDS + 1];
+    shards_bounds("bench verify", "--shards", spec, a->vocab, bounds); /* checked before the run */
+    v_shards v = {0};
+    psr_status st = v_shards_make(s->ctx, sh, a, spec->count, bounds, &v);
+    if (st == PSR_OK)
+        st = bench_time_rounds(s->ctx, v_round, v_exchange, &v, PSR_VERIFY_SHARD_ROUNDS, 3, s->o.iters,
+                               &r->shard_us);
+    r->xch_bytes = v.words * 4 + v.slots * v.slot_bytes + v.count * v.requests * sizeof(psr_shard_record);
+    clFinish(cli_queue(s->ctx)); /* nothing may still use the shards' buffers */
+    v_shards_free(&v);
+    return st;
+}
 
 /* The target and vLLM's time of a shape and mode on the H200, if listed. */
 static void h200_figures(const shape *sh, size_t mode, row *r)
@@ -222,8 +367,10 @@ static void h200_figures(const shape *sh, size_t mode, row *r)
 
 /* Times one mode: each call waited for, piped and behind a copy; then the
  * mean drafts accepted and the floor (target rows plus, with the cache,
- * draft rows, read once at the copy bandwidth, as psr bench sample's). */
-static psr_status time_mode(const bench_session *s, const shape *sh, size_t mode, double bw, row *r)
+ * draft rows, read once at the copy bandwidth, as psr bench sample's);
+ * then, with shards, the sharded rounds. */
+static psr_status time_mode(const bench_session *s, const shard_spec *spec, const shape *sh, size_t mode,
+                            double bw, row *r)
 {
     psr_verify_args a;
     verify_args(&a, sh, mode);
@@ -249,12 +396,19 @@ static psr_status time_mode(const bench_session *s, const shape *sh, size_t mode
     if (a.draft_cache)
         bytes += (double)(sh->R * sh->K * sh->V * 4);
     r->floor_us = bytes / bw * 1e6;
-    return PSR_OK;
+    return spec->count ? time_sharded(s, spec, sh, &a, r) : PSR_OK;
 }
 
-static void print_row(bench_session *s, const shape *sh, size_t mode, const row *r)
+static void print_row(bench_session *s, const shape *sh, size_t mode, size_t shards, const row *r)
 {
+    size_t gather = sh->R * (sh->K + 1) * sh->V * 4;
     if (s->o.json) {
+        const json_number sharded[] = {
+            {"shard_us", r->shard_us},
+            {"x_shard", r->shard_us / r->us},
+            {"exchange_bytes", (double)r->xch_bytes},
+            {"allgather_bytes", (double)gather},
+        };
         json_writer *w = &s->w;
         const json_number dims[] = {{"requests", (double)sh->R}, {"k", (double)sh->K}, {"vocab", (double)sh->V}};
         const json_number times[] = {
@@ -268,22 +422,48 @@ static void print_row(bench_session *s, const shape *sh, size_t mode, const row 
         json_key_bool(w, "one_launch", r->one_launch);
         json_key_numbers(w, times, JSON_COUNT(times));
         bench_json_reference(w, "vllm_us", "x_vllm", r->vllm_us, r->us);
+        if (shards)
+            json_key_numbers(w, sharded, JSON_COUNT(sharded));
         json_end_object(w);
         return;
     }
-    char name[40], vllm[16], xv[16];
+    char name[40], vllm[16], xv[16], shx[64] = "";
     snprintf(name, sizeof name, "%zux%zux%zu", sh->R, sh->K, sh->V);
     bench_format_reference(r->vllm_us, r->us, vllm, xv);
-    printf("%-18s %-7s %9.1f %9.1f %9.1f %9.1f %9.1f %7.2f %9.2f %8s %9s %7s\n", name, modes[mode].name, r->us,
+    if (shards)
+        snprintf(shx, sizeof shx, " %10.1f %7.2f %10zu %12zu", r->shard_us, r->shard_us / r->us, r->xch_bytes,
+                 gather);
+    printf("%-18s %-7s %9.1f %9.1f %9.1f %9.1f %9.1f %7.2f %9.2f %8s %9s %7s%s\n", name, modes[mode].name, r->us,
            r->stats_us, r->piped_us, r->device_us, r->floor_us, r->us / r->floor_us, r->accepted, r->target,
-           vllm, xv);
+           vllm, xv, shx);
+    fflush(stdout);
 }
 
 /* What the rows of one run share. */
 typedef struct verify_bench {
     bench_costs costs;
     bool nvidia;
+    shard_spec shards; /* --shards; count 0 without */
 } verify_bench;
+
+/* --shards (a bench_option_fn). */
+static int shards_option(void *user, const char *arg, const char *val)
+{
+    if (strcmp(arg, "--shards") != 0)
+        return -1;
+    return shards_parse("bench verify", val, &((verify_bench *)user)->shards);
+}
+
+/* Every shape's shards inside its vocabulary (a bench_command's check). */
+static int check_shards(bench_session *s, void *user)
+{
+    const verify_bench *vb = user;
+    size_t bounds[PSR_MAX_SHARDS + 1];
+    for (size_t i = 0; i < s->o.nshapes && vb->shards.count; i++)
+        if (shards_bounds("bench verify", "--shards", &vb->shards, s->o.shape[i][2], bounds) != CLI_OK)
+            return CLI_USAGE;
+    return CLI_OK;
+}
 
 static void print_header(bench_session *s, void *user)
 {
@@ -294,6 +474,8 @@ static void print_header(bench_session *s, void *user)
     if (s->o.json) {
         bench_json_begin(s);
         bench_json_costs(&s->w, c, "copy_gbps");
+        if (vb->shards.count)
+            json_key_uint(&s->w, "shards", vb->shards.count);
         bench_json_results(s);
         return;
     }
@@ -301,8 +483,13 @@ static void print_header(bench_session *s, void *user)
            "an event); median of %d\n",
            s->info.name, s->info.platform_name, c->copy_bw / 1e9, c->empty_us, c->enqueue_us,
            c->enqueue_event_us, s->o.iters);
-    printf("%-18s %-7s %9s %9s %9s %9s %9s %7s %9s %8s %9s %7s\n", "shape RxKxV", "mode", "us", "stats_us",
-           "piped_us", "device_us", "floor_us", "xfloor", "accepted", "target", "vllm_us", "xvllm");
+    if (vb->shards.count)
+        printf("sharded: %zu shards of the vocabulary, the rounds of psr_verify_shard_round, their kernels' "
+               "device time\n",
+               vb->shards.count);
+    printf("%-18s %-7s %9s %9s %9s %9s %9s %7s %9s %8s %9s %7s%s\n", "shape RxKxV", "mode", "us", "stats_us",
+           "piped_us", "device_us", "floor_us", "xfloor", "accepted", "target", "vllm_us", "xvllm",
+           vb->shards.count ? "   shard_us  xshard  xch_bytes gather_bytes" : "");
 }
 
 /* Every mode on one shape. */
@@ -315,9 +502,9 @@ static psr_status verify_shape(bench_session *s, const size_t *dims, void *user)
         row r = {.target = "-"};
         if (vb->nvidia)
             h200_figures(&sh, m, &r);
-        st = time_mode(s, &sh, m, vb->costs.copy_bw, &r);
+        st = time_mode(s, &vb->shards, &sh, m, vb->costs.copy_bw, &r);
         if (st == PSR_OK)
-            print_row(s, &sh, m, &r);
+            print_row(s, &sh, m, vb->shards.count, &r);
     }
     release_shape(&sh);
     return st;
@@ -325,10 +512,11 @@ static psr_status verify_shape(bench_session *s, const size_t *dims, void *user)
 
 int bench_verify(int argc, char **argv)
 {
-    static const bench_command command = {.name = "bench verify", .usage = usage, .dims = 3, .max_shapes = 16,
+    static const bench_command command = {.name = "bench verify", .usage = usage, .extra = shards_option,
+                                          .values = BENCH_VALUES " --shards", .dims = 3, .max_shapes = 16,
                                           .shapes_expected = "a list of RxKxV", .header = print_header,
-                                          .shape = verify_shape};
+                                          .shape = verify_shape, .check = check_shards};
     bench_session s = {.o = {.shapes = default_shapes, .iters = 50}};
-    verify_bench vb;
+    verify_bench vb = {0};
     return bench_main(&command, &s, argc, argv, &vb);
 }
