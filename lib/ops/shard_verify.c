@@ -53,9 +53,8 @@ psr_status psr_verify_check_shard(psr_context *ctx, const psr_verify_args *a)
         {a->shard_keys, (2 * a->rows + 1) * 4, "args->shard_keys", true},
         {a->shard_partials, a->shard_slots * slot_bytes, "args->shard_partials", true},
         {a->shard_records, a->shard_count * a->requests * sizeof(psr_shard_record), "args->shard_records", true}};
-    for (size_t i = 0; i < sizeof needs / sizeof needs[0]; i++)
-        REQUIRE(needs[i].buffer, PSR_ERR_NULL_ARGUMENT, "%s is NULL with shards", needs[i].name);
-    return psr_check_buffers(ctx, needs, sizeof needs / sizeof needs[0]);
+    psr_status st_need = psr_check_required(ctx, needs, sizeof needs / sizeof needs[0]);
+    return st_need == PSR_OK ? psr_check_buffers(ctx, needs, sizeof needs / sizeof needs[0]) : st_need;
 }
 
 static psr_verify_shard_params shard_params(const psr_verify_args *a)
