@@ -102,23 +102,29 @@ inline float2 psr_lse_partial(__global const float2 *lse, ulong at, bool publish
     return published ? *(volatile __global const float2 *)(lse + at) : lse[at];
 }
 
-/* A row's log-sum-exp from its super-blocks' (max, sum): M the largest
- * max, then sum_i s_i exp(m_i - M) added in order of i. The exps are
- * independent, so the walk waits for one, not one per super-block. */
-inline float psr_row_lse_of(__global const float2 *lse, uint row, uint nsb, bool published)
+/* A row's log-sum-exp from its n super-blocks' (max, sum), `stride`
+ * apart from `first`: M the largest max, then sum_i s_i exp(m_i - M)
+ * added in order of i. The exps are independent, so the walk waits for
+ * one, not one per super-block. */
+inline float psr_strided_lse(__global const float2 *first, ulong stride, uint n, bool published)
 {
-    ulong at = (ulong)row * nsb;
     float big = -INFINITY;
-    for (uint sb = 0; sb < nsb; sb++)
-        big = fmax(big, psr_lse_partial(lse, at + sb, published).x);
+    for (uint sb = 0; sb < n; sb++)
+        big = fmax(big, psr_lse_partial(first, sb * stride, published).x);
     if (isinf(big))
         return big; /* no finite logit, or an infinite one */
     float sum = 0.0f;
-    for (uint sb = 0; sb < nsb; sb++) {
-        float2 p = psr_lse_partial(lse, at + sb, published);
+    for (uint sb = 0; sb < n; sb++) {
+        float2 p = psr_lse_partial(first, sb * stride, published);
         sum += p.y * psr_lse_term(p.x, big);
     }
     return big + psr_det_log(sum);
+}
+
+/* A row's log-sum-exp from its super-blocks' partials, a row's together. */
+inline float psr_row_lse_of(__global const float2 *lse, uint row, uint nsb, bool published)
+{
+    return psr_strided_lse(lse + (ulong)row * nsb, 1, nsb, published);
 }
 
 /* psr_row_lse_of over partials in local memory: the same arithmetic in

@@ -120,30 +120,13 @@ void psr_verify_shard_stats(const psr_verify_shard_params p, __global const psr_
 }
 #endif
 
-/* A row's statistics merged over every shard's slots, in slot order. */
+/* A row's log-sum-exp merged over every shard's slots, in slot order
+ * (psr_row_lse_of's arithmetic): slot s's pair is slot_words / 2 float2
+ * after slot s - 1's. */
 inline float psr_vs_row_lse(__global uint *part, const psr_verify_shard_params *p, uint row, bool draft)
 {
-    float2 held[PSR_HELD];
-    uint n = p->slots;
-    if (n <= PSR_HELD) {
-#pragma unroll
-        for (uint s = 0; s < PSR_HELD; s++)
-            held[s] = s < n ? (draft ? psr_vs_q_lse(part, p, s) : psr_vs_t_lse(part, p, s))[row]
-                            : (float2)(-INFINITY, 0.0f);
-        return psr_held_lse(held, n);
-    }
-    /* psr_row_lse_of's arithmetic over the slots */
-    float big = -INFINITY;
-    for (uint s = 0; s < n; s++)
-        big = fmax(big, (draft ? psr_vs_q_lse(part, p, s) : psr_vs_t_lse(part, p, s))[row].x);
-    if (isinf(big))
-        return big;
-    float sum = 0.0f;
-    for (uint s = 0; s < n; s++) {
-        float2 v = (draft ? psr_vs_q_lse(part, p, s) : psr_vs_t_lse(part, p, s))[row];
-        sum += v.y * psr_lse_term(v.x, big);
-    }
-    return big + psr_det_log(sum);
+    __global const float2 *first = (draft ? psr_vs_q_lse(part, p, 0) : psr_vs_t_lse(part, p, 0)) + row;
+    return psr_strided_lse(first, p->slot_words / 2, p->slots, false);
 }
 
 /* A greedy row's argmax over the slots, as psr_row_argmax. */
