@@ -372,6 +372,68 @@ inline void psr_filter_load8(__global const psr_logit_t *src, uint i, uint end, 
 
 #define PSR_FILTER_STEP (8 * PSR_WG_SIZE)
 
+#if PSR_VEC_PATH
+/* CPU devices (PSR_VEC): a work-item takes PSR_VEC tokens a step, scaled
+ * and keyed as one vector, and goes lane by lane only where some lane
+ * passes the pass's bound. */
+#define PSR_FILTER_VSTEP (PSR_VEC * PSR_WG_SIZE)
+
+/* psr_filter_key + 1 of each lane's scaled logit; 0 for NaN. */
+inline psr_vuint psr_filter_vkey1(psr_vfloat s)
+{
+    psr_vuint b = psr_as_vuint(select(s, (psr_vfloat)(0.0f), s == 0.0f));
+    psr_vuint key = select(b | 0x80000000u, ~b, psr_as_vint(b) < 0);
+    return select(key + 1u, (psr_vuint)(0u), isnan(s));
+}
+
+/* The keys + 1 of tokens i .. i + PSR_VEC - 1 (all inside the row). */
+inline psr_vuint psr_filter_vload_keys1(__global const psr_logit_t *src, uint i, float t, float r)
+{
+    return psr_filter_vkey1(psr_vscale(psr_vload_logits(src, i), t, r));
+}
+
+inline uint psr_vmax_uint(psr_vuint v)
+{
+    uint8 m8 = max(v.lo, v.hi);
+    uint4 m4 = max(m8.lo, m8.hi);
+    uint2 m2 = max(m4.lo, m4.hi);
+    return max(m2.x, m2.y);
+}
+
+/* The keys + 1 of tokens i .. min(i + PSR_VEC, end) - 1 into keys1 (0
+ * past the end); returns how many. */
+inline uint psr_filter_vkeys(__global const psr_logit_t *src, uint i, uint end, const psr_filter_row *f,
+                             uint *keys1)
+{
+    uint n = min(end - i, (uint)PSR_VEC);
+    if (n == PSR_VEC) {
+        psr_vstore(psr_filter_vkey1(psr_vscale(psr_vload_logits(src, i), f->t, f->r)), 0, keys1);
+        return n;
+    }
+    for (uint q = 0; q < PSR_VEC; q++) {
+        float s = q < n ? psr_filter_scaled(src, i + q, f->t, f->r) : NAN;
+        keys1[q] = isnan(s) ? 0 : psr_filter_key(s) + 1;
+    }
+    return n;
+}
+
+/* Pass 1's step on the vector path: the largest key + 1 into *mk and,
+ * with top-k, a count for each key at or above `bound`. */
+inline void psr_filter_vscan_step(__global const psr_logit_t *src, uint i, uint end, const psr_filter_row *f,
+                                  bool k_on, uint bound, uint *mk, __local uint *lh)
+{
+    uint keys1[PSR_VEC];
+    uint n = psr_filter_vkeys(src, i, end, f, keys1);
+    uint top = psr_vmax_uint(psr_vload(0, keys1));
+    *mk = max(*mk, top);
+    if (!k_on || top <= bound)
+        return; /* no lane at or above the bound (a NaN lane is 0) */
+    for (uint q = 0; q < n; q++)
+        if (keys1[q] > bound)
+            atomic_inc(&lh[(keys1[q] - 1) >> PSR_FILTER_HSHIFT]);
+}
+#endif
+
 /* Pass 1's end in the row's last group (`last`): the bin that holds the
  * k-th largest key (state word 3), or for min-p-only rows the threshold.
  * Other groups wrote st and h: volatile reads go past any cache. With
@@ -448,6 +510,29 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     uint mk = 0; /* key + 1 of the largest non-NaN value; 0: none */
+#if PSR_VEC_PATH
+    /* Top-k: the first step's keys are a sample of the row. When k of
+     * them lie in bins >= b0, so does the row's k-th largest key, and
+     * later keys below bin b0 need no count: the bins from the answer's
+     * up stay exact in every group. */
+    uint i = start + PSR_VEC * lid;
+    if (i < end)
+        psr_filter_vscan_step(src, i, end, &f, k_on, 0, &mk, lh);
+    uint bound = 0;
+    if (PSR_FLAT_BARRIERS || k_on) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ulong total = psr_filter_suffix(lh, lh, false, PSR_FILTER_HBINS, seg);
+        bool cross = k_on && total >= (ulong)f.k;
+        if (PSR_FLAT_BARRIERS || cross) {
+            psr_filter_cross(lh, lh, false, PSR_FILTER_HBINS, 0, false, (ulong)f.k, 0.0f, seg, pick);
+            if (cross)
+                bound = pick[0] << PSR_FILTER_HSHIFT;
+        }
+    }
+    for (i += PSR_FILTER_VSTEP; i < end; i += PSR_FILTER_VSTEP)
+        psr_filter_vscan_step(src, i, end, &f, k_on, bound, &mk, lh);
+    (void)aligned;
+#else
     for (uint i = start + 4 * lid; i < end; i += PSR_FILTER_STEP) {
         float v[8];
         psr_filter_load8(src, i, end, aligned, f.t, f.r, v);
@@ -460,6 +545,7 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
                 atomic_inc(&lh[key >> PSR_FILTER_HSHIFT]);
         }
     }
+#endif
     lmax[lid] = mk;
     for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -478,6 +564,24 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
 }
 #endif
 
+/* One candidate into the group's local list, or past its end straight
+ * into the row's list. */
+inline void psr_filter_append(uint key, uint token, __local uint *lbuf, __local uint *n_local,
+                              __global uint *count, __global uint *rc, uint cap)
+{
+    uint j = atomic_inc(n_local);
+    if (j < PSR_FILTER_GCAP) {
+        lbuf[j] = key;
+        lbuf[PSR_FILTER_GCAP + j] = token;
+    } else {
+        uint g = atomic_inc(count);
+        if (g < cap) {
+            psr_publish(&rc[g], key);
+            psr_publish(&rc[cap + g], token);
+        }
+    }
+}
+
 /* Appends the keys of [start, end) at or above `low`, and their token
  * ids, to the row's candidate list: gathered in local memory, then one
  * atomic reserves the group's place (keys past the local buffer go one by
@@ -492,27 +596,29 @@ inline void psr_filter_gather(__global const psr_logit_t *src, bool aligned, con
     if (lid == 0)
         n_local[0] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
+#if PSR_VEC_PATH
+    for (uint i = start + PSR_VEC * lid; i < end; i += PSR_FILTER_VSTEP) {
+        uint keys1[PSR_VEC];
+        uint n = psr_filter_vkeys(src, i, end, f, keys1);
+        if (psr_vmax_uint(psr_vload(0, keys1)) <= low)
+            continue; /* no lane at or above low (a NaN lane is 0) */
+        for (uint q = 0; q < n; q++)
+            if (keys1[q] > low)
+                psr_filter_append(keys1[q] - 1, i + q, lbuf, n_local, count, rc, cap);
+    }
+    (void)aligned;
+#else
     for (uint i = start + 4 * lid; i < end; i += PSR_FILTER_STEP) {
         float v[8];
         psr_filter_load8(src, i, end, aligned, f->t, f->r, v);
         for (int q = 0; q < 8; q++) {
             uint key = psr_filter_key(v[q]);
-            if (isnan(v[q]) || key < low)
-                continue;
-            uint token = i + (q < 4 ? (uint)q : 4 * PSR_WG_SIZE + (uint)q - 4);
-            uint j = atomic_inc(n_local);
-            if (j < PSR_FILTER_GCAP) {
-                lbuf[j] = key;
-                lidx[j] = token;
-            } else {
-                uint g = atomic_inc(count);
-                if (g < cap) {
-                    psr_publish(&rc[g], key);
-                    psr_publish(&rc[cap + g], token);
-                }
-            }
+            if (!isnan(v[q]) && key >= low)
+                psr_filter_append(key, i + (q < 4 ? (uint)q : 4 * PSR_WG_SIZE + (uint)q - 4), lbuf, n_local,
+                                  count, rc, cap);
         }
     }
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     uint n = min(n_local[0], (uint)PSR_FILTER_GCAP);
     if (lid == 0)

@@ -13,17 +13,6 @@
 #include "tokens.cl"
 
 #if PSR_VEC_PATH
-inline psr_vfloat psr_vload_logits(__global const psr_logit_t *src, uint i)
-{
-#if PSR_LOGIT_DTYPE == 0
-    return psr_vload(0, src + i);
-#elif PSR_LOGIT_DTYPE == 1
-    return psr_vload_half(0, src + i);
-#else
-    return psr_as_vfloat(psr_convert_vuint(psr_vload(0, src + i)) << 16);
-#endif
-}
-
 /* A block's scaled logits, and its dead lanes: NaN, or below the filter
  * threshold `cut`. */
 inline psr_vfloat psr_vscaled(const psr_row *row, psr_vfloat x, float cut, psr_vint *dead)
@@ -115,7 +104,10 @@ inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
         psr_vint dead;
         psr_vfloat xs = psr_vscaled(row, x, cut, &dead);
         xs = select(xs, (psr_vfloat)(-INFINITY), dead);
-        if (psr_vmax(xs) + PSR_NOISE_MAX < row->floor)
+        float top = psr_vmax(xs);
+        /* a block of filtered (or -inf) lanes never wins, even before the
+         * floor rises above -inf */
+        if (!(top > -INFINITY) || top + PSR_NOISE_MAX < row->floor)
             return;
         psr_vuint w1, w0 = psr_vtoken_words(row->key, (psr_vuint)(row->base + i) + PSR_LANE_IDS, &w1);
         psr_vacc xa = psr_to_vacc(xs);

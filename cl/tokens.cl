@@ -537,6 +537,20 @@ inline void psr_consider4(const psr_row *row, float4 x, uint i, psr_acc_t *best,
 #define PSR_STEP 4
 #endif
 
+#if PSR_VEC_PATH
+/* Logits i .. i + PSR_VEC - 1 as floats. */
+inline psr_vfloat psr_vload_logits(__global const psr_logit_t *src, uint i)
+{
+#if PSR_LOGIT_DTYPE == 0
+    return psr_vload(0, src + i);
+#elif PSR_LOGIT_DTYPE == 1
+    return psr_vload_half(0, src + i);
+#else
+    return psr_as_vfloat(psr_convert_vuint(psr_vload(0, src + i)) << 16);
+#endif
+}
+#endif
+
 /* The best (value, index) of one row's per-group partials, in slot 0 of
  * lv and li (the second kernel of a two-kernel launch). */
 inline void psr_reduce_parts(uint row, uint groups_per_row, __global const psr_acc_t *part_value,

@@ -151,12 +151,25 @@ double bench_normal(uint64_t *state);
 /* n values of N(0, sigma^2) from it. */
 void bench_normal_fill(float *x, size_t n, double sigma, uint64_t *state);
 
+/* Logit profiles (--logits): N(0, 3); peaked: N(0, 1) with one logit 25
+ * above; zipf: -1.1 ln(rank) + N(0, 0.5), ranks shuffled over the row
+ * (word frequencies); confident: N(0, 1) with the top token holding 90%
+ * of the mass at T = 1. */
+typedef enum { BENCH_NORMAL, BENCH_PEAKED, BENCH_ZIPF, BENCH_CONFIDENT, BENCH_PROFILES } bench_profile;
+#define BENCH_PROFILE_NAMES "normal|peaked|zipf|confident"
+/* The profile's name ("normal" ...). */
+const char *bench_profile_name(bench_profile p);
+/* --logits NAME into *p; a usage error naming `bench` otherwise. */
+int bench_parse_profile(const char *bench, const char *val, bench_profile *p);
+/* rows x vocab logits of profile p from *state. */
+void bench_profile_fill(float *x, size_t rows, size_t vocab, bench_profile p, uint64_t *state);
+
 /* The device buffers of `rows` requests of one row each, by index. */
 enum { BENCH_LOGITS, BENCH_TEMPS, BENCH_SEEDS, BENCH_POSITIONS, BENCH_TOKENS, BENCH_ROW_BUFFERS };
-/* Fills m[0 .. BENCH_ROW_BUFFERS): N(0, 3) logits from *state, T 0.8,
+/* Fills m[0 .. BENCH_ROW_BUFFERS): logits of `profile` from *state, T 0.8,
  * seed = the row, position `pos` on every row, and room for the tokens. */
-psr_status bench_make_rows(psr_context *ctx, size_t rows, size_t vocab, int64_t pos, uint64_t *state,
-                           cl_mem *m);
+psr_status bench_make_rows(psr_context *ctx, size_t rows, size_t vocab, int64_t pos, bench_profile profile,
+                           uint64_t *state, cl_mem *m);
 /* psr_sample_args over those buffers. */
 void bench_sample_args(psr_sample_args *a, size_t rows, size_t vocab, const cl_mem *m);
 

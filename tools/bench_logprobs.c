@@ -17,16 +17,19 @@ static const char *default_shapes = "1x128256,64x128256,256x151936";
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: psr bench logprobs [--shapes BxV,...] [--top-n N] [--iters N] [--device SEL]\n"
-            "                          [--shards N[:S1,...]] [--json]\n"
+            "usage: psr bench logprobs [--shapes BxV,...] [--top-n N] [--logits PROFILE] [--iters N]\n"
+            "                          [--device SEL] [--shards N[:S1,...]] [--json]\n"
             "\n"
             "Times psr_logprobs (processed logprobs at T = 0.8: the sampled token's logprob\n"
-            "and rank, and the top N, default 20) and psr_sample on the same N(0, 3) logits,\n"
+            "and rank, and the top N, default 20) and psr_sample on the same logits,\n"
             "median of --iters runs (default 50), and prints their ratio, each call timed\n"
             "from an idle queue (the host's enqueue included) and behind a buffer copy that\n"
             "outlasts the host's enqueue (dev: the device's time alone). Default shapes:\n"
             "%s.\n"
             "\n"
+            "  --logits  " BENCH_PROFILE_NAMES " (default normal): N(0, 3); N(0, 1)\n"
+            "            with one logit 25 above; -1.1 ln(rank) + N(0, 0.5) shuffled; N(0, 1)\n"
+            "            with the top token holding 90%% at T = 1\n"
             "  --shards  N (1..255) vocabulary shards, the first V %% N one token longer (or\n"
             "            N:S1,...: where shards 1..N-1 start): also times the same logprobs\n"
             "            split into N shards on the same device, the rounds of\n"
@@ -57,14 +60,18 @@ static psr_status launch_logprobs(psr_context *ctx, const void *args, cl_event *
 /* What the rows of one run share. */
 typedef struct logprobs_bench {
     int top_n;
-    uint64_t state;    /* the logits' generator, from shape to shape */
-    shard_spec shards; /* --shards; count 0 without */
+    uint64_t state;        /* the logits' generator, from shape to shape */
+    bench_profile profile; /* --logits */
+    shard_spec shards;     /* --shards; count 0 without */
 } logprobs_bench;
 
-/* --top-n N, 0 .. PSR_LOGPROBS_MAX_TOP_N, and --shards (a bench_option_fn). */
+/* --top-n N, 0 .. PSR_LOGPROBS_MAX_TOP_N, --logits and --shards (a
+ * bench_option_fn). */
 static int top_n_option(void *user, const char *arg, const char *val)
 {
     int64_t n = 0;
+    if (strcmp(arg, "--logits") == 0)
+        return bench_parse_profile("bench logprobs", val, &((logprobs_bench *)user)->profile);
     if (strcmp(arg, "--shards") == 0)
         return shards_parse("bench logprobs", val, &((logprobs_bench *)user)->shards);
     if (strcmp(arg, "--top-n") != 0)
@@ -80,7 +87,7 @@ enum { TOKEN_LOGPROBS = BENCH_ROW_BUFFERS, TOP_IDS, TOP_LOGPROBS, TOKEN_RANKS, S
 
 static psr_status make_shape(psr_context *ctx, size_t rows, size_t vocab, logprobs_bench *lb, cl_mem *m)
 {
-    psr_status st = bench_make_rows(ctx, rows, vocab, 7, &lb->state, m);
+    psr_status st = bench_make_rows(ctx, rows, vocab, 7, lb->profile, &lb->state, m);
     size_t tn = lb->top_n ? (size_t)lb->top_n : 1;
     const cli_buffer out[] = {{rows * 4, NULL}, {rows * tn * 4, NULL}, {rows * tn * 4, NULL}, {rows * 4, NULL}};
     if (st == PSR_OK && cli_make_buffers(ctx, out, 4, m + TOKEN_LOGPROBS) != CL_SUCCESS)
@@ -296,11 +303,12 @@ static void print_header(bench_session *s, void *user)
         bench_json_begin(s);
         if (lb->shards.count)
             json_key_uint(&s->w, "shards", lb->shards.count);
+        json_key_string(&s->w, "logits", bench_profile_name(lb->profile));
         bench_json_results(s);
         return;
     }
-    printf("device: %s (%s); top %d processed logprobs at T 0.8; median of %d\n", s->info.name,
-           s->info.platform_name, lb->top_n, s->o.iters);
+    printf("device: %s (%s); top %d processed logprobs at T 0.8; logits %s; median of %d\n", s->info.name,
+           s->info.platform_name, lb->top_n, bench_profile_name(lb->profile), s->o.iters);
     if (lb->shards.count)
         printf("sharded: %zu shards of the vocabulary, the rounds of psr_logprobs_shard_round, their kernels' "
                "device time\n",
@@ -312,7 +320,7 @@ static void print_header(bench_session *s, void *user)
 int bench_logprobs(int argc, char **argv)
 {
     static const bench_command command = {.name = "bench logprobs", .usage = usage, .extra = top_n_option,
-                                          .values = BENCH_VALUES " --top-n --shards", .dims = 2,
+                                          .values = BENCH_VALUES " --top-n --logits --shards", .dims = 2,
                                           .max_shapes = 16, .shapes_expected = "a list of BxV",
                                           .header = print_header, .shape = logprobs_shape,
                                           .check = check_shards};

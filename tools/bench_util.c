@@ -489,14 +489,71 @@ void bench_normal_fill(float *x, size_t n, double sigma, uint64_t *state)
         x[i] = (float)(sigma * bench_normal(state));
 }
 
-psr_status bench_make_rows(psr_context *ctx, size_t rows, size_t vocab, int64_t pos, uint64_t *state,
-                           cl_mem *m)
+static const char *const profile_names[BENCH_PROFILES] = {"normal", "peaked", "zipf", "confident"};
+
+const char *bench_profile_name(bench_profile p)
+{
+    return p < BENCH_PROFILES ? profile_names[p] : "?";
+}
+
+int bench_parse_profile(const char *bench, const char *val, bench_profile *p)
+{
+    for (int i = 0; i < BENCH_PROFILES; i++)
+        if (strcmp(val, profile_names[i]) == 0) {
+            *p = (bench_profile)i;
+            return CLI_OK;
+        }
+    return cli_usage_error(bench, "--logits is one of " BENCH_PROFILE_NAMES ", not \"%s\"", val);
+}
+
+/* A uniform index below n from the generator. */
+static size_t bench_below(uint64_t *state, size_t n)
+{
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return (size_t)((double)(*state >> 11) * 0x1p-53 * (double)n);
+}
+
+/* One row of a profile. */
+static void profile_row(float *x, size_t vocab, bench_profile p, uint64_t *state)
+{
+    if (p == BENCH_ZIPF) {
+        for (size_t r = 0; r < vocab; r++)
+            x[r] = (float)(-1.1 * log((double)(r + 1)) + 0.5 * bench_normal(state));
+        for (size_t i = vocab - 1; i > 0; i--) { /* Fisher-Yates: ranks to random places */
+            size_t j = bench_below(state, i + 1);
+            float t = x[i];
+            x[i] = x[j], x[j] = t;
+        }
+        return;
+    }
+    bench_normal_fill(x, vocab, p == BENCH_NORMAL ? 3.0 : 1.0, state);
+    if (p == BENCH_NORMAL)
+        return;
+    size_t top = bench_below(state, vocab);
+    if (p == BENCH_PEAKED) {
+        x[top] += 25.0f;
+        return;
+    }
+    double rest = 0; /* confident: e^top = 9 x the others' sum, so top holds 90% */
+    for (size_t i = 0; i < vocab; i++)
+        rest += i == top ? 0.0 : exp((double)x[i]);
+    x[top] = (float)log(9.0 * rest);
+}
+
+void bench_profile_fill(float *x, size_t rows, size_t vocab, bench_profile p, uint64_t *state)
+{
+    for (size_t r = 0; r < rows; r++)
+        profile_row(x + r * vocab, vocab, p, state);
+}
+
+psr_status bench_make_rows(psr_context *ctx, size_t rows, size_t vocab, int64_t pos, bench_profile profile,
+                           uint64_t *state, cl_mem *m)
 {
     float *x = malloc(rows * vocab * 4), *temps = malloc(rows * 4);
     int64_t *seeds = malloc(rows * 8), *positions = malloc(rows * 8);
     psr_status st = x && temps && seeds && positions ? PSR_OK : PSR_ERR_OUT_OF_HOST_MEMORY;
     if (st == PSR_OK) {
-        bench_normal_fill(x, rows * vocab, 3.0, state);
+        bench_profile_fill(x, rows, vocab, profile, state);
         for (size_t r = 0; r < rows; r++)
             temps[r] = 0.8f, seeds[r] = (int64_t)r, positions[r] = pos;
         const cli_buffer spec[BENCH_ROW_BUFFERS] = {

@@ -56,7 +56,7 @@ static const variant_def variants[] = {
 static void sample_usage(FILE *out)
 {
     fprintf(out,
-            "usage: psr bench sample [--shapes BxV,...] [--variants LIST] [--logits normal|peaked]\n"
+            "usage: psr bench sample [--shapes BxV,...] [--variants LIST] [--logits PROFILE]\n"
             "                        [--iters N] [--shards N[:S1,...]] [--device SEL] [--json]\n"
             "\n"
             "Times psr_sample with OpenCL profiling events: warm-up, then the median\n"
@@ -78,7 +78,9 @@ static void sample_usage(FILE *out)
             "  --variants   any of fp32, fp32-fast, fp64, wide, race, race-wide, race-fp64,\n"
             "               greedy (default: all the\n"
             "               device can run); fp32 is the default deterministic mode\n"
-            "  --logits     normal: N(0, 3); peaked: N(0, 1) with one logit 25 above\n"
+            "  --logits     " BENCH_PROFILE_NAMES " (default normal): N(0, 3);\n"
+            "               N(0, 1) with one logit 25 above; -1.1 ln(rank) + N(0, 0.5),\n"
+            "               shuffled; N(0, 1) with the top token holding 90%% at T = 1\n"
             "  --iters      timed runs per line (default 50, at most 10000; at least 50\n"
             "               recommended)\n"
             "  --shards     N (1..255) vocabulary shards, the first V %% N one token longer\n"
@@ -104,10 +106,8 @@ static double uniform01(void)
     return ((double)(rng >> 11) + 0.5) * 0x1p-53;
 }
 
-static float gaussian(void)
-{
-    return (float)(sqrt(-2.0 * log(uniform01())) * cos(6.283185307179586 * uniform01()));
-}
+/* The logits' generator (bench_profile_fill), from shape to shape. */
+static uint64_t logits_rng = 7;
 
 /* Is `name` one of the comma-separated words of `list`? */
 static bool in_list(const char *list, const char *name)
@@ -143,7 +143,7 @@ typedef struct result {
 /* psr bench sample's own options. */
 typedef struct sample_options {
     const char *variants;
-    bool peaked;
+    bench_profile profile; /* --logits */
     shard_spec shards; /* --shards; count 0 without */
 } sample_options;
 
@@ -205,16 +205,6 @@ static double vllm_us(const variant_def *vd, size_t rows, size_t vocab)
         if (vllm_h200[k].rows == rows && vllm_h200[k].vocab == vocab)
             return vllm_h200[k].us[vd->vllm];
     return 0;
-}
-
-/* N(0, 3) logits, or N(0, 1) with one logit per row 25 above the rest. */
-static void fill_logits(float *host, size_t rows, size_t vocab, bool peaked)
-{
-    for (size_t i = 0; i < rows * vocab; i++)
-        host[i] = peaked ? gaussian() : 3.0f * gaussian();
-    if (peaked)
-        for (size_t b = 0; b < rows; b++)
-            host[b * vocab + (size_t)(uniform01() * (double)vocab)] += 25.0f;
 }
 
 /* The buffers of one shape, by index. */
@@ -323,7 +313,7 @@ static bool variant_wanted(const sample_bench *sb, const variant_def *vd)
 /* Every wanted variant on one shape; `host` has room for its logits. */
 static int run_shape(sample_bench *sb, float *host, size_t rows, size_t vocab)
 {
-    fill_logits(host, rows, vocab, sb->so.peaked);
+    bench_profile_fill(host, rows, vocab, sb->so.profile, &logits_rng);
     cl_mem m[SHAPE_BUFFERS];
     cl_int err = make_shape(sb->s.ctx, host, rows, vocab, m);
     int rc = CLI_OK;
@@ -344,7 +334,7 @@ static void print_header(const sample_bench *sb)
     printf("device: %s (%s), copy bandwidth %.0f GB/s, empty kernel %.1f us, host enqueue %.1f us "
            "(%.1f with an event), logits %s\n",
            sb->s.info.name, sb->s.info.platform_name, c->copy_bw / 1e9, c->empty_us, c->enqueue_us,
-           c->enqueue_event_us, sb->so.peaked ? "peaked" : "N(0,3)");
+           c->enqueue_event_us, bench_profile_name(sb->so.profile));
     if (sb->so.shards.count)
         printf("sharded: %zu shards of the vocabulary, each sampled on its columns, then psr_combine\n",
                sb->so.shards.count);
@@ -376,7 +366,7 @@ static void print_json(sample_bench *sb)
     json_key_string(w, "platform", sb->s.info.platform_name);
     json_key_string(w, "driver_version", sb->s.info.driver_version);
     bench_json_costs(w, &sb->costs, "copy_bandwidth_gbs");
-    json_key_string(w, "logits", sb->so.peaked ? "peaked" : "normal");
+    json_key_string(w, "logits", bench_profile_name(sb->so.profile));
     json_key_int(w, "iterations", sb->s.o.iters);
     if (sb->so.shards.count)
         json_key_uint(w, "shards", sb->so.shards.count);
@@ -424,7 +414,7 @@ static int run_sample_bench(sample_bench *sb)
     return rc;
 }
 
-/* --variants LIST and --logits normal|peaked (a bench_option_fn). */
+/* --variants LIST, --logits PROFILE and --shards (a bench_option_fn). */
 static int sample_option(void *user, const char *arg, const char *val)
 {
     sample_options *so = user;
@@ -437,12 +427,10 @@ static int sample_option(void *user, const char *arg, const char *val)
         return shards_parse("bench sample", val, &so->shards);
     if (strcmp(arg, "--variants") == 0)
         so->variants = val;
-    else if (strcmp(arg, "--logits") != 0)
-        return -1;
-    else if (strcmp(val, "peaked") == 0 || strcmp(val, "normal") == 0)
-        so->peaked = strcmp(val, "peaked") == 0;
+    else if (strcmp(arg, "--logits") == 0)
+        return bench_parse_profile("bench sample", val, &so->profile);
     else
-        return cli_usage_error("bench sample", "--logits is normal or peaked, not \"%s\"", val);
+        return -1;
     return CLI_OK;
 }
 

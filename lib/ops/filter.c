@@ -101,6 +101,9 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
     memset(plan, 0, sizeof *plan);
     bool mass = a->top_p || a->all_top_p != 1.0f;
     bool searches = mass || a->top_k || a->all_top_k > 0;
+    /* One top-k below the vocabulary for every row: no row takes top-p
+     * alone, so pass 3 (which only such rows take) is not enqueued. */
+    bool every_row_top_k = !a->top_k && a->all_top_k > 0 && (size_t)a->all_top_k < a->vocab;
     /* Rows whose kept tokens all lie in the list are drawn by the search's
      * last group: the Gumbel-max sampler only (the race scales by a
      * group's own maximum), and not while it also fills a draft cache.
@@ -140,7 +143,7 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
     if (st == PSR_OK && searches)
         st = filter_kernel(ctx, v, "psr_filter_collect", a, &params, cand, plan->cut, direct_tokens,
                            &plan->collect);
-    if (st == PSR_OK && mass)
+    if (st == PSR_OK && mass && !every_row_top_k)
         st = filter_kernel(ctx, v, "psr_filter_collect_mass", a, &params, cand, plan->cut, direct_tokens,
                            &plan->collect_mass);
     return st;

@@ -112,12 +112,13 @@ static int opencl_c_version(const psr_device_info *info)
     return major * 10 + minor;
 }
 
-/* The options only some sets read: the vector path (the sampler and its
- * noise probes), logprobs' bound, verification's warp shuffles. */
+/* The options only some sets read: the vector path (the sampler, its
+ * noise probes and the filters), logprobs' bound, verification's warp shuffles. */
 static void set_options(const psr_context *ctx, psr_kernel_set set, char *buf, size_t len)
 {
     buf[0] = '\0';
-    if ((set == PSR_KERNELS_SAMPLE || set == PSR_KERNELS_NOISE) && ctx->tuning.sample.vector_width)
+    if ((set == PSR_KERNELS_SAMPLE || set == PSR_KERNELS_NOISE || set == PSR_KERNELS_FILTER) &&
+        ctx->tuning.sample.vector_width)
         snprintf(buf, len, " -DPSR_VEC=%u", ctx->tuning.sample.vector_width);
     if (set == PSR_KERNELS_LOGPROBS && !ctx->tuning.logprobs.segment_tau)
         snprintf(buf, len, " -DPSR_LP_SEGMENT_TAU=0");
