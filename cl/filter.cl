@@ -12,7 +12,8 @@
  * Up to three kernels with many work-groups per row, so that a few rows
  * still fill the device; the last group of a row to finish a pass does
  * the row's remaining work, which saves a launch per pass (lib/ops/filter.c
- * enqueues them):
+ * enqueues them). On the vector path (CPU devices) top-k rows with a
+ * small k finish in the scan instead (psr_filter_stream, below):
  *   psr_filter_scan     the row's largest key and, with top-k, a histogram
  *                       of the keys' top 12 bits (counts). The row's last
  *                       group finds the bin that holds the k-th largest
@@ -432,7 +433,164 @@ inline void psr_filter_vscan_step(__global const psr_logit_t *src, uint i, uint 
         if (keys1[q] > bound)
             atomic_inc(&lh[(keys1[q] - 1) >> PSR_FILTER_HSHIFT]);
 }
+
+/* Top-k rows with k up to PSR_FILTER_STREAM_K stream in pass 1 (CPU
+ * devices): each group keeps its chunk's candidates in a local list and
+ * whenever the list passes half its room raises the bar to the k-th
+ * largest key it holds (at least k of the row's keys reach it, so the
+ * row's k-th largest does too), dropping what falls below. The row's
+ * last group then finishes from the groups' lists, with no histogram and
+ * no second pass over the row. */
+#define PSR_FILTER_SLIST 2048 /* the group's list: keys, then token ids */
+
+/* The k-th largest of keys[0 .. n) (n >= k), by radix selection over
+ * 8 bits a round. Every work-item calls it. */
+inline uint psr_filter_local_kth(__local const uint *keys, uint n, uint k, __local uint *bins,
+                                 __local ulong *seg, __local uint *pick)
+{
+    uint lid = get_local_id(0);
+    uint prefix = 0;
+    ulong base = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (uint b = lid; b < PSR_FILTER_BINS; b += PSR_WG_SIZE)
+            bins[b] = 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint c = lid; c < n; c += PSR_WG_SIZE)
+            if (shift == 24 || (keys[c] >> (shift + 8)) == prefix)
+                atomic_inc(&bins[(keys[c] >> shift) & 0xffu]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        psr_filter_suffix(bins, bins, false, PSR_FILTER_BINS, seg);
+        psr_filter_cross(bins, bins, false, PSR_FILTER_BINS, base, false, k, 0.0f, seg, pick);
+        prefix = (prefix << 8) | pick[0];
+        base = ((ulong)pick[2] << 32) | pick[1];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return prefix;
+}
+
+/* Keeps the list's entries with key >= bar (at most PSR_FILTER_SLIST /
+ * PSR_WG_SIZE per work-item pass through private memory). */
+inline void psr_filter_list_keep(__local uint *list, __local uint *n_list, uint bar)
+{
+    uint lid = get_local_id(0);
+    uint n = n_list[0];
+    uint keys[PSR_FILTER_SLIST / PSR_WG_SIZE], ids[PSR_FILTER_SLIST / PSR_WG_SIZE], mine = 0;
+    for (uint c = lid; c < n; c += PSR_WG_SIZE)
+        if (list[c] >= bar) {
+            keys[mine] = list[c];
+            ids[mine++] = list[PSR_FILTER_SLIST + c];
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0)
+        n_list[0] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint j = 0; j < mine; j++) {
+        uint at = atomic_inc(&n_list[0]);
+        list[at] = keys[j];
+        list[PSR_FILTER_SLIST + at] = ids[j];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* Pass 1 of a streaming row over the group's chunk: *mk as in the
+ * histogram path, and the group's candidates in `list` (n_list: count,
+ * bar as a key, overflow: ties at the bar filled the list, so the row
+ * falls back to the whole row's search). The list is checked after the
+ * first two steps, then every PSR_FILTER_SCHECK: in between, candidates
+ * past its room go straight to the row's list (rc, counted in *count).
+ * Every work-item calls it; `on` is uniform. */
+#define PSR_FILTER_SCHECK 8
+
+inline void psr_filter_stream(bool on, __global const psr_logit_t *src, uint start, uint end,
+                              const psr_filter_row *f, uint *mk, __local uint *list, __local uint *n_list,
+                              __global uint *count, __global uint *rc, uint cap, __local uint *bins,
+                              __local ulong *seg, __local uint *pick)
+{
+    uint lid = get_local_id(0);
+    if (lid == 0)
+        n_list[0] = n_list[1] = n_list[2] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint steps = on ? (end - start + PSR_FILTER_VSTEP - 1) / PSR_FILTER_VSTEP : 0;
+    for (uint s0 = 0; s0 < steps; s0 = s0 == 0 ? 2 : s0 + PSR_FILTER_SCHECK) {
+        uint bar = n_list[1]; /* keys1 > bar: key >= bar */
+        bool full = n_list[2] != 0;
+        uint s1 = min(steps, s0 == 0 ? 2u : s0 + PSR_FILTER_SCHECK);
+        for (uint s = s0; s < s1; s++) {
+            uint i = start + s * PSR_FILTER_VSTEP + PSR_VEC * lid;
+            if (i >= end)
+                continue;
+            uint keys1[PSR_VEC];
+            uint n = psr_filter_vkeys(src, i, end, f, keys1);
+            uint top = psr_vmax_uint(psr_vload(0, keys1));
+            *mk = max(*mk, top);
+            for (uint q = 0; !full && top > bar && q < n; q++) {
+                if (keys1[q] <= bar)
+                    continue;
+                uint j = atomic_inc(&n_list[0]);
+                if (j < PSR_FILTER_SLIST) {
+                    list[j] = keys1[q] - 1;
+                    list[PSR_FILTER_SLIST + j] = i + q;
+                } else {
+                    uint g = atomic_inc(count);
+                    if (g < cap) {
+                        psr_publish(&rc[g], keys1[q] - 1);
+                        psr_publish(&rc[cap + g], i + q);
+                    }
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        uint held = n_list[0];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!full && held > PSR_FILTER_SLIST / 2) { /* uniform */
+            if (lid == 0)
+                n_list[0] = min(held, (uint)PSR_FILTER_SLIST);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            uint kth = psr_filter_local_kth(list, n_list[0], (uint)f->k, bins, seg, pick);
+            psr_filter_list_keep(list, n_list, kth);
+            if (lid == 0) {
+                n_list[1] = kth;
+                n_list[2] = n_list[0] > PSR_FILTER_SLIST / 2;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+    }
+}
+
+/* A streaming group's list into the row's (st[1] counts; a group that
+ * overflowed adds cap + 1, so the row's finish searches the whole row)
+ * and its bar into st[3], the smallest key the row's list can miss. */
+inline void psr_filter_stream_publish(bool on, __global uint *st, __global uint *rc, uint cap,
+                                      __local const uint *list, __local uint *n_list)
+{
+    uint lid = get_local_id(0);
+    uint n = min(n_list[0], (uint)PSR_FILTER_SLIST);
+    bool over = n_list[2] != 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (on && lid == 0) {
+        n_list[3] = atomic_add(&st[1], over ? cap + 1 : n);
+        atomic_max(&st[3], n_list[1]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint at = n_list[3];
+    for (uint j = lid; on && !over && j < n && at + j < cap; j += PSR_WG_SIZE) {
+        psr_publish(&rc[at + j], list[j]);
+        psr_publish(&rc[cap + at + j], list[PSR_FILTER_SLIST + j]);
+    }
+}
 #endif
+
+/* Does the row stream its top-k candidates in pass 1 (and so skip pass
+ * 2)? Both kernels decide it from the row's filters alone. */
+inline bool psr_filter_streams(const psr_filter_row *f)
+{
+#if PSR_VEC_PATH
+    return f->state == 2 && f->k_on && f->k <= PSR_FILTER_STREAM_K;
+#else
+    (void)f;
+    return false;
+#endif
+}
 
 /* Pass 1's end in the row's last group (`last`): the bin that holds the
  * k-th largest key (state word 3), or for min-p-only rows the threshold.
@@ -473,96 +631,6 @@ inline void psr_filter_scan_last(bool last, const psr_filter_row *f, uint row_id
         }
     }
 }
-
-/* Pass 1, groups_per_row groups per row: the row's largest key and, for
- * top-k, the count of keys in each 12-bit bin. The row's last group then
- * finds the bin that holds the k-th largest key (state word 3), or for
- * min-p-only rows writes the threshold. Rows without a filter get their
- * threshold from their first group. */
-#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_filter_scan)
-__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist,
-                     __global float *thresholds)
-{
-    PSR_FILTER_ROWS_UNPACK;
-    __local uint lh[PSR_FILTER_HBINS];
-    __local uint lmax[PSR_WG_SIZE];
-    __local ulong seg[PSR_WG_SIZE];
-    __local uint pick[3];
-    uint lid = get_local_id(0);
-    uint row_id = get_group_id(0) / groups_per_row;
-    uint part = get_group_id(0) % groups_per_row;
-    psr_filter_row f = PSR_FILTER_ROW_GET(row_id);
-    bool on = f.state == 2;
-    if (!on && part == 0 && lid == 0)
-        psr_filter_set(thresholds, row_id, f.state == 1 ? NAN : -INFINITY, false);
-    if (!PSR_FLAT_BARRIERS && !on)
-        return; /* flat: the group runs on, reading and writing nothing */
-    __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
-    bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
-    __global uint *st = state + PSR_FILTER_STATE * row_id;
-    __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
-    uint start = part * chunk, end = on ? min(start + chunk, vocab) : start;
-    bool k_on = on && f.k_on;
-    if (PSR_FLAT_BARRIERS || k_on) {
-        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
-            lh[b] = 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    uint mk = 0; /* key + 1 of the largest non-NaN value; 0: none */
-#if PSR_VEC_PATH
-    /* Top-k: the first step's keys are a sample of the row. When k of
-     * them lie in bins >= b0, so does the row's k-th largest key, and
-     * later keys below bin b0 need no count: the bins from the answer's
-     * up stay exact in every group. */
-    uint i = start + PSR_VEC * lid;
-    if (i < end)
-        psr_filter_vscan_step(src, i, end, &f, k_on, 0, &mk, lh);
-    uint bound = 0;
-    if (PSR_FLAT_BARRIERS || k_on) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        ulong total = psr_filter_suffix(lh, lh, false, PSR_FILTER_HBINS, seg);
-        bool cross = k_on && total >= (ulong)f.k;
-        if (PSR_FLAT_BARRIERS || cross) {
-            psr_filter_cross(lh, lh, false, PSR_FILTER_HBINS, 0, false, (ulong)f.k, 0.0f, seg, pick);
-            if (cross)
-                bound = pick[0] << PSR_FILTER_HSHIFT;
-        }
-    }
-    for (i += PSR_FILTER_VSTEP; i < end; i += PSR_FILTER_VSTEP)
-        psr_filter_vscan_step(src, i, end, &f, k_on, bound, &mk, lh);
-    (void)aligned;
-#else
-    for (uint i = start + 4 * lid; i < end; i += PSR_FILTER_STEP) {
-        float v[8];
-        psr_filter_load8(src, i, end, aligned, f.t, f.r, v);
-        for (int q = 0; q < 8; q++) {
-            if (isnan(v[q]))
-                continue;
-            uint key = psr_filter_key(v[q]);
-            mk = max(mk, key + 1);
-            if (k_on)
-                atomic_inc(&lh[key >> PSR_FILTER_HSHIFT]);
-        }
-    }
-#endif
-    lmax[lid] = mk;
-    for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid < s)
-            lmax[lid] = max(lmax[lid], lmax[lid + s]);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid == 0 && lmax[0])
-        atomic_max(&st[0], lmax[0]);
-    if (k_on)
-        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
-            if (lh[b])
-                atomic_add(&h[b], lh[b]);
-    psr_filter_scan_last(psr_last_group_if(on, &st[2], groups_per_row, &pick[2]), &f, row_id, st, h, thresholds,
-                         lh, seg, pick);
-}
-#endif
 
 /* One candidate into the group's local list, or past its end straight
  * into the row's list. */
@@ -819,6 +887,149 @@ inline void psr_filter_end_empty(const psr_filter_row *f, uint row_id, __global 
     st[3] = 0;
 }
 
+/* Pass 1 of the histogram path over [start, end), 4 tokens a step:
+ * the largest key + 1 into *mk and, with top-k, each key counted in lh. */
+inline void psr_filter_scan_chunk4(__global const psr_logit_t *src, uint start, uint end, bool aligned,
+                                   const psr_filter_row *f, bool k_on, uint *mk, __local uint *lh)
+{
+    for (uint i = start + 4 * get_local_id(0); i < end; i += PSR_FILTER_STEP) {
+        float v[8];
+        psr_filter_load8(src, i, end, aligned, f->t, f->r, v);
+        for (int q = 0; q < 8; q++) {
+            if (isnan(v[q]))
+                continue;
+            uint key = psr_filter_key(v[q]);
+            *mk = max(*mk, key + 1);
+            if (k_on)
+                atomic_inc(&lh[key >> PSR_FILTER_HSHIFT]);
+        }
+    }
+}
+
+#if PSR_VEC_PATH
+/* The same on the vector path. Top-k: the first step's keys are a sample
+ * of the row; when k of them lie in bins >= b0, so does the row's k-th
+ * largest key, and later keys below bin b0 need no count (the bins from
+ * the answer's up stay exact in every group). Every work-item calls it. */
+inline void psr_filter_vscan_chunk(__global const psr_logit_t *src, uint start, uint end,
+                                   const psr_filter_row *f, bool k_on, uint *mk, __local uint *lh,
+                                   __local ulong *seg, __local uint *pick)
+{
+    uint i = start + PSR_VEC * get_local_id(0);
+    if (i < end)
+        psr_filter_vscan_step(src, i, end, f, k_on, 0, mk, lh);
+    uint bound = 0;
+    if (PSR_FLAT_BARRIERS || k_on) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ulong total = psr_filter_suffix(lh, lh, false, PSR_FILTER_HBINS, seg);
+        bool cross = k_on && total >= (ulong)f->k;
+        if (PSR_FLAT_BARRIERS || cross) {
+            psr_filter_cross(lh, lh, false, PSR_FILTER_HBINS, 0, false, (ulong)f->k, 0.0f, seg, pick);
+            if (cross)
+                bound = pick[0] << PSR_FILTER_HSHIFT;
+        }
+    }
+    for (i += PSR_FILTER_VSTEP; i < end; i += PSR_FILTER_VSTEP)
+        psr_filter_vscan_step(src, i, end, f, k_on, bound, mk, lh);
+}
+
+/* A streaming row's last group (`on`) finishes it from the groups' lists,
+ * as pass 2's does from its list (pass 2 then skips the row). With
+ * PSR_FLAT_BARRIERS every group calls it. */
+inline void psr_filter_stream_finish(bool on, const psr_filter_row *f, uint row_id, __global const psr_logit_t *src,
+                                     uint vocab, uint cap, __global uint *st, __global uint *h, __global uint *rc,
+                                     __global float *thresholds, __global const int *row_request, uint requests,
+                                     __global const float *temperatures, PSR_FILTER_DIRECT_ARGS, uint direct_max,
+                                     uint tokens64, __local uint *lbuf, __local uint *hlo, __local uint *hhi,
+                                     __local ulong *seg, __local uint *pick)
+{
+    if (!PSR_FLAT_BARRIERS && !on)
+        return;
+    volatile __global const uint *vst = st;
+    float m = on ? psr_filter_max_of(vst[0]) : -INFINITY;
+    bool empty = on && !(m > -INFINITY);
+    if (empty)
+        psr_filter_end_empty(f, row_id, st, thresholds);
+    uint floor_key = psr_filter_key(psr_filter_min_p_cut(f, m));
+    psr_filter_finish(on && !empty, f, row_id, src, m, floor_key, on ? vst[3] : 0, vocab, cap, st, h, rc,
+                      thresholds, row_request, requests, temperatures, seeds, positions, tokens, row_flags,
+                      direct_max, tokens64, 0, lbuf, hlo, hhi, seg, pick);
+}
+#endif
+
+/* Pass 1, groups_per_row groups per row: the row's largest key and, for
+ * top-k, the count of keys in each 12-bit bin. The row's last group then
+ * finds the bin that holds the k-th largest key (state word 3), or for
+ * min-p-only rows writes the threshold. Rows without a filter get their
+ * threshold from their first group. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_filter_scan)
+__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
+void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist, __global uint *cand,
+                     __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
+{
+    PSR_FILTER_ROWS_UNPACK;
+    __local uint lh[PSR_FILTER_HBINS];
+    __local uint lmax[PSR_WG_SIZE];
+    __local ulong seg[PSR_WG_SIZE];
+    __local uint pick[3];
+    __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS];
+    __local uint n_list[4];
+    const uint cap = p.cap, direct_max = p.direct_max;
+    uint lid = get_local_id(0);
+    uint row_id = get_group_id(0) / groups_per_row;
+    uint part = get_group_id(0) % groups_per_row;
+    psr_filter_row f = PSR_FILTER_ROW_GET(row_id);
+    bool on = f.state == 2;
+    if (!on && part == 0 && lid == 0)
+        psr_filter_set(thresholds, row_id, f.state == 1 ? NAN : -INFINITY, false);
+    if (!PSR_FLAT_BARRIERS && !on)
+        return; /* flat: the group runs on, reading and writing nothing */
+    __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
+    bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
+    __global uint *st = state + PSR_FILTER_STATE * row_id;
+    __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
+    uint start = part * chunk, end = on ? min(start + chunk, vocab) : start;
+    bool streams = on && psr_filter_streams(&f); /* uniform over the group */
+    bool k_on = on && f.k_on && !streams;
+    __global uint *rc = cand + (ulong)row_id * 2 * cap;
+    if (PSR_FLAT_BARRIERS || k_on) {
+        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+            lh[b] = 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    uint mk = 0; /* key + 1 of the largest non-NaN value; 0: none */
+#if PSR_VEC_PATH
+    if (PSR_FLAT_BARRIERS || streams) {
+        psr_filter_stream(streams, src, start, end, &f, &mk, lh, n_list, &st[1], rc, cap, hlo, seg, pick);
+        psr_filter_stream_publish(streams, st, rc, cap, lh, n_list);
+    }
+    psr_filter_vscan_chunk(src, start, streams ? start : end, &f, k_on, &mk, lh, seg, pick);
+    (void)aligned;
+#else
+    psr_filter_scan_chunk4(src, start, end, aligned, &f, k_on, &mk, lh);
+#endif
+    lmax[lid] = mk;
+    for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < s)
+            lmax[lid] = max(lmax[lid], lmax[lid + s]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0 && lmax[0])
+        atomic_max(&st[0], lmax[0]);
+    if (k_on)
+        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+            if (lh[b])
+                atomic_add(&h[b], lh[b]);
+    bool last = psr_last_group_if(on, &st[2], groups_per_row, &pick[2]);
+    psr_filter_scan_last(last && !streams, &f, row_id, st, h, thresholds, lh, seg, pick);
+#if PSR_VEC_PATH
+    psr_filter_stream_finish(last && streams, &f, row_id, src, vocab, cap, st, h, rc, thresholds, row_request,
+                             requests, temperatures, PSR_FILTER_DIRECT_PASS, lh, hlo, hhi, seg, pick);
+#endif
+}
+#endif
+
 #define PSR_FILTER_COLLECT_START                                                                  \
     __local ulong lbuf64[PSR_FILTER_MBINS]; /* 4096 words: a histogram or keys */                 \
     __local uint *lbuf = (__local uint *)lbuf64;                                                   \
@@ -887,7 +1098,7 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint
                         __global uint *cand, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
 {
     PSR_FILTER_COLLECT_START;
-    bool on = f.state == 2 && (f.k_on || f.p_on);
+    bool on = f.state == 2 && (f.k_on || f.p_on) && !psr_filter_streams(&f); /* pass 1 finished those */
     if (!PSR_FLAT_BARRIERS && !on)
         return; /* flat: the group runs on, reading and writing nothing */
     /* no candidates: group 0 ends a top-k row (top-p alone: in pass 3) */

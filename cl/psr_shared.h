@@ -43,6 +43,9 @@ typedef uint64_t psr_uint64_t;
 #define PSR_FILTER_CAP 16384
 /* Top-k's histogram of the keys' top 12 bits. */
 #define PSR_FILTER_HBINS 4096
+/* On the vector path (CPU devices) top-k rows with k up to this stream
+ * their candidates in the filters' pass 1, which then finishes them. */
+#define PSR_FILTER_STREAM_K 512
 
 /* ---- kernel parameters ---- */
 

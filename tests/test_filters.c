@@ -352,6 +352,50 @@ static void test_search_paths(void **state)
     free(x);
 }
 
+/* Top-k rows in orders that stress a pass that keeps candidates as it
+ * goes (CPU devices stream top-k rows up to PSR_FILTER_STREAM_K, raising
+ * a bar to the k-th largest key seen so far): the row's top at its start
+ * (the bar lands on the answer early), at its end, ties that fill the
+ * candidates' room, ties across the k-th key, and k on both sides of the
+ * streaming limit. Thresholds and tokens must be the oracle's. */
+static void test_topk_orders(void **state)
+{
+    (void)state;
+    enum { R = 7, V = 20000 };
+    float *x = malloc(R * V * sizeof *x);
+    for (size_t i = 0; i < V; i++) {
+        float n = normal();
+        x[0 * V + i] = 10.0f - 0.001f * (float)i;           /* descending */
+        x[1 * V + i] = 0.001f * (float)i;                   /* ascending */
+        x[2 * V + i] = i < 3000 ? 5.0f : n;                 /* 3,000 tied at the top */
+        x[3 * V + i] = i < 39 ? 6.0f + 0.01f * (float)i : i < 639 ? 5.0f : n; /* 600 tied at the 40th */
+        x[4 * V + i] = 10.0f - 0.001f * (float)i;           /* descending, k at the limit */
+        x[5 * V + i] = 10.0f - 0.001f * (float)i;           /* descending, k past it */
+        x[6 * V + i] = i % 1000 == 999 ? 3.0f + 0.001f * (float)i : n; /* the top spread thin */
+    }
+    const int32_t k[R] = {40, 40, 40, 40, PSR_FILTER_STREAM_K, PSR_FILTER_STREAM_K + 1, 20};
+    const float p[R] = {0.9f, 1.0f, 0.95f, 1.0f, 0.99f, 1.0f, 0.8f};
+    const float mp[R] = {0.0f, 0.0f, 0.0f, 0.01f, 0.0f, 0.0f, 0.0f};
+    int64_t seeds[R], pos[R];
+    float temps[R], cut[R];
+    int32_t tokens[R];
+    for (size_t r = 0; r < R; r++)
+        seeds[r] = 3 + (int64_t)r, pos[r] = 5, temps[r] = 0.7f;
+    assert_int_equal(sample_host_filtered(ctx, x, PSR_DTYPE_F32, R, V, 0, seeds, pos, temps, k, p, mp, 0,
+                                          tokens, NULL, NULL),
+                     PSR_OK);
+    download_cuts(cut, R);
+    for (size_t r = 0; r < R; r++) {
+        float want = psr_oracle_filter_threshold(x + r * V, V, temps[r], k[r], p[r], mp[r]);
+        if (!(cut[r] == want))
+            fail_msg("row %zu: threshold %a, oracle %a", r, (double)cut[r], (double)want);
+        int32_t oracle = oracle_token_kept(x + r * V, V, temps[r], want, seeds[r], pos[r]);
+        if (tokens[r] != oracle)
+            fail_msg("row %zu: token %d, oracle %d", r, tokens[r], oracle);
+    }
+    free(x);
+}
+
 /* Rows with no value above -inf (all -inf, all NaN) have no candidates:
  * the filter pass ends them without counting its groups. Each filter on
  * such rows, split over work-groups: the oracle's threshold, a token in
@@ -643,6 +687,7 @@ int main(void)
         cmocka_unit_test(test_kept_set_equals_oracle),
         cmocka_unit_test(test_requests_independent),
         cmocka_unit_test(test_search_paths),
+        cmocka_unit_test(test_topk_orders),
         cmocka_unit_test(test_rows_without_values),
         cmocka_unit_test(test_dirty_state_cleared),
         cmocka_unit_test(test_off_and_greedy),

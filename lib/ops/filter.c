@@ -57,8 +57,8 @@ psr_status psr_filter_check_values(psr_context *ctx, const char *who, size_t i,
 }
 
 /* Binds a filter kernel's arguments: the rows' every filter kernel
- * starts with, then its state, then (collect only) the candidates and the
- * sampler's outputs for rows it draws itself. */
+ * starts with, then its state, the candidates (NULL without top-k or
+ * top-p) and the sampler's outputs for rows it draws itself. */
 static psr_status bind_filter(psr_context *ctx, cl_kernel k, const char *name, const psr_sample_args *a,
                               const psr_filter_params *params, cl_mem cand, cl_mem cut, cl_mem direct_tokens)
 {
@@ -70,16 +70,12 @@ static psr_status bind_filter(psr_context *ctx, cl_kernel k, const char *name, c
     psr_arg_mem(&b, "min_p", a->min_p);
     psr_arg_mem(&b, "state", ctx->filter_state.buffer);
     psr_arg_mem(&b, "hist", ctx->filter_hist.buffer);
-    if (cand) {
-        psr_arg_mem(&b, "cand", cand);
-        psr_arg_mem(&b, "thresholds", cut);
-        psr_arg_mem(&b, "seeds", a->seeds);
-        psr_arg_mem(&b, "positions", a->positions);
-        psr_arg_mem(&b, "tokens", direct_tokens);
-        psr_arg_mem(&b, "row_flags", a->row_flags);
-    } else {
-        psr_arg_mem(&b, "thresholds", cut);
-    }
+    psr_arg_mem(&b, "cand", cand);
+    psr_arg_mem(&b, "thresholds", cut);
+    psr_arg_mem(&b, "seeds", a->seeds);
+    psr_arg_mem(&b, "positions", a->positions);
+    psr_arg_mem(&b, "tokens", direct_tokens);
+    psr_arg_mem(&b, "row_flags", a->row_flags);
     return psr_kernel_args_end(&b);
 }
 
@@ -102,8 +98,12 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
     bool mass = a->top_p || a->all_top_p != 1.0f;
     bool searches = mass || a->top_k || a->all_top_k > 0;
     /* One top-k below the vocabulary for every row: no row takes top-p
-     * alone, so pass 3 (which only such rows take) is not enqueued. */
+     * alone, so pass 3 (which only such rows take) is not enqueued, nor
+     * pass 2 where pass 1 finishes every row (a small k on the vector
+     * path, cl/filter.cl). */
     bool every_row_top_k = !a->top_k && a->all_top_k > 0 && (size_t)a->all_top_k < a->vocab;
+    bool every_row_streams = every_row_top_k && a->all_top_k <= PSR_FILTER_STREAM_K &&
+                             ctx->tuning.sample.vector_width;
     /* Rows whose kept tokens all lie in the list are drawn by the search's
      * last group: the Gumbel-max sampler only (the race scales by a
      * group's own maximum), and not while it also fills a draft cache.
@@ -138,9 +138,9 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
         .all_top_p = a->all_top_p,
         .all_min_p = a->all_min_p,
         .tokens64 = a->tokens_dtype == PSR_TOKENS_I64};
-    st = filter_kernel(ctx, v, "psr_filter_scan", a, &params, NULL, plan->cut, NULL, &plan->scan);
-    cl_mem cand = ctx->filter_cand.buffer;
-    if (st == PSR_OK && searches)
+    cl_mem cand = searches ? ctx->filter_cand.buffer : NULL;
+    st = filter_kernel(ctx, v, "psr_filter_scan", a, &params, cand, plan->cut, direct_tokens, &plan->scan);
+    if (st == PSR_OK && searches && !every_row_streams)
         st = filter_kernel(ctx, v, "psr_filter_collect", a, &params, cand, plan->cut, direct_tokens,
                            &plan->collect);
     if (st == PSR_OK && mass && !every_row_top_k)
