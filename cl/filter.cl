@@ -972,8 +972,10 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
     __local uint lmax[PSR_WG_SIZE];
     __local ulong seg[PSR_WG_SIZE];
     __local uint pick[3];
-    __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS];
+#if PSR_VEC_PATH
+    __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS]; /* streaming rows only */
     __local uint n_list[4];
+#endif
     const uint cap = p.cap, direct_max = p.direct_max;
     uint lid = get_local_id(0);
     uint row_id = get_group_id(0) / groups_per_row;
@@ -1007,6 +1009,7 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
     (void)aligned;
 #else
     psr_filter_scan_chunk4(src, start, end, aligned, &f, k_on, &mk, lh);
+    (void)rc, (void)direct_max, (void)seeds, (void)positions, (void)tokens, (void)row_flags; /* streaming only */
 #endif
     lmax[lid] = mk;
     for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
