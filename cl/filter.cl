@@ -401,21 +401,20 @@ inline uint psr_vmax_uint(psr_vuint v)
     return max(m2.x, m2.y);
 }
 
-/* The keys + 1 of tokens i .. min(i + PSR_VEC, end) - 1 into keys1 (0
- * past the end); returns how many. */
-inline uint psr_filter_vkeys(__global const psr_logit_t *src, uint i, uint end, const psr_filter_row *f,
-                             uint *keys1)
+/* The keys + 1 of tokens i .. min(i + PSR_VEC, end) - 1 (0 past the
+ * end), and in *n how many there are. */
+inline psr_vuint psr_filter_vkeys(__global const psr_logit_t *src, uint i, uint end, const psr_filter_row *f,
+                                  uint *n)
 {
-    uint n = min(end - i, (uint)PSR_VEC);
-    if (n == PSR_VEC) {
-        psr_vstore(psr_filter_vkey1(psr_vscale(psr_vload_logits(src, i), f->t, f->r)), 0, keys1);
-        return n;
-    }
+    *n = min(end - i, (uint)PSR_VEC);
+    if (*n == PSR_VEC)
+        return psr_filter_vkey1(psr_vscale(psr_vload_logits(src, i), f->t, f->r));
+    uint keys1[PSR_VEC];
     for (uint q = 0; q < PSR_VEC; q++) {
-        float s = q < n ? psr_filter_scaled(src, i + q, f->t, f->r) : NAN;
+        float s = q < *n ? psr_filter_scaled(src, i + q, f->t, f->r) : NAN;
         keys1[q] = isnan(s) ? 0 : psr_filter_key(s) + 1;
     }
-    return n;
+    return psr_vload(0, keys1);
 }
 
 /* Pass 1's step on the vector path: the largest key + 1 into *mk and,
@@ -423,12 +422,14 @@ inline uint psr_filter_vkeys(__global const psr_logit_t *src, uint i, uint end, 
 inline void psr_filter_vscan_step(__global const psr_logit_t *src, uint i, uint end, const psr_filter_row *f,
                                   bool k_on, uint bound, uint *mk, __local uint *lh)
 {
-    uint keys1[PSR_VEC];
-    uint n = psr_filter_vkeys(src, i, end, f, keys1);
-    uint top = psr_vmax_uint(psr_vload(0, keys1));
+    uint n;
+    psr_vuint k1 = psr_filter_vkeys(src, i, end, f, &n);
+    uint top = psr_vmax_uint(k1);
     *mk = max(*mk, top);
     if (!k_on || top <= bound)
         return; /* no lane at or above the bound (a NaN lane is 0) */
+    uint keys1[PSR_VEC];
+    psr_vstore(k1, 0, keys1);
     for (uint q = 0; q < n; q++)
         if (keys1[q] > bound)
             atomic_inc(&lh[(keys1[q] - 1) >> PSR_FILTER_HSHIFT]);
@@ -519,11 +520,15 @@ inline void psr_filter_stream(bool on, __global const psr_logit_t *src, uint sta
             uint i = start + s * PSR_FILTER_VSTEP + PSR_VEC * lid;
             if (i >= end)
                 continue;
-            uint keys1[PSR_VEC];
-            uint n = psr_filter_vkeys(src, i, end, f, keys1);
-            uint top = psr_vmax_uint(psr_vload(0, keys1));
+            uint n;
+            psr_vuint k1 = psr_filter_vkeys(src, i, end, f, &n);
+            uint top = psr_vmax_uint(k1);
             *mk = max(*mk, top);
-            for (uint q = 0; !full && top > bar && q < n; q++) {
+            if (full || top <= bar)
+                continue; /* no lane at or above the bar (a NaN lane is 0) */
+            uint keys1[PSR_VEC];
+            psr_vstore(k1, 0, keys1);
+            for (uint q = 0; q < n; q++) {
                 if (keys1[q] <= bar)
                     continue;
                 uint j = atomic_inc(&n_list[0]);
@@ -542,7 +547,9 @@ inline void psr_filter_stream(bool on, __global const psr_logit_t *src, uint sta
         barrier(CLK_LOCAL_MEM_FENCE);
         uint held = n_list[0];
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (!full && held > PSR_FILTER_SLIST / 2) { /* uniform */
+        /* uniform; at the end the list is cut to about k for the finish,
+         * whose exact search costs the square of the list's length */
+        if (!full && held > (s1 == steps ? (uint)f->k : PSR_FILTER_SLIST / 2)) {
             if (lid == 0)
                 n_list[0] = min(held, (uint)PSR_FILTER_SLIST);
             barrier(CLK_LOCAL_MEM_FENCE);
@@ -666,10 +673,12 @@ inline void psr_filter_gather(__global const psr_logit_t *src, bool aligned, con
     barrier(CLK_LOCAL_MEM_FENCE);
 #if PSR_VEC_PATH
     for (uint i = start + PSR_VEC * lid; i < end; i += PSR_FILTER_VSTEP) {
-        uint keys1[PSR_VEC];
-        uint n = psr_filter_vkeys(src, i, end, f, keys1);
-        if (psr_vmax_uint(psr_vload(0, keys1)) <= low)
+        uint n;
+        psr_vuint k1 = psr_filter_vkeys(src, i, end, f, &n);
+        if (psr_vmax_uint(k1) <= low)
             continue; /* no lane at or above low (a NaN lane is 0) */
+        uint keys1[PSR_VEC];
+        psr_vstore(k1, 0, keys1);
         for (uint q = 0; q < n; q++)
             if (keys1[q] > low)
                 psr_filter_append(keys1[q] - 1, i + q, lbuf, n_local, count, rc, cap);
