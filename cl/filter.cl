@@ -436,154 +436,148 @@ inline void psr_filter_vscan_step(__global const psr_logit_t *src, uint i, uint 
 }
 
 /* Top-k rows with k up to PSR_FILTER_STREAM_K stream in pass 1 (CPU
- * devices): each group keeps its chunk's candidates in a local list and
- * whenever the list passes half its room raises the bar to the k-th
- * largest key it holds (at least k of the row's keys reach it, so the
- * row's k-th largest does too), dropping what falls below. The row's
- * last group then finishes from the groups' lists, with no histogram and
- * no second pass over the row. */
-#define PSR_FILTER_SLIST 2048 /* the group's list: keys, then token ids */
+ * devices, where a work-group runs on one thread anyway): work-item 0 of
+ * each group reads its chunk and keeps the candidates in a private list;
+ * when the list fills, the bar rises to the k-th largest key it holds (at
+ * least k of the row's keys reach it, so the row's k-th largest does too)
+ * and what falls below is dropped. The row's last group then finishes the
+ * row from the groups' lists (psr_filter_stream_finish), with no
+ * histogram, no second pass and no barrier. */
+#define PSR_FILTER_SLIST 1024
 
-/* The k-th largest of keys[0 .. n) (n >= k), by radix selection over
- * 8 bits a round. Every work-item calls it. */
-inline uint psr_filter_local_kth(__local const uint *keys, uint n, uint k, __local uint *bins,
-                                 __local ulong *seg, __local uint *pick)
+/* The k-th largest of keys[0 .. n) (1 <= k <= n), by radix selection. */
+inline uint psr_filter_kth(const uint *keys, uint n, uint k)
 {
-    uint lid = get_local_id(0);
-    uint prefix = 0;
-    ulong base = 0;
+    uint prefix = 0, above = 0; /* keys in the bins above the prefix's */
     for (int shift = 24; shift >= 0; shift -= 8) {
-        for (uint b = lid; b < PSR_FILTER_BINS; b += PSR_WG_SIZE)
+        uint bins[PSR_FILTER_BINS];
+        for (uint b = 0; b < PSR_FILTER_BINS; b++)
             bins[b] = 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint c = lid; c < n; c += PSR_WG_SIZE)
+        for (uint c = 0; c < n; c++)
             if (shift == 24 || (keys[c] >> (shift + 8)) == prefix)
-                atomic_inc(&bins[(keys[c] >> shift) & 0xffu]);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        psr_filter_suffix(bins, bins, false, PSR_FILTER_BINS, seg);
-        psr_filter_cross(bins, bins, false, PSR_FILTER_BINS, base, false, k, 0.0f, seg, pick);
-        prefix = (prefix << 8) | pick[0];
-        base = ((ulong)pick[2] << 32) | pick[1];
-        barrier(CLK_LOCAL_MEM_FENCE);
+                bins[(keys[c] >> shift) & 0xffu]++;
+        uint b = PSR_FILTER_BINS - 1;
+        for (; b > 0 && above + bins[b] < k; b--)
+            above += bins[b];
+        prefix = (prefix << 8) | b;
     }
     return prefix;
 }
 
-/* Keeps the list's entries with key >= bar (at most PSR_FILTER_SLIST /
- * PSR_WG_SIZE per work-item pass through private memory). */
-inline void psr_filter_list_keep(__local uint *list, __local uint *n_list, uint bar)
+/* Keeps the entries with key >= bar; returns how many. */
+inline uint psr_filter_keep(uint *keys, uint *ids, uint n, uint bar)
 {
-    uint lid = get_local_id(0);
-    uint n = n_list[0];
-    uint keys[PSR_FILTER_SLIST / PSR_WG_SIZE], ids[PSR_FILTER_SLIST / PSR_WG_SIZE], mine = 0;
-    for (uint c = lid; c < n; c += PSR_WG_SIZE)
-        if (list[c] >= bar) {
-            keys[mine] = list[c];
-            ids[mine++] = list[PSR_FILTER_SLIST + c];
+    uint kept = 0;
+    for (uint c = 0; c < n; c++)
+        if (keys[c] >= bar) {
+            keys[kept] = keys[c];
+            ids[kept++] = ids[c];
         }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid == 0)
-        n_list[0] = 0;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint j = 0; j < mine; j++) {
-        uint at = atomic_inc(&n_list[0]);
-        list[at] = keys[j];
-        list[PSR_FILTER_SLIST + at] = ids[j];
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
+    return kept;
 }
 
-/* Pass 1 of a streaming row over the group's chunk: *mk as in the
- * histogram path, and the group's candidates in `list` (n_list: count,
- * bar as a key, overflow: ties at the bar filled the list, so the row
- * falls back to the whole row's search). The list is checked after the
- * first two steps, then every PSR_FILTER_SCHECK: in between, candidates
- * past its room go straight to the row's list (rc, counted in *count).
- * Every work-item calls it; `on` is uniform. */
-#define PSR_FILTER_SCHECK 8
-
+/* Pass 1 of a streaming row, by work-item 0 (`on`): the largest key + 1
+ * into *mk, and the candidates into the row's list (st[1] counts them; a
+ * list that ties kept more than half full adds cap + 1, so the finish
+ * searches the whole row), the bar into st[3] (the smallest key the
+ * row's list can miss). */
 inline void psr_filter_stream(bool on, __global const psr_logit_t *src, uint start, uint end,
-                              const psr_filter_row *f, uint *mk, __local uint *list, __local uint *n_list,
-                              __global uint *count, __global uint *rc, uint cap, __local uint *bins,
-                              __local ulong *seg, __local uint *pick)
+                              const psr_filter_row *f, uint *mk, __global uint *st, __global uint *rc, uint cap)
 {
-    uint lid = get_local_id(0);
-    if (lid == 0)
-        n_list[0] = n_list[1] = n_list[2] = 0;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    uint steps = on ? (end - start + PSR_FILTER_VSTEP - 1) / PSR_FILTER_VSTEP : 0;
-    for (uint s0 = 0; s0 < steps; s0 = s0 == 0 ? 2 : s0 + PSR_FILTER_SCHECK) {
-        uint bar = n_list[1]; /* keys1 > bar: key >= bar */
-        bool full = n_list[2] != 0;
-        uint s1 = min(steps, s0 == 0 ? 2u : s0 + PSR_FILTER_SCHECK);
-        for (uint s = s0; s < s1; s++) {
-            uint i = start + s * PSR_FILTER_VSTEP + PSR_VEC * lid;
-            if (i >= end)
-                continue;
-            uint n;
-            psr_vuint k1 = psr_filter_vkeys(src, i, end, f, &n);
-            uint top = psr_vmax_uint(k1);
-            *mk = max(*mk, top);
-            if (full || top <= bar)
-                continue; /* no lane at or above the bar (a NaN lane is 0) */
-            uint keys1[PSR_VEC];
-            psr_vstore(k1, 0, keys1);
-            for (uint q = 0; q < n; q++) {
-                if (keys1[q] <= bar)
-                    continue;
-                uint j = atomic_inc(&n_list[0]);
-                if (j < PSR_FILTER_SLIST) {
-                    list[j] = keys1[q] - 1;
-                    list[PSR_FILTER_SLIST + j] = i + q;
-                } else {
-                    uint g = atomic_inc(count);
-                    if (g < cap) {
-                        psr_publish(&rc[g], keys1[q] - 1);
-                        psr_publish(&rc[cap + g], i + q);
-                    }
-                }
+    if (!on)
+        return;
+    uint keys[PSR_FILTER_SLIST], ids[PSR_FILTER_SLIST], n = 0, bar = 0, k = (uint)f->k;
+    bool over = false;
+    for (uint i = start; i < end; i += PSR_VEC) {
+        uint lanes;
+        psr_vuint k1 = psr_filter_vkeys(src, i, end, f, &lanes);
+        uint top = psr_vmax_uint(k1);
+        *mk = max(*mk, top);
+        if (over || top <= bar)
+            continue; /* no lane at or above the bar (keys + 1 > bar; a NaN lane is 0) */
+        uint keys1[PSR_VEC];
+        psr_vstore(k1, 0, keys1);
+        for (uint q = 0; q < lanes; q++)
+            if (keys1[q] > bar) {
+                keys[n] = keys1[q] - 1;
+                ids[n++] = i + q;
             }
+        if (n > PSR_FILTER_SLIST - PSR_VEC) {
+            bar = psr_filter_kth(keys, n, k);
+            n = psr_filter_keep(keys, ids, n, bar);
+            over = n > PSR_FILTER_SLIST / 2;
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        uint held = n_list[0];
-        barrier(CLK_LOCAL_MEM_FENCE);
-        /* uniform; at the end the list is cut to about k for the finish,
-         * whose exact search costs the square of the list's length */
-        if (!full && held > (s1 == steps ? (uint)f->k : PSR_FILTER_SLIST / 2)) {
-            if (lid == 0)
-                n_list[0] = min(held, (uint)PSR_FILTER_SLIST);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            uint kth = psr_filter_local_kth(list, n_list[0], (uint)f->k, bins, seg, pick);
-            psr_filter_list_keep(list, n_list, kth);
-            if (lid == 0) {
-                n_list[1] = kth;
-                n_list[2] = n_list[0] > PSR_FILTER_SLIST / 2;
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
+    }
+    if (!over && n > k) { /* the finish's search is over these */
+        bar = psr_filter_kth(keys, n, k);
+        n = psr_filter_keep(keys, ids, n, bar);
+    }
+    uint at = atomic_add(&st[1], over ? cap + 1 : n);
+    atomic_max(&st[3], bar);
+    for (uint c = 0; !over && c < n && at + c < cap; c++) {
+        psr_publish(&rc[at + c], keys[c]);
+        psr_publish(&rc[cap + at + c], ids[c]);
     }
 }
 
-/* A streaming group's list into the row's (st[1] counts; a group that
- * overflowed adds cap + 1, so the row's finish searches the whole row)
- * and its bar into st[3], the smallest key the row's list can miss. */
-inline void psr_filter_stream_publish(bool on, __global uint *st, __global uint *rc, uint cap,
-                                      __local const uint *list, __local uint *n_list)
+/* psr_filter_search by one work-item: the largest key K >= floor_key
+ * whose tokens' weight (counts or masses) reaches the target, over the
+ * list (n entries, keys) or the whole row (keys == 0, n = vocab). */
+inline uint psr_filter_search_serial(__global const psr_logit_t *src, float t, float r,
+                                     volatile __global const uint *keys, uint n, float m, uint floor_key,
+                                     bool mass, ulong want, float p)
 {
-    uint lid = get_local_id(0);
-    uint n = min(n_list[0], (uint)PSR_FILTER_SLIST);
-    bool over = n_list[2] != 0;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (on && lid == 0) {
-        n_list[3] = atomic_add(&st[1], over ? cap + 1 : n);
-        atomic_max(&st[3], n_list[1]);
+    uint prefix = 0;
+    ulong base = 0;
+    float goal = 0.0f;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        ulong bins[PSR_FILTER_BINS];
+        for (uint b = 0; b < PSR_FILTER_BINS; b++)
+            bins[b] = 0;
+        ulong total = 0;
+        for (uint c = 0; c < n; c++) {
+            float s = keys ? psr_filter_unkey(keys[c]) : psr_filter_scaled(src, c, t, r);
+            if (isnan(s))
+                continue;
+            uint key = keys ? keys[c] : psr_filter_key(s);
+            if (key < floor_key || (shift < 24 && (key >> (shift + 8)) != prefix))
+                continue;
+            ulong w = psr_filter_weight(s, m, mass);
+            bins[(key >> shift) & 0xffu] += w;
+            total += w;
+        }
+        if (shift == 24) {
+            goal = p * (float)total;
+            if (!psr_filter_reached(total, mass, want, goal))
+                return floor_key; /* the set falls short: nothing removed */
+        }
+        uint b = PSR_FILTER_BINS - 1;
+        for (; b > 0 && !psr_filter_reached(base + bins[b], mass, want, goal); b--)
+            base += bins[b];
+        prefix = (prefix << 8) | b;
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    uint at = n_list[3];
-    for (uint j = lid; on && !over && j < n && at + j < cap; j += PSR_WG_SIZE) {
-        psr_publish(&rc[at + j], list[j]);
-        psr_publish(&rc[cap + at + j], list[PSR_FILTER_SLIST + j]);
+    return max(prefix, floor_key);
+}
+
+/* Gumbel-max over the list's entries with key >= cut_key, as the sampler
+ * would draw over the row (psr_filter_sample_list); 0xffffffff when no
+ * score is above -inf. */
+inline uint psr_filter_draw_serial(volatile __global const uint *keys, volatile __global const uint *ids, uint n,
+                                   uint cut_key, uint row_key)
+{
+    psr_acc_t best = PSR_ACC_NEG_INF;
+    uint best_i = 0xffffffffu;
+    for (uint c = 0; c < n; c++) {
+        if (keys[c] < cut_key)
+            continue;
+        uint id = ids[c];
+        psr_acc_t v = (psr_acc_t)psr_filter_unkey(keys[c]) + psr_noise(psr_token_words(row_key, id));
+        if (psr_better(v, id, best, best_i)) {
+            best = v;
+            best_i = id;
+        }
     }
+    return best > PSR_ACC_NEG_INF ? best_i : 0xffffffffu;
 }
 #endif
 
@@ -942,27 +936,49 @@ inline void psr_filter_vscan_chunk(__global const psr_logit_t *src, uint start, 
         psr_filter_vscan_step(src, i, end, f, k_on, bound, mk, lh);
 }
 
-/* A streaming row's last group (`on`) finishes it from the groups' lists,
- * as pass 2's does from its list (pass 2 then skips the row). With
- * PSR_FLAT_BARRIERS every group calls it. */
+/* A streaming row's end, by work-item 0 of its last group (`on`): the
+ * exact threshold over the groups' lists (or the whole row when they
+ * overflowed), then the token drawn from the list when it holds every
+ * kept token, as pass 2's finish does; the row's state cleared. */
 inline void psr_filter_stream_finish(bool on, const psr_filter_row *f, uint row_id, __global const psr_logit_t *src,
-                                     uint vocab, uint cap, __global uint *st, __global uint *h, __global uint *rc,
+                                     uint vocab, uint cap, __global uint *st, __global uint *rc,
                                      __global float *thresholds, __global const int *row_request, uint requests,
                                      __global const float *temperatures, PSR_FILTER_DIRECT_ARGS, uint direct_max,
-                                     uint tokens64, __local uint *lbuf, __local uint *hlo, __local uint *hhi,
-                                     __local ulong *seg, __local uint *pick)
+                                     uint tokens64)
 {
-    if (!PSR_FLAT_BARRIERS && !on)
+    if (!on)
         return;
-    volatile __global const uint *vst = st;
-    float m = on ? psr_filter_max_of(vst[0]) : -INFINITY;
-    bool empty = on && !(m > -INFINITY);
-    if (empty)
+    volatile __global const uint *vst = st, *vrc = rc;
+    float m = psr_filter_max_of(vst[0]);
+    if (!(m > -INFINITY)) {
         psr_filter_end_empty(f, row_id, st, thresholds);
+        return;
+    }
+    uint count = vst[1], low = vst[3];
+    bool fits = count <= cap;
     uint floor_key = psr_filter_key(psr_filter_min_p_cut(f, m));
-    psr_filter_finish(on && !empty, f, row_id, src, m, floor_key, on ? vst[3] : 0, vocab, cap, st, h, rc,
-                      thresholds, row_request, requests, temperatures, seeds, positions, tokens, row_flags,
-                      direct_max, tokens64, 0, lbuf, hlo, hhi, seg, pick);
+    volatile __global const uint *keys = fits ? vrc : 0;
+    uint n = fits ? count : vocab;
+    floor_key = psr_filter_search_serial(src, f->t, f->r, keys, n, m, floor_key, false, (ulong)f->k, 1.0f);
+    if (f->p_on)
+        floor_key = psr_filter_search_serial(src, f->t, f->r, keys, n, m, floor_key, true, 0, fmax(f->p, FLT_MIN));
+    int req;
+    bool sampled = false;
+    if (tokens && fits && count <= direct_max && floor_key >= low &&
+        !psr_row_status(row_id, row_request, requests, temperatures, positions, 0, 0, 0, &req)) {
+        uint token = psr_filter_draw_serial(vrc, vrc + cap, count, floor_key,
+                                            psr_row_key((ulong)seeds[req], (ulong)positions[row_id]));
+        sampled = token != 0xffffffffu;
+        if (sampled) {
+            psr_store_token(tokens, row_id, (int)token, tokens64);
+            if (row_flags)
+                row_flags[row_id] = 0;
+        }
+    }
+    psr_filter_set(thresholds, row_id, psr_filter_unkey(floor_key), sampled);
+    st[0] = 0;
+    st[1] = 0;
+    st[3] = 0;
 }
 #endif
 
@@ -981,10 +997,6 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
     __local uint lmax[PSR_WG_SIZE];
     __local ulong seg[PSR_WG_SIZE];
     __local uint pick[3];
-#if PSR_VEC_PATH
-    __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS]; /* streaming rows only */
-    __local uint n_list[4];
-#endif
     const uint cap = p.cap, direct_max = p.direct_max;
     uint lid = get_local_id(0);
     uint row_id = get_group_id(0) / groups_per_row;
@@ -1010,10 +1022,7 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
     }
     uint mk = 0; /* key + 1 of the largest non-NaN value; 0: none */
 #if PSR_VEC_PATH
-    if (PSR_FLAT_BARRIERS || streams) {
-        psr_filter_stream(streams, src, start, end, &f, &mk, lh, n_list, &st[1], rc, cap, hlo, seg, pick);
-        psr_filter_stream_publish(streams, st, rc, cap, lh, n_list);
-    }
+    psr_filter_stream(streams && lid == 0, src, start, end, &f, &mk, st, rc, cap);
     psr_filter_vscan_chunk(src, start, streams ? start : end, &f, k_on, &mk, lh, seg, pick);
     (void)aligned;
 #else
@@ -1036,8 +1045,8 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
     bool last = psr_last_group_if(on, &st[2], groups_per_row, &pick[2]);
     psr_filter_scan_last(last && !streams, &f, row_id, st, h, thresholds, lh, seg, pick);
 #if PSR_VEC_PATH
-    psr_filter_stream_finish(last && streams, &f, row_id, src, vocab, cap, st, h, rc, thresholds, row_request,
-                             requests, temperatures, PSR_FILTER_DIRECT_PASS, lh, hlo, hhi, seg, pick);
+    psr_filter_stream_finish(last && streams && lid == 0, &f, row_id, src, vocab, cap, st, rc, thresholds,
+                             row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS);
 #endif
 }
 #endif
