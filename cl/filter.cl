@@ -582,16 +582,10 @@ inline uint psr_filter_draw_serial(volatile __global const uint *keys, volatile 
 #endif
 
 /* Does the row stream its top-k candidates in pass 1 (and so skip pass
- * 2)? Both kernels decide it from the row's filters alone. */
-inline bool psr_filter_streams(const psr_filter_row *f)
-{
-#if PSR_VEC_PATH
-    return f->state == 2 && f->k_on && f->k <= PSR_FILTER_STREAM_K;
-#else
-    (void)f;
-    return false;
-#endif
-}
+ * 2)? Both kernels decide it from the row's filters alone. A macro: a
+ * function taking the row's address cost pass 2 10% on the H200, where
+ * it is always false. */
+#define PSR_FILTER_STREAMS(f) (PSR_VEC_PATH && (f).state == 2 && (f).k_on && (f).k <= PSR_FILTER_STREAM_K)
 
 /* Pass 1's end in the row's last group (`last`): the bin that holds the
  * k-th largest key (state word 3), or for min-p-only rows the threshold.
@@ -1012,7 +1006,7 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
     __global uint *st = state + PSR_FILTER_STATE * row_id;
     __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
     uint start = part * chunk, end = on ? min(start + chunk, vocab) : start;
-    bool streams = on && psr_filter_streams(&f); /* uniform over the group */
+    bool streams = on && PSR_FILTER_STREAMS(f); /* uniform over the group */
     bool k_on = on && f.k_on && !streams;
     __global uint *rc = cand + (ulong)row_id * 2 * cap;
     if (PSR_FLAT_BARRIERS || k_on) {
@@ -1119,7 +1113,7 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint
                         __global uint *cand, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
 {
     PSR_FILTER_COLLECT_START;
-    bool on = f.state == 2 && (f.k_on || f.p_on) && !psr_filter_streams(&f); /* pass 1 finished those */
+    bool on = f.state == 2 && (f.k_on || f.p_on) && !PSR_FILTER_STREAMS(f); /* pass 1 finished those */
     if (!PSR_FLAT_BARRIERS && !on)
         return; /* flat: the group runs on, reading and writing nothing */
     /* no candidates: group 0 ends a top-k row (top-p alone: in pass 3) */

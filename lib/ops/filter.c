@@ -58,10 +58,12 @@ psr_status psr_filter_check_values(psr_context *ctx, const char *who, size_t i,
 
 /* Binds a filter kernel's arguments: the rows' every filter kernel
  * starts with, then its state, the candidates (NULL without top-k or
- * top-p) and the sampler's outputs for rows it draws itself. */
+ * top-p) and the sampler's outputs for rows it draws itself (NULL where
+ * it draws none: a kernel holds no buffer it never touches). */
 static psr_status bind_filter(psr_context *ctx, cl_kernel k, const char *name, const psr_sample_args *a,
                               const psr_filter_params *params, cl_mem cand, cl_mem cut, cl_mem direct_tokens)
 {
+    bool draws = cand != NULL;
     psr_kernel_args b = psr_kernel_args_begin(ctx, k, name);
     psr_arg_rows(&b, params, sizeof *params, a);
     psr_arg_mem(&b, "temperatures", a->temperatures);
@@ -72,10 +74,10 @@ static psr_status bind_filter(psr_context *ctx, cl_kernel k, const char *name, c
     psr_arg_mem(&b, "hist", ctx->filter_hist.buffer);
     psr_arg_mem(&b, "cand", cand);
     psr_arg_mem(&b, "thresholds", cut);
-    psr_arg_mem(&b, "seeds", a->seeds);
-    psr_arg_mem(&b, "positions", a->positions);
+    psr_arg_mem(&b, "seeds", draws ? a->seeds : NULL);
+    psr_arg_mem(&b, "positions", draws ? a->positions : NULL);
     psr_arg_mem(&b, "tokens", direct_tokens);
-    psr_arg_mem(&b, "row_flags", a->row_flags);
+    psr_arg_mem(&b, "row_flags", draws ? a->row_flags : NULL);
     return psr_kernel_args_end(&b);
 }
 
@@ -139,7 +141,10 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
         .all_min_p = a->all_min_p,
         .tokens64 = a->tokens_dtype == PSR_TOKENS_I64};
     cl_mem cand = searches ? ctx->filter_cand.buffer : NULL;
-    st = filter_kernel(ctx, v, "psr_filter_scan", a, &params, cand, plan->cut, direct_tokens, &plan->scan);
+    /* Pass 1 finishes rows only on the vector path (cl/filter.cl). */
+    bool scan_draws = ctx->tuning.sample.vector_width != 0;
+    st = filter_kernel(ctx, v, "psr_filter_scan", a, &params, scan_draws ? cand : NULL, plan->cut,
+                       scan_draws ? direct_tokens : NULL, &plan->scan);
     if (st == PSR_OK && searches && !every_row_streams)
         st = filter_kernel(ctx, v, "psr_filter_collect", a, &params, cand, plan->cut, direct_tokens,
                            &plan->collect);
