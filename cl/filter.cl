@@ -582,9 +582,8 @@ inline uint psr_filter_draw_serial(volatile __global const uint *keys, volatile 
 #endif
 
 /* Does the row stream its top-k candidates in pass 1 (and so skip pass
- * 2)? Both kernels decide it from the row's filters alone. A macro: a
- * function taking the row's address cost pass 2 10% on the H200, where
- * it is always false. */
+ * 2)? Both kernels decide it from the row's filters alone. A macro, so
+ * that on other devices pass 2 compiles to the code it had. */
 #define PSR_FILTER_STREAMS(f) (PSR_VEC_PATH && (f).state == 2 && (f).k_on && (f).k <= PSR_FILTER_STREAM_K)
 
 /* Pass 1's end in the row's last group (`last`): the bin that holds the
