@@ -213,7 +213,10 @@ if have_device:
         check(isinstance(loops.get("fp32"), (int, float)) and loops["fp32"] > 0, "bench sample: C loop time on a CPU")
     check(run("bench", "sample", "--shapes", "2by3").returncode == 2, "bad --shapes is a usage error")
     for args in (["filters", "--iters", "0"], ["logprobs", "--top-n", "21"], ["logprobs", "--top-n"],
-                 ["verify", "--bogus"], ["sample", "--logits", "flat"], ["sample", "--device"]):
+                 ["verify", "--bogus"], ["sample", "--logits", "flat"], ["sample", "--device"],
+                 ["filters", "--logits", "flat"], ["logprobs", "--logits", "flat"], ["filters", "--top-k", "0"],
+                 ["filters", "--top-p", "1"], ["filters", "--top-p", "1.5"], ["filters", "--min-p", "0"],
+                 ["filters", "--min-p", "2"]):
         r = run("bench", *args)
         check(r.returncode == 2 and f"bench {args[0]}" in r.stderr, f"bench {' '.join(args)} is a usage error")
 
@@ -432,6 +435,17 @@ def logprobs_checks(d):
           and out["results"][0].get("device_x_plain") == 1
           and all(x.get("device_us", 0) > 0 for x in out["results"]), "bench filters --json")
     check(run("bench", "filters", "--shapes", "2y3").returncode == 2, "bad bench filters --shapes is a usage error")
+    # the filters' values and the logit profile are the run's own
+    r = run("bench", "filters", "--shapes", "2x3000", "--iters", "2", "--top-k", "40", "--top-p", "0.9",
+            "--min-p", "0.1", "--logits", "zipf", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    names = [x.get("filters") for x in out.get("results", [])]
+    check(out.get("logits") == "zipf" and names == ["plain", "min-p 0.1", "top-k 40", "top-p 0.9",
+                                                    "top-k 40 + top-p 0.9"], "bench filters --top-k/--top-p/--min-p/--logits")
+    r = run("bench", "sample", "--shapes", "2x3000", "--iters", "2", "--variants", "fp32", "--logits", "confident",
+            "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(out.get("logits") == "confident" and len(out.get("results", [])) == 1, "bench sample --logits confident")
 
 
 if have_device:
