@@ -157,6 +157,12 @@ void bench_normal_fill(float *x, size_t n, double sigma, uint64_t *state);
  * of the mass at T = 1. */
 typedef enum { BENCH_NORMAL, BENCH_PEAKED, BENCH_ZIPF, BENCH_CONFIDENT, BENCH_PROFILES } bench_profile;
 #define BENCH_PROFILE_NAMES "normal|peaked|zipf|confident"
+/* --logits in a bench's usage text (a printf format: 90%%), its lines
+ * after the first indented by `pad`, a string literal of spaces. */
+#define BENCH_PROFILE_HELP(pad)                                                                    \
+    BENCH_PROFILE_NAMES " (default normal): N(0, 3);\n" pad "N(0, 1) with one logit 25 above;"    \
+                        " -1.1 ln(rank) + N(0, 0.5),\n" pad "shuffled; N(0, 1) with the top token"  \
+                        " holding 90%% at T = 1\n"
 /* The profile's name ("normal" ...). */
 const char *bench_profile_name(bench_profile p);
 /* --logits NAME into *p; a usage error naming `bench` otherwise. */

@@ -64,9 +64,7 @@ static void usage(FILE *out)
             "host's enqueue included) and behind a buffer copy that outlasts the host's\n"
             "enqueue (device_us: the device's time alone). Default shapes: %s.\n"
             "\n"
-            "  --logits  " BENCH_PROFILE_NAMES " (default normal): N(0, 3); N(0, 1)\n"
-            "            with one logit 25 above; -1.1 ln(rank) + N(0, 0.5) shuffled; N(0, 1)\n"
-            "            with the top token holding 90%% at T = 1\n",
+            "  --logits  " BENCH_PROFILE_HELP("            "),
             default_shapes);
 }
 

@@ -27,9 +27,7 @@ static void usage(FILE *out)
             "outlasts the host's enqueue (dev: the device's time alone). Default shapes:\n"
             "%s.\n"
             "\n"
-            "  --logits  " BENCH_PROFILE_NAMES " (default normal): N(0, 3); N(0, 1)\n"
-            "            with one logit 25 above; -1.1 ln(rank) + N(0, 0.5) shuffled; N(0, 1)\n"
-            "            with the top token holding 90%% at T = 1\n"
+            "  --logits  " BENCH_PROFILE_HELP("            ")
             "  --shards  N (1..255) vocabulary shards, the first V %% N one token longer (or\n"
             "            N:S1,...: where shards 1..N-1 start): also times the same logprobs\n"
             "            split into N shards on the same device, the rounds of\n"

@@ -78,9 +78,7 @@ static void sample_usage(FILE *out)
             "  --variants   any of fp32, fp32-fast, fp64, wide, race, race-wide, race-fp64,\n"
             "               greedy (default: all the\n"
             "               device can run); fp32 is the default deterministic mode\n"
-            "  --logits     " BENCH_PROFILE_NAMES " (default normal): N(0, 3);\n"
-            "               N(0, 1) with one logit 25 above; -1.1 ln(rank) + N(0, 0.5),\n"
-            "               shuffled; N(0, 1) with the top token holding 90%% at T = 1\n"
+            "  --logits     " BENCH_PROFILE_HELP("               ")
             "  --iters      timed runs per line (default 50, at most 10000; at least 50\n"
             "               recommended)\n"
             "  --shards     N (1..255) vocabulary shards, the first V %% N one token longer\n"
