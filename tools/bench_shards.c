@@ -88,6 +88,8 @@ static psr_status shard_context(psr_context *ctx, psr_context **out)
     o.profiling = 1;
     st = psr_context_create_from_cl(cl, dev, q, &o, out);
     clReleaseCommandQueue(q); /* the context holds its own */
+    if (st == PSR_OK)
+        cli_optimized_builds_only(*out);
     return st;
 }
 

@@ -1,6 +1,8 @@
 /* psr: the command-line face of libpsr. */
 #include "cli.h"
 
+#include <psr/psr_experimental.h>
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -175,7 +177,18 @@ psr_context *cli_open_context(const char *device, bool profiling)
     psr_status st = psr_context_create(&o, &ctx);
     if (st != PSR_OK)
         cli_report(st, NULL);
+    if (st == PSR_OK && profiling)
+        cli_optimized_builds_only(ctx);
     return ctx;
+}
+
+void cli_optimized_builds_only(psr_context *ctx)
+{
+    psr_tuning t;
+    if (psr_context_tuning(ctx, &t) == PSR_OK && t.quick_builds) {
+        t.quick_builds = 0;
+        psr_context_set_tuning(ctx, &t);
+    }
 }
 
 void cli_list_commands(FILE *out, const cli_command *table, size_t n)

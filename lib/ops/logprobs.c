@@ -345,6 +345,8 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_even
         st = psr_enqueue_groups(ctx, pl.finish, "psr_logprobs_finish", a->rows, local, 0, NULL, event);
     ctx->logprobs_one_last = pl.one && st == PSR_OK;
     ctx->logprobs_few_last = pl.few && st == PSR_OK;
+    if (st == PSR_OK)
+        psr_upgrade_after_call(ctx, PSR_WARM_LOGPROBS, 0, a->logits_dtype, pl.filtered);
     return st;
 }
 

@@ -107,6 +107,13 @@ size_t psr_token_size(psr_token_dtype dtype);
 /* ---- warming's launches (warm_launch.c): one call of each kind on tiny
  * inputs; flags are internal (noise bits included) ---- */
 
+/* One warm variant (flags: the call's, resolved): its programs, then with
+ * launch its call on tiny inputs (warm.c). */
+psr_status psr_warm_one(psr_context *ctx, const psr_warm_variant *w, unsigned flags, bool launch);
+/* After a call that ran quick programs (ctx->quick_used): the second such
+ * call of a variant has the optimized programs built in the background
+ * (upgrade.c). */
+void psr_upgrade_after_call(psr_context *ctx, psr_warm_call call, unsigned flags, psr_dtype dtype, bool filtered);
 psr_status psr_warm_launch_sample(psr_context *ctx, unsigned flags, psr_dtype dtype, bool filtered, bool sharded);
 psr_status psr_warm_launch_logprobs(psr_context *ctx, psr_dtype dtype, bool filtered, bool sharded);
 psr_status psr_warm_launch_verify(psr_context *ctx, unsigned flags, psr_dtype dtype, bool sharded);

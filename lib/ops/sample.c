@@ -378,5 +378,7 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *args, cl_
         st = launch_sample(ctx, &a, &pl, first, last);
     if (st == PSR_OK)
         psr_record_flags(ctx, a.effective_noise, legacy_layout(&a), flags);
+    if (st == PSR_OK)
+        psr_upgrade_after_call(ctx, PSR_WARM_SAMPLE, flags, a.logits_dtype, pl.v.filtered);
     return st;
 }

@@ -469,5 +469,7 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *args, cl_
         st = pl.fused ? launch_fused(ctx, a, &pl, first, event) : launch_split(ctx, a, &pl, first, event);
     if (st == PSR_OK)
         psr_record_flags(ctx, a->effective_noise, legacy_layout(a), flags);
+    if (st == PSR_OK)
+        psr_upgrade_after_call(ctx, PSR_WARM_VERIFY, flags, a->target_dtype, false);
     return st;
 }

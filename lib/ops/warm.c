@@ -149,7 +149,7 @@ static size_t all_warm_variants(const psr_context *ctx, psr_warm_variant *out)
 
 /* One variant: its programs built or loaded, then (launch) its call run
  * on tiny inputs. */
-static psr_status warm_one(psr_context *ctx, const psr_warm_variant *w, unsigned flags, bool launch)
+psr_status psr_warm_one(psr_context *ctx, const psr_warm_variant *w, unsigned flags, bool launch)
 {
     psr_variant v[WARM_KERNELS];
     size_t n = warm_programs(ctx, w, flags, v);
@@ -228,9 +228,11 @@ psr_status psr_context_warm(psr_context *ctx, const psr_warm_options *options, s
     psr_status st = warm_list(ctx, &o, &list, &n, &flags);
     /* PoCL compiles each kernel at its first launch (docs/cache.md). */
     bool launch = o.launch == PSR_WARM_LAUNCH_ON || (o.launch == PSR_WARM_LAUNCH_AUTO && ctx->tuning.driver_caches);
+    bool was_warming = ctx->warming;
+    ctx->warming = true; /* the optimized programs, never quick ones */
     for (size_t i = 0; i < n && st == PSR_OK; i++) {
         double start = psr_seconds();
-        st = warm_one(ctx, &list[i], flags[i], launch);
+        st = psr_warm_one(ctx, &list[i], flags[i], launch);
         char name[96];
         warm_name(ctx, &list[i], flags[i], name, sizeof name);
         double seconds = psr_seconds() - start;
@@ -240,6 +242,7 @@ psr_status psr_context_warm(psr_context *ctx, const psr_warm_options *options, s
         if (st == PSR_OK && o.progress)
             o.progress(i + 1, n, name, seconds, o.progress_user_data);
     }
+    ctx->warming = was_warming;
     free(list);
     free(flags);
     if (st == PSR_OK && variants)

@@ -285,9 +285,14 @@ void psr_context_free(psr_context *ctx)
 {
     if (!ctx)
         return;
+    if (ctx->upgrader_free)
+        ctx->upgrader_free(ctx);
     for (size_t i = 0; i < ctx->kernel_count; i++)
         clReleaseKernel(ctx->kernels[i].kernel);
     free(ctx->kernels);
+    for (size_t i = 0; i < ctx->retired_count; i++)
+        clReleaseKernel(ctx->retired[i]);
+    free(ctx->retired);
     if (ctx->part_value.buffer)
         clReleaseMemObject(ctx->part_value.buffer);
     if (ctx->part_index.buffer)

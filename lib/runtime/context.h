@@ -27,7 +27,12 @@ typedef struct psr_kernel_entry {
     unsigned variant;  /* psr_variant_code */
     const char *name;  /* a string literal */
     cl_kernel kernel;
+    bool quick;        /* from a quick program (-cl-opt-disable) */
+    unsigned adopted;  /* ctx->adopted when it was looked up last */
 } psr_kernel_entry;
+
+/* The background builds of a context (ops/upgrade.c). */
+typedef struct psr_upgrader psr_upgrader;
 
 /* Device scratch, grown to the largest shape seen, never shrunk. */
 typedef struct psr_scratch {
@@ -74,6 +79,21 @@ struct psr_context {
     psr_kernel_entry *kernels;
     size_t kernel_count;
     size_t kernel_capacity;
+
+    /* Quick builds (docs/cache.md): a call that used a quick program sets
+     * quick_used; psr_context_warm sets warming, which builds optimized
+     * programs only. The upgrader's hooks: adopt moves the optimized
+     * programs it finished into the memory tier (counted in adopted), and
+     * upgrader_free stops it. Kernels of quick programs replaced while a
+     * call may hold them wait in retired until the context is freed. */
+    bool quick_used;
+    bool warming;
+    unsigned adopted;
+    psr_upgrader *upgrader;
+    void (*adopt)(psr_context *ctx);
+    void (*upgrader_free)(psr_context *ctx);
+    cl_kernel *retired;
+    size_t retired_count;
 
     psr_scratch part_value; /* per (row, work-group) best value */
     psr_scratch part_index; /* per (row, work-group) best index */

@@ -275,10 +275,30 @@ static psr_status remember(psr_context *ctx, const char *mem_key, cl_program p)
     return PSR_OK;
 }
 
+static cl_program remembered(const psr_context *ctx, const char *mem_key)
+{
+    for (size_t i = 0; i < ctx->program_count; i++)
+        if (strcmp(ctx->programs[i].key, mem_key) == 0)
+            return ctx->programs[i].program;
+    return NULL;
+}
+
+psr_status psr_program_remember(psr_context *ctx, const char *mem_key, cl_program p)
+{
+    if (remembered(ctx, mem_key)) {
+        clReleaseProgram(p);
+        return PSR_OK;
+    }
+    psr_status st = remember(ctx, mem_key, p);
+    if (st != PSR_OK)
+        clReleaseProgram(p);
+    return st;
+}
+
 /* The program of a variant from the disk tier or a build from source,
  * counted in the stats and logged with its time (INFO). */
 static psr_status program_load_or_build(psr_context *ctx, const psr_variant *v, const char *options,
-                                        cl_program *out)
+                                        bool quick, cl_program *out)
 {
     const char *set_name = psr_kernel_set_name(v->set);
     char *source = psr_kernel_source(v->set);
@@ -310,7 +330,7 @@ static psr_status program_load_or_build(psr_context *ctx, const psr_variant *v, 
     if (st == PSR_OK) {
         char name[96];
         psr_variant_name(v, name, sizeof name);
-        psr_log(ctx, PSR_LOG_INFO, "program '%s' %s in %.2f s", name,
+        psr_log(ctx, PSR_LOG_INFO, "program '%s'%s %s in %.2f s", name, quick ? " (quick)" : "",
                 loaded ? "loaded from the disk tier" : "built", psr_seconds() - start);
         psr_log(ctx, PSR_LOG_DEBUG, "program '%s' options: %s", name, options);
         *out = p;
@@ -318,7 +338,15 @@ static psr_status program_load_or_build(psr_context *ctx, const psr_variant *v, 
     return st;
 }
 
-psr_status psr_program_get(psr_context *ctx, const psr_variant *in, cl_program *out)
+/* Quick builds: where the tuning has them, for any variant but fast
+ * math ones (whose unoptimized code could round differently), outside
+ * psr_context_warm, which builds what the calls will keep. */
+static bool quick_allowed(const psr_context *ctx, const psr_variant *v)
+{
+    return ctx->tuning.quick_builds && !ctx->warming && !v->fast_math;
+}
+
+psr_status psr_program_get_tier(psr_context *ctx, const psr_variant *in, cl_program *out, bool *quick)
 {
     if ((unsigned)in->set >= PSR_KERNEL_SET_COUNT)
         return psr_fail(ctx, PSR_ERR_INVALID_ARGUMENT, "unknown kernel set %d", (int)in->set);
@@ -329,18 +357,29 @@ psr_status psr_program_get(psr_context *ctx, const psr_variant *in, cl_program *
                         "fp64 noise was requested but device \"%s\" (%s) has no fp64 "
                         "(cl_khr_fp64); use fp32 noise, or a device with fp64",
                         ctx->info.name, ctx->info.platform_name);
+    if (ctx->adopt)
+        ctx->adopt(ctx);
     char options[1024];
     psr_build_options(ctx, v, options, sizeof options);
     char mem_key[1100];
     snprintf(mem_key, sizeof mem_key, "%s|%s", psr_kernel_set_name(v->set), options);
-    for (size_t i = 0; i < ctx->program_count; i++)
-        if (strcmp(ctx->programs[i].key, mem_key) == 0) {
-            ctx->stats.memory_hits++;
-            *out = ctx->programs[i].program;
-            return PSR_OK;
-        }
-    cl_program p = NULL;
-    psr_status st = program_load_or_build(ctx, v, options, &p);
+    bool q = false;
+    cl_program p = remembered(ctx, mem_key);
+    if (!p && quick_allowed(ctx, v)) {
+        q = true;
+        size_t used = strlen(options);
+        snprintf(options + used, sizeof options - used, " -cl-opt-disable");
+        snprintf(mem_key, sizeof mem_key, "%s|%s", psr_kernel_set_name(v->set), options);
+        p = remembered(ctx, mem_key);
+    }
+    if (quick)
+        *quick = q;
+    if (p) {
+        ctx->stats.memory_hits++;
+        *out = p;
+        return PSR_OK;
+    }
+    psr_status st = program_load_or_build(ctx, v, options, q, &p);
     if (st != PSR_OK)
         return st;
     if (remember(ctx, mem_key, p) != PSR_OK) {
@@ -349,6 +388,11 @@ psr_status psr_program_get(psr_context *ctx, const psr_variant *in, cl_program *
     }
     *out = p;
     return PSR_OK;
+}
+
+psr_status psr_program_get(psr_context *ctx, const psr_variant *in, cl_program *out)
+{
+    return psr_program_get_tier(ctx, in, out, NULL);
 }
 
 /* A driver that compiles each kernel at its first launch (PoCL) compiles
@@ -362,21 +406,47 @@ psr_variant psr_variant_for_kernel(const psr_context *ctx, const psr_variant *in
     return v;
 }
 
+/* Keeps a replaced kernel until the context is freed: the call that
+ * looked it up may still be binding and enqueueing it. */
+static psr_status retire(psr_context *ctx, cl_kernel k)
+{
+    cl_kernel *grown = realloc(ctx->retired, (ctx->retired_count + 1) * sizeof *grown);
+    if (!grown)
+        return psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "out of memory caching a kernel");
+    ctx->retired = grown;
+    ctx->retired[ctx->retired_count++] = k;
+    return PSR_OK;
+}
+
 psr_status psr_kernel_get(psr_context *ctx, const psr_variant *in, const char *name, cl_kernel *out)
 {
     psr_variant n = psr_variant_for_kernel(ctx, in, name);
     const psr_variant *v = &n;
     unsigned code = psr_variant_code(v);
-    for (size_t i = 0; i < ctx->kernel_count; i++)
-        if (ctx->kernels[i].variant == code && strcmp(ctx->kernels[i].name, name) == 0) {
-            *out = ctx->kernels[i].kernel;
-            return PSR_OK;
-        }
+    if (ctx->adopt)
+        ctx->adopt(ctx);
+    psr_kernel_entry *e = NULL;
+    for (size_t i = 0; i < ctx->kernel_count && !e; i++)
+        if (ctx->kernels[i].variant == code && strcmp(ctx->kernels[i].name, name) == 0)
+            e = &ctx->kernels[i];
+    /* A quick kernel is looked up again once optimized programs came in. */
+    if (e && (!e->quick || e->adopted == ctx->adopted)) {
+        ctx->quick_used |= e->quick;
+        *out = e->kernel;
+        return PSR_OK;
+    }
     cl_program p;
-    psr_status st = psr_program_get(ctx, v, &p);
+    bool quick;
+    psr_status st = psr_program_get_tier(ctx, v, &p, &quick);
     if (st != PSR_OK)
         return st;
-    if (ctx->kernel_count == ctx->kernel_capacity) {
+    ctx->quick_used |= quick;
+    if (e && quick) {
+        e->adopted = ctx->adopted;
+        *out = e->kernel;
+        return PSR_OK;
+    }
+    if (!e && ctx->kernel_count == ctx->kernel_capacity) {
         size_t cap = ctx->kernel_capacity ? ctx->kernel_capacity * 2 : 16;
         psr_kernel_entry *grown = realloc(ctx->kernels, cap * sizeof *grown);
         if (!grown)
@@ -388,7 +458,16 @@ psr_status psr_kernel_get(psr_context *ctx, const psr_variant *in, const char *n
     cl_kernel k = clCreateKernel(p, name, &err);
     if (err != CL_SUCCESS)
         return psr_fail_cl(ctx, err, "clCreateKernel(%s) failed", name);
-    ctx->kernels[ctx->kernel_count++] = (psr_kernel_entry){code, name, k};
+    if (e) {
+        st = retire(ctx, e->kernel);
+        if (st != PSR_OK) {
+            clReleaseKernel(k);
+            return st;
+        }
+    } else {
+        e = &ctx->kernels[ctx->kernel_count++];
+    }
+    *e = (psr_kernel_entry){code, name, k, quick, ctx->adopted};
     *out = k;
     return PSR_OK;
 }

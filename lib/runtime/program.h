@@ -62,8 +62,15 @@ char *psr_kernel_source(psr_kernel_set set);
 void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, size_t len);
 
 /* Returns the program of a variant: memory tier, then disk tier, then a
- * build from source. The context owns the program. */
+ * build from source. The context owns the program. Where the tuning has
+ * quick builds and the optimized program is not in the memory tier, a
+ * quick one (-cl-opt-disable) instead, and *quick (may be NULL) is true
+ * (docs/cache.md). */
 psr_status psr_program_get(psr_context *ctx, const psr_variant *v, cl_program *out);
+psr_status psr_program_get_tier(psr_context *ctx, const psr_variant *v, cl_program *out, bool *quick);
+/* Puts a program under its memory-tier key (set '|' options) unless the
+ * key is there; the context takes the reference. */
+psr_status psr_program_remember(psr_context *ctx, const char *mem_key, cl_program p);
 /* A monotonic clock in seconds, for build times. */
 double psr_seconds(void);
 /* Builds arbitrary source with options, bypassing both cache tiers (used

@@ -159,7 +159,11 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                      * family in 4.4 s, its two kernels alone in 1.4 s. PoCL
                      * compiles a kernel at its first launch, and a program
                      * more costs it a front end over the whole source. */
-                    .one_kernel_programs = !is_pocl(info)};
+                    .one_kernel_programs = !is_pocl(info),
+                    /* PoCL's optimizing compile of a kernel at its first
+                     * launch takes 0.6-1.5 s, its -cl-opt-disable one a
+                     * third of that (docs/cache.md). */
+                    .quick_builds = is_pocl(info)};
     /* 4 groups per compute unit, a little over a wave of the statistics
      * kernel (it holds 3 per SM on the H200): within a wave every row
      * starts before any decision, and deciding only lengthens the launch. */
@@ -235,6 +239,8 @@ static const tune_var tune_vars[] = {
      TUNE_SIZE, AT(filter.direct_max), 0, 0, COUNT_MAX, 0},
     {{"PSR_TUNE_ONE_KERNEL", "one_kernel_programs", "0 or 1"},
      TUNE_BOOL, AT(one_kernel_programs), 0, 0, 1, 0},
+    {{"PSR_TUNE_QUICK_BUILDS", "quick_builds", "0 or 1"},
+     TUNE_BOOL, AT(quick_builds), 0, 0, 1, 0},
     {{"PSR_TUNE_BUILD_OPTIONS", "extra_options", "at most 255 bytes"}, TUNE_TEXT, AT(extra_options), 0, 0, 255, 0},
 };
 
