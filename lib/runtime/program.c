@@ -296,9 +296,10 @@ psr_status psr_program_remember(psr_context *ctx, const char *mem_key, cl_progra
 }
 
 /* The program of a variant from the disk tier or a build from source,
- * counted in the stats and logged with its time (INFO). */
+ * counted in the stats and logged with its time (INFO). With disk_only,
+ * *out is NULL where the disk tier has none, and nothing is built. */
 static psr_status program_load_or_build(psr_context *ctx, const psr_variant *v, const char *options,
-                                        bool quick, cl_program *out)
+                                        bool quick, bool disk_only, cl_program *out)
 {
     const char *set_name = psr_kernel_set_name(v->set);
     char *source = psr_kernel_source(v->set);
@@ -316,6 +317,10 @@ static psr_status program_load_or_build(psr_context *ctx, const psr_variant *v, 
     bool loaded = p != NULL;
     if (loaded) {
         ctx->stats.disk_hits++;
+    } else if (disk_only) {
+        free(source);
+        *out = NULL;
+        return PSR_OK;
     } else {
         st = psr_program_build_source(ctx, set_name, source, options, &p);
         if (st == PSR_OK) {
@@ -366,9 +371,25 @@ psr_status psr_program_get_tier(psr_context *ctx, const psr_variant *in, cl_prog
     bool q = false;
     cl_program p = remembered(ctx, mem_key);
     if (!p && quick_allowed(ctx, v)) {
+        /* the optimized program from the disk tier, where it has it */
+        psr_status st = ctx->disk_enabled ? program_load_or_build(ctx, v, options, false, true, &p) : PSR_OK;
+        if (st != PSR_OK)
+            return st;
+        if (p) {
+            if (remember(ctx, mem_key, p) != PSR_OK) {
+                clReleaseProgram(p);
+                return psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "out of memory caching a program");
+            }
+            if (quick)
+                *quick = false;
+            *out = p;
+            return PSR_OK;
+        }
         q = true;
         size_t used = strlen(options);
-        snprintf(options + used, sizeof options - used, " -cl-opt-disable");
+        /* -Dinline=: an inline definition is not inlined at -O0, and
+         * NVIDIA's compiler then looks for an external one */
+        snprintf(options + used, sizeof options - used, " -cl-opt-disable -Dinline=");
         snprintf(mem_key, sizeof mem_key, "%s|%s", psr_kernel_set_name(v->set), options);
         p = remembered(ctx, mem_key);
     }
@@ -379,7 +400,7 @@ psr_status psr_program_get_tier(psr_context *ctx, const psr_variant *in, cl_prog
         *out = p;
         return PSR_OK;
     }
-    psr_status st = program_load_or_build(ctx, v, options, q, &p);
+    psr_status st = program_load_or_build(ctx, v, options, q, false, &p);
     if (st != PSR_OK)
         return st;
     if (remember(ctx, mem_key, p) != PSR_OK) {
