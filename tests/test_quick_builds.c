@@ -36,8 +36,11 @@ static void prepare(psr_context *ctx)
     }
 }
 
-/* A context of the fixture's device with quick builds on. */
-static psr_context *quick_context(void)
+/* A context of the fixture's device with quick builds on or off, and
+ * the disk tier in `cache_dir` (NULL: without it, which would serve the
+ * optimized programs the fixture's context wrote there on drivers where
+ * it is on). */
+static psr_context *context_with(int quick_builds, const char *cache_dir)
 {
     psr_device_info info;
     assert_int_equal(psr_context_device_info(optimized, &info), PSR_OK);
@@ -45,13 +48,22 @@ static psr_context *quick_context(void)
     cl_device_id dev;
     cl_command_queue q;
     assert_int_equal(psr_context_cl(optimized, &cl, &dev, &q), PSR_OK);
+    psr_context_options o;
+    assert_int_equal(psr_context_options_init(&o, sizeof o), PSR_OK);
+    o.disk_cache = cache_dir ? PSR_DISK_CACHE_ON : PSR_DISK_CACHE_OFF;
+    o.cache_dir = cache_dir;
     psr_context *ctx = NULL;
-    assert_int_equal(psr_context_create_from_cl(cl, dev, q, NULL, &ctx), PSR_OK);
+    assert_int_equal(psr_context_create_from_cl(cl, dev, q, &o, &ctx), PSR_OK);
     psr_tuning t;
     assert_int_equal(psr_context_tuning(ctx, &t), PSR_OK);
-    t.quick_builds = 1;
+    t.quick_builds = quick_builds;
     assert_int_equal(psr_context_set_tuning(ctx, &t), PSR_OK);
     return ctx;
+}
+
+static psr_context *quick_context(void)
+{
+    return context_with(1, NULL);
 }
 
 typedef struct sample_case {
@@ -209,6 +221,30 @@ static void test_upgrade_adopted(void **state)
     psr_context_free(ctx);
 }
 
+/* Where the disk tier holds the optimized program, a quick context
+ * loads it rather than building a quick one. */
+static void test_disk_tier_first(void **state)
+{
+    (void)state;
+    char dir[256];
+    make_temp_dir(dir, sizeof dir);
+    const sample_case c = {0, PSR_NOISE_WIDE, 0, 1.0f, 0.0f};
+    int32_t want[ROWS], got[ROWS];
+    psr_context *ctx = context_with(0, dir);
+    sample(ctx, &c, want);
+    psr_context_free(ctx);
+    ctx = context_with(1, dir);
+    sample(ctx, &c, got);
+    bool quick = kernel_is_quick(ctx, "psr_gumbel_sample");
+    psr_cache_stats stats;
+    assert_int_equal(psr_context_cache_stats(ctx, &stats), PSR_OK);
+    psr_context_free(ctx);
+    remove_tree(dir);
+    assert_false(quick);
+    assert_true(stats.disk_hits > 0);
+    assert_memory_equal(want, got, sizeof want);
+}
+
 /* Freed with a background build scheduled or running: it waits for the
  * build and leaves nothing behind (the sanitizers' run checks). */
 static void test_free_while_building(void **state)
@@ -229,6 +265,7 @@ int main(void)
         cmocka_unit_test(test_logprobs_same_bits),
         cmocka_unit_test(test_verify_same_bits),
         cmocka_unit_test(test_upgrade_adopted),
+        cmocka_unit_test(test_disk_tier_first),
         cmocka_unit_test(test_free_while_building),
     };
     int rc = run_device_tests(tests, .ctx = &optimized, .prepare = prepare);
