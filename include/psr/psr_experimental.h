@@ -91,9 +91,6 @@ typedef struct psr_tuning {
                                  the same bits) while the optimized ones compile in the
                                  background: on where the driver compiles at first launch (PoCL),
                                  off elsewhere (PSR_TUNE_QUICK_BUILDS; docs/cache.md) */
-    int parallel_builds;      /* the programs a call's first use needs are built side by side, one
-                                 thread each: on where the driver compiles a whole program at its
-                                 build, off on PoCL (PSR_TUNE_PARALLEL_BUILDS) */
     char extra_options[256];  /* appended to every build (PSR_TUNE_BUILD_OPTIONS), or "" */
 } psr_tuning;
 

@@ -307,7 +307,6 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_even
     st = plan_call(ctx, a, false, &pl);
     if (st != PSR_OK)
         return st;
-    psr_prebuild_call(ctx, PSR_WARM_LOGPROBS, 0, a->logits_dtype, pl.filtered);
     cl_mem temps = (a->flags & PSR_LOGPROBS_RAW) ? NULL : a->temperatures;
     /* Filters: their threshold pre-pass, launched first (it waits on the wait list). */
     cl_mem cuts = NULL;

@@ -110,9 +110,6 @@ size_t psr_token_size(psr_token_dtype dtype);
 /* One warm variant (flags: the call's, resolved): its programs, then with
  * launch its call on tiny inputs (warm.c). */
 psr_status psr_warm_one(psr_context *ctx, const psr_warm_variant *w, unsigned flags, bool launch);
-/* Before a call: the first of its kind (call, flags, dtype, filters) in
- * the context has its programs built side by side (psr_programs_prebuild). */
-void psr_prebuild_call(psr_context *ctx, psr_warm_call call, unsigned flags, psr_dtype dtype, bool filtered);
 /* After a call that ran quick programs (ctx->quick_used): the second such
  * call of a variant has the optimized programs built in the background
  * (upgrade.c). */

@@ -371,7 +371,6 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *args, cl_
         return st;
     sample_plan pl;
     plan_sample(ctx, &a, flags, &pl);
-    psr_prebuild_call(ctx, PSR_WARM_SAMPLE, flags, a.logits_dtype, pl.v.filtered);
     st = reserve_sample(ctx, &a, &pl);
     if (st == PSR_OK)
         st = bind_plan(ctx, &a, &pl);

@@ -461,7 +461,6 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *args, cl_
             call.shard_count);
     const psr_verify_args *a = &call;
     verify_plan pl;
-    psr_prebuild_call(ctx, PSR_WARM_VERIFY, flags, a->target_dtype, false);
     plan_launch(ctx, a, flags, &pl);
     st = reserve(ctx, a, &pl);
     if (st == PSR_OK)

@@ -147,43 +147,6 @@ static size_t all_warm_variants(const psr_context *ctx, psr_warm_variant *out)
     return n;
 }
 
-/* The programs of variants from..., as many whole variants as one
- * psr_programs_prebuild takes, built side by side; returns the first
- * variant left out. */
-static size_t prebuild_batch(psr_context *ctx, const psr_warm_variant *list, const unsigned *flags, size_t from,
-                             size_t n)
-{
-    psr_variant batch[PSR_PREBUILD_MAX];
-    size_t count = 0, i = from;
-    for (; i < n; i++) {
-        psr_variant one[WARM_KERNELS];
-        size_t k = warm_programs(ctx, &list[i], flags[i], one);
-        if (count + k > PSR_PREBUILD_MAX && count > 0)
-            break;
-        for (size_t j = 0; j < k && count < PSR_PREBUILD_MAX; j++)
-            batch[count++] = one[j];
-    }
-    psr_programs_prebuild(ctx, batch, count);
-    return i;
-}
-
-void psr_prebuild_call(psr_context *ctx, psr_warm_call call, unsigned flags, psr_dtype dtype, bool filtered)
-{
-    if (!ctx->tuning.parallel_builds)
-        return;
-    for (size_t i = 0; i < ctx->prebuilt_count; i++)
-        if (ctx->prebuilt[i].call == call && ctx->prebuilt[i].flags == flags && ctx->prebuilt[i].dtype == dtype &&
-            ctx->prebuilt[i].filtered == (int)filtered)
-            return;
-    if (ctx->prebuilt_count == sizeof ctx->prebuilt / sizeof ctx->prebuilt[0])
-        return; /* past them, the lookups build one by one */
-    psr_warm_variant w = {call, flags, PSR_NOISE_FP32, dtype, filtered};
-    ctx->prebuilt[ctx->prebuilt_count++] = w;
-    psr_variant list[WARM_KERNELS];
-    size_t n = warm_programs(ctx, &w, flags, list);
-    psr_programs_prebuild(ctx, list, n);
-}
-
 /* One variant: its programs built or loaded, then (launch) its call run
  * on tiny inputs. */
 psr_status psr_warm_one(psr_context *ctx, const psr_warm_variant *w, unsigned flags, bool launch)
@@ -267,11 +230,8 @@ psr_status psr_context_warm(psr_context *ctx, const psr_warm_options *options, s
     bool launch = o.launch == PSR_WARM_LAUNCH_ON || (o.launch == PSR_WARM_LAUNCH_AUTO && ctx->tuning.driver_caches);
     bool was_warming = ctx->warming;
     ctx->warming = true; /* the optimized programs, never quick ones */
-    size_t prebuilt_to = 0; /* variants up to here had their programs built side by side */
     for (size_t i = 0; i < n && st == PSR_OK; i++) {
         double start = psr_seconds();
-        if (ctx->tuning.parallel_builds && i == prebuilt_to)
-            prebuilt_to = prebuild_batch(ctx, list, flags, i, n);
         st = psr_warm_one(ctx, &list[i], flags[i], launch);
         char name[96];
         warm_name(ctx, &list[i], flags[i], name, sizeof name);

@@ -94,10 +94,6 @@ struct psr_context {
     void (*upgrader_free)(psr_context *ctx);
     cl_kernel *retired;
     size_t retired_count;
-    /* The kinds of call whose programs were built side by side (the call's
-     * flags in .flags, resolved; ops/warm.c). */
-    psr_warm_variant prebuilt[32];
-    size_t prebuilt_count;
 
     psr_scratch part_value; /* per (row, work-group) best value */
     psr_scratch part_index; /* per (row, work-group) best index */

@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -296,19 +295,11 @@ psr_status psr_program_remember(psr_context *ctx, const char *mem_key, cl_progra
     return st;
 }
 
-/* A program built beside others (psr_programs_prebuild): it stands in
- * for the build from source. */
-typedef struct prebuilt {
-    cl_program program;
-    double seconds;
-} prebuilt;
-
-/* The program of a variant from the disk tier or a build from source (or
- * `pre`), counted in the stats and logged with its time (INFO). With
- * disk_only, *out is NULL where the disk tier has none, and nothing is
- * built. */
+/* The program of a variant from the disk tier or a build from source,
+ * counted in the stats and logged with its time (INFO). With disk_only,
+ * *out is NULL where the disk tier has none, and nothing is built. */
 static psr_status program_load_or_build(psr_context *ctx, const psr_variant *v, const char *options,
-                                        bool quick, bool disk_only, const prebuilt *pre, cl_program *out)
+                                        bool quick, bool disk_only, cl_program *out)
 {
     const char *set_name = psr_kernel_set_name(v->set);
     char *source = psr_kernel_source(v->set);
@@ -320,7 +311,7 @@ static psr_status program_load_or_build(psr_context *ctx, const psr_variant *v, 
     double start = psr_seconds();
     cl_program p = NULL;
     disk_look look = {false, false};
-    if (ctx->disk_enabled && !pre)
+    if (ctx->disk_enabled)
         p = load_from_disk(ctx, key, options, &look);
     psr_status st = PSR_OK;
     bool loaded = p != NULL;
@@ -331,10 +322,7 @@ static psr_status program_load_or_build(psr_context *ctx, const psr_variant *v, 
         *out = NULL;
         return PSR_OK;
     } else {
-        if (pre)
-            p = pre->program;
-        else
-            st = psr_program_build_source(ctx, set_name, source, options, &p);
+        st = psr_program_build_source(ctx, set_name, source, options, &p);
         if (st == PSR_OK) {
             ctx->stats.builds++;
             if (look.discarded)
@@ -348,8 +336,7 @@ static psr_status program_load_or_build(psr_context *ctx, const psr_variant *v, 
         char name[96];
         psr_variant_name(v, name, sizeof name);
         psr_log(ctx, PSR_LOG_INFO, "program '%s'%s %s in %.2f s", name, quick ? " (quick)" : "",
-                loaded ? "loaded from the disk tier" : pre ? "built beside others" : "built",
-                pre ? pre->seconds : psr_seconds() - start);
+                loaded ? "loaded from the disk tier" : "built", psr_seconds() - start);
         psr_log(ctx, PSR_LOG_DEBUG, "program '%s' options: %s", name, options);
         *out = p;
     }
@@ -385,7 +372,7 @@ psr_status psr_program_get_tier(psr_context *ctx, const psr_variant *in, cl_prog
     cl_program p = remembered(ctx, mem_key);
     if (!p && quick_allowed(ctx, v)) {
         /* the optimized program from the disk tier, where it has it */
-        psr_status st = ctx->disk_enabled ? program_load_or_build(ctx, v, options, false, true, NULL, &p) : PSR_OK;
+        psr_status st = ctx->disk_enabled ? program_load_or_build(ctx, v, options, false, true, &p) : PSR_OK;
         if (st != PSR_OK)
             return st;
         if (p) {
@@ -413,7 +400,7 @@ psr_status psr_program_get_tier(psr_context *ctx, const psr_variant *in, cl_prog
         *out = p;
         return PSR_OK;
     }
-    psr_status st = program_load_or_build(ctx, v, options, q, false, NULL, &p);
+    psr_status st = program_load_or_build(ctx, v, options, q, false, &p);
     if (st != PSR_OK)
         return st;
     if (remember(ctx, mem_key, p) != PSR_OK) {
@@ -427,103 +414,6 @@ psr_status psr_program_get_tier(psr_context *ctx, const psr_variant *in, cl_prog
 psr_status psr_program_get(psr_context *ctx, const psr_variant *in, cl_program *out)
 {
     return psr_program_get_tier(ctx, in, out, NULL);
-}
-
-/* ---- builds side by side (psr_programs_prebuild) ---- */
-
-typedef struct prebuild_job {
-    cl_context cl_ctx;
-    cl_device_id device;
-    psr_variant v;
-    char options[1024];
-    char *source;
-    cl_program program; /* NULL when the build failed: the lookup builds again and reports */
-    double seconds;
-} prebuild_job;
-
-static void *prebuild_one(void *arg)
-{
-    prebuild_job *j = arg;
-    double start = psr_seconds();
-    const char *src = j->source;
-    cl_int err;
-    cl_program p = clCreateProgramWithSource(j->cl_ctx, 1, &src, NULL, &err);
-    if (err == CL_SUCCESS && clBuildProgram(p, 1, &j->device, j->options, NULL, NULL) != CL_SUCCESS) {
-        clReleaseProgram(p);
-        p = NULL;
-    }
-    j->program = err == CL_SUCCESS ? p : NULL;
-    j->seconds = psr_seconds() - start;
-    return NULL;
-}
-
-/* The variant's program: already in the memory tier, or loaded from the
- * disk tier now (true), or to be built (false, with its options). */
-static bool prebuild_found(psr_context *ctx, const psr_variant *v, char *options, size_t len)
-{
-    psr_build_options(ctx, v, options, len);
-    char mem_key[1100];
-    snprintf(mem_key, sizeof mem_key, "%s|%s", psr_kernel_set_name(v->set), options);
-    if (remembered(ctx, mem_key))
-        return true;
-    cl_program p = NULL;
-    if (ctx->disk_enabled && program_load_or_build(ctx, v, options, false, true, NULL, &p) == PSR_OK && p) {
-        if (remember(ctx, mem_key, p) != PSR_OK)
-            clReleaseProgram(p);
-        return true;
-    }
-    return false;
-}
-
-void psr_programs_prebuild(psr_context *ctx, const psr_variant *list, size_t n)
-{
-    if (!ctx->tuning.parallel_builds)
-        return;
-    prebuild_job jobs[PSR_PREBUILD_MAX];
-    size_t m = 0;
-    for (size_t i = 0; i < n && m < PSR_PREBUILD_MAX; i++) {
-        psr_variant v = psr_variant_normal(&list[i]);
-        if (quick_allowed(ctx, &v) || (v.fp64 && !(ctx->info.capabilities & PSR_CAP_FP64)))
-            continue; /* quick builds are short; the lookup reports fp64 */
-        prebuild_job *j = &jobs[m];
-        if (prebuild_found(ctx, &v, j->options, sizeof j->options))
-            continue;
-        bool twice = false;
-        for (size_t k = 0; k < m && !twice; k++)
-            twice = strcmp(jobs[k].options, j->options) == 0 && jobs[k].v.set == v.set;
-        if (twice)
-            continue;
-        *j = (prebuild_job){.cl_ctx = ctx->cl_ctx, .device = ctx->device, .v = v};
-        psr_build_options(ctx, &v, j->options, sizeof j->options);
-        j->source = psr_kernel_source(v.set);
-        if (j->source)
-            m++;
-    }
-    /* One build gains nothing from a thread: the lookup does it. */
-    pthread_t threads[PSR_PREBUILD_MAX];
-    bool started[PSR_PREBUILD_MAX] = {false};
-    for (size_t i = 1; m > 1 && i < m; i++)
-        started[i] = pthread_create(&threads[i], NULL, prebuild_one, &jobs[i]) == 0;
-    if (m > 1)
-        prebuild_one(&jobs[0]);
-    for (size_t i = 1; m > 1 && i < m; i++) {
-        if (started[i])
-            pthread_join(threads[i], NULL);
-        else
-            prebuild_one(&jobs[i]);
-    }
-    for (size_t i = 0; i < m; i++) {
-        if (m > 1 && jobs[i].program) {
-            char mem_key[1100];
-            snprintf(mem_key, sizeof mem_key, "%s|%s", psr_kernel_set_name(jobs[i].v.set), jobs[i].options);
-            prebuilt pre = {jobs[i].program, jobs[i].seconds};
-            cl_program p = NULL;
-            if (program_load_or_build(ctx, &jobs[i].v, jobs[i].options, false, false, &pre, &p) != PSR_OK ||
-                remember(ctx, mem_key, p) != PSR_OK)
-                clReleaseProgram(jobs[i].program);
-        }
-        free(jobs[i].source);
-    }
 }
 
 /* A driver that compiles each kernel at its first launch (PoCL) compiles

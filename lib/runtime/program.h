@@ -68,13 +68,6 @@ void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, 
  * (docs/cache.md). */
 psr_status psr_program_get(psr_context *ctx, const psr_variant *v, cl_program *out);
 psr_status psr_program_get_tier(psr_context *ctx, const psr_variant *v, cl_program *out, bool *quick);
-/* Builds the programs of list that are in neither cache tier, each on
- * a thread of its own, where the tuning has parallel builds (drivers that
- * compile a whole program at its build): a call that needs three programs
- * waits for the longest build, not for their sum. A failed build is left
- * to the lookup, which builds it again and reports why. */
-void psr_programs_prebuild(psr_context *ctx, const psr_variant *list, size_t n);
-#define PSR_PREBUILD_MAX 16 /* programs (threads) one psr_programs_prebuild takes; the rest are left */
 /* Puts a program under its memory-tier key (set '|' options) unless the
  * key is there; the context takes the reference. */
 psr_status psr_program_remember(psr_context *ctx, const char *mem_key, cl_program p);

@@ -163,9 +163,7 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                     /* PoCL's optimizing compile of a kernel at its first
                      * launch takes 0.6-1.5 s, its -cl-opt-disable one a
                      * third of that (docs/cache.md). */
-                    .quick_builds = is_pocl(info),
-                    /* PoCL compiles under one lock: threads gain nothing. */
-                    .parallel_builds = !is_pocl(info)};
+                    .quick_builds = is_pocl(info)};
     /* 4 groups per compute unit, a little over a wave of the statistics
      * kernel (it holds 3 per SM on the H200): within a wave every row
      * starts before any decision, and deciding only lengthens the launch. */
@@ -243,8 +241,6 @@ static const tune_var tune_vars[] = {
      TUNE_BOOL, AT(one_kernel_programs), 0, 0, 1, 0},
     {{"PSR_TUNE_QUICK_BUILDS", "quick_builds", "0 or 1"},
      TUNE_BOOL, AT(quick_builds), 0, 0, 1, 0},
-    {{"PSR_TUNE_PARALLEL_BUILDS", "parallel_builds", "0 or 1"},
-     TUNE_BOOL, AT(parallel_builds), 0, 0, 1, 0},
     {{"PSR_TUNE_BUILD_OPTIONS", "extra_options", "at most 255 bytes"}, TUNE_TEXT, AT(extra_options), 0, 0, 255, 0},
 };
 
