@@ -368,39 +368,33 @@ psr_status psr_program_get_tier(psr_context *ctx, const psr_variant *in, cl_prog
     psr_build_options(ctx, v, options, sizeof options);
     char mem_key[1100];
     snprintf(mem_key, sizeof mem_key, "%s|%s", psr_kernel_set_name(v->set), options);
-    bool q = false;
+    bool q = false, loaded = false;
     cl_program p = remembered(ctx, mem_key);
     if (!p && quick_allowed(ctx, v)) {
-        /* the optimized program from the disk tier, where it has it */
+        /* the optimized program from the disk tier where it has it, else
+         * a quick one */
         psr_status st = ctx->disk_enabled ? program_load_or_build(ctx, v, options, false, true, &p) : PSR_OK;
         if (st != PSR_OK)
             return st;
-        if (p) {
-            if (remember(ctx, mem_key, p) != PSR_OK) {
-                clReleaseProgram(p);
-                return psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "out of memory caching a program");
-            }
-            if (quick)
-                *quick = false;
-            *out = p;
-            return PSR_OK;
+        loaded = p != NULL;
+        if (!loaded) {
+            q = true;
+            size_t used = strlen(options);
+            /* -Dinline=: an inline definition is not inlined at -O0, and
+             * NVIDIA's compiler then looks for an external one */
+            snprintf(options + used, sizeof options - used, " -cl-opt-disable -Dinline=");
+            snprintf(mem_key, sizeof mem_key, "%s|%s", psr_kernel_set_name(v->set), options);
+            p = remembered(ctx, mem_key);
         }
-        q = true;
-        size_t used = strlen(options);
-        /* -Dinline=: an inline definition is not inlined at -O0, and
-         * NVIDIA's compiler then looks for an external one */
-        snprintf(options + used, sizeof options - used, " -cl-opt-disable -Dinline=");
-        snprintf(mem_key, sizeof mem_key, "%s|%s", psr_kernel_set_name(v->set), options);
-        p = remembered(ctx, mem_key);
     }
     if (quick)
         *quick = q;
-    if (p) {
+    if (p && !loaded) {
         ctx->stats.memory_hits++;
         *out = p;
         return PSR_OK;
     }
-    psr_status st = program_load_or_build(ctx, v, options, q, false, &p);
+    psr_status st = loaded ? PSR_OK : program_load_or_build(ctx, v, options, q, false, &p);
     if (st != PSR_OK)
         return st;
     if (remember(ctx, mem_key, p) != PSR_OK) {
