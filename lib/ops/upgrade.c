@@ -50,7 +50,43 @@ struct psr_upgrader {
     char failure[PSR_ERROR_MAX];
     atomic_bool stop;
     atomic_bool ready; /* done_count > 0 or a failure to report */
+    /* the process's list of started threads, under registry_lock */
+    psr_upgrader *next;
+    bool joined;
 };
+
+/* Threads still building when the process exits are stopped and joined
+ * first: the driver's compiler (LLVM in PoCL) must not be torn down by
+ * its static destructors under a thread that is using it. */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static psr_upgrader *registry;
+static bool exit_hook;
+
+static void signal_stop(psr_upgrader *u)
+{
+    pthread_mutex_lock(&u->lock);
+    atomic_store(&u->stop, true);
+    pthread_cond_signal(&u->wake);
+    pthread_mutex_unlock(&u->lock);
+}
+
+/* Under registry_lock. */
+static void join_once(psr_upgrader *u)
+{
+    if (u->started && !u->joined)
+        pthread_join(u->thread, NULL);
+    u->joined = true;
+}
+
+static void stop_all_at_exit(void)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (psr_upgrader *u = registry; u; u = u->next)
+        signal_stop(u);
+    for (psr_upgrader *u = registry; u; u = u->next)
+        join_once(u);
+    pthread_mutex_unlock(&registry_lock);
+}
 
 /* Hands the shadow's programs built since the last hand-over to the
  * caller (under the lock). */
@@ -137,13 +173,16 @@ static void adopt(psr_context *ctx)
 static void upgrader_free(psr_context *ctx)
 {
     psr_upgrader *u = ctx->upgrader;
-    pthread_mutex_lock(&u->lock);
-    atomic_store(&u->stop, true);
-    pthread_cond_signal(&u->wake);
-    pthread_mutex_unlock(&u->lock);
+    signal_stop(u);
     /* A build or launch in progress runs to its end (seconds on PoCL). */
-    if (u->started)
-        pthread_join(u->thread, NULL);
+    pthread_mutex_lock(&registry_lock);
+    join_once(u);
+    for (psr_upgrader **at = &registry; *at; at = &(*at)->next)
+        if (*at == u) {
+            *at = u->next;
+            break;
+        }
+    pthread_mutex_unlock(&registry_lock);
     for (size_t i = 0; i < u->job_count; i++)
         clReleaseEvent(u->jobs[i].after);
     for (size_t i = 0; i < u->done_count; i++) {
@@ -221,14 +260,25 @@ static void schedule(psr_context *ctx, size_t index)
         return;
     }
     if (!u->started) {
-        if (make_shadow(ctx, &u->shadow) != PSR_OK || pthread_create(&u->thread, NULL, upgrade_thread, u) != 0) {
+        pthread_mutex_lock(&registry_lock);
+        if (!exit_hook)
+            exit_hook = atexit(stop_all_at_exit) == 0;
+        bool hooked = exit_hook;
+        pthread_mutex_unlock(&registry_lock);
+        if (!hooked || make_shadow(ctx, &u->shadow) != PSR_OK ||
+            pthread_create(&u->thread, NULL, upgrade_thread, u) != 0) {
             clReleaseEvent(after);
             psr_log(ctx, PSR_LOG_WARNING, "background builds unavailable; calls keep the quick programs: %s",
-                    u->shadow ? "cannot start a thread" : psr_last_error(ctx));
+                    !hooked ? "cannot register an exit handler"
+                    : u->shadow ? "cannot start a thread" : psr_last_error(ctx));
             ctx->tuning.quick_builds = 0; /* no more quick programs either */
             return;
         }
+        pthread_mutex_lock(&registry_lock);
         u->started = true;
+        u->next = registry;
+        registry = u;
+        pthread_mutex_unlock(&registry_lock);
     }
     pthread_mutex_lock(&u->lock);
     u->jobs[u->job_count++] = (upgrade_job){index, after};
