@@ -1,6 +1,6 @@
 /* Quick builds, optimized in the background (docs/cache.md).
  *
- * Where the tuning has quick builds (PoCL), a variant's first calls run
+ * Where the tuning has quick builds (opt-in), a variant's first calls run
  * programs built with -cl-opt-disable: the kernels' arithmetic is fixed
  * by the source (no contraction, no fast math), so they give the same
  * bits, and the driver compiles them in a third of the time. From the
@@ -35,6 +35,7 @@ struct psr_upgrader {
     upgrade_variant variants[UPGRADE_VARIANTS];
     size_t variant_count;
     bool started;
+    bool unavailable; /* the context or thread could not be made: no more tries */
     pthread_t thread;
     /* the thread's alone once started */
     psr_context *shadow;
@@ -272,6 +273,7 @@ static void schedule(psr_context *ctx, size_t index)
                     !hooked ? "cannot register an exit handler"
                     : u->shadow ? "cannot start a thread" : psr_last_error(ctx));
             ctx->tuning.quick_builds = 0; /* no more quick programs either */
+            u->unavailable = true;
             return;
         }
         pthread_mutex_lock(&registry_lock);
@@ -294,6 +296,8 @@ void psr_upgrade_after_call(psr_context *ctx, psr_warm_call call, unsigned flags
     if (!ctx->upgrader && upgrader_start(ctx) != PSR_OK)
         return; /* out of memory: calls keep the quick programs */
     psr_upgrader *u = ctx->upgrader;
+    if (u->unavailable)
+        return;
     psr_warm_variant w = {call, 0, PSR_NOISE_FP32, dtype, filtered};
     size_t i = 0;
     while (i < u->variant_count &&
