@@ -312,35 +312,126 @@ inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t
 }
 #endif
 
-#if PSR_ROW_WORDS
-/* One kernel per launch (`gather`): the group stores its best key, counts
- * itself in the row's word, and the last group to count takes the row's
- * best key (into *v and *idx). Rows that are padding or invalid never
- * gather: group 0 reports them. Both conditions are uniform over the
- * group. Returns whether this group writes the row. With
+#if PSR_INT64_ATOMICS
+#define PSR_GATHER 1
+#if USE_FP64
+/* fp64 scores do not fit a key beside their index: a group's slot is two
+ * words, the score's order (psr_record_value) and the index. */
+#define PSR_SLOT_WORDS 2
+inline void psr_store_slot(__global ulong *slot, double v, uint idx)
+{
+    atom_xchg(slot, psr_record_value(v));
+    atom_xchg(slot + 1, (ulong)idx);
+}
+
+/* The best (larger score, then lower index) of `groups` slots, in every
+ * work-item; every work-item must call it. */
+inline void psr_best_slot(__global const ulong *slots, uint groups, uint lid, __local ulong *lk, __local uint *li,
+                          double *v, uint *idx)
+{
+    ulong best = 0; /* below every score's order */
+    uint best_i = 0xffffffffu;
+    for (uint g = lid; g < groups; g += PSR_WG_SIZE) {
+        ulong k = *(volatile __global const ulong *)(slots + 2 * g);
+        uint i = (uint)*(volatile __global const ulong *)(slots + 2 * g + 1);
+        if (k > best || (k == best && i < best_i)) {
+            best = k;
+            best_i = i;
+        }
+    }
+#if PSR_WARP_REDUCE
+    for (uint d = 16; d > 0; d >>= 1) {
+        ulong ok = psr_shfl_down_ul(best, d);
+        uint oi = psr_shfl_down(best_i, d);
+        if (ok > best || (ok == best && oi < best_i)) {
+            best = ok;
+            best_i = oi;
+        }
+    }
+    if (lid % 32 == 0) {
+        lk[lid / 32] = best;
+        li[lid / 32] = best_i;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong k = lk[0];
+    uint i0 = li[0];
+    for (uint w = 1; w < PSR_WARPS; w++) {
+        if (lk[w] > k || (lk[w] == k && li[w] < i0)) {
+            k = lk[w];
+            i0 = li[w];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#else
+    lk[lid] = best;
+    li[lid] = best_i;
+    uint span = 1; /* the reduction spans the slots read, not the group */
+    while (span < min(groups, (uint)PSR_WG_SIZE))
+        span <<= 1;
+    for (uint s = span / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < s && (lk[lid + s] > lk[lid] || (lk[lid + s] == lk[lid] && li[lid + s] < li[lid]))) {
+            lk[lid] = lk[lid + s];
+            li[lid] = li[lid + s];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong k = lk[0];
+    uint i0 = li[0];
+#endif
+    *idx = i0;
+    *v = as_double((k >> 63) ? (k & 0x7fffffffffffffffUL) : ~k); /* psr_record_value's inverse */
+}
+#else
+#define PSR_SLOT_WORDS 1
+inline void psr_store_slot(__global ulong *slot, float v, uint idx)
+{
+    atom_xchg(slot, psr_best_key(v, idx));
+}
+
+inline void psr_best_slot(__global const ulong *slots, uint groups, uint lid, __local ulong *lk, __local uint *li,
+                          float *v, uint *idx)
+{
+    (void)li;
+    ulong key = psr_largest_key(slots, groups, lid, lk);
+    *idx = psr_key_index(key);
+    *v = psr_unordered((uint)(key >> 20));
+}
+#endif
+
+/* One kernel per launch (`gather`): the group stores its best in a slot
+ * of its own, counts itself in the row's word, and the last group to
+ * count takes the row's best (into *v and *idx). Rows that are padding or
+ * invalid never gather: group 0 reports them. Both conditions are uniform
+ * over the group. Returns whether this group writes the row. With
  * PSR_FLAT_BARRIERS every group goes through the barriers, gathering or
  * not, and only `gather` groups count. */
 inline bool psr_gather_row(bool gather, bool active, uint part, uint row_id, uint groups_per_row,
                            __global ulong *best_keys, __global uint *best_count, psr_acc_t *v, uint *idx,
-                           uint lid, __local ulong *lk, __local uint *llast)
+                           uint lid, __local ulong *lk, __local uint *li, __local uint *llast)
 {
     bool join = gather && active;
     if (!PSR_FLAT_BARRIERS && !join)
         return part == 0;
     if (join && lid == 0)
-        atom_xchg(best_keys + get_group_id(0), psr_best_key(*v, *idx));
+        psr_store_slot(best_keys + (ulong)get_group_id(0) * PSR_SLOT_WORDS, *v, *idx);
     bool last = psr_last_group_if(join, best_count + row_id, groups_per_row, llast);
     if (!PSR_FLAT_BARRIERS && !last)
         return false;
-    ulong key = psr_largest_key(best_keys + (ulong)row_id * groups_per_row, last ? groups_per_row : 0, lid, lk);
+    psr_acc_t row_v;
+    uint row_i;
+    psr_best_slot(best_keys + (ulong)row_id * groups_per_row * PSR_SLOT_WORDS, last ? groups_per_row : 0, lid, lk,
+                  li, &row_v, &row_i);
     if (!join)
         return gather && part == 0;
     if (!last)
         return false;
-    *idx = psr_key_index(key);
-    *v = psr_unordered((uint)(key >> 20));
+    *idx = row_i;
+    *v = row_v;
     return true;
 }
+#else
+#define PSR_GATHER 0
 #endif
 
 /* A finished row's token (-1 with `flags` for rows that get none), or
@@ -416,7 +507,7 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
 {
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
-#if PSR_ROW_WORDS
+#if PSR_GATHER
     __local ulong lk[PSR_WG_SIZE];
     __local uint llast;
 #endif
@@ -476,11 +567,11 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
         final_v = psr_race_unscale(final_v, row.shift);
 #endif
     bool finish = groups_per_row == 1;
-#if PSR_ROW_WORDS
+#if PSR_GATHER
     bool gather = !finish && best_keys;
     if (PSR_FLAT_BARRIERS || gather)
         finish = psr_gather_row(gather, active, part, row_id, groups_per_row, best_keys, best_count, &final_v,
-                                &final_i, lid, lk, &llast) || finish;
+                                &final_i, lid, lk, li, &llast) || finish;
 #endif
     if (lid == 0 && !drawn)
         psr_write_result(&p, finish, req, flags, final_v, final_i, row_id, tokens, row_flags, part_value,

@@ -22,4 +22,9 @@ inline float psr_shfl_down_f(float v, uint delta)
 {
     return as_float(psr_shfl_down(as_uint(v), delta));
 }
+
+inline ulong psr_shfl_down_ul(ulong v, uint delta)
+{
+    return upsample(psr_shfl_down((uint)(v >> 32), delta), psr_shfl_down((uint)v, delta));
+}
 #endif

@@ -24,6 +24,7 @@
 #include "detmath.cl"
 #include "vecmath.cl"
 #include "groups.cl"
+#include "shuffle.cl"
 
 #ifndef PSR_LOGIT_DTYPE
 #define PSR_LOGIT_DTYPE 0
@@ -57,6 +58,19 @@
  * they had. Same results either way. */
 #ifndef PSR_FLAT_BARRIERS
 #define PSR_FLAT_BARRIERS 0
+#endif
+
+/* Group reductions by warp shuffles (shuffle.cl) where the device has
+ * them and groups are whole warps: each warp reduces in registers, then
+ * its first work-item hands the warp's result over in local memory; two
+ * barriers instead of one per halving. Results are the same: (value,
+ * index) pairs are totally ordered, and the maximum of values does not
+ * depend on the order. */
+#if PSR_NV_SHUFFLE && PSR_WG_SIZE % 32 == 0 && PSR_WG_SIZE >= 64
+#define PSR_WARP_REDUCE 1
+#define PSR_WARPS (PSR_WG_SIZE / 32)
+#else
+#define PSR_WARP_REDUCE 0
 #endif
 
 #if PSR_LOGIT_DTYPE == 0
@@ -158,8 +172,12 @@ inline ulong psr_record_value(psr_acc_t v)
 #ifndef PSR_INT64_ATOMICS
 #define PSR_INT64_ATOMICS 0
 #endif
-#if PSR_INT64_ATOMICS && !USE_FP64
+#if PSR_INT64_ATOMICS
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
+#endif
+/* PSR_ROW_WORDS: fp32 scores, which fit a key with their index. (The
+ * sampler also gathers fp64 scores, two words a slot: gumbel.cl.) */
+#if PSR_INT64_ATOMICS && !USE_FP64
 #define PSR_ROW_WORDS 1
 
 /* A group's (value, index) as a key: the larger key is the better pair
@@ -184,6 +202,18 @@ inline ulong psr_largest_key(__global const ulong *keys, uint groups, uint lid, 
     ulong best = 0; /* below every key */
     for (uint g = lid; g < groups; g += PSR_WG_SIZE)
         best = max(best, *(volatile __global const ulong *)(keys + g));
+#if PSR_WARP_REDUCE
+    for (uint d = 16; d > 0; d >>= 1)
+        best = max(best, psr_shfl_down_ul(best, d));
+    if (lid % 32 == 0)
+        lk[lid / 32] = best;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong top = lk[0];
+    for (uint w = 1; w < PSR_WARPS; w++)
+        top = max(top, lk[w]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return top;
+#else
     lk[lid] = best;
     uint span = 1; /* the reduction spans the slots read, not the group */
     while (span < min(groups, (uint)PSR_WG_SIZE))
@@ -195,6 +225,7 @@ inline ulong psr_largest_key(__global const ulong *keys, uint groups, uint lid, 
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     return lk[0];
+#endif
 }
 #else
 #define PSR_ROW_WORDS 0
@@ -294,9 +325,54 @@ inline bool psr_better(psr_acc_t va, uint ia, psr_acc_t vb, uint ib)
     return va > vb || (va == vb && ia < ib);
 }
 
+#if PSR_WARP_REDUCE
+inline psr_acc_t psr_shfl_down_acc(psr_acc_t v, uint delta)
+{
+#if USE_FP64
+    return as_double(psr_shfl_down_ul(as_ulong(v), delta));
+#else
+    return psr_shfl_down_f(v, delta);
+#endif
+}
+
+/* The warp's best (value, index) in its lane 0. */
+inline void psr_warp_best(psr_acc_t *v, uint *i)
+{
+    for (uint d = 16; d > 0; d >>= 1) {
+        psr_acc_t ov = psr_shfl_down_acc(*v, d);
+        uint oi = psr_shfl_down(*i, d);
+        if (psr_better(ov, oi, *v, *i)) {
+            *v = ov;
+            *i = oi;
+        }
+    }
+}
+#endif
+
 /* Reduces (value, index) pairs over the work-group; the result is in slot 0. */
 inline void psr_reduce_best(__local psr_acc_t *lv, __local uint *li, uint lid)
 {
+#if PSR_WARP_REDUCE
+    psr_acc_t v = lv[lid];
+    uint i = li[lid];
+    psr_warp_best(&v, &i);
+    barrier(CLK_LOCAL_MEM_FENCE); /* every slot read before the warps' results go in */
+    if (lid % 32 == 0) {
+        lv[lid / 32] = v;
+        li[lid / 32] = i;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) {
+        for (uint w = 1; w < PSR_WARPS; w++) {
+            if (psr_better(lv[w], li[w], v, i)) {
+                v = lv[w];
+                i = li[w];
+            }
+        }
+        lv[0] = v;
+        li[0] = i;
+    }
+#else
     for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
         barrier(CLK_LOCAL_MEM_FENCE);
         if (lid < s && psr_better(lv[lid + s], li[lid + s], lv[lid], li[lid])) {
@@ -304,6 +380,7 @@ inline void psr_reduce_best(__local psr_acc_t *lv, __local uint *li, uint lid)
             li[lid] = li[lid + s];
         }
     }
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
@@ -311,6 +388,18 @@ inline void psr_reduce_best(__local psr_acc_t *lv, __local uint *li, uint lid)
  * (a uniform condition), and lv is free again when it returns. */
 inline psr_acc_t psr_group_max(__local psr_acc_t *lv, psr_acc_t mine, uint lid)
 {
+#if PSR_WARP_REDUCE
+    for (uint d = 16; d > 0; d >>= 1)
+        mine = fmax(mine, psr_shfl_down_acc(mine, d));
+    if (lid % 32 == 0)
+        lv[lid / 32] = mine;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    psr_acc_t top = lv[0];
+    for (uint w = 1; w < PSR_WARPS; w++)
+        top = fmax(top, lv[w]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return top;
+#else
     lv[lid] = mine;
     for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -321,6 +410,7 @@ inline psr_acc_t psr_group_max(__local psr_acc_t *lv, psr_acc_t mine, uint lid)
     psr_acc_t m = lv[0];
     barrier(CLK_LOCAL_MEM_FENCE);
     return m;
+#endif
 }
 
 /* A row's request (*req, -1 for padding) and the flags of its inputs;

@@ -257,6 +257,8 @@ static void check_two_kernel_finish(void)
     check_against_oracle(4, 9000, 3.0f, 0.0f, 0);
     check_against_oracle(16, 32000, 0.5f, 0.7f, 0);
     check_ramp(4, 70000);
+    if (has_fp64)
+        check_against_oracle(4, 40000, 3.0f, 1.0f, PSR_FLAG_FP64_NOISE);
 }
 
 static void test_finish_paths_agree(void **state)
@@ -316,6 +318,8 @@ static void test_finish_paths_agree(void **state)
     assert_true(groups >= 9); /* several buckets in the two-level fold */
     check_against_oracle(8, 40000, 3.0f, 1.0f, PSR_SAMPLE_DRAFTING);
     check_ramp(2, 40000);
+    if (has_fp64) /* fp64 scores gather in two words a group */
+        check_against_oracle(8, 40000, 3.0f, 1.0f, PSR_FLAG_FP64_NOISE);
     if (ctx != saved)
         psr_context_free(ctx);
     else
@@ -684,15 +688,16 @@ static void test_signed_zeros_tie(void **state)
         l[i] = -INFINITY;
     l[0] = -0.0f;
     l[3000] = 0.0f;
-    for (int two_pass = 0; two_pass <= 1; two_pass++) {
+    for (int run = 0; run < (has_fp64 ? 4 : 2); run++) { /* each finish, fp32 and fp64 values */
         psr_tuning split = suite;
         split.sample.resident_per_unit = split.verify.resident_per_unit = 64;
-        split.sample.two_pass = two_pass;
+        split.sample.two_pass = run % 2;
         set_tuning(ctx, &split);
         int64_t seed = 1, pos = 1;
         float t = 0.0f;
         int32_t token = -7;
-        assert_int_equal(sample_host(ctx, l, PSR_DTYPE_F32, 1, 4096, 0, &seed, &pos, &t, 0, &token,
+        unsigned flags = run >= 2 ? PSR_FLAG_FP64_NOISE : 0;
+        assert_int_equal(sample_host(ctx, l, PSR_DTYPE_F32, 1, 4096, 0, &seed, &pos, &t, flags, &token,
                                          NULL, NULL),
                          PSR_OK);
         assert_int_equal(token, 0);

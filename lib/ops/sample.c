@@ -256,7 +256,7 @@ static void plan_sample(psr_context *ctx, const psr_sample_args *a, unsigned fla
     cl_uint chunk, groups;
     psr_split_rows(ctx, a->rows, a->vocab, &chunk, &groups);
     pl->parts = a->rows * groups;
-    pl->one_pass = psr_one_pass(ctx, a->vocab, groups, pl->v.fp64);
+    pl->one_pass = psr_one_pass(ctx, a->vocab, groups, false, pl->v.fp64);
     pl->params = (psr_sample_params){
         .rows = psr_rows_params_of(a->logits_offset, a->row_stride, a->vocab, a->requests, groups, chunk),
         .draft_cache_stride = a->vocab,
@@ -269,15 +269,15 @@ static void plan_sample(psr_context *ctx, const psr_sample_args *a, unsigned fla
         .records_offset = (psr_uint32_t)a->shard_records_offset};
 }
 
-/* The kernels and scratch of the plan: one pass keeps a key per group and
- * a count per row (cl/gumbel.cl); other split rows keep partials for a
- * finishing kernel. Filters reserve theirs and bind their pre-pass. */
+/* The kernels and scratch of the plan: one pass keeps a slot per group (a
+ * key; two words for fp64 scores) and a count per row (cl/gumbel.cl);
+ * other split rows keep partials for a finishing kernel. Filters reserve theirs and bind their pre-pass. */
 static psr_status reserve_sample(psr_context *ctx, const psr_sample_args *a, sample_plan *pl)
 {
     cl_uint groups = pl->params.rows.groups_per_row;
     psr_status st = psr_kernel_get(ctx, &pl->v, "psr_gumbel_sample", &pl->sample);
     if (st == PSR_OK && pl->one_pass) {
-        st = psr_scratch_reserve(ctx, &ctx->best_keys, pl->parts * sizeof(cl_ulong));
+        st = psr_scratch_reserve(ctx, &ctx->best_keys, pl->parts * (pl->v.fp64 ? 2 : 1) * sizeof(cl_ulong));
         if (st == PSR_OK)
             st = psr_scratch_reserve(ctx, &ctx->best_count, a->rows * sizeof(cl_uint));
         pl->best_keys = ctx->best_keys.buffer;

@@ -275,7 +275,7 @@ static void plan_launch(psr_context *ctx, const psr_verify_args *a, unsigned fla
     psr_split_rows_for(ctx, a->requests, a->vocab, ctx->tuning.verify.resident_per_unit, &p->chunk,
                        &p->groups_per_row);
     cl_uint groups = p->groups_per_row, nsb = p->blocks_per_row;
-    pl->one_pass = psr_one_pass(ctx, a->vocab, groups, pl->v.fp64);
+    pl->one_pass = psr_one_pass(ctx, a->vocab, groups, true, pl->v.fp64);
     pl->parts = a->requests * groups;
     p->draft_rows = (cl_uint)(a->rows - a->requests);
     pl->stats_groups = (size_t)p->draft_rows * nsb * (a->draft_cache ? 2 : 1) + a->requests * nsb;

@@ -71,7 +71,7 @@ static size_t warm_programs(const psr_context *ctx, const psr_warm_variant *w, u
         psr_variant v = psr_variant_of(PSR_KERNELS_SAMPLE, flags, w->dtype);
         v.filtered = w->filtered;
         warm_add(ctx, &v, "psr_gumbel_sample", out, &n);
-        if (!psr_one_pass(ctx, 1u << 17, 2, v.fp64))
+        if (!psr_one_pass(ctx, 1u << 17, 2, false, v.fp64))
             warm_add(ctx, &v, "psr_gumbel_finalize", out, &n);
         psr_variant c = psr_variant_of(PSR_KERNELS_SAMPLE, 0, PSR_DTYPE_F32); /* psr_combine's */
         if (sharded)
@@ -92,7 +92,7 @@ static size_t warm_programs(const psr_context *ctx, const psr_warm_variant *w, u
             warm_add(ctx, &v, "psr_verify_fused", out, &n);
         warm_add(ctx, &v, "psr_verify_stats", out, &n);
         warm_add(ctx, &v, "psr_verify_sample", out, &n);
-        if (!psr_one_pass(ctx, 1u << 17, 2, v.fp64))
+        if (!psr_one_pass(ctx, 1u << 17, 2, true, v.fp64))
             warm_add(ctx, &v, "psr_verify_finalize", out, &n);
         static const char *const rounds[] = {"psr_verify_shard_keys", "psr_verify_shard_stats",
                                              "psr_verify_shard_sample", "psr_verify_shard_finish"};

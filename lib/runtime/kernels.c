@@ -113,7 +113,8 @@ static int opencl_c_version(const psr_device_info *info)
 }
 
 /* The options only some sets read: the vector path (the sampler, its
- * noise probes and the filters), logprobs' bound, verification's warp shuffles. */
+ * noise probes and the filters), logprobs' bound, warp shuffles in the
+ * sampler's and verification's reductions. */
 static void set_options(const psr_context *ctx, psr_kernel_set set, char *buf, size_t len)
 {
     buf[0] = '\0';
@@ -122,8 +123,10 @@ static void set_options(const psr_context *ctx, psr_kernel_set set, char *buf, s
         snprintf(buf, len, " -DPSR_VEC=%u", ctx->tuning.sample.vector_width);
     if (set == PSR_KERNELS_LOGPROBS && !ctx->tuning.logprobs.segment_tau)
         snprintf(buf, len, " -DPSR_LP_SEGMENT_TAU=0");
-    if (set == PSR_KERNELS_VERIFY && ctx->tuning.verify.warp_shuffle)
-        snprintf(buf, len, " -DPSR_NV_SHUFFLE=1");
+    if ((set == PSR_KERNELS_VERIFY || set == PSR_KERNELS_SAMPLE) && ctx->tuning.verify.warp_shuffle) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, " -DPSR_NV_SHUFFLE=1");
+    }
 }
 
 void psr_build_options(const psr_context *ctx, const psr_variant *in, char *buf, size_t len)

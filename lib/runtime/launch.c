@@ -191,10 +191,13 @@ void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_
      * ceil(rows * G / resident) waves, each as long as one chunk of
      * vocab / G tokens plus a fixed cost per group (reductions, the gather),
      * counted as two steps of tokens. Rows split into at most
-     * vocab / (min_steps steps) groups, so chunks are about min_steps (2)
-     * steps or longer.
-     * Chunks are whole multiples of a work-item's step (4 tokens, or the
-     * vector path's lanes). */
+     * vocab / (min_steps steps) groups, so chunks are about min_steps
+     * steps or longer. On a GPU a chunk lasts as long as its work-items'
+     * longest share, whole steps: a chunk a few tokens over two steps
+     * takes three. (On a CPU one thread runs the group's work-items in
+     * turn, so there its tokens count.) Of equal costs the fewest groups
+     * win. Chunks are whole multiples of a work-item's step (4 tokens, or
+     * the vector path's lanes). */
     size_t lanes = ctx->tuning.sample.vector_width > 4 ? ctx->tuning.sample.vector_width : 4;
     size_t step = lanes * ctx->tuning.sample.work_group_size;
     size_t resident = resident_per_unit * (ctx->info.compute_units ? ctx->info.compute_units : 1);
@@ -206,7 +209,10 @@ void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_
     double best_cost = 0;
     for (size_t g = 1; g <= (g_max ? g_max : 1); g++) {
         double waves = (double)((rows * g + resident - 1) / resident);
-        double cost = waves * ((double)((vocab + g - 1) / g) + 2.0 * (double)step);
+        size_t tokens = (vocab + g - 1) / g;
+        if (!ctx->tuning.sample.vector_width)
+            tokens = (tokens + step - 1) / step * step;
+        double cost = waves * ((double)tokens + 2.0 * (double)step);
         if (g == 1 || cost < best_cost) {
             best_cost = cost;
             best_g = g;
@@ -229,9 +235,9 @@ _Static_assert(sizeof(psr_shard_rec) == sizeof(psr_shard_record) &&
                "psr_shard_rec is laid out as psr_shard_record");
 _Static_assert(sizeof(psr_filter_params) == 56, "psr_filter_params is laid out as in OpenCL C");
 
-bool psr_one_pass(const psr_context *ctx, size_t vocab, cl_uint groups_per_row, bool fp64)
+bool psr_one_pass(const psr_context *ctx, size_t vocab, cl_uint groups_per_row, bool keys_only, bool fp64)
 {
-    return groups_per_row > 1 && !fp64 && (ctx->info.capabilities & PSR_CAP_INT64_ATOMICS) &&
+    return groups_per_row > 1 && !(keys_only && fp64) && (ctx->info.capabilities & PSR_CAP_INT64_ATOMICS) &&
            vocab <= (1u << 20) && groups_per_row < 4096 && !ctx->tuning.sample.two_pass;
 }
 

@@ -75,10 +75,11 @@ void psr_arg_value(psr_kernel_args *a, const char *name, const void *value, size
 /* __local scratch of `bytes` bytes. */
 void psr_arg_local(psr_kernel_args *a, const char *name, size_t bytes);
 psr_status psr_kernel_args_end(psr_kernel_args *a);
-/* Can split rows finish in one kernel (cl/gumbel.cl's keys per group and
- * counts per row)? It needs 64-bit atomics, fp32 values, indices that fit
- * the key's 20 bits and counts that fit 12. */
-bool psr_one_pass(const psr_context *ctx, size_t vocab, cl_uint groups_per_row, bool fp64);
+/* Can split rows finish in one kernel (a slot per group and a count per
+ * row, cl/gumbel.cl)? It needs 64-bit atomics, indices that fit the key's
+ * 20 bits and counts that fit 12. keys_only: the kernel gathers fp32 keys
+ * only (verification's), so fp64 scores cannot. */
+bool psr_one_pass(const psr_context *ctx, size_t vocab, cl_uint groups_per_row, bool keys_only, bool fp64);
 /* Split rows without one pass: the finishing kernel `name` of variant v
  * and room for each group's partial (ctx->part_value, ctx->part_index). */
 psr_status psr_reserve_partials(psr_context *ctx, const psr_variant *v, const char *name, size_t parts,
