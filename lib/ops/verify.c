@@ -272,8 +272,7 @@ static void plan_launch(psr_context *ctx, const psr_verify_args *a, unsigned fla
     p->rows = (cl_uint)a->rows;
     p->requests = (cl_uint)a->requests;
     p->blocks_per_row = (p->vocab + PSR_SB - 1) / PSR_SB;
-    psr_split_rows_for(ctx, a->requests, a->vocab, ctx->tuning.verify.resident_per_unit, &p->chunk,
-                       &p->groups_per_row);
+    psr_split_verify(ctx, a->requests, a->vocab, &p->chunk, &p->groups_per_row);
     cl_uint groups = p->groups_per_row, nsb = p->blocks_per_row;
     pl->one_pass = psr_one_pass(ctx, a->vocab, groups, true, pl->v.fp64);
     pl->parts = a->requests * groups;

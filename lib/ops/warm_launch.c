@@ -57,11 +57,14 @@ static psr_status warm_begin(psr_context *ctx, warm_inputs *in, size_t largest)
 
 /* The smallest vocabulary whose one row splits over two groups, so that
  * the launch takes the split rows' kernels too. */
-static size_t warm_split_vocab(const psr_context *ctx, size_t resident_per_unit)
+static size_t warm_split_vocab(const psr_context *ctx, bool verify)
 {
     for (size_t v = 256; v <= ((size_t)1 << 17); v *= 2) {
         cl_uint chunk, groups;
-        psr_split_rows_for(ctx, 1, v, resident_per_unit, &chunk, &groups);
+        if (verify)
+            psr_split_verify(ctx, 1, v, &chunk, &groups);
+        else
+            psr_split_rows(ctx, 1, v, &chunk, &groups);
         if (groups >= 2)
             return v;
     }
@@ -111,7 +114,7 @@ static psr_status warm_sharded_sample(warm_inputs *in, const psr_sample_args *wh
  * when `filtered`; `sharded`: then again as one shard of itself. */
 psr_status psr_warm_launch_sample(psr_context *ctx, unsigned flags, psr_dtype dtype, bool filtered, bool sharded)
 {
-    size_t vocab = warm_split_vocab(ctx, ctx->tuning.sample.resident_per_unit);
+    size_t vocab = warm_split_vocab(ctx, false);
     const float one = 1.0f, top_p = 0.5f, min_p = 0.1f;
     const int32_t top_k = 1;
     warm_inputs in;
@@ -278,7 +281,7 @@ static psr_status warm_launch_verify_shape(psr_context *ctx, unsigned flags, psr
  * as one launch) enough requests to take the separate kernels. */
 psr_status psr_warm_launch_verify(psr_context *ctx, unsigned flags, psr_dtype dtype, bool sharded)
 {
-    size_t vocab = warm_split_vocab(ctx, ctx->tuning.verify.resident_per_unit);
+    size_t vocab = warm_split_vocab(ctx, true);
     psr_status st = warm_launch_verify_shape(ctx, flags, dtype, 1, vocab, sharded);
     if (st == PSR_OK && ctx->tuning.verify.fused_groups > 0)
         st = warm_launch_verify_shape(ctx, flags, dtype, ctx->tuning.verify.fused_groups / 2 + 1, 64, false);

@@ -180,11 +180,18 @@ psr_status psr_resolve_flags(psr_context *ctx, unsigned flags, const char *name,
 void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *chunk,
                     cl_uint *groups)
 {
-    psr_split_rows_for(ctx, rows, vocab, ctx->tuning.sample.resident_per_unit, chunk, groups);
+    psr_split_rows_for(ctx, rows, vocab, ctx->tuning.sample.resident_per_unit, ctx->tuning.sample.min_steps, chunk,
+                       groups);
+}
+
+void psr_split_verify(const psr_context *ctx, size_t requests, size_t vocab, cl_uint *chunk, cl_uint *groups)
+{
+    size_t steps = ctx->tuning.sample.min_steps > 2 ? ctx->tuning.sample.min_steps : 2;
+    psr_split_rows_for(ctx, requests, vocab, ctx->tuning.verify.resident_per_unit, steps, chunk, groups);
 }
 
 void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_t resident_per_unit,
-                        cl_uint *chunk, cl_uint *groups)
+                        size_t min_steps, cl_uint *chunk, cl_uint *groups)
 {
     /* Pick the split G (groups per row) with the least modelled time: the
      * device runs `resident` groups at once, so rows * G groups take
@@ -201,7 +208,7 @@ void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_
     size_t lanes = ctx->tuning.sample.vector_width > 4 ? ctx->tuning.sample.vector_width : 4;
     size_t step = lanes * ctx->tuning.sample.work_group_size;
     size_t resident = resident_per_unit * (ctx->info.compute_units ? ctx->info.compute_units : 1);
-    size_t least = ctx->tuning.sample.min_steps * step;
+    size_t least = min_steps * step;
     size_t g_max = (vocab + least - 1) / least;
     if (g_max > 4095)
         g_max = 4095;
