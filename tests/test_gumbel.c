@@ -246,6 +246,39 @@ static void check_ramp(size_t rows, size_t vocab)
     free(logits), free(seeds), free(pos), free(temps), free(tokens);
 }
 
+/* Adversarial for the bound that skips Philox: a logit of 0 at every
+ * 8,192nd token (so groups see one early and raise their floor) and a
+ * crowd of tokens d below it, which wins a few rows (11 of 256 at d =
+ * 12). A block of crowd tokens skipped on a bound 10 nats too tight loses
+ * one of them (the control, run on PoCL's vector path). */
+static void check_crowd(size_t rows, size_t vocab, float d)
+{
+    float *logits = malloc(rows * vocab * sizeof *logits);
+    int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
+    float *temps = malloc(rows * 4);
+    int32_t *tokens = malloc(rows * 4);
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t i = 0; i < vocab; i++)
+            logits[r * vocab + i] = i % 8192 == 0 ? 0.0f : -d + 0.25f * normal();
+        seeds[r] = (int64_t)((uint64_t)rnd() << 32 | rnd());
+        pos[r] = r;
+        temps[r] = 1.0f;
+    }
+    assert_int_equal(sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps, 0, tokens,
+                                 NULL, NULL),
+                     PSR_OK);
+    size_t crowd = 0;
+    for (size_t r = 0; r < rows; r++) {
+        int32_t want = psr_oracle_sample_row(logits + r * vocab, vocab, 1.0f, seeds[r], pos[r], false,
+                                             PSR_ORACLE_FP32, NULL);
+        crowd += want % 8192 != 0;
+        if (tokens[r] != want)
+            fail_msg("crowd %g below, row %zu: token %d, oracle %d", (double)d, r, tokens[r], want);
+    }
+    print_message("the crowd %g below won %zu of %zu rows\n", (double)d, crowd, rows);
+    free(logits), free(seeds), free(pos), free(temps), free(tokens);
+}
+
 /* The two ways a split row finishes (one kernel with 64-bit atomics, or a
  * second kernel), the two Random123 multiplies, and the scalar and vector
  * token loops give the same tokens. The default suite finishes in two
@@ -341,8 +374,10 @@ static void test_tokens_equal_oracle(void **state)
     check_against_oracle(1, 1048576, 2.0f, 0.8f, PSR_SAMPLE_DRAFTING);
     /* Peaked rows (one logit far above the rest). */
     check_against_oracle(16, 32000, 0.5f, 0.7f, 0);
-    /* Adversarial for pruning: rising logits keep raising the best. */
+    /* Adversarial for pruning: rising logits keep raising the best; a
+     * crowd just inside the bound. */
     check_ramp(4, 70000);
+    check_crowd(256, 32768, 12.0f);
     check_against_oracle(32, 4097, 3.0f, 1.0f, PSR_FLAG_WIDE_NOISE);
     check_against_oracle(2, 262144, 3.0f, 0.7f, PSR_FLAG_WIDE_NOISE | PSR_SAMPLE_DRAFTING);
     if (has_fp64) {
