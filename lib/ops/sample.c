@@ -271,7 +271,8 @@ static void plan_sample(psr_context *ctx, const psr_sample_args *a, unsigned fla
 
 /* The kernels and scratch of the plan: one pass keeps a slot per group (a
  * key; two words for fp64 scores) and a count per row (cl/gumbel.cl);
- * other split rows keep partials for a finishing kernel. Filters reserve theirs and bind their pre-pass. */
+ * other split rows keep partials for a finishing kernel. Filters reserve
+ * theirs and bind their pre-pass. */
 static psr_status reserve_sample(psr_context *ctx, const psr_sample_args *a, sample_plan *pl)
 {
     cl_uint groups = pl->params.rows.groups_per_row;
