@@ -69,6 +69,22 @@
 #if PSR_NV_SHUFFLE && PSR_WG_SIZE % 32 == 0 && PSR_WG_SIZE >= 64
 #define PSR_WARP_REDUCE 1
 #define PSR_WARPS (PSR_WG_SIZE / 32)
+/* `T name(T mine, uint lid, __local T *l)`: the group's largest `mine`
+ * (by `maxf`) in every work-item; l is free again when it returns. */
+#define PSR_DEFINE_WARP_MAX(name, T, shfl, maxf)                                                  \
+    inline T name(T mine, uint lid, __local T *l)                                                 \
+    {                                                                                             \
+        for (uint d = 16; d > 0; d >>= 1)                                                         \
+            mine = maxf(mine, shfl(mine, d));                                                     \
+        if (lid % 32 == 0)                                                                        \
+            l[lid / 32] = mine;                                                                   \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                             \
+        T top = l[0];                                                                             \
+        for (uint w = 1; w < PSR_WARPS; w++)                                                      \
+            top = maxf(top, l[w]);                                                                \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                             \
+        return top;                                                                               \
+    }
 #else
 #define PSR_WARP_REDUCE 0
 #endif
@@ -193,6 +209,10 @@ inline uint psr_key_index(ulong key)
     return 0xfffffu - (uint)(key & 0xfffffu);
 }
 
+#if PSR_WARP_REDUCE
+PSR_DEFINE_WARP_MAX(psr_warp_group_max_ul, ulong, psr_shfl_down_ul, max)
+#endif
+
 /* The largest of `groups` keys (psr_best_key) that groups of this
  * launch stored in keys, in every work-item (each reads some of them: one
  * work-item's volatile loads go one after another); every work-item must
@@ -203,16 +223,7 @@ inline ulong psr_largest_key(__global const ulong *keys, uint groups, uint lid, 
     for (uint g = lid; g < groups; g += PSR_WG_SIZE)
         best = max(best, *(volatile __global const ulong *)(keys + g));
 #if PSR_WARP_REDUCE
-    for (uint d = 16; d > 0; d >>= 1)
-        best = max(best, psr_shfl_down_ul(best, d));
-    if (lid % 32 == 0)
-        lk[lid / 32] = best;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    ulong top = lk[0];
-    for (uint w = 1; w < PSR_WARPS; w++)
-        top = max(top, lk[w]);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return top;
+    return psr_warp_group_max_ul(best, lid, lk);
 #else
     lk[lid] = best;
     uint span = 1; /* the reduction spans the slots read, not the group */
@@ -335,6 +346,8 @@ inline psr_acc_t psr_shfl_down_acc(psr_acc_t v, uint delta)
 #endif
 }
 
+PSR_DEFINE_WARP_MAX(psr_warp_group_max_acc, psr_acc_t, psr_shfl_down_acc, fmax)
+
 /* The warp's best (value, index) in its lane 0. */
 inline void psr_warp_best(psr_acc_t *v, uint *i)
 {
@@ -389,16 +402,7 @@ inline void psr_reduce_best(__local psr_acc_t *lv, __local uint *li, uint lid)
 inline psr_acc_t psr_group_max(__local psr_acc_t *lv, psr_acc_t mine, uint lid)
 {
 #if PSR_WARP_REDUCE
-    for (uint d = 16; d > 0; d >>= 1)
-        mine = fmax(mine, psr_shfl_down_acc(mine, d));
-    if (lid % 32 == 0)
-        lv[lid / 32] = mine;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    psr_acc_t top = lv[0];
-    for (uint w = 1; w < PSR_WARPS; w++)
-        top = fmax(top, lv[w]);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return top;
+    return psr_warp_group_max_acc(mine, lid, lv);
 #else
     lv[lid] = mine;
     for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
