@@ -82,9 +82,12 @@ if pkg-config --print-requires --print-requires-private psr | grep -qi clblast |
 fi
 pkg-config --print-requires psr | grep -q OpenCL || die "psr.pc does not require OpenCL"
 
-# CLBlast present: is it installed for the dynamic linker?
+# CLBlast present: is it installed for the dynamic linker? (The list is
+# read whole first: grep -q stops reading at its match, and under pipefail
+# the writer's SIGPIPE would fail the test.)
 clblast_here=0
-if { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep -q 'libclblast\.so'; then
+linker_libs=$({ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null || true)
+if grep -q 'libclblast\.so' <<<"$linker_libs"; then
   clblast_here=1
 elif [ "$require_clblast" = 1 ]; then
   die "CLBlast is not installed (Debian: libclblast1), and --require-clblast"
