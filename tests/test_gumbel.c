@@ -197,86 +197,91 @@ static void test_token_vectors(void **state)
 
 /* ---- tokens equal the oracle's on random logits ---- */
 
-static void check_against_oracle(size_t rows, size_t vocab, float sigma, float temp, unsigned flags)
+/* Samples `rows` rows of fp32 `logits` at temperature `temp` with the
+ * rows' seeds and positions (random where NULL), and fails on the first
+ * token that is not the oracle's; the oracle's tokens go to `want` when it
+ * is not NULL. */
+static void sample_like_oracle(const float *logits, size_t rows, size_t vocab, float temp, unsigned flags,
+                               const int64_t *seeds_in, const int64_t *pos_in, int32_t *want)
 {
-    float *logits = malloc(rows * vocab * sizeof *logits);
     int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
     float *temps = malloc(rows * 4);
     int32_t *tokens = malloc(rows * 4);
-    for (size_t i = 0; i < rows * vocab; i++)
-        logits[i] = sigma * normal();
     for (size_t r = 0; r < rows; r++) {
-        seeds[r] = (int64_t)((uint64_t)rnd() << 32 | rnd());
-        pos[r] = rnd() % (1u << 30);
+        seeds[r] = seeds_in ? seeds_in[r] : (int64_t)((uint64_t)rnd() << 32 | rnd());
+        pos[r] = pos_in ? pos_in[r] : rnd() % (1u << 30);
         temps[r] = temp;
     }
-    psr_status st = sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
-                                    flags, tokens, NULL, NULL);
+    psr_status st = sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps, flags, tokens,
+                                NULL, NULL);
     if (st != PSR_OK)
         fail_msg("%s: %s", psr_status_string(st), psr_last_error(ctx));
     for (size_t r = 0; r < rows; r++) {
-        int32_t want = psr_oracle_sample_row(logits + r * vocab, vocab, temp, seeds[r], pos[r],
-                                             flags & PSR_SAMPLE_DRAFTING, noise_of(flags), NULL);
-        if (tokens[r] != want)
-            fail_msg("vocab %zu temp %g flags %u row %zu: token %d, oracle %d", vocab, (double)temp,
-                     flags, r, tokens[r], want);
+        int32_t oracle = psr_oracle_sample_row(logits + r * vocab, vocab, temp, seeds[r], pos[r],
+                                               flags & PSR_SAMPLE_DRAFTING, noise_of(flags), NULL);
+        if (tokens[r] != oracle)
+            fail_msg("vocab %zu temp %g flags %u row %zu: token %d, oracle %d", vocab, (double)temp, flags, r,
+                     tokens[r], oracle);
+        if (want)
+            want[r] = oracle;
     }
-    free(logits), free(seeds), free(pos), free(temps), free(tokens);
+    free(seeds), free(pos), free(temps), free(tokens);
+}
+
+static void check_against_oracle(size_t rows, size_t vocab, float sigma, float temp, unsigned flags)
+{
+    float *logits = malloc(rows * vocab * sizeof *logits);
+    for (size_t i = 0; i < rows * vocab; i++)
+        logits[i] = sigma * normal();
+    sample_like_oracle(logits, rows, vocab, temp, flags, NULL, NULL, NULL);
+    free(logits);
 }
 
 static void check_ramp(size_t rows, size_t vocab)
 {
     float *logits = malloc(rows * vocab * sizeof *logits);
-    int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
-    float *temps = malloc(rows * 4);
-    int32_t *tokens = malloc(rows * 4);
-    for (size_t r = 0; r < rows; r++) {
+    for (size_t r = 0; r < rows; r++)
         for (size_t i = 0; i < vocab; i++)
             logits[r * vocab + i] = (float)i * (r % 2 ? 1e-4f : 1e-5f) + 0.01f * normal();
-        seeds[r] = rnd();
-        pos[r] = r;
-        temps[r] = 1.0f;
-    }
-    assert_int_equal(sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps, 0,
-                                     tokens, NULL, NULL),
-                     PSR_OK);
-    for (size_t r = 0; r < rows; r++)
-        assert_int_equal(tokens[r], psr_oracle_sample_row(logits + r * vocab, vocab, 1.0f, seeds[r],
-                                                          pos[r], false, PSR_ORACLE_FP32, NULL));
-    free(logits), free(seeds), free(pos), free(temps), free(tokens);
+    sample_like_oracle(logits, rows, vocab, 1.0f, 0, NULL, NULL, NULL);
+    free(logits);
 }
 
-/* Adversarial for the bound that skips Philox: a logit of 0 at every
- * 8,192nd token (so groups see one early and raise their floor) and a
- * crowd of tokens d below it, which wins a few rows (11 of 256 at d =
- * 12). A block of crowd tokens skipped on a bound 10 nats too tight loses
- * one of them (the control, run on PoCL's vector path). */
-static void check_crowd(size_t rows, size_t vocab, float d)
+/* Adversarial for the bounds that skip Philox or the logs: every token i
+ * gets the logit -g_i (its own noise, negated), so all of them score
+ * about 0 and each group's floor soon reaches 0, except token j, the
+ * row's largest noise, which gets 1e-3 - g_j and wins by 1e-3 from more
+ * than 13 below the rest, and the other tokens of j's 64 (-40: they never
+ * win), so that j's block of the vector path tops at j. A position is
+ * searched per row until g_j > 13.2: then a bound 10 nats too tight (the
+ * control, run on PoCL's vector path) skips j. */
+static void check_edge_winner(size_t rows, size_t vocab)
 {
-    float *logits = malloc(rows * vocab * sizeof *logits);
+    float *logits = malloc(rows * vocab * sizeof *logits), *g = malloc(vocab * sizeof *g);
     int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
-    float *temps = malloc(rows * 4);
-    int32_t *tokens = malloc(rows * 4);
+    int32_t *want = malloc(rows * 4);
+    size_t *winner = malloc(rows * sizeof *winner);
     for (size_t r = 0; r < rows; r++) {
-        for (size_t i = 0; i < vocab; i++)
-            logits[r * vocab + i] = i % 8192 == 0 ? 0.0f : -d + 0.25f * normal();
         seeds[r] = (int64_t)((uint64_t)rnd() << 32 | rnd());
-        pos[r] = r;
-        temps[r] = 1.0f;
+        for (pos[r] = rnd() % (1u << 29);; pos[r]++) {
+            uint32_t key = psr_oracle_row_key((uint64_t)seeds[r], (uint64_t)pos[r], false);
+            size_t j = 0;
+            for (size_t i = 0; i < vocab; i++) {
+                g[i] = psr_oracle_gumbel32(key, (uint32_t)i);
+                j = g[i] > g[j] ? i : j;
+            }
+            if (g[j] > 13.2f) {
+                for (size_t i = 0; i < vocab; i++)
+                    logits[r * vocab + i] = i == j ? 1e-3f - g[j] : i / 64 == j / 64 ? -40.0f : -g[i];
+                winner[r] = j;
+                break;
+            }
+        }
     }
-    assert_int_equal(sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps, 0, tokens,
-                                 NULL, NULL),
-                     PSR_OK);
-    size_t crowd = 0;
-    for (size_t r = 0; r < rows; r++) {
-        int32_t want = psr_oracle_sample_row(logits + r * vocab, vocab, 1.0f, seeds[r], pos[r], false,
-                                             PSR_ORACLE_FP32, NULL);
-        crowd += want % 8192 != 0;
-        if (tokens[r] != want)
-            fail_msg("crowd %g below, row %zu: token %d, oracle %d", (double)d, r, tokens[r], want);
-    }
-    print_message("the crowd %g below won %zu of %zu rows\n", (double)d, crowd, rows);
-    free(logits), free(seeds), free(pos), free(temps), free(tokens);
+    sample_like_oracle(logits, rows, vocab, 1.0f, 0, seeds, pos, want);
+    for (size_t r = 0; r < rows; r++)
+        assert_int_equal(want[r], (int32_t)winner[r]); /* the row is built as intended */
+    free(logits), free(g), free(seeds), free(pos), free(want), free(winner);
 }
 
 /* The two ways a split row finishes (one kernel with 64-bit atomics, or a
@@ -375,9 +380,9 @@ static void test_tokens_equal_oracle(void **state)
     /* Peaked rows (one logit far above the rest). */
     check_against_oracle(16, 32000, 0.5f, 0.7f, 0);
     /* Adversarial for pruning: rising logits keep raising the best; a
-     * crowd just inside the bound. */
+     * winner by a hair from far below the rest. */
     check_ramp(4, 70000);
-    check_crowd(256, 32768, 12.0f);
+    check_edge_winner(4, 32768);
     check_against_oracle(32, 4097, 3.0f, 1.0f, PSR_FLAG_WIDE_NOISE);
     check_against_oracle(2, 262144, 3.0f, 0.7f, PSR_FLAG_WIDE_NOISE | PSR_SAMPLE_DRAFTING);
     if (has_fp64) {
