@@ -221,6 +221,52 @@ static void test_upgrade_adopted(void **state)
     psr_context_free(ctx);
 }
 
+/* Plain sampling of the first 1,000 logits as one row. */
+static void sample_short_row(psr_context *ctx)
+{
+    int64_t seed = 1, position = 0;
+    float temp = 0.8f;
+    int32_t token;
+    psr_sample_host_args a;
+    assert_int_equal(psr_sample_host_args_init(&a, sizeof a), PSR_OK);
+    a.rows = 1, a.vocab = 1000, a.logits = logits, a.logits_dtype = PSR_DTYPE_F32;
+    a.seeds = &seed, a.positions = &position, a.temperatures = &temp, a.tokens = &token;
+    if (psr_sample_host(ctx, &a) != PSR_OK)
+        fail_msg("psr_sample_host: %s", psr_last_error(ctx));
+}
+
+/* A variant whose programs an earlier one built brings no program of
+ * its own: logprobs without filters after logprobs with top-p, scheduled
+ * while the first build runs. Its hand-over comes after the caller
+ * adopted the first one's, or just before it (the threads decide); the
+ * build after it must still hand its programs over (an empty hand-over
+ * once freed the list, and the next one wrote into it). Lookups every
+ * millisecond make the first order likely, three rounds more so. */
+static void test_upgrade_with_nothing_new(void **state)
+{
+    (void)state;
+    const sample_case plain = {0, PSR_NOISE_FP32, 0, 1.0f, 0.0f};
+    int32_t want[ROWS], got[ROWS];
+    float lp[ROWS], top[ROWS * TOP_N];
+    int32_t rank[ROWS], ids[ROWS * TOP_N];
+    sample(optimized, &plain, want);
+    for (int round = 0; round < 3; round++) {
+        psr_context *ctx = quick_context();
+        for (int i = 0; i < 4; i++)
+            logprobs(ctx, i < 2 ? 0.9f : 1.0f, lp, rank, ids, top);
+        /* Plain sampling of one short row: a lookup (and adoption) every
+         * millisecond or so, while the logprobs builds finish. */
+        time_t start = time(NULL);
+        for (int calls = 0; calls < 2 || (ctx->adopted < 2 && time(NULL) - start < 300); calls++)
+            sample_short_row(ctx);
+        assert_int_equal(ctx->adopted, 2);
+        sample(ctx, &plain, got);
+        assert_memory_equal(want, got, sizeof want);
+        assert_false(kernel_is_quick(ctx, "psr_gumbel_sample"));
+        psr_context_free(ctx);
+    }
+}
+
 /* Where the disk tier holds the optimized program, a quick context
  * loads it rather than building a quick one. */
 static void test_disk_tier_first(void **state)
@@ -265,6 +311,7 @@ int main(void)
         cmocka_unit_test(test_logprobs_same_bits),
         cmocka_unit_test(test_verify_same_bits),
         cmocka_unit_test(test_upgrade_adopted),
+        cmocka_unit_test(test_upgrade_with_nothing_new),
         cmocka_unit_test(test_disk_tier_first),
         cmocka_unit_test(test_free_while_building),
     };

@@ -95,6 +95,11 @@ static void hand_over(psr_upgrader *u, double seconds)
 {
     psr_context *s = u->shadow;
     size_t n = s->program_count - u->handed;
+    u->done_seconds += seconds;
+    /* A variant whose programs an earlier one built brings none; realloc
+     * to zero bytes would free the list. */
+    if (u->done_count + n == 0)
+        return;
     psr_program_entry *grown = realloc(u->done, (u->done_count + n) * sizeof *grown);
     if (!grown) {
         psr_strlcpy(u->failure, "out of memory handing programs over", sizeof u->failure);
@@ -109,7 +114,6 @@ static void hand_over(psr_upgrader *u, double seconds)
         u->done[u->done_count++] = (psr_program_entry){key, s->programs[i].program};
     }
     u->handed = s->program_count;
-    u->done_seconds += seconds;
 }
 
 static void *upgrade_thread(void *arg)
