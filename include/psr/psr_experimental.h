@@ -89,7 +89,7 @@ typedef struct psr_tuning {
                                  driver compiles a whole program at its build, off on PoCL */
     int quick_builds;         /* a variant's first calls run unoptimized builds (-cl-opt-disable,
                                  the same bits) while the optimized ones compile in the
-                                 background; off by default (PSR_TUNE_QUICK_BUILDS; docs/cache.md) */
+                                 background; on by default on PoCL only (PSR_TUNE_QUICK_BUILDS; docs/cache.md) */
     char extra_options[256];  /* appended to every build (PSR_TUNE_BUILD_OPTIONS), or "" */
 } psr_tuning;
 

@@ -161,10 +161,10 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                      * compiles a kernel at its first launch, and a program
                      * more costs it a front end over the whole source. */
                     .one_kernel_programs = !is_pocl(info),
-                    /* Off everywhere: with PoCL 3.1 the background build
-                     * corrupted the heap when the process built another
-                     * program at the same time (docs/cache.md). */
-                    .quick_builds = 0};
+                    /* PoCL compiles an unoptimized kernel in a third of
+                     * the time. NVIDIA's first calls gained too little
+                     * for what they cost (docs/cache.md). */
+                    .quick_builds = is_pocl(info)};
     /* 4 groups per compute unit, a little over a wave of the statistics
      * kernel (it holds 3 per SM on the H200): within a wave every row
      * starts before any decision, and deciding only lengthens the launch. */
