@@ -153,7 +153,7 @@ inline float psr_det_div(float a, float b, float r)
     return fma(rem, r, q);
 }
 
-#if USE_FP64
+#if PSR_WITH_FP64
 #define PSR_LN2_HI_D 0x1.62e42fee00000p-1
 #define PSR_LN2_LO_D 0x1.a39ef35793c76p-33
 

@@ -70,6 +70,58 @@ inline float psr_filter_unkey(uint k)
     return as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
+/* The noise of the rows a filter draws from their lists (the only code
+ * that reads it). */
+#define PSR_FILTER_NOISE_FP32 0
+#define PSR_FILTER_NOISE_WIDE 1
+#define PSR_FILTER_NOISE_FP64 2
+/* With PSR_FILTER_NOISE_ARGS=1 (CPUs) from the call's parameters, else
+ * the variant's own, built in. */
+#ifndef PSR_FILTER_NOISE_ARGS
+#define PSR_FILTER_NOISE_ARGS 0
+#endif
+#if PSR_FILTER_NOISE_ARGS
+#define PSR_FILTER_NOISE_OF(p) (p).noise
+#define PSR_FILTER_DRAFTING_OF(p) (p).drafting
+#else
+#define PSR_FILTER_NOISE_OF(p) \
+    (USE_FP64 ? PSR_FILTER_NOISE_FP64 : USE_WIDE ? PSR_FILTER_NOISE_WIDE : PSR_FILTER_NOISE_FP32)
+#define PSR_FILTER_DRAFTING_OF(p) IS_DRAFTING
+#endif
+
+/* A row's key, on the draft stream's salted positions where `drafting`. */
+inline uint psr_filter_row_key(ulong seed, ulong pos, uint drafting)
+{
+    return psr_draw(seed, pos + (drafting ? PSR_DRAFT_SALT : 0UL)).x;
+}
+
+/* The Gumbel-max score of a listed token (the scaled logit its key gives
+ * back, plus its noise), as the sampler adds them (psr_consider_cut), in
+ * *k as an unsigned key of the same order (ties equal: -0 and +0 give
+ * one key); false for a score of -inf, which never wins. */
+inline bool psr_filter_score(uint key, uint row_key, uint id, uint noise, ulong *k)
+{
+    float s = psr_filter_unkey(key);
+    uint2 w = psr_token_words(row_key, id);
+#if PSR_WITH_FP64
+    if (noise == PSR_FILTER_NOISE_FP64) {
+        double v = (double)s + psr_noise_fp64(w);
+        ulong b = as_ulong(v == 0.0 ? 0.0 : v);
+        *k = (b >> 63) ? ~b : (b | 0x8000000000000000UL);
+        return v > -INFINITY;
+    }
+#endif
+    float v = s + (noise == PSR_FILTER_NOISE_WIDE ? psr_noise_wide(w) : psr_noise_fp32(w));
+    *k = (ulong)psr_filter_key(v) << 32;
+    return v > -INFINITY;
+}
+
+/* Does (k, id) beat the best so far? A larger score, then the lower id. */
+inline bool psr_filter_beats(ulong k, uint id, ulong best, uint best_i)
+{
+    return best_i == 0xffffffffu || k > best || (k == best && id < best_i);
+}
+
 /* A row's output: its threshold and whether its token is already drawn. */
 inline void psr_filter_set(__global float *thresholds, uint row, float cut, bool sampled)
 {
@@ -563,21 +615,21 @@ inline uint psr_filter_search_serial(__global const psr_logit_t *src, float t, f
  * would draw over the row (psr_filter_sample_list); 0xffffffff when no
  * score is above -inf. */
 inline uint psr_filter_draw_serial(volatile __global const uint *keys, volatile __global const uint *ids, uint n,
-                                   uint cut_key, uint row_key)
+                                   uint cut_key, uint row_key, uint noise)
 {
-    psr_acc_t best = PSR_ACC_NEG_INF;
+    ulong best = 0;
     uint best_i = 0xffffffffu;
     for (uint c = 0; c < n; c++) {
         if (keys[c] < cut_key)
             continue;
         uint id = ids[c];
-        psr_acc_t v = (psr_acc_t)psr_filter_unkey(keys[c]) + psr_noise(psr_token_words(row_key, id));
-        if (psr_better(v, id, best, best_i)) {
-            best = v;
+        ulong k;
+        if (psr_filter_score(keys[c], row_key, id, noise, &k) && psr_filter_beats(k, id, best, best_i)) {
+            best = k;
             best_i = id;
         }
     }
-    return best > PSR_ACC_NEG_INF ? best_i : 0xffffffffu;
+    return best_i;
 }
 #endif
 
@@ -700,18 +752,8 @@ inline void psr_filter_gather(__global const psr_logit_t *src, bool aligned, con
 #define PSR_FILTER_DIRECT_ARGS                                                                    \
     __global const long *seeds, __global const long *positions, __global int *tokens,            \
         __global uint *row_flags
-#define PSR_FILTER_DIRECT_PASS seeds, positions, tokens, row_flags, direct_max, p.tokens64
-
-/* A Gumbel-max score as an unsigned key of the same order (ties equal). */
-inline ulong psr_filter_score_key(psr_acc_t v)
-{
-#if USE_FP64
-    ulong b = as_ulong(v == 0.0 ? 0.0 : v);
-    return (b >> 63) ? ~b : (b | 0x8000000000000000UL);
-#else
-    return (ulong)psr_filter_key(v) << 32;
-#endif
-}
+#define PSR_FILTER_DIRECT_PASS                                                            \
+    seeds, positions, tokens, row_flags, direct_max, p.tokens64, PSR_FILTER_NOISE_OF(p), PSR_FILTER_DRAFTING_OF(p)
 
 /* Gumbel-max over the candidates with key >= cut_key: the values that
  * psr_consider_cut gives the same tokens in the sampler (the key gives
@@ -725,10 +767,10 @@ inline ulong psr_filter_score_key(psr_acc_t v)
  * compile time grows with every barrier. */
 inline uint psr_filter_sample_list(volatile __global const uint *keys,
                                    volatile __global const uint *ids, uint n, uint cut_key,
-                                   uint row_key, __local uint *pick)
+                                   uint row_key, uint noise, __local uint *pick)
 {
     uint lid = get_local_id(0);
-    psr_acc_t best = PSR_ACC_NEG_INF;
+    ulong k = 0;
     uint best_i = 0xffffffffu;
     for (uint c = 4 * lid; c < n; c += 4 * PSR_WG_SIZE) {
         uint4 k4 = *(volatile __global const uint4 *)(keys + c);
@@ -738,10 +780,9 @@ inline uint psr_filter_sample_list(volatile __global const uint *keys,
             if (c + q >= n || ks[q] < cut_key)
                 continue;
             /* as in the sampler: +inf stays +inf, a NaN score never wins */
-            psr_acc_t v = (psr_acc_t)psr_filter_unkey(ks[q]) +
-                          psr_noise(psr_token_words(row_key, is[q]));
-            if (psr_better(v, is[q], best, best_i)) {
-                best = v;
+            ulong kq;
+            if (psr_filter_score(ks[q], row_key, is[q], noise, &kq) && psr_filter_beats(kq, is[q], k, best_i)) {
+                k = kq;
                 best_i = is[q];
             }
         }
@@ -751,8 +792,7 @@ inline uint psr_filter_sample_list(volatile __global const uint *keys,
         pick[2] = 0xffffffffu;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    bool has = best > PSR_ACC_NEG_INF;
-    ulong k = psr_filter_score_key(best);
+    bool has = best_i != 0xffffffffu;
     if (has)
         atomic_max(&pick[0], (uint)(k >> 32));
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -815,7 +855,8 @@ inline void psr_filter_finish(bool on, const psr_filter_row *fp, uint row_id, __
                               __global uint *st, __global uint *h, __global uint *rc,
                               __global float *thresholds, __global const int *row_request,
                               uint requests, __global const float *temperatures,
-                              PSR_FILTER_DIRECT_ARGS, uint direct_max, uint tokens64, ulong mass_total,
+                              PSR_FILTER_DIRECT_ARGS, uint direct_max, uint tokens64, uint noise, uint drafting,
+                              ulong mass_total,
                               __local uint *lbuf, __local uint *hlo, __local uint *hhi,
                               __local ulong *seg, __local uint *pick)
 {
@@ -846,8 +887,8 @@ inline void psr_filter_finish(bool on, const psr_filter_row *fp, uint row_id, __
     bool draws = on && tokens && fits && count <= direct_max && floor_key >= low &&
                  !psr_row_status(row_id, row_request, requests, temperatures, positions, 0, 0, 0, &req);
     if (PSR_FLAT_BARRIERS || draws) {
-        uint row_key = draws ? psr_row_key((ulong)seeds[req], (ulong)positions[row_id]) : 0;
-        uint token = psr_filter_sample_list(vrc, vrc + cap, draws ? count : 0, floor_key, row_key, pick);
+        uint row_key = draws ? psr_filter_row_key((ulong)seeds[req], (ulong)positions[row_id], drafting) : 0;
+        uint token = psr_filter_sample_list(vrc, vrc + cap, draws ? count : 0, floor_key, row_key, noise, pick);
         /* no score above -inf: the sampler flags the row as it always has */
         sampled = draws && token != 0xffffffffu;
         if (sampled && lid == 0) {
@@ -937,7 +978,7 @@ inline void psr_filter_stream_finish(bool on, const psr_filter_row *f, uint row_
                                      uint vocab, uint cap, __global uint *st, __global uint *rc,
                                      __global float *thresholds, __global const int *row_request, uint requests,
                                      __global const float *temperatures, PSR_FILTER_DIRECT_ARGS, uint direct_max,
-                                     uint tokens64)
+                                     uint tokens64, uint noise, uint drafting)
 {
     if (!on)
         return;
@@ -959,8 +1000,9 @@ inline void psr_filter_stream_finish(bool on, const psr_filter_row *f, uint row_
     bool sampled = false;
     if (tokens && fits && count <= direct_max && floor_key >= low &&
         !psr_row_status(row_id, row_request, requests, temperatures, positions, 0, 0, 0, &req)) {
-        uint token = psr_filter_draw_serial(vrc, vrc + cap, count, floor_key,
-                                            psr_row_key((ulong)seeds[req], (ulong)positions[row_id]));
+        uint token = psr_filter_draw_serial(
+            vrc, vrc + cap, count, floor_key,
+            psr_filter_row_key((ulong)seeds[req], (ulong)positions[row_id], drafting), noise);
         sampled = token != 0xffffffffu;
         if (sampled) {
             psr_store_token(tokens, row_id, (int)token, tokens64);

@@ -91,6 +91,8 @@ typedef struct psr_filter_params {
     float all_top_p;
     float all_min_p;
     psr_uint32_t tokens64;   /* the tokens (of rows the filter draws) are int64 */
+    psr_uint32_t noise;      /* the noise of the rows the filter draws: 0 fp32, 1 wide, 2 fp64 */
+    psr_uint32_t drafting;   /* 1: those rows are on the draft stream */
 } psr_filter_params;
 
 /* psr_logprobs_partial, psr_logprobs_partial_few, psr_logprobs_finish

@@ -3,6 +3,8 @@
  * Build-time defines:
  *   IS_DRAFTING  1: row keys use the draft salt (pos + 2^30)
  *   USE_FP64     1: fp64 uniforms (needs cl_khr_fp64)
+ *   PSR_FP64_AT_RUN_TIME  1: the fp64 helpers without USE_FP64, for
+ *                programs that choose the noise at run time (filter.cl)
  */
 #include "random123/philox.h"
 #include "psr_shared.h"
@@ -15,14 +17,18 @@
 #ifndef USE_FP64
 #define USE_FP64 0
 #endif
+#ifndef PSR_FP64_AT_RUN_TIME
+#define PSR_FP64_AT_RUN_TIME 0
+#endif
+#define PSR_WITH_FP64 (USE_FP64 || PSR_FP64_AT_RUN_TIME)
 
 /* The host refuses fp64 variants on devices without fp64; this check
  * keeps a hand-built program honest too. */
-#if USE_FP64
+#if PSR_WITH_FP64
 #if defined(cl_khr_fp64)
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #elif !defined(__opencl_c_fp64)
-#error "USE_FP64=1 needs a device with cl_khr_fp64"
+#error "USE_FP64=1 (or PSR_FP64_AT_RUN_TIME=1) needs a device with cl_khr_fp64"
 #endif
 #endif
 
@@ -53,7 +59,7 @@ inline float psr_u32(uint w)
     return fmax((float)s * 0x1.fffffep-32f, 0x1.fffffep-32f);
 }
 
-#if USE_FP64
+#if PSR_WITH_FP64
 /* fp64 uniform in (0, 1] from two words: all 64 bits, floored at DBL_MIN. */
 inline double psr_u64(uint w0, uint w1)
 {

@@ -253,17 +253,11 @@ inline ulong psr_largest_key(__global const ulong *keys, uint groups, uint lid, 
  * bits to double moves them by at most 2^11.
  *   wide: g = -log(E) <= -log(V) <= (1 + clz(2^64 - bits)) * ln 2, as E >= V
  * below (and g <= -log(log 2) when u < 1/2). */
-#if USE_FP64
-inline double psr_noise_bound(uint2 w)
-{
-    ulong bits = ((ulong)w.y << 32) | (ulong)w.x;
-    ulong rest = ~bits; /* 2^64 - 1 - bits */
-    if (rest < 4096)
-        return INFINITY; /* u rounds to (nearly) 1: no cheap bound */
-    int e = 63 - (int)clz(rest - 2048) - 64; /* 1 - u >= 2^e */
-    return -(double)e * 0x1.62e42fefa39efp-1 + 1e-6;
-}
-inline double psr_noise(uint2 w)
+/* The three noises by name: a sampler variant takes one at build time
+ * (psr_noise below), the filters' draw from a list at run time
+ * (filter.cl). */
+#if PSR_WITH_FP64
+inline double psr_noise_fp64(uint2 w)
 {
     double u = psr_u64(w.x, w.y);
 #if PSR_DETERMINISTIC
@@ -272,7 +266,8 @@ inline double psr_noise(uint2 w)
     return -log(-log(u));
 #endif
 }
-#elif USE_WIDE
+#endif
+
 /* Wide-tail noise: E = -log(u) for the 64-bit uniform u = bits * 2^-64 of
  * the fp64 path, in fp32 and integer arithmetic only. Where u >= 1/2 it
  * works from V = 1 - u = (2^64 - bits) * 2^-64, exact as an integer and
@@ -288,6 +283,36 @@ inline float psr_wide_e(uint2 w)
     float u = max((float)bits * 0x1p-64f, 0x1p-64f); /* in [2^-64, 1/2] */
     return -psr_det_log(u);
 }
+inline float psr_noise_wide(uint2 w)
+{
+    return -psr_det_log(psr_wide_e(w));
+}
+
+inline float psr_noise_fp32(uint2 w)
+{
+    float u = psr_u32(w.x);
+#if PSR_DETERMINISTIC
+    return -psr_det_log(-psr_det_log1p_neg(u));
+#else
+    return -native_log(-log1p(-u));
+#endif
+}
+
+#if USE_FP64
+inline double psr_noise_bound(uint2 w)
+{
+    ulong bits = ((ulong)w.y << 32) | (ulong)w.x;
+    ulong rest = ~bits; /* 2^64 - 1 - bits */
+    if (rest < 4096)
+        return INFINITY; /* u rounds to (nearly) 1: no cheap bound */
+    int e = 63 - (int)clz(rest - 2048) - 64; /* 1 - u >= 2^e */
+    return -(double)e * 0x1.62e42fefa39efp-1 + 1e-6;
+}
+inline double psr_noise(uint2 w)
+{
+    return psr_noise_fp64(w);
+}
+#elif USE_WIDE
 inline float psr_noise_bound(uint2 w)
 {
     ulong rest = ~(((ulong)w.y << 32) | (ulong)w.x) + 1UL; /* 2^64 - bits (0 for bits = 0) */
@@ -295,7 +320,7 @@ inline float psr_noise_bound(uint2 w)
 }
 inline float psr_noise(uint2 w)
 {
-    return -psr_det_log(psr_wide_e(w));
+    return psr_noise_wide(w);
 }
 #else
 inline float psr_noise_bound(uint2 w)
@@ -309,12 +334,7 @@ inline float psr_noise_bound(uint2 w)
 }
 inline float psr_noise(uint2 w)
 {
-    float u = psr_u32(w.x);
-#if PSR_DETERMINISTIC
-    return -psr_det_log(-psr_det_log1p_neg(u));
-#else
-    return -native_log(-log1p(-u));
-#endif
+    return psr_noise_fp32(w);
 }
 #endif
 

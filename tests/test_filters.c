@@ -205,7 +205,15 @@ static void test_kept_set_equals_oracle(void **state)
     rows_drawn = 0;
     check_rows(4, 70001, 0, PSR_DTYPE_F32, true, true, true); /* rows split over work-groups */
     assert_true(rows_drawn > 0); /* lists gathered by several groups */
-    if (has_fp64 && all) {
+    /* One filter program serves every noise and stream (they are its
+     * arguments): rows drawn from lists with each. */
+    rows_drawn = 0;
+    check_rows(32, 3001, PSR_FLAG_WIDE_NOISE | PSR_SAMPLE_DRAFTING, PSR_DTYPE_F32, true, true, true);
+    assert_true(rows_drawn > 0);
+    rows_drawn = 0;
+    check_rows(32, 3001, PSR_SAMPLE_DRAFTING, PSR_DTYPE_F32, true, true, true);
+    assert_true(rows_drawn > 0);
+    if (has_fp64) {
         rows_drawn = 0;
         check_rows(16, 3001, PSR_FLAG_FP64_NOISE, PSR_DTYPE_F32, true, true, true);
         assert_true(rows_drawn > 0);

@@ -139,7 +139,11 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
         .all_top_k = a->all_top_k,
         .all_top_p = a->all_top_p,
         .all_min_p = a->all_min_p,
-        .tokens64 = a->tokens_dtype == PSR_TOKENS_I64};
+        .tokens64 = a->tokens_dtype == PSR_TOKENS_I64,
+        /* the noise and stream of the rows the filter draws: arguments, so
+         * that one filter program serves every variant of a dtype */
+        .noise = v->fp64 ? 2u : v->wide ? 1u : 0u,
+        .drafting = v->drafting};
     cl_mem cand = searches ? ctx->filter_cand.buffer : NULL;
     /* Pass 1 finishes rows only on the vector path (cl/filter.cl). */
     bool scan_draws = ctx->tuning.sample.vector_width != 0;

@@ -27,7 +27,8 @@ psr_variant psr_variant_of(psr_kernel_set set, unsigned flags, psr_dtype dtype)
 
 /* Only what a set's source reads tells its variants apart: the filters
  * draw (a row's token from its list) with Gumbel-max only, so the race's
- * calls share the Gumbel-max filter programs; logprobs read logits and
+ * calls share the Gumbel-max filter programs (on CPUs every noise and
+ * stream does: psr_build_options); logprobs read logits and
  * nothing of the noise; verification runs on the target stream with
  * Gumbel-max and deterministic math; the stream set reads no logits. */
 psr_variant psr_variant_normal(const psr_variant *in)
@@ -39,7 +40,6 @@ psr_variant psr_variant_normal(const psr_variant *in)
         break;
     case PSR_KERNELS_FILTER:
         v.method = 0;
-        v.filtered = false;
         break;
     case PSR_KERNELS_VERIFY:
         v.drafting = v.fast_math = v.filtered = false;
@@ -133,17 +133,36 @@ void psr_build_options(const psr_context *ctx, const psr_variant *in, char *buf,
 {
     psr_variant n = psr_variant_normal(in);
     const psr_variant *v = &n;
-    char extra[192] = "", set_option[48];
+    bool cpu = ctx->info.type == PSR_DEVICE_CPU;
+    /* On CPUs the filters take the noise and the stream of the rows they
+     * draw as arguments (psr_filter_params), so that every noise and
+     * stream shares one filter program; GPUs build them in (on the H200
+     * the arguments cost the top-k filters 12% at 256 rows). */
+    bool noise_at_run_time = cpu && v->set == PSR_KERNELS_FILTER;
+    if (noise_at_run_time)
+        n.drafting = n.fp64 = n.wide = false;
+    char extra[320] = "", set_option[64];
     set_options(ctx, v->set, set_option, sizeof set_option);
+    /* On CPUs every sampler reads the filters' thresholds (where a call
+     * passes them), so that a filtered variant's options, and so its
+     * program, are the plain one's: PoCL compiles one sampler instead of
+     * two. GPUs keep the plain sampler without them (on the H200 the
+     * filters' code made plain calls 8-40% slower). */
+    bool filters = v->filtered || (v->set == PSR_KERNELS_SAMPLE && cpu);
     /* CPU compilers copy the code after a barrier under a condition
      * (cl/tokens.cl, PSR_FLAT_BARRIERS). */
     if (psr_kernel_set_uses_logits(v->set))
         snprintf(extra, sizeof extra,
                  " -DPSR_LOGIT_DTYPE=%d -DPSR_DETERMINISTIC=%d -DUSE_WIDE=%d -DPSR_METHOD=%d%s%s%s%s",
                  (int)v->dtype, v->fast_math ? 0 : 1, v->wide ? 1 : 0, v->method,
-                 v->filtered ? " -DPSR_FILTERS=1" : "",
+                 filters ? " -DPSR_FILTERS=1" : "",
                  ctx->info.capabilities & PSR_CAP_INT64_ATOMICS ? " -DPSR_INT64_ATOMICS=1" : "",
-                 ctx->info.type == PSR_DEVICE_CPU ? " -DPSR_FLAT_BARRIERS=1" : "", set_option);
+                 cpu ? " -DPSR_FLAT_BARRIERS=1" : "", set_option);
+    if (noise_at_run_time) {
+        size_t used = strlen(extra);
+        snprintf(extra + used, sizeof extra - used, " -DPSR_FILTER_NOISE_ARGS=1%s",
+                 ctx->info.capabilities & PSR_CAP_FP64 ? " -DPSR_FP64_AT_RUN_TIME=1" : "");
+    }
     /* mul_hi is core OpenCL C, and Random123 otherwise builds its 32-bit
      * multiply from a 64-bit product (9-12% slower on NVIDIA). Its 64-bit
      * path wins over the intrinsic unless R123_USE_64BIT=0 (psr uses only
