@@ -292,6 +292,12 @@ inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t
      * noise for the tokens they remove): keep two loads in flight. (The
      * sampling path gains nothing from this and loses registers.) */
     bool streaming = active && (row->greedy || (PSR_FILTERS && cut > -INFINITY));
+    /* Without filters only greedy rows stream: a copy known to be greedy
+     * leaves the noise out of this loop's code (a third of the kernel's
+     * copies of psr_consider_cut, and of its build time). */
+    psr_row greedy_row = *row;
+    greedy_row.greedy = PSR_FILTERS ? row->greedy : true;
+    const psr_row *sr = &greedy_row;
     for (; streaming && i + 4 * PSR_WG_SIZE < end; i += 8 * PSR_WG_SIZE) {
         uint j = i + 4 * PSR_WG_SIZE;
         float4 y = psr_load4(src, j, end, aligned);
@@ -299,8 +305,8 @@ inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t
             psr_store_cache(cache, i, end, x);
             psr_store_cache(cache, j, end, y);
         }
-        psr_consider4_cut(row, x, i, best, best_i, cut);
-        psr_consider4_cut(row, y, j, best, best_i, cut);
+        psr_consider4_cut(sr, x, i, best, best_i, cut);
+        psr_consider4_cut(sr, y, j, best, best_i, cut);
         x = psr_load4(src, j + 4 * PSR_WG_SIZE, end, aligned);
     }
     for (; active && i < end; i += 4 * PSR_WG_SIZE) {
