@@ -1154,7 +1154,8 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint
                         __global uint *cand, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
 {
     PSR_FILTER_COLLECT_START;
-    bool on = f.state == 2 && (f.k_on || f.p_on) && !PSR_FILTER_STREAMS(f); /* pass 1 finished those */
+    bool streamed = PSR_FILTER_STREAMS(f); /* a variable: a constant operand of && draws a compiler warning */
+    bool on = f.state == 2 && (f.k_on || f.p_on) && !streamed; /* pass 1 finished those */
     if (!PSR_FLAT_BARRIERS && !on)
         return; /* flat: the group runs on, reading and writing nothing */
     /* no candidates: group 0 ends a top-k row (top-p alone: in pass 3) */
