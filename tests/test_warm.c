@@ -328,6 +328,65 @@ static void test_warm_fp64_unsupported(void **state)
     psr_context_free(ctx);
 }
 
+/* The build logs psr logs at DEBUG: lines that name a compiler warning. */
+typedef struct warning_log {
+    size_t lines, warnings;
+    char first[256];
+} warning_log;
+
+static void record_warnings(psr_log_level level, const char *message, void *user_data)
+{
+    warning_log *log = user_data;
+    (void)level;
+    log->lines++;
+    if (strstr(message, "warning") && log->warnings++ == 0)
+        snprintf(log->first, sizeof log->first, "%s", message);
+}
+
+/* No program draws a compiler warning: NVIDIA's compiler prints "1
+ * warning generated." to the application's stderr. Every family of
+ * f32 variants (with filters, the race, fp64 and wide noise, drafting),
+ * on the vector path where the device has it and on the GPU path (the
+ * code NVIDIA builds); the build logs come through the log callback. */
+static void test_builds_without_warnings(void **state)
+{
+    (void)state;
+    const psr_warm_variant list[] = {
+        {PSR_WARM_SAMPLE, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 1},
+        {PSR_WARM_SAMPLE, PSR_SAMPLE_DRAFTING, PSR_NOISE_WIDE, PSR_DTYPE_F32, 1},
+        {PSR_WARM_SAMPLE, PSR_SAMPLE_RACE, PSR_NOISE_FP32, PSR_DTYPE_F32, 0},
+        {PSR_WARM_LOGPROBS, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 1},
+        {PSR_WARM_VERIFY, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 0},
+        {PSR_WARM_SAMPLE, 0, PSR_NOISE_FP64, PSR_DTYPE_F32, 1},
+    };
+    for (int vector = 1; vector >= 0; vector--) {
+        warning_log log = {0, 0, ""};
+        psr_context_options co;
+        assert_int_equal(psr_context_options_init(&co, sizeof co), PSR_OK);
+        co.disk_cache = PSR_DISK_CACHE_OFF;
+        co.log = record_warnings;
+        co.log_user_data = &log;
+        co.log_level = PSR_LOG_DEBUG;
+        psr_context *ctx = NULL;
+        assert_int_equal(psr_context_create(&co, &ctx), PSR_OK);
+        psr_tuning t;
+        assert_int_equal(psr_context_tuning(ctx, &t), PSR_OK);
+        if (!vector)
+            t.sample.vector_width = 0;
+        t.quick_builds = 0;
+        assert_int_equal(psr_context_set_tuning(ctx, &t), PSR_OK);
+        psr_device_info info;
+        assert_int_equal(psr_context_device_info(ctx, &info), PSR_OK);
+        size_t count = sizeof list / sizeof list[0] - !(info.capabilities & PSR_CAP_FP64);
+        psr_warm_options o = list_options(list, count, PSR_WARM_LAUNCH_OFF);
+        assert_int_equal(psr_context_warm(ctx, &o, NULL), PSR_OK);
+        psr_context_free(ctx);
+        assert_true(log.lines > 0);
+        if (log.warnings)
+            fail_msg("%zu log lines name a warning (vector path %d), the first: %s", log.warnings, vector, log.first);
+    }
+}
+
 int main(void)
 {
     if (!have_device())
@@ -340,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_warm_sharded),
         cmocka_unit_test(test_warm_refusals),
         cmocka_unit_test(test_warm_fp64_unsupported),
+        cmocka_unit_test(test_builds_without_warnings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
