@@ -1143,6 +1143,32 @@ inline void psr_filter_add_mass(float s, float m, uint floor_key, __local uint *
         psr_filter_add_local(&mlo[b], &mhi[b], w);
 }
 
+/* Pass 2 for a top-p row without top-k (`masses`): the 64-bit masses of
+ * the group's part per 11-bit bin, local then global. Every work-item
+ * calls it; with PSR_FLAT_BARRIERS groups that have no such row too.
+ * lbuf: 4096 words, free. */
+inline void psr_filter_masses_of(bool masses, const psr_filter_row *f, __global const psr_logit_t *src,
+                                 bool aligned, const psr_filter_part *g, __global uint *h, __local uint *lbuf)
+{
+    uint lid = get_local_id(0);
+    __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS;
+    for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
+        lbuf[b] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint i = g->start + 4 * lid; i < (masses ? g->end : g->start); i += PSR_FILTER_STEP) {
+        float v[8];
+        psr_filter_load8(src, i, g->end, aligned, f->t, f->r, v);
+        for (int q = 0; q < 8; q++)
+            psr_filter_add_mass(v[q], g->m, g->floor_key, mlo, mhi);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint b = lid; b < (masses ? PSR_FILTER_MBINS : 0); b += PSR_WG_SIZE) {
+        ulong w = ((ulong)mhi[b] << 32) | mlo[b];
+        if (w)
+            psr_filter_add_global(&h[b], &h[PSR_FILTER_MBINS + b], w);
+    }
+}
+
 /* Pass 2, groups_per_row groups per row, for rows with top-k or top-p.
  * Top-k rows: the candidates, keys at or above both the bin pass 1 found
  * and the min-p cut; the row's last group finishes it. Rows with top-p
@@ -1173,25 +1199,30 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint
                           row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, 0,
                           lbuf, hlo, hhi, seg, pick);
     }
-    if (PSR_FLAT_BARRIERS || masses) {
-        /* Top-p alone: 64-bit masses per bin, local then global. */
-        __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS; /* flat: free after the finish's barriers */
-        for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
-            lbuf[b] = 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint i = g.start + 4 * lid; i < (masses ? g.end : g.start); i += PSR_FILTER_STEP) {
-            float v[8];
-            psr_filter_load8(src, i, g.end, aligned, f.t, f.r, v);
-            for (int q = 0; q < 8; q++)
-                psr_filter_add_mass(v[q], g.m, g.floor_key, mlo, mhi);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint b = lid; b < (masses ? PSR_FILTER_MBINS : 0); b += PSR_WG_SIZE) {
-            ulong w = ((ulong)mhi[b] << 32) | mlo[b];
-            if (w)
-                psr_filter_add_global(&h[b], &h[PSR_FILTER_MBINS + b], w);
-        }
-    }
+    if (PSR_FLAT_BARRIERS || masses)
+        psr_filter_masses_of(masses, &f, src, aligned, &g, h, lbuf);
+}
+#endif
+
+/* Pass 2 of a call in which no row has top-k (the host knows: no top_k
+ * buffer, no all_top_k): the masses of its top-p rows alone, without
+ * psr_filter_collect's gather and finish, which a first call would
+ * otherwise compile for nothing. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_filter_masses)
+__kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
+void psr_filter_masses(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist,
+                       __global uint *cand, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
+{
+    PSR_FILTER_COLLECT_START;
+    (void)cap, (void)direct_max, (void)rc, (void)seeds, (void)positions, (void)tokens, (void)row_flags;
+    (void)hlo, (void)hhi, (void)seg, (void)pick;
+    bool on = f.state == 2 && !f.k_on && f.p_on;
+    if (!PSR_FLAT_BARRIERS && !on)
+        return; /* flat: the group runs on, reading and writing nothing */
+    psr_filter_part g = psr_filter_part_start(on, false, &f, row_id, part, chunk, vocab, st, thresholds);
+    if (!PSR_FLAT_BARRIERS && g.empty)
+        return;
+    psr_filter_masses_of(on && !g.empty, &f, src, aligned, &g, h, lbuf);
 }
 #endif
 

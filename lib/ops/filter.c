@@ -149,8 +149,12 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
     bool scan_draws = ctx->tuning.sample.vector_width != 0;
     st = filter_kernel(ctx, v, "psr_filter_scan", a, &params, scan_draws ? cand : NULL, plan->cut,
                        scan_draws ? direct_tokens : NULL, &plan->scan);
+    /* No row with top-k: pass 2 only sums top-p rows' masses, in a kernel
+     * without the gather and the finish (a first call compiles less). */
+    bool no_top_k = !a->top_k && a->all_top_k <= 0;
+    plan->collect_name = no_top_k ? "psr_filter_masses" : "psr_filter_collect";
     if (st == PSR_OK && searches && !every_row_streams)
-        st = filter_kernel(ctx, v, "psr_filter_collect", a, &params, cand, plan->cut, direct_tokens,
+        st = filter_kernel(ctx, v, plan->collect_name, a, &params, cand, plan->cut, direct_tokens,
                            &plan->collect);
     if (st == PSR_OK && mass && !every_row_top_k)
         st = filter_kernel(ctx, v, "psr_filter_collect_mass", a, &params, cand, plan->cut, direct_tokens,
@@ -184,7 +188,7 @@ psr_status psr_filter_launch(psr_context *ctx, const psr_sample_args *a, const p
         st = psr_enqueue_groups(ctx, plan->scan, "psr_filter_scan", plan->groups, wg, nwait, wait,
                                 clear ? NULL : event);
     if (st == PSR_OK && plan->collect)
-        st = psr_enqueue_groups(ctx, plan->collect, "psr_filter_collect", plan->groups, wg, 0, NULL, NULL);
+        st = psr_enqueue_groups(ctx, plan->collect, plan->collect_name, plan->groups, wg, 0, NULL, NULL);
     if (st == PSR_OK && plan->collect_mass)
         st = psr_enqueue_groups(ctx, plan->collect_mass, "psr_filter_collect_mass", plan->groups, wg, 0,
                                 NULL, NULL);

@@ -22,6 +22,7 @@ psr_status psr_filter_check(psr_context *ctx, const psr_sample_args *args, unsig
  * enqueues the pass after args' wait list. */
 typedef struct psr_filter_plan {
     cl_kernel scan, collect, collect_mass; /* the last two NULL where not needed */
+    const char *collect_name; /* pass 2's kernel: psr_filter_collect, or psr_filter_masses */
     size_t groups;
     cl_mem cut;
 } psr_filter_plan;

@@ -104,6 +104,7 @@ static size_t warm_programs(const psr_context *ctx, const psr_warm_variant *w, u
         psr_variant f = psr_variant_of(PSR_KERNELS_FILTER, w->call == PSR_WARM_SAMPLE ? flags : 0, w->dtype);
         warm_add(ctx, &f, "psr_filter_scan", out, &n);
         warm_add(ctx, &f, "psr_filter_collect", out, &n);
+        warm_add(ctx, &f, "psr_filter_masses", out, &n); /* pass 2 of calls without top-k */
         warm_add(ctx, &f, "psr_filter_collect_mass", out, &n);
         f.filtered = true; /* the rounds' variant (lib/ops/shard_filter.c) */
         if (sharded)

@@ -138,6 +138,13 @@ psr_status psr_warm_launch_sample(psr_context *ctx, unsigned flags, psr_dtype dt
         a.min_p = warm_buffer(&in, 4, &min_p);
     }
     psr_status st = in.st == PSR_OK ? psr_sample(ctx, &a, NULL) : in.st;
+    if (st == PSR_OK && filtered) {
+        /* top-p for every row and no top-k: pass 2 is psr_filter_masses */
+        psr_sample_args p = a;
+        p.top_k = p.top_p = p.min_p = NULL;
+        p.all_top_p = top_p;
+        st = psr_sample(ctx, &p, NULL);
+    }
     if (st == PSR_OK && sharded)
         st = warm_sharded_sample(&in, &a);
     return warm_finish(&in, st);
