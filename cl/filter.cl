@@ -70,13 +70,10 @@ inline float psr_filter_unkey(uint k)
     return as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-/* The noise of the rows a filter draws from their lists (the only code
- * that reads it). */
-#define PSR_FILTER_NOISE_FP32 0
-#define PSR_FILTER_NOISE_WIDE 1
-#define PSR_FILTER_NOISE_FP64 2
-/* With PSR_FILTER_NOISE_ARGS=1 (CPUs) from the call's parameters, else
- * the variant's own, built in. */
+/* The noise and stream of the rows a filter draws from their lists (the
+ * only code that reads them): with PSR_FILTER_NOISE_ARGS=1 (CPUs) the
+ * call's parameters (PSR_FILTER_NOISE_* in psr_shared.h), else the
+ * variant's own, built in. */
 #ifndef PSR_FILTER_NOISE_ARGS
 #define PSR_FILTER_NOISE_ARGS 0
 #endif
@@ -88,12 +85,6 @@ inline float psr_filter_unkey(uint k)
     (USE_FP64 ? PSR_FILTER_NOISE_FP64 : USE_WIDE ? PSR_FILTER_NOISE_WIDE : PSR_FILTER_NOISE_FP32)
 #define PSR_FILTER_DRAFTING_OF(p) IS_DRAFTING
 #endif
-
-/* A row's key, on the draft stream's salted positions where `drafting`. */
-inline uint psr_filter_row_key(ulong seed, ulong pos, uint drafting)
-{
-    return psr_draw(seed, pos + (drafting ? PSR_DRAFT_SALT : 0UL)).x;
-}
 
 /* The Gumbel-max score of a listed token (the scaled logit its key gives
  * back, plus its noise), as the sampler adds them (psr_consider_cut), in
@@ -887,7 +878,7 @@ inline void psr_filter_finish(bool on, const psr_filter_row *fp, uint row_id, __
     bool draws = on && tokens && fits && count <= direct_max && floor_key >= low &&
                  !psr_row_status(row_id, row_request, requests, temperatures, positions, 0, 0, 0, &req);
     if (PSR_FLAT_BARRIERS || draws) {
-        uint row_key = draws ? psr_filter_row_key((ulong)seeds[req], (ulong)positions[row_id], drafting) : 0;
+        uint row_key = draws ? psr_row_key_on((ulong)seeds[req], (ulong)positions[row_id], drafting) : 0;
         uint token = psr_filter_sample_list(vrc, vrc + cap, draws ? count : 0, floor_key, row_key, noise, pick);
         /* no score above -inf: the sampler flags the row as it always has */
         sampled = draws && token != 0xffffffffu;
@@ -1002,7 +993,7 @@ inline void psr_filter_stream_finish(bool on, const psr_filter_row *f, uint row_
         !psr_row_status(row_id, row_request, requests, temperatures, positions, 0, 0, 0, &req)) {
         uint token = psr_filter_draw_serial(
             vrc, vrc + cap, count, floor_key,
-            psr_filter_row_key((ulong)seeds[req], (ulong)positions[row_id], drafting), noise);
+            psr_row_key_on((ulong)seeds[req], (ulong)positions[row_id], drafting), noise);
         sampled = token != 0xffffffffu;
         if (sampled) {
             psr_store_token(tokens, row_id, (int)token, tokens64);

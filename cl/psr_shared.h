@@ -83,6 +83,11 @@ typedef struct psr_shard_rec {
 } psr_shard_rec;
 
 /* psr_filter_scan, psr_filter_collect and psr_filter_collect_mass. */
+/* psr_filter_params.noise (read on CPUs; elsewhere the variant's own). */
+#define PSR_FILTER_NOISE_FP32 0
+#define PSR_FILTER_NOISE_WIDE 1
+#define PSR_FILTER_NOISE_FP64 2
+
 typedef struct psr_filter_params {
     psr_rows_params rows;
     psr_uint32_t cap;        /* candidates per row, a multiple of 4 */
@@ -91,7 +96,7 @@ typedef struct psr_filter_params {
     float all_top_p;
     float all_min_p;
     psr_uint32_t tokens64;   /* the tokens (of rows the filter draws) are int64 */
-    psr_uint32_t noise;      /* the noise of the rows the filter draws: 0 fp32, 1 wide, 2 fp64 */
+    psr_uint32_t noise;      /* the noise of the rows the filter draws: PSR_FILTER_NOISE_* */
     psr_uint32_t drafting;   /* 1: those rows are on the draft stream */
 } psr_filter_params;
 

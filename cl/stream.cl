@@ -68,10 +68,17 @@ inline double psr_u64(uint w0, uint w1)
 }
 #endif
 
-/* Key of one row: word 0 of the draw at the row's (possibly salted) position. */
+/* Key of one row: word 0 of the draw at the row's position, salted on
+ * the draft stream (`drafting`: the variant's IS_DRAFTING, or a call's
+ * argument where one program serves both streams). */
+inline uint psr_row_key_on(ulong seed, ulong pos, uint drafting)
+{
+    return psr_draw(seed, pos + (drafting ? PSR_DRAFT_SALT : 0UL)).x;
+}
+
 inline uint psr_row_key(ulong seed, ulong pos)
 {
-    return psr_draw(seed, pos + (IS_DRAFTING ? PSR_DRAFT_SALT : 0UL)).x;
+    return psr_row_key_on(seed, pos, IS_DRAFTING);
 }
 
 /* The two noise words of one token of a row. */

@@ -140,9 +140,11 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
         .all_top_p = a->all_top_p,
         .all_min_p = a->all_min_p,
         .tokens64 = a->tokens_dtype == PSR_TOKENS_I64,
-        /* the noise and stream of the rows the filter draws: arguments, so
-         * that one filter program serves every variant of a dtype */
-        .noise = v->fp64 ? 2u : v->wide ? 1u : 0u,
+        /* the noise and stream of the rows the filter draws: arguments on
+         * CPUs, where one filter program serves every noise and stream */
+        .noise = v->fp64   ? PSR_FILTER_NOISE_FP64
+                 : v->wide ? PSR_FILTER_NOISE_WIDE
+                           : PSR_FILTER_NOISE_FP32,
         .drafting = v->drafting};
     cl_mem cand = searches ? ctx->filter_cand.buffer : NULL;
     /* Pass 1 finishes rows only on the vector path (cl/filter.cl). */
