@@ -97,8 +97,7 @@ inline bool psr_filter_score(uint key, uint row_key, uint id, uint noise, ulong 
 #if PSR_WITH_FP64
     if (noise == PSR_FILTER_NOISE_FP64) {
         double v = (double)s + psr_noise_fp64(w);
-        ulong b = as_ulong(v == 0.0 ? 0.0 : v);
-        *k = (b >> 63) ? ~b : (b | 0x8000000000000000UL);
+        *k = psr_ordered_d(v);
         return v > -INFINITY;
     }
 #endif

@@ -161,15 +161,21 @@ inline uint psr_value_key(float v)
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+#if PSR_WITH_FP64
+/* A double as an unsigned integer of the same order (-0 as +0). */
+inline ulong psr_ordered_d(double v)
+{
+    ulong b = as_ulong(v == 0.0 ? 0.0 : v);
+    return (b >> 63) ? ~b : (b | 0x8000000000000000UL);
+}
+#endif
+
 /* A score as psr_shard_record.value: the order of the scores, as an
  * unsigned integer (fp32 scores in the high half). */
 inline ulong psr_record_value(psr_acc_t v)
 {
 #if USE_FP64
-    if (v == 0.0)
-        v = 0.0;
-    ulong b = as_ulong(v);
-    return (b >> 63) ? ~b : (b | 0x8000000000000000UL);
+    return psr_ordered_d(v);
 #else
     return (ulong)psr_ordered(v) << 32;
 #endif
