@@ -24,10 +24,12 @@
  *                       them: by counting for up to 512, else by radix
  *                       search (8 bits a pass), over the whole row when
  *                       the list overflowed. Rows with top-p but no
- *                       top-k: a histogram of masses (11 bits).
+ *                       top-k: a histogram of masses by distance below
+ *                       the row's max (psr_filter_mbin).
  *   psr_filter_collect_mass  rows with top-p alone: the bin where the
  *                       mass from the top reaches p, the keys at or above
- *                       it, and the same exact search in the last group.
+ *                       it, and the same exact search in the last group,
+ *                       by counting among that bin's keys alone.
  * Data that crosses work-groups is written with atomics and read with
  * volatile loads; a group fences its writes before it counts itself done.
  * Output, two floats per row: the threshold, -inf (nothing removed), NaN
@@ -51,8 +53,8 @@
 
 #define PSR_FILTER_BINS 256                  /* one radix pass: 8 bits */
 #define PSR_FILTER_HSHIFT 20
-#define PSR_FILTER_MBINS 2048                /* top-p's histogram of masses: 11 bits */
-#define PSR_FILTER_MSHIFT 21
+#define PSR_FILTER_MBINS 2048                /* top-p's histogram of masses */
+#define PSR_FILTER_MSPAN 22.25f              /* past it below the max, a mass is 0 (2^-32 at 22.18) */
 #define PSR_FILTER_GCAP 1024                 /* candidates a group gathers in local memory */
 #define PSR_FILTER_STATE 4                   /* state words per row */
 
@@ -131,7 +133,53 @@ inline ulong psr_filter_weight(float s, float m, bool mass)
     if (!mass)
         return 1;
     float e = isinf(m) ? (s == m ? 1.0f : 0.0f) : psr_det_exp_neg(s - m);
-    return (ulong)(e * 0x1p32f);
+    /* the same value as (ulong)(e * 2^32): below 2^32 the 32-bit
+     * conversion is exact and cheaper */
+    return e < 1.0f ? (ulong)(uint)(e * 0x1p32f) : (ulong)(e * 0x1p32f);
+}
+
+/* Top-p's bin of a scaled logit s: PSR_FILTER_MBINS - 1 for the max m,
+ * then bins of equal width by d = m - s, 0 past PSR_FILTER_MSPAN. Any
+ * order-preserving bins give the same threshold (the search is exact);
+ * these spread a row's tokens over many bins, where the 11 top bits of
+ * the keys put most of them in a few, and so the last group's search
+ * looks at one narrow bin and the local atomics seldom collide. */
+inline uint psr_filter_mbin(float s, float m)
+{
+    float d = s == m ? 0.0f : m - s; /* m = s = +inf: 0, not NaN; s <= m */
+    /* d * scale rounded to an integer by adding 2^23 (an fma rounds once,
+     * so j grows with d): cheaper than a float-to-integer conversion */
+    uint j = as_uint(fma(d, (float)(PSR_FILTER_MBINS - 1) / PSR_FILTER_MSPAN, 0x1p23f)) - as_uint(0x1p23f);
+    uint b = PSR_FILTER_MBINS - 1 - min(j, (uint)PSR_FILTER_MBINS - 2);
+    return d < PSR_FILTER_MSPAN ? b : 0; /* past the span, NaN and -inf: 0 */
+}
+
+/* The smallest key whose value lies in bin b or above (b <= the max's
+ * bin; psr_filter_mbin grows with the key): from the key of the bin's
+ * lower edge, a step or two up or down to the exact one; by bisection
+ * where that takes longer (never on finite rows seen so far). */
+inline uint psr_filter_mbin_low(uint b, float m)
+{
+    uint lo = psr_filter_key(-INFINITY), hi = psr_filter_key(m);
+    if (b == 0)
+        return lo;
+    float w = PSR_FILTER_MSPAN / (float)(PSR_FILTER_MBINS - 1);
+    uint k = clamp(psr_filter_key(m - ((float)(PSR_FILTER_MBINS - 1 - b) + 0.5f) * w), lo, hi);
+    for (int i = 0; i < 8 && k > lo && psr_filter_mbin(psr_filter_unkey(k - 1), m) >= b; i++)
+        k--;
+    for (int i = 0; i < 8 && psr_filter_mbin(psr_filter_unkey(k), m) < b; i++)
+        k++;
+    if (psr_filter_mbin(psr_filter_unkey(k), m) >= b &&
+        (k == lo || psr_filter_mbin(psr_filter_unkey(k - 1), m) < b))
+        return k;
+    while (lo < hi) {
+        uint mid = lo + (hi - lo) / 2;
+        if (psr_filter_mbin(psr_filter_unkey(mid), m) >= b)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
 }
 
 /* Does cumulative weight `cum` reach the target? counts: cum >= want;
@@ -282,11 +330,12 @@ inline uint psr_filter_search(__global const psr_logit_t *src, float t, float r,
  * memory, by counting instead of radix passes: each key's weight from
  * the top is summed directly, n per key. Few barriers, so it is the
  * faster one for short lists (n <= PSR_FILTER_RANK_MAX). w holds n
- * weights. */
+ * weights. `base`: the weight of the set's tokens above every listed key
+ * (0: the list is the whole set). */
 #define PSR_FILTER_RANK_MAX 512
 
 inline uint psr_filter_rank_search(__local const uint *keys, uint n, float m, uint floor_key,
-                                   bool mass, ulong want, float p, ulong total_in,
+                                   bool mass, ulong want, float p, ulong total_in, ulong base,
                                    __local ulong *w, __local ulong *seg, __local uint *pick)
 {
     uint lid = get_local_id(0);
@@ -306,7 +355,7 @@ inline uint psr_filter_rank_search(__local const uint *keys, uint n, float m, ui
             seg[lid] += seg[lid + s];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    ulong total = seg[0];
+    ulong total = base + seg[0];
     barrier(CLK_LOCAL_MEM_FENCE); /* read by all before the next call writes seg */
     float goal = p * (float)(total_in ? total_in : total);
     bool reached = psr_filter_reached(total, mass, want, goal);
@@ -316,7 +365,7 @@ inline uint psr_filter_rank_search(__local const uint *keys, uint n, float m, ui
         uint key = keys[c];
         if (key < floor_key)
             continue;
-        ulong cum = 0; /* the weight of the keys >= this one (w is 0 below the floor) */
+        ulong cum = base; /* the weight of the keys >= this one (w is 0 below the floor) */
         for (uint j = 0; j < n; j++)
             cum += keys[j] >= key ? w[j] : 0;
         if (psr_filter_reached(cum, mass, want, goal))
@@ -804,8 +853,9 @@ inline uint psr_filter_sample_list(volatile __global const uint *keys,
  * call site per search keeps the program small: PoCL's compile time
  * grows fast with inlined barriers. */
 inline uint psr_filter_threshold(bool on, const psr_filter_row *f, __global const psr_logit_t *src,
-                                 volatile __global const uint *keys, uint n, bool short_list, float m,
-                                 uint floor_key, ulong total, __local uint *lbuf, __local ulong *w,
+                                 volatile __global const uint *keys, uint n, bool short_list, uint n_short,
+                                 ulong base, float m, uint floor_key, ulong total, __local uint *lbuf,
+                                 __local ulong *w,
                                  __local uint *hlo, __local uint *hhi, __local ulong *seg, __local uint *pick)
 {
 #pragma unroll 1
@@ -819,8 +869,8 @@ inline uint psr_filter_threshold(bool on, const psr_filter_row *f, __global cons
         ulong total_in = mass ? total : 0;
         bool ranks = does && short_list, radix = does && !short_list;
         if (PSR_FLAT_BARRIERS || short_list) {
-            uint k = psr_filter_rank_search(lbuf, ranks ? n : 0, m, floor_key, mass, want, p, total_in, w,
-                                            seg, pick);
+            uint k = psr_filter_rank_search(lbuf, ranks ? n_short : 0, m, floor_key, mass, want, p, total_in,
+                                            mass ? base : 0, w, seg, pick);
             floor_key = ranks ? k : floor_key;
         }
         if (PSR_FLAT_BARRIERS || !short_list) {
@@ -837,16 +887,20 @@ inline uint psr_filter_threshold(bool on, const psr_filter_row *f, __global cons
  * the list holds every kept token, then the row's state cleared for the
  * next launch. Top-p alone (from pass 3) takes its total from the mass
  * histogram, which pass 3 summed (mass_total), as its list holds only
- * the top of the set. `low`: the smallest key the list can hold. lbuf:
- * 4096 words. With PSR_FLAT_BARRIERS every group calls it, and only the
- * last reads or writes anything. */
+ * the top of the set, and searches only the keys of the histogram's bin
+ * mass_bin (psr_filter_mbin), above which the masses sum to mass_base
+ * (PSR_FILTER_NO_BIN: the whole list). `low`: the smallest key the list
+ * can hold. lbuf: 4096 words. With PSR_FLAT_BARRIERS every group calls
+ * it, and only the last reads or writes anything. */
+#define PSR_FILTER_NO_BIN 0xffffffffu
+
 inline void psr_filter_finish(bool on, const psr_filter_row *fp, uint row_id, __global const psr_logit_t *src,
                               float m, uint floor_key, uint low, uint vocab, uint cap,
                               __global uint *st, __global uint *h, __global uint *rc,
                               __global float *thresholds, __global const int *row_request,
                               uint requests, __global const float *temperatures,
                               PSR_FILTER_DIRECT_ARGS, uint direct_max, uint tokens64, uint noise, uint drafting,
-                              ulong mass_total,
+                              ulong mass_total, uint mass_bin, ulong mass_base,
                               __local uint *lbuf, __local uint *hlo, __local uint *hhi,
                               __local ulong *seg, __local uint *pick)
 {
@@ -861,14 +915,26 @@ inline void psr_filter_finish(bool on, const psr_filter_row *fp, uint row_id, __
      * Below, barriers stay out of conditions that vary at run time: PoCL
      * copies the code after such a barrier once per path. */
     ulong total = fits ? mass_total : 0;
-    bool short_list = count <= PSR_FILTER_RANK_MAX;
-    if (short_list)
-        for (uint j = lid; j < count; j += PSR_WG_SIZE)
-            lbuf[j] = vrc[j];
+    /* lbuf: the whole list when it is short, or the keys of bin mass_bin */
+    bool by_bin = fits && mass_bin != PSR_FILTER_NO_BIN;
+    if (lid == 0)
+        pick[0] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint j = lid; j < (by_bin || count <= PSR_FILTER_RANK_MAX ? count : 0); j += PSR_WG_SIZE) {
+        uint key = vrc[j];
+        if (by_bin && psr_filter_mbin(psr_filter_unkey(key), m) != mass_bin)
+            continue;
+        uint at = by_bin ? atomic_inc(&pick[0]) : j;
+        if (at < PSR_FILTER_RANK_MAX)
+            lbuf[at] = key;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint n_short = by_bin ? pick[0] : count;
+    bool short_list = n_short <= PSR_FILTER_RANK_MAX;
+    barrier(CLK_LOCAL_MEM_FENCE); /* pick is rewritten below */
     __local ulong *w = (__local ulong *)(lbuf + 2 * PSR_FILTER_RANK_MAX);
-    floor_key = psr_filter_threshold(on, &f, src, fits ? vrc : 0, fits ? count : vocab, short_list, m, floor_key,
-                                     total, lbuf, w, hlo, hhi, seg, pick);
+    floor_key = psr_filter_threshold(on, &f, src, fits ? vrc : 0, fits ? count : vocab, short_list, n_short,
+                                     by_bin ? mass_base : 0, m, floor_key, total, lbuf, w, hlo, hhi, seg, pick);
     float cut = psr_filter_unkey(floor_key);
     /* Every kept key is in the list when the list is whole and the
      * threshold is no lower than the list's lowest possible key. The
@@ -1121,20 +1187,21 @@ inline psr_filter_part psr_filter_part_start(bool on, bool ends_empty, const psr
 }
 
 /* Top-p alone: a token's mass (s, its scaled logit) into its bin of the
- * group's masses, none below the min-p cut (floor_key) or for NaN. */
-inline void psr_filter_add_mass(float s, float m, uint floor_key, __local uint *mlo, __local uint *mhi)
+ * group's masses, none below the min-p cut (floor: its value, compared
+ * as the keys would be) or for NaN. */
+inline void psr_filter_add_mass(float s, float m, float floor, __local uint *mlo, __local uint *mhi)
 {
     if (isnan(s))
         return;
-    uint key = psr_filter_key(s);
-    uint b = key >> PSR_FILTER_MSHIFT;
-    ulong w = key < floor_key ? 0 : psr_filter_weight(s, m, true);
-    if (w)
+    ulong w = s < floor ? 0 : psr_filter_weight(s, m, true);
+    if (w) {
+        uint b = psr_filter_mbin(s, m);
         psr_filter_add_local(&mlo[b], &mhi[b], w);
+    }
 }
 
 /* Pass 2 for a top-p row without top-k (`masses`): the 64-bit masses of
- * the group's part per 11-bit bin, local then global. Every work-item
+ * the group's part per bin (psr_filter_mbin), local then global. Every work-item
  * calls it; with PSR_FLAT_BARRIERS groups that have no such row too.
  * lbuf: 4096 words, free. */
 inline void psr_filter_masses_of(bool masses, const psr_filter_row *f, __global const psr_logit_t *src,
@@ -1142,6 +1209,7 @@ inline void psr_filter_masses_of(bool masses, const psr_filter_row *f, __global 
 {
     uint lid = get_local_id(0);
     __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS;
+    float floor = psr_filter_unkey(g->floor_key);
     for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
         lbuf[b] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -1149,7 +1217,7 @@ inline void psr_filter_masses_of(bool masses, const psr_filter_row *f, __global 
         float v[8];
         psr_filter_load8(src, i, g->end, aligned, f->t, f->r, v);
         for (int q = 0; q < 8; q++)
-            psr_filter_add_mass(v[q], g->m, g->floor_key, mlo, mhi);
+            psr_filter_add_mass(v[q], g->m, floor, mlo, mhi);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint b = lid; b < (masses ? PSR_FILTER_MBINS : 0); b += PSR_WG_SIZE) {
@@ -1186,7 +1254,7 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint
         if (!PSR_FLAT_BARRIERS && !last)
             return;
         psr_filter_finish(last, &f, row_id, src, g.m, g.floor_key, low, vocab, cap, st, h, rc, thresholds,
-                          row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, 0,
+                          row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, 0, PSR_FILTER_NO_BIN, 0,
                           lbuf, hlo, hhi, seg, pick);
     }
     if (PSR_FLAT_BARRIERS || masses)
@@ -1239,14 +1307,17 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, __global uint *state, __global
     ulong total = psr_filter_suffix(mlo, mhi, true, PSR_FILTER_MBINS, seg);
     float goal = fmax(f.p, FLT_MIN) * (float)total;
     psr_filter_cross(mlo, mhi, true, PSR_FILTER_MBINS, 0, true, 0, goal, seg, pick);
-    uint low = max(g.floor_key, pick[0] << PSR_FILTER_MSHIFT);
+    /* the bin that holds the threshold, and the mass above it */
+    uint bin = pick[0];
+    ulong above = ((ulong)pick[2] << 32) | pick[1];
+    uint low = max(g.floor_key, psr_filter_mbin_low(bin, g.m));
     barrier(CLK_LOCAL_MEM_FENCE);
     psr_filter_gather(src, aligned, &f, g.start, live ? g.end : g.start, low, &st[1], rc, cap, lbuf, pick);
     bool last = psr_last_group_if(live, &st[2], groups_per_row, &pick[2]);
     if (!PSR_FLAT_BARRIERS && !last)
         return;
     psr_filter_finish(last, &f, row_id, src, g.m, g.floor_key, low, vocab, cap, st, h, rc, thresholds,
-                      row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, total,
+                      row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, total, bin, above,
                       lbuf, hlo, hhi, seg, pick);
 }
 #endif

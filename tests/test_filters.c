@@ -304,13 +304,16 @@ static void test_requests_independent(void **state)
  * the candidate list for top-k and for top-p alone (short lists are
  * counted, long ones radix-searched), and rows whose top holds more
  * candidates than the list (16,384) takes, which search the whole row
- * instead. Rows whose list holds every kept token are drawn from it, the
- * others by the sampler; the tokens must be the oracle's either way, ties
- * (several +inf) included. */
+ * instead. Top-p alone counts only the keys of the histogram bin (by
+ * distance below the row's max) that holds its threshold, and radix-
+ * searches the list when that bin holds more than 512. Rows whose list
+ * holds every kept token are drawn from it,
+ * the others by the sampler; the tokens must be the oracle's either way,
+ * ties (several +inf) included. */
 static void test_search_paths(void **state)
 {
     (void)state;
-    enum { R = 9, V = 20000 };
+    enum { R = 13, V = 20000 };
     float *x = malloc(R * V * sizeof *x);
     for (size_t i = 0; i < V; i++) {
         float n = 3.0f * normal();
@@ -323,13 +326,18 @@ static void test_search_paths(void **state)
         x[6 * V + i] = 0.01f * normal();            /* a flat top: many candidates */
         x[7 * V + i] = i % 100 == 0 ? NAN : n;      /* fewer finite tokens than k (min-p keeps its list short) */
         x[8 * V + i] = i % 4999 == 17 ? INFINITY : n; /* four +inf tied: the lowest wins */
+        x[9 * V + i] = i < 3000 ? 2.0f : n - 40.0f;  /* top-p alone: 3,000 tied in the top bin */
+        x[10 * V + i] = i % 4999 == 17 ? INFINITY : n; /* top-p alone over four +inf */
+        /* top-p alone: 30 above 600 tied, where p crosses */
+        x[11 * V + i] = i < 30 ? 6.0f + 0.01f * (float)i : i < 630 ? 5.0f : n - 10.0f;
+        x[12 * V + i] = n;                           /* min-p and top-p */
     }
-    int32_t k[R] = {100, 0, 100, 0, 10, 0, 5000, V - 10, 50};
-    float p[R] = {0.95f, 0.9f, 1.0f, 0.5f, 0.9f, 1.0f, 0.7f, 0.99f, 1.0f};
-    float mp[R] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.1f, 0.0f, 0.001f, 0.0f};
+    int32_t k[R] = {100, 0, 100, 0, 10, 0, 5000, V - 10, 50, 0, 0, 0, 0};
+    float p[R] = {0.95f, 0.9f, 1.0f, 0.5f, 0.9f, 1.0f, 0.7f, 0.99f, 1.0f, 0.6f, 0.9f, 0.5f, 0.8f};
+    float mp[R] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.1f, 0.0f, 0.001f, 0.0f, 0.0f, 0.0f, 0.0f, 0.05f};
     /* 1: drawn from its list, 0: by the sampler (lists that overflow, and
      * min-p alone, which has no list) */
-    const bool drawn_want[R] = {1, 1, 0, 0, 0, 0, 1, 1, 1};
+    const bool drawn_want[R] = {1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1};
     int64_t seeds[R], pos[R];
     float temps[R];
     int32_t tokens[R];
@@ -356,6 +364,7 @@ static void test_search_paths(void **state)
                 fail_msg("round %d row %zu: token %d, oracle %d", round, r, tokens[r], oracle);
         }
         assert_int_equal(tokens[8], 17); /* the first of the tied +inf */
+        assert_int_equal(tokens[10], 17);
     }
     free(x);
 }
