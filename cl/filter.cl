@@ -1096,8 +1096,8 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
     bool on = f.state == 2;
     if (!on && part == 0 && lid == 0)
         psr_filter_set(thresholds, row_id, f.state == 1 ? NAN : -INFINITY, false);
-    if (!PSR_FLAT_BARRIERS && !on)
-        return; /* flat: the group runs on, reading and writing nothing */
+    if (!on)
+        return; /* before any barrier, for the whole group */
     __global const psr_logit_t *src = logits + logits_offset + (ulong)row_id * row_stride;
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     __global uint *st = state + PSR_FILTER_STATE * row_id;
@@ -1240,8 +1240,8 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint
     PSR_FILTER_COLLECT_START;
     bool streamed = PSR_FILTER_STREAMS(f); /* a variable: a constant operand of && draws a compiler warning */
     bool on = f.state == 2 && (f.k_on || f.p_on) && !streamed; /* pass 1 finished those */
-    if (!PSR_FLAT_BARRIERS && !on)
-        return; /* flat: the group runs on, reading and writing nothing */
+    if (!on)
+        return; /* before any barrier, for the whole group */
     /* no candidates: group 0 ends a top-k row (top-p alone: in pass 3) */
     psr_filter_part g = psr_filter_part_start(on, f.k_on, &f, row_id, part, chunk, vocab, st, thresholds);
     if (!PSR_FLAT_BARRIERS && g.empty)
@@ -1275,8 +1275,8 @@ void psr_filter_masses(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint 
     (void)cap, (void)direct_max, (void)rc, (void)seeds, (void)positions, (void)tokens, (void)row_flags;
     (void)hlo, (void)hhi, (void)seg, (void)pick;
     bool on = f.state == 2 && !f.k_on && f.p_on;
-    if (!PSR_FLAT_BARRIERS && !on)
-        return; /* flat: the group runs on, reading and writing nothing */
+    if (!on)
+        return; /* before any barrier, for the whole group */
     psr_filter_part g = psr_filter_part_start(on, false, &f, row_id, part, chunk, vocab, st, thresholds);
     if (!PSR_FLAT_BARRIERS && g.empty)
         return;
@@ -1294,8 +1294,8 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, __global uint *state, __global
 {
     PSR_FILTER_COLLECT_START;
     bool on = f.state == 2 && !f.k_on && f.p_on;
-    if (!PSR_FLAT_BARRIERS && !on)
-        return; /* flat: the group runs on, reading and writing nothing */
+    if (!on)
+        return; /* before any barrier, for the whole group */
     psr_filter_part g = psr_filter_part_start(on, true, &f, row_id, part, chunk, vocab, st, thresholds);
     if (!PSR_FLAT_BARRIERS && g.empty)
         return;

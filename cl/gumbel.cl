@@ -540,8 +540,8 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
                                 draft_cache_rows, p.draft_cache_rows_total, &req);
     float cut;
     bool drawn = psr_row_cut(thresholds, row_id, req, &flags, &cut);
-    if (!PSR_FLAT_BARRIERS && drawn)
-        return;
+    if (drawn)
+        return; /* before any barrier, for the whole group (a row's property) */
     bool active = !drawn && req >= 0 && !flags;
     psr_acc_t best = PSR_ACC_NEG_INF;
     uint best_i = start + PSR_STEP * lid < end ? start + PSR_STEP * lid : 0xffffffffu;

@@ -54,8 +54,10 @@
  * A step with barriers goes under `if (PSR_FLAT_BARRIERS || cond)` and
  * acts on its result only where `cond` holds; an early return before a
  * barrier is `if (!PSR_FLAT_BARRIERS && cond) return`, and the group then
- * runs on doing nothing. A constant, so the other devices build the code
- * they had. Same results either way. */
+ * runs on doing nothing; but a return before the kernel's first barrier,
+ * for a group that has nothing at all to do, costs no copy and stays. A
+ * constant, so the other devices build the code they had. Same results
+ * either way. */
 #ifndef PSR_FLAT_BARRIERS
 #define PSR_FLAT_BARRIERS 0
 #endif
