@@ -4,7 +4,7 @@
  * The filters work on s = logit / T exactly as psr_gumbel_sample scales
  * it (psr_scale), in the order min-p, top-k, top-p; every token kept has
  * s >= threshold. No sort: top-k and top-p are searches over the 32-bit
- * order-preserving key of s. Top-p weighs each token by
+ * order-preserving key of s (psr_ordered). Top-p weighs each token by
  * q = floor(e^(s - max) * 2^32), summed in 64-bit integers, so its result
  * does not depend on the order of the sums and lib/oracle/filter.c gets
  * the same bits.
@@ -34,13 +34,18 @@
  * volatile loads; a group fences its writes before it counts itself done.
  * Output, two floats per row: the threshold, -inf (nothing removed), NaN
  * (a bad top_p or min_p: the sampler flags the row) or the value; then
- * 1 when the search's last group also sampled the row (below), else 0.
+ * 1 when the search's last group also sampled the row (below), -n when
+ * the row's n candidates hold every kept token and the sampler is to
+ * draw from them (GPUs, below), else 0.
  *
  * Sampling from the list: when the kept tokens all lie in a short
  * candidate list (at most `direct_max`, given the sampler's outputs), the
- * last group draws the row's token from them, the same Gumbel-max values
- * and tie rule as psr_gumbel_sample over the whole row, and the sampler
- * skips the row: it would read every logit for a few hundred survivors.
+ * row's token is drawn from them, the same Gumbel-max values and tie rule
+ * as psr_gumbel_sample over the whole row: reading every logit for a few
+ * hundred survivors would be wasted. The last group draws it and the
+ * sampler skips the row; but off the vector path, for top-p alone (pass
+ * 3, long lists), the sampler's groups split the list among them instead
+ * (psr_consider_list), as they split a row, and pass 3 carries no noise.
  *
  * State between the kernels, zero between launches (each row's last
  * group clears it): state[4 * row] the largest key + 1 seen (0: none),
@@ -57,20 +62,6 @@
 #define PSR_FILTER_MSPAN 22.25f              /* past it below the max, a mass is 0 (2^-32 at 22.18) */
 #define PSR_FILTER_GCAP 1024                 /* candidates a group gathers in local memory */
 #define PSR_FILTER_STATE 4                   /* state words per row */
-
-/* fp32 as an unsigned key of the same order; -0 and +0 share one. */
-inline uint psr_filter_key(float v)
-{
-    if (v == 0.0f)
-        v = 0.0f;
-    uint b = as_uint(v);
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
-inline float psr_filter_unkey(uint k)
-{
-    return as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
-}
 
 /* The noise and stream of the rows a filter draws from their lists (the
  * only code that reads them): with PSR_FILTER_NOISE_ARGS=1 (CPUs) the
@@ -94,7 +85,7 @@ inline float psr_filter_unkey(uint k)
  * one key); false for a score of -inf, which never wins. */
 inline bool psr_filter_score(uint key, uint row_key, uint id, uint noise, ulong *k)
 {
-    float s = psr_filter_unkey(key);
+    float s = psr_unordered(key);
     uint2 w = psr_token_words(row_key, id);
 #if PSR_WITH_FP64
     if (noise == PSR_FILTER_NOISE_FP64) {
@@ -104,7 +95,7 @@ inline bool psr_filter_score(uint key, uint row_key, uint id, uint noise, ulong 
     }
 #endif
     float v = s + (noise == PSR_FILTER_NOISE_WIDE ? psr_noise_wide(w) : psr_noise_fp32(w));
-    *k = (ulong)psr_filter_key(v) << 32;
+    *k = (ulong)psr_ordered(v) << 32;
     return v > -INFINITY;
 }
 
@@ -114,10 +105,16 @@ inline bool psr_filter_beats(ulong k, uint id, ulong best, uint best_i)
     return best_i == 0xffffffffu || k > best || (k == best && id < best_i);
 }
 
-/* A row's output: its threshold and whether its token is already drawn. */
+/* A row's output: its threshold and whether its token is already drawn
+ * (sampled), or how many candidates the sampler is to draw it from. */
+inline void psr_filter_set_listed(__global float *thresholds, uint row, float cut, bool sampled, uint listed)
+{
+    vstore2((float2)(cut, sampled ? 1.0f : -(float)listed), row, thresholds);
+}
+
 inline void psr_filter_set(__global float *thresholds, uint row, float cut, bool sampled)
 {
-    vstore2((float2)(cut, sampled ? 1.0f : 0.0f), row, thresholds);
+    psr_filter_set_listed(thresholds, row, cut, sampled, 0);
 }
 
 /* The scaled logit of token i, as psr_consider computes it (NaN stays NaN). */
@@ -160,21 +157,21 @@ inline uint psr_filter_mbin(float s, float m)
  * where that takes longer (never on finite rows seen so far). */
 inline uint psr_filter_mbin_low(uint b, float m)
 {
-    uint lo = psr_filter_key(-INFINITY), hi = psr_filter_key(m);
+    uint lo = psr_ordered(-INFINITY), hi = psr_ordered(m);
     if (b == 0)
         return lo;
     float w = PSR_FILTER_MSPAN / (float)(PSR_FILTER_MBINS - 1);
-    uint k = clamp(psr_filter_key(m - ((float)(PSR_FILTER_MBINS - 1 - b) + 0.5f) * w), lo, hi);
-    for (int i = 0; i < 8 && k > lo && psr_filter_mbin(psr_filter_unkey(k - 1), m) >= b; i++)
+    uint k = clamp(psr_ordered(m - ((float)(PSR_FILTER_MBINS - 1 - b) + 0.5f) * w), lo, hi);
+    for (int i = 0; i < 8 && k > lo && psr_filter_mbin(psr_unordered(k - 1), m) >= b; i++)
         k--;
-    for (int i = 0; i < 8 && psr_filter_mbin(psr_filter_unkey(k), m) < b; i++)
+    for (int i = 0; i < 8 && psr_filter_mbin(psr_unordered(k), m) < b; i++)
         k++;
-    if (psr_filter_mbin(psr_filter_unkey(k), m) >= b &&
-        (k == lo || psr_filter_mbin(psr_filter_unkey(k - 1), m) < b))
+    if (psr_filter_mbin(psr_unordered(k), m) >= b &&
+        (k == lo || psr_filter_mbin(psr_unordered(k - 1), m) < b))
         return k;
     while (lo < hi) {
         uint mid = lo + (hi - lo) / 2;
-        if (psr_filter_mbin(psr_filter_unkey(mid), m) >= b)
+        if (psr_filter_mbin(psr_unordered(mid), m) >= b)
             hi = mid;
         else
             lo = mid + 1;
@@ -298,12 +295,12 @@ inline uint psr_filter_search(__global const psr_logit_t *src, float t, float r,
             float s;
             if (keys) {
                 key = keys[i];
-                s = psr_filter_unkey(key);
+                s = psr_unordered(key);
             } else {
                 s = psr_filter_scaled(src, i, t, r);
                 if (isnan(s))
                     continue;
-                key = psr_filter_key(s);
+                key = psr_ordered(s);
             }
             if (key < floor_key || (shift < 24 && (key >> (shift + 8)) != prefix))
                 continue;
@@ -342,7 +339,7 @@ inline uint psr_filter_rank_search(__local const uint *keys, uint n, float m, ui
     ulong mine = 0;
     for (uint c = lid; c < n; c += PSR_WG_SIZE) {
         uint key = keys[c];
-        ulong wc = key < floor_key ? 0 : psr_filter_weight(psr_filter_unkey(key), m, mass);
+        ulong wc = key < floor_key ? 0 : psr_filter_weight(psr_unordered(key), m, mass);
         w[c] = wc;
         mine += wc;
     }
@@ -426,7 +423,7 @@ inline psr_filter_row psr_filter_row_get(uint row_id, uint vocab, __global const
 /* The row's largest scaled logit from its state word (-inf: none). */
 inline float psr_filter_max_of(uint mk)
 {
-    return mk ? psr_filter_unkey(mk - 1) : -INFINITY;
+    return mk ? psr_unordered(mk - 1) : -INFINITY;
 }
 
 inline float psr_filter_min_p_cut(const psr_filter_row *f, float m)
@@ -470,7 +467,7 @@ inline void psr_filter_load8(__global const psr_logit_t *src, uint i, uint end, 
  * passes the pass's bound. */
 #define PSR_FILTER_VSTEP (PSR_VEC * PSR_WG_SIZE)
 
-/* psr_filter_key + 1 of each lane's scaled logit; 0 for NaN. */
+/* psr_ordered + 1 of each lane's scaled logit; 0 for NaN. */
 inline psr_vuint psr_filter_vkey1(psr_vfloat s)
 {
     psr_vuint b = psr_as_vuint(select(s, (psr_vfloat)(0.0f), s == 0.0f));
@@ -503,7 +500,7 @@ inline psr_vuint psr_filter_vkeys(__global const psr_logit_t *src, uint i, uint 
     uint keys1[PSR_VEC];
     for (uint q = 0; q < PSR_VEC; q++) {
         float s = q < *n ? psr_filter_scaled(src, i + q, f->t, f->r) : NAN;
-        keys1[q] = isnan(s) ? 0 : psr_filter_key(s) + 1;
+        keys1[q] = isnan(s) ? 0 : psr_ordered(s) + 1;
     }
     return psr_vload(0, keys1);
 }
@@ -627,10 +624,10 @@ inline uint psr_filter_search_serial(__global const psr_logit_t *src, float t, f
             bins[b] = 0;
         ulong total = 0;
         for (uint c = 0; c < n; c++) {
-            float s = keys ? psr_filter_unkey(keys[c]) : psr_filter_scaled(src, c, t, r);
+            float s = keys ? psr_unordered(keys[c]) : psr_filter_scaled(src, c, t, r);
             if (isnan(s))
                 continue;
-            uint key = keys ? keys[c] : psr_filter_key(s);
+            uint key = keys ? keys[c] : psr_ordered(s);
             if (key < floor_key || (shift < 24 && (key >> (shift + 8)) != prefix))
                 continue;
             ulong w = psr_filter_weight(s, m, mass);
@@ -767,7 +764,7 @@ inline void psr_filter_gather(__global const psr_logit_t *src, bool aligned, con
         float v[8];
         psr_filter_load8(src, i, end, aligned, f->t, f->r, v);
         for (int q = 0; q < 8; q++) {
-            uint key = psr_filter_key(v[q]);
+            uint key = psr_ordered(v[q]);
             if (!isnan(v[q]) && key >= low)
                 psr_filter_append(key, i + (q < 4 ? (uint)q : 4 * PSR_WG_SIZE + (uint)q - 4), lbuf, n_local,
                                   count, rc, cap);
@@ -884,8 +881,10 @@ inline uint psr_filter_threshold(bool on, const psr_filter_row *f, __global cons
 
 /* A row's last group (`on`): the exact threshold from the candidate list
  * (or from the whole row when the list overflowed), the row's token when
- * the list holds every kept token, then the row's state cleared for the
- * next launch. Top-p alone (from pass 3) takes its total from the mass
+ * the list holds every kept token (or with `to_sampler`, a constant at
+ * each call and off the vector path only, the row marked for the sampler
+ * to draw from the list), then the row's state cleared for the next
+ * launch. Top-p alone (from pass 3) takes its total from the mass
  * histogram, which pass 3 summed (mass_total), as its list holds only
  * the top of the set, and searches only the keys of the histogram's bin
  * mass_bin (psr_filter_mbin), above which the masses sum to mass_base
@@ -900,7 +899,7 @@ inline void psr_filter_finish(bool on, const psr_filter_row *fp, uint row_id, __
                               __global float *thresholds, __global const int *row_request,
                               uint requests, __global const float *temperatures,
                               PSR_FILTER_DIRECT_ARGS, uint direct_max, uint tokens64, uint noise, uint drafting,
-                              ulong mass_total, uint mass_bin, ulong mass_base,
+                              ulong mass_total, uint mass_bin, ulong mass_base, bool to_sampler,
                               __local uint *lbuf, __local uint *hlo, __local uint *hhi,
                               __local ulong *seg, __local uint *pick)
 {
@@ -922,7 +921,7 @@ inline void psr_filter_finish(bool on, const psr_filter_row *fp, uint row_id, __
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint j = lid; j < (by_bin || count <= PSR_FILTER_RANK_MAX ? count : 0); j += PSR_WG_SIZE) {
         uint key = vrc[j];
-        if (by_bin && psr_filter_mbin(psr_filter_unkey(key), m) != mass_bin)
+        if (by_bin && psr_filter_mbin(psr_unordered(key), m) != mass_bin)
             continue;
         uint at = by_bin ? atomic_inc(&pick[0]) : j;
         if (at < PSR_FILTER_RANK_MAX)
@@ -935,13 +934,18 @@ inline void psr_filter_finish(bool on, const psr_filter_row *fp, uint row_id, __
     __local ulong *w = (__local ulong *)(lbuf + 2 * PSR_FILTER_RANK_MAX);
     floor_key = psr_filter_threshold(on, &f, src, fits ? vrc : 0, fits ? count : vocab, short_list, n_short,
                                      by_bin ? mass_base : 0, m, floor_key, total, lbuf, w, hlo, hhi, seg, pick);
-    float cut = psr_filter_unkey(floor_key);
+    float cut = psr_unordered(floor_key);
     /* Every kept key is in the list when the list is whole and the
      * threshold is no lower than the list's lowest possible key. The
      * row must be one the sampler would sample (no flags). */
     int req;
     bool draws = on && tokens && fits && count <= direct_max && floor_key >= low &&
                  !psr_row_status(row_id, row_request, requests, temperatures, positions, 0, 0, 0, &req);
+#if PSR_VEC_PATH
+    to_sampler = false;
+#endif
+    uint listed = to_sampler && draws ? count : 0; /* the sampler draws it (psr_consider_list) */
+    draws = draws && !to_sampler;
     if (PSR_FLAT_BARRIERS || draws) {
         uint row_key = draws ? psr_row_key_on((ulong)seeds[req], (ulong)positions[row_id], drafting) : 0;
         uint token = psr_filter_sample_list(vrc, vrc + cap, draws ? count : 0, floor_key, row_key, noise, pick);
@@ -959,7 +963,7 @@ inline void psr_filter_finish(bool on, const psr_filter_row *fp, uint row_id, __
         for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
             h[b] = 0;
     if (on && lid == 0) {
-        psr_filter_set(thresholds, row_id, cut, sampled);
+        psr_filter_set_listed(thresholds, row_id, cut, sampled, listed);
         st[0] = 0;
         st[1] = 0;
         st[3] = 0;
@@ -991,7 +995,7 @@ inline void psr_filter_scan_chunk4(__global const psr_logit_t *src, uint start, 
         for (int q = 0; q < 8; q++) {
             if (isnan(v[q]))
                 continue;
-            uint key = psr_filter_key(v[q]);
+            uint key = psr_ordered(v[q]);
             *mk = max(*mk, key + 1);
             if (k_on)
                 atomic_inc(&lh[key >> PSR_FILTER_HSHIFT]);
@@ -1046,7 +1050,7 @@ inline void psr_filter_stream_finish(bool on, const psr_filter_row *f, uint row_
     }
     uint count = vst[1], low = vst[3];
     bool fits = count <= cap;
-    uint floor_key = psr_filter_key(psr_filter_min_p_cut(f, m));
+    uint floor_key = psr_ordered(psr_filter_min_p_cut(f, m));
     volatile __global const uint *keys = fits ? vrc : 0;
     uint n = fits ? count : vocab;
     floor_key = psr_filter_search_serial(src, f->t, f->r, keys, n, m, floor_key, false, (ulong)f->k, 1.0f);
@@ -1066,7 +1070,7 @@ inline void psr_filter_stream_finish(bool on, const psr_filter_row *f, uint row_
                 row_flags[row_id] = 0;
         }
     }
-    psr_filter_set(thresholds, row_id, psr_filter_unkey(floor_key), sampled);
+    psr_filter_set(thresholds, row_id, psr_unordered(floor_key), sampled);
     st[0] = 0;
     st[1] = 0;
     st[3] = 0;
@@ -1177,7 +1181,7 @@ inline psr_filter_part psr_filter_part_start(bool on, bool ends_empty, const psr
 {
     psr_filter_part g;
     g.m = on ? psr_filter_max_of(st[0]) : -INFINITY;
-    g.floor_key = psr_filter_key(psr_filter_min_p_cut(f, g.m));
+    g.floor_key = psr_ordered(psr_filter_min_p_cut(f, g.m));
     g.start = part * chunk;
     g.end = min(g.start + chunk, vocab);
     g.empty = on && !(g.m > -INFINITY);
@@ -1209,7 +1213,7 @@ inline void psr_filter_masses_of(bool masses, const psr_filter_row *f, __global 
 {
     uint lid = get_local_id(0);
     __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS;
-    float floor = psr_filter_unkey(g->floor_key);
+    float floor = psr_unordered(g->floor_key);
     for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
         lbuf[b] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -1255,7 +1259,7 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint
             return;
         psr_filter_finish(last, &f, row_id, src, g.m, g.floor_key, low, vocab, cap, st, h, rc, thresholds,
                           row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, 0, PSR_FILTER_NO_BIN, 0,
-                          lbuf, hlo, hhi, seg, pick);
+                          false, lbuf, hlo, hhi, seg, pick);
     }
     if (PSR_FLAT_BARRIERS || masses)
         psr_filter_masses_of(masses, &f, src, aligned, &g, h, lbuf);
@@ -1318,7 +1322,7 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, __global uint *state, __global
         return;
     psr_filter_finish(last, &f, row_id, src, g.m, g.floor_key, low, vocab, cap, st, h, rc, thresholds,
                       row_request, requests, temperatures, PSR_FILTER_DIRECT_PASS, total, bin, above,
-                      lbuf, hlo, hhi, seg, pick);
+                      true, lbuf, hlo, hhi, seg, pick);
 }
 #endif
 
@@ -1354,7 +1358,7 @@ inline void psr_sf_max(__global const psr_logit_t *src, uint n, const psr_filter
     for (uint i = lid; i < (act ? n : 0); i += PSR_WG_SIZE) {
         float s = psr_filter_scaled(src, i, f->t, f->r);
         if (!isnan(s))
-            mk = max(mk, psr_filter_key(s) + 1);
+            mk = max(mk, psr_ordered(s) + 1);
     }
     atomic_max(&pick[0], mk);
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -1380,7 +1384,7 @@ inline void psr_sf_histogram(__global const psr_logit_t *src, uint n, const psr_
         float s = psr_filter_scaled(src, i, f->t, f->r);
         if (isnan(s))
             continue;
-        uint key = psr_filter_key(s);
+        uint key = psr_ordered(s);
         if (key < floor_key || (shift < 24 && (key >> (shift + 8)) != prefix))
             continue;
         psr_filter_add_local(&hlo[(key >> shift) & 0xffu], &hhi[(key >> shift) & 0xffu],
@@ -1399,7 +1403,7 @@ inline void psr_sf_start(const psr_filter_row *f, bool on, __global const ulong 
         return;
     uint mk = (uint)red[0];
     st[0] = mk;
-    st[1] = psr_filter_key(psr_filter_min_p_cut(f, psr_filter_max_of(mk)));
+    st[1] = psr_ordered(psr_filter_min_p_cut(f, psr_filter_max_of(mk)));
     st[2] = st[3] = st[4] = st[5] = 0;
 }
 
@@ -1469,7 +1473,7 @@ void psr_shard_filter_round(PSR_FILTER_ROW_ARGS, uint vocab_total, uint round, u
     }
     if (round == 1 + k_rounds + p_rounds && get_local_id(0) == 0) {
         float cut = f.state == 1 ? NAN : !on ? -INFINITY
-                    : st[0]              ? psr_filter_unkey(st[1])
+                    : st[0]              ? psr_unordered(st[1])
                                          : psr_filter_min_p_cut(&f, -INFINITY);
         psr_filter_set((__global float *)state, row_id, cut, false);
     }

@@ -479,17 +479,21 @@ inline void psr_write_result(const psr_sample_params *p, bool finish, int req, u
 }
 
 /* Filters (filter.cl): the row's threshold (*cut), NaN for bad filter
- * values (flagged), and whether the filter pass already drew the row's
- * token (then the whole row's groups return, before any barrier; with
- * PSR_FLAT_BARRIERS they run on as an inactive row and write nothing). */
-inline bool psr_row_cut(__global const float *thresholds, uint row_id, int req, uint *flags, float *cut)
+ * values (flagged), whether the filter pass already drew the row's token
+ * (then the whole row's groups return, before any barrier), and in
+ * *listed how many candidates hold every kept token, where the sampler
+ * is to draw from them (0: from the row). */
+inline bool psr_row_cut(__global const float *thresholds, uint row_id, int req, uint *flags, float *cut,
+                        uint *listed)
 {
     *cut = -INFINITY;
+    *listed = 0;
 #if PSR_FILTERS
     if (thresholds && req >= 0 && !(*flags & PSR_ROW_BAD_INDEX)) {
         float2 th = vload2(row_id, thresholds);
-        if (th.y != 0.0f)
+        if (th.y > 0.0f)
             return true;
+        *listed = th.y < 0.0f ? (uint)(-th.y) : 0u;
         *cut = th.x;
         if (isnan(*cut))
             *flags |= PSR_ROW_BAD_FILTER;
@@ -497,6 +501,32 @@ inline bool psr_row_cut(__global const float *thresholds, uint row_id, int req, 
 #endif
     return false;
 }
+
+#if PSR_FILTERS && PSR_METHOD == 0 && !PSR_VEC_PATH
+/* A row whose kept tokens all lie in filter.cl's candidate list (n keys,
+ * then their token ids, `cap` apart): the group's share of the list, each
+ * listed token at or above the cut scored as psr_consider_cut scores it
+ * in the row (the key gives back the scaled logit; -0 comes back as +0,
+ * which adds the same), the lower id winning ties as the list is in no
+ * order. */
+inline void psr_consider_list(const psr_row *row, __global const uint *list, uint cap, uint n, uint part,
+                              uint groups, float cut, psr_acc_t *best, uint *best_i)
+{
+    uint per = (n + groups - 1) / groups;
+    uint end = min(n, (part + 1) * per);
+    for (uint j = part * per + get_local_id(0); j < end; j += PSR_WG_SIZE) {
+        float s = psr_unordered(list[j]);
+        uint id = list[cap + j];
+        if (!(s >= cut) || !(s > -INFINITY))
+            continue;
+        psr_acc_t v = isinf(s) ? (psr_acc_t)s : (psr_acc_t)s + psr_noise(psr_token_words(row->key, row->base + id));
+        if (psr_better(v, id, *best, *best_i)) {
+            *best = v;
+            *best_i = id;
+        }
+    }
+}
+#endif
 
 /* Each work-item takes 4 consecutive tokens per step (PSR_VEC on the
  * vector path), the group a chunk of the row. After the first step the
@@ -509,7 +539,8 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
                        __global psr_acc_t *part_value, __global uint *part_index, __global int *tokens,
                        __global uint *row_flags, __global float *draft_cache,
                        __global const int *draft_cache_rows, __global ulong *best_keys,
-                       __global uint *best_count, __global const float *thresholds)
+                       __global uint *best_count, __global const float *thresholds,
+                       __global const uint *cand)
 {
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
@@ -539,7 +570,8 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
     uint flags = psr_row_status(row_id, row_request, p.rows.requests, temperatures, positions, draft_cache,
                                 draft_cache_rows, p.draft_cache_rows_total, &req);
     float cut;
-    bool drawn = psr_row_cut(thresholds, row_id, req, &flags, &cut);
+    uint listed;
+    bool drawn = psr_row_cut(thresholds, row_id, req, &flags, &cut, &listed);
     if (drawn)
         return; /* before any barrier, for the whole group (a row's property) */
     bool active = !drawn && req >= 0 && !flags;
@@ -561,7 +593,13 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
 #if PSR_VEC_PATH
     psr_scan_chunk(&row, active, src, start, end, cache, cut, &best, &best_i, lv, lid);
 #else
-    psr_scan_chunk(&row, active, src, start, end, aligned, x_first, cache, cut, &best, &best_i, lv, lid);
+    psr_scan_chunk(&row, active && !listed, src, start, end, aligned, x_first, cache, cut, &best, &best_i, lv,
+                   lid);
+#if PSR_FILTERS && PSR_METHOD == 0
+    if (active && listed)
+        psr_consider_list(&row, cand + (ulong)row_id * 2 * p.list_cap, p.list_cap, listed, part, groups_per_row,
+                          cut, &best, &best_i);
+#endif
 #endif
     lv[lid] = best;
     li[lid] = best_i;
@@ -610,7 +648,7 @@ void psr_gumbel_finalize(const psr_sample_params p, __global const psr_acc_t *pa
                                 draft_cache_rows, draft_cache_rows_total, &req);
     if (PSR_FILTERS && thresholds && req >= 0 && !(flags & PSR_ROW_BAD_INDEX)) {
         float2 th = vload2(row, thresholds);
-        if (th.y != 0.0f)
+        if (th.y > 0.0f)
             return; /* filter.cl drew the token */
         if (isnan(th.x))
             flags |= PSR_ROW_BAD_FILTER;

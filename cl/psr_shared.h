@@ -72,7 +72,7 @@ typedef struct psr_sample_params {
     psr_uint32_t shard_tag;              /* 0: tokens out; else records out (psr_shard_record),
                                             their flags' bits 16-31 (index, count) */
     psr_uint32_t records_offset;         /* records before row 0's */
-    psr_uint32_t unused;
+    psr_uint32_t list_cap;               /* filter.cl's candidate list per row (rows it lists) */
 } psr_sample_params;
 
 /* A sharded sampling's result per row, as psr_shard_record in psr.h. */

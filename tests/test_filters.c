@@ -313,7 +313,7 @@ static void test_requests_independent(void **state)
 static void test_search_paths(void **state)
 {
     (void)state;
-    enum { R = 13, V = 20000 };
+    enum { R = 14, V = 20000 };
     float *x = malloc(R * V * sizeof *x);
     for (size_t i = 0; i < V; i++) {
         float n = 3.0f * normal();
@@ -331,13 +331,14 @@ static void test_search_paths(void **state)
         /* top-p alone: 30 above 600 tied, where p crosses */
         x[11 * V + i] = i < 30 ? 6.0f + 0.01f * (float)i : i < 630 ? 5.0f : n - 10.0f;
         x[12 * V + i] = n;                           /* min-p and top-p */
+        x[13 * V + i] = i % 6 == 1 ? INFINITY : n;  /* top-p over 3,334 +inf: the lowest wins */
     }
-    int32_t k[R] = {100, 0, 100, 0, 10, 0, 5000, V - 10, 50, 0, 0, 0, 0};
-    float p[R] = {0.95f, 0.9f, 1.0f, 0.5f, 0.9f, 1.0f, 0.7f, 0.99f, 1.0f, 0.6f, 0.9f, 0.5f, 0.8f};
-    float mp[R] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.1f, 0.0f, 0.001f, 0.0f, 0.0f, 0.0f, 0.0f, 0.05f};
+    int32_t k[R] = {100, 0, 100, 0, 10, 0, 5000, V - 10, 50, 0, 0, 0, 0, 0};
+    float p[R] = {0.95f, 0.9f, 1.0f, 0.5f, 0.9f, 1.0f, 0.7f, 0.99f, 1.0f, 0.6f, 0.9f, 0.5f, 0.8f, 0.9f};
+    float mp[R] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.1f, 0.0f, 0.001f, 0.0f, 0.0f, 0.0f, 0.0f, 0.05f, 0.0f};
     /* 1: drawn from its list, 0: by the sampler (lists that overflow, and
      * min-p alone, which has no list) */
-    const bool drawn_want[R] = {1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1};
+    const bool drawn_want[R] = {1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
     int64_t seeds[R], pos[R];
     float temps[R];
     int32_t tokens[R];
@@ -365,6 +366,7 @@ static void test_search_paths(void **state)
         }
         assert_int_equal(tokens[8], 17); /* the first of the tied +inf */
         assert_int_equal(tokens[10], 17);
+        assert_int_equal(tokens[13], 1);
     }
     free(x);
 }

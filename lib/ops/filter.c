@@ -147,6 +147,12 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
                            : PSR_FILTER_NOISE_FP32,
         .drafting = v->drafting};
     cl_mem cand = searches ? ctx->filter_cand.buffer : NULL;
+    /* Off the vector path the sampler draws the rows whose lists hold
+     * every kept token (cl/filter.cl); on it the filter does. */
+    if (direct_max && searches && !ctx->tuning.sample.vector_width) {
+        plan->list = cand;
+        plan->list_cap = cap;
+    }
     /* Pass 1 finishes rows only on the vector path (cl/filter.cl). */
     bool scan_draws = ctx->tuning.sample.vector_width != 0;
     st = filter_kernel(ctx, v, "psr_filter_scan", a, &params, scan_draws ? cand : NULL, plan->cut,

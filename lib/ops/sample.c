@@ -192,7 +192,7 @@ static void bind_row_outputs(psr_kernel_args *b, const psr_sample_args *a)
 
 static psr_status bind_sample(psr_context *ctx, cl_kernel k, const psr_sample_args *a,
                               const psr_sample_params *params, bool split, cl_mem best_keys,
-                              cl_mem best_count, cl_mem cut)
+                              cl_mem best_count, cl_mem cut, cl_mem list)
 {
     psr_kernel_args b = psr_kernel_args_begin(ctx, k, "psr_gumbel_sample");
     psr_arg_rows(&b, params, sizeof *params, a);
@@ -204,6 +204,7 @@ static psr_status bind_sample(psr_context *ctx, cl_kernel k, const psr_sample_ar
     psr_arg_mem(&b, "best_keys", best_keys);
     psr_arg_mem(&b, "best_count", best_count);
     psr_arg_mem(&b, "thresholds", cut);
+    psr_arg_mem(&b, "cand", list);
     return psr_kernel_args_end(&b);
 }
 
@@ -290,13 +291,14 @@ static psr_status reserve_sample(psr_context *ctx, const psr_sample_args *a, sam
         pl->filter.cut = a->shard_filter_state; /* psr_shard_filter_round found the thresholds */
     else if (st == PSR_OK && pl->v.filtered)
         st = psr_filter_prepare(ctx, a, &pl->v, true, &pl->filter);
+    pl->params.list_cap = pl->filter.list_cap;
     return st;
 }
 
 static psr_status bind_plan(psr_context *ctx, const psr_sample_args *a, const sample_plan *pl)
 {
     psr_status st = bind_sample(ctx, pl->sample, a, &pl->params, pl->finalize != NULL, pl->best_keys,
-                                pl->best_count, pl->filter.cut);
+                                pl->best_count, pl->filter.cut, pl->filter.list);
     if (st == PSR_OK && pl->finalize)
         st = bind_finalize(ctx, pl->finalize, a, &pl->params, pl->filter.cut);
     return st;
