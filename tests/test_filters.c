@@ -375,12 +375,13 @@ static void test_search_paths(void **state)
  * goes (CPU devices stream top-k rows up to PSR_FILTER_STREAM_K, raising
  * a bar to the k-th largest key seen so far): the row's top at its start
  * (the bar lands on the answer early), at its end, ties that fill the
- * candidates' room, ties across the k-th key, and k on both sides of the
- * streaming limit. Thresholds and tokens must be the oracle's. */
+ * candidates' room, ties across the k-th key, ties of the bar's value met
+ * after it has risen, and k on both sides of the streaming limit.
+ * Thresholds and tokens must be the oracle's. */
 static void test_topk_orders(void **state)
 {
     (void)state;
-    enum { R = 7, V = 20000 };
+    enum { R = 15, V = 20000 };
     float *x = malloc(R * V * sizeof *x);
     for (size_t i = 0; i < V; i++) {
         float n = normal();
@@ -391,10 +392,17 @@ static void test_topk_orders(void **state)
         x[4 * V + i] = 10.0f - 0.001f * (float)i;           /* descending, k at the limit */
         x[5 * V + i] = 10.0f - 0.001f * (float)i;           /* descending, k past it */
         x[6 * V + i] = i % 1000 == 999 ? 3.0f + 0.001f * (float)i : n; /* the top spread thin */
+        /* rows 7-14, eight seeds: 800 tied at the 40th spread over the row, the
+         * bar's own value met again after it has risen (the winner is mostly one
+         * of the late ties) */
+        for (size_t r = 7; r < R; r++)
+            x[r * V + i] = i < 39 ? 6.0f + 0.01f * (float)i : i % 25 == 3 ? 5.0f : n;
     }
-    const int32_t k[R] = {40, 40, 40, 40, PSR_FILTER_STREAM_K, PSR_FILTER_STREAM_K + 1, 20};
-    const float p[R] = {0.9f, 1.0f, 0.95f, 1.0f, 0.99f, 1.0f, 0.8f};
-    const float mp[R] = {0.0f, 0.0f, 0.0f, 0.01f, 0.0f, 0.0f, 0.0f};
+    const int32_t k[R] = {40, 40, 40, 40, PSR_FILTER_STREAM_K, PSR_FILTER_STREAM_K + 1, 20,
+                          40, 40, 40, 40, 40, 40, 40, 40};
+    const float p[R] = {0.9f, 1.0f, 0.95f, 1.0f, 0.99f, 1.0f, 0.8f,
+                        1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+    const float mp[R] = {0.0f, 0.0f, 0.0f, 0.01f}; /* the rest 0 */
     int64_t seeds[R], pos[R];
     float temps[R], cut[R];
     int32_t tokens[R];
