@@ -18,7 +18,7 @@ static const char warm_help[] =
     "          --device SEL   a selector (see psr info); default $PSR_DEVICE or auto\n"
     "          --launch       also run each kernel once on a tiny input, for drivers\n"
     "                         that compile a kernel at its first launch (PoCL, into\n"
-    "                         its own cache): minutes there\n";
+    "                         its own cache): about 100 s on two CPU cores\n";
 static const char list_help[] =
     "  list    entries with device, driver, size and age, and why psr would not\n"
     "          load one (--json: a JSON list, each with a status and a reason)\n";
@@ -124,7 +124,7 @@ static int cache_warm(int argc, char **argv)
     const char *device = NULL;
     psr_warm_options o;
     psr_warm_options_init(&o, sizeof o);
-    o.launch = PSR_WARM_LAUNCH_OFF; /* every variant: launching them all takes minutes on PoCL */
+    o.launch = PSR_WARM_LAUNCH_OFF; /* every variant: launching them all takes 1-2 minutes on PoCL */
     o.progress = warm_progress;
     warm_args w = {.options = &o};
     static const cli_options options = {"cache warm", warm_usage, warm_flag, warm_value};
