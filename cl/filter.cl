@@ -1106,9 +1106,9 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
     bool aligned = ((size_t)src & (4 * sizeof(psr_logit_t) - 1)) == 0;
     __global uint *st = state + PSR_FILTER_STATE * row_id;
     __global uint *h = hist + (ulong)row_id * PSR_FILTER_HBINS;
-    uint start = part * chunk, end = on ? min(start + chunk, vocab) : start;
-    bool streams = on && PSR_FILTER_STREAMS(f); /* uniform over the group */
-    bool k_on = on && f.k_on && !streams;
+    uint start = part * chunk, end = min(start + chunk, vocab);
+    bool streams = PSR_FILTER_STREAMS(f); /* uniform over the group */
+    bool k_on = f.k_on && !streams;
     __global uint *rc = cand + (ulong)row_id * 2 * cap;
     if (PSR_FLAT_BARRIERS || k_on) {
         for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
@@ -1137,7 +1137,7 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
         for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
             if (lh[b])
                 atomic_add(&h[b], lh[b]);
-    bool last = psr_last_group_if(on, &st[2], groups_per_row, &pick[2]);
+    bool last = psr_last_group_if(true, &st[2], groups_per_row, &pick[2]);
     psr_filter_scan_last(last && !streams, &f, row_id, st, h, thresholds, lh, seg, pick);
 #if PSR_VEC_PATH
     psr_filter_stream_finish(last && streams && lid == 0, &f, row_id, src, vocab, cap, st, rc, thresholds,
@@ -1169,22 +1169,20 @@ typedef struct psr_filter_part {
     float m;         /* the row's largest scaled logit (complete: pass 1 has ended) */
     uint floor_key;  /* the min-p cut's key */
     uint start, end; /* the group's tokens */
-    bool empty;      /* the row takes the pass but has no value above -inf */
+    bool empty;      /* the row has no value above -inf */
 } psr_filter_part;
 
-/* The part of group `part` of a row in passes 2 and 3 (on: the row takes
- * the pass); a row with no candidates ends in its group 0 where
- * `ends_empty`. */
-inline psr_filter_part psr_filter_part_start(bool on, bool ends_empty, const psr_filter_row *f, uint row_id,
-                                             uint part, uint chunk, uint vocab, __global uint *st,
-                                             __global float *thresholds)
+/* The part of group `part` of a row that takes pass 2 or 3; a row with no
+ * candidates ends in its group 0 where `ends_empty`. */
+inline psr_filter_part psr_filter_part_start(bool ends_empty, const psr_filter_row *f, uint row_id, uint part,
+                                             uint chunk, uint vocab, __global uint *st, __global float *thresholds)
 {
     psr_filter_part g;
-    g.m = on ? psr_filter_max_of(st[0]) : -INFINITY;
+    g.m = psr_filter_max_of(st[0]);
     g.floor_key = psr_ordered(psr_filter_min_p_cut(f, g.m));
     g.start = part * chunk;
     g.end = min(g.start + chunk, vocab);
-    g.empty = on && !(g.m > -INFINITY);
+    g.empty = !(g.m > -INFINITY);
     if (g.empty && ends_empty && part == 0)
         psr_filter_end_empty(f, row_id, st, thresholds);
     return g;
@@ -1247,10 +1245,10 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint
     if (!on)
         return; /* before any barrier, for the whole group */
     /* no candidates: group 0 ends a top-k row (top-p alone: in pass 3) */
-    psr_filter_part g = psr_filter_part_start(on, f.k_on, &f, row_id, part, chunk, vocab, st, thresholds);
+    psr_filter_part g = psr_filter_part_start(f.k_on, &f, row_id, part, chunk, vocab, st, thresholds);
     if (!PSR_FLAT_BARRIERS && g.empty)
         return;
-    bool by_k = on && !g.empty && f.k_on, masses = on && !g.empty && !f.k_on;
+    bool by_k = !g.empty && f.k_on, masses = !g.empty && !f.k_on;
     if (PSR_FLAT_BARRIERS || by_k) {
         uint low = by_k ? max(st[3], g.floor_key) : 0;
         psr_filter_gather(src, aligned, &f, g.start, by_k ? g.end : g.start, low, &st[1], rc, cap, lbuf, pick);
@@ -1281,10 +1279,10 @@ void psr_filter_masses(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint 
     bool on = f.state == 2 && !f.k_on && f.p_on;
     if (!on)
         return; /* before any barrier, for the whole group */
-    psr_filter_part g = psr_filter_part_start(on, false, &f, row_id, part, chunk, vocab, st, thresholds);
+    psr_filter_part g = psr_filter_part_start(false, &f, row_id, part, chunk, vocab, st, thresholds);
     if (!PSR_FLAT_BARRIERS && g.empty)
         return;
-    psr_filter_masses_of(on && !g.empty, &f, src, aligned, &g, h, lbuf);
+    psr_filter_masses_of(!g.empty, &f, src, aligned, &g, h, lbuf);
 }
 #endif
 
@@ -1300,10 +1298,10 @@ void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, __global uint *state, __global
     bool on = f.state == 2 && !f.k_on && f.p_on;
     if (!on)
         return; /* before any barrier, for the whole group */
-    psr_filter_part g = psr_filter_part_start(on, true, &f, row_id, part, chunk, vocab, st, thresholds);
+    psr_filter_part g = psr_filter_part_start(true, &f, row_id, part, chunk, vocab, st, thresholds);
     if (!PSR_FLAT_BARRIERS && g.empty)
         return;
-    bool live = on && !g.empty;
+    bool live = !g.empty;
     __local uint *mlo = lbuf, *mhi = lbuf + PSR_FILTER_MBINS;
     for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
         lbuf[b] = live ? h[b] : 0;

@@ -147,9 +147,10 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
                            : PSR_FILTER_NOISE_FP32,
         .drafting = v->drafting};
     cl_mem cand = searches ? ctx->filter_cand.buffer : NULL;
-    /* Off the vector path the sampler draws the rows whose lists hold
-     * every kept token (cl/filter.cl); on it the filter does. */
-    if (direct_max && searches && !ctx->tuning.sample.vector_width) {
+    /* Off the vector path the sampler draws the top-p-alone rows whose
+     * lists hold every kept token (cl/filter.cl, pass 3); on it, and for
+     * top-k rows, the filter does. */
+    if (direct_max && mass && !ctx->tuning.sample.vector_width) {
         plan->list = cand;
         plan->list_cap = cap;
     }
