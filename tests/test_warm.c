@@ -159,12 +159,15 @@ static void test_warm_launch(void **state)
 static void test_warm_one_kernel_programs(void **state)
 {
     (void)state;
-    psr_context *family = open_context(NULL), *ctx = open_context(NULL);
+    psr_context *family = open_context(NULL), *ctx = open_context(NULL), *cold = open_context(NULL);
     psr_tuning t;
     assert_int_equal(psr_context_tuning(ctx, &t), PSR_OK);
     t.one_kernel_programs = 1;
+    t.build_threads = 3; /* the warm and the cold call build side by side, on every device */
     assert_int_equal(psr_context_set_tuning(ctx, &t), PSR_OK);
-    t.one_kernel_programs = 0; /* and the other context builds family programs, on every device */
+    assert_int_equal(psr_context_set_tuning(cold, &t), PSR_OK);
+    t.one_kernel_programs = 0; /* and the other context builds family programs, one at a time */
+    t.build_threads = 1;
     assert_int_equal(psr_context_set_tuning(family, &t), PSR_OK);
     const psr_warm_variant list[] = {{PSR_WARM_SAMPLE, 0, PSR_NOISE_FP32, PSR_DTYPE_F32, 1}};
     psr_warm_options o = list_options(list, 1, PSR_WARM_LAUNCH_OFF);
@@ -187,8 +190,47 @@ static void test_warm_one_kernel_programs(void **state)
                                           top_p, min_p, 0, theirs, NULL, NULL),
                      PSR_OK);
     assert_memory_equal(mine, theirs, sizeof mine);
+    /* A first filtered call names its kernels and builds their programs
+     * on threads: the same programs, the same tokens. */
+    captured_log[0] = '\0';
+    assert_int_equal(sample_host_filtered(cold, logits, PSR_DTYPE_F32, ROWS, VOCAB, 0, seeds, pos, temps, top_k,
+                                          top_p, min_p, 0, theirs, NULL, NULL),
+                     PSR_OK);
+    if (!strstr(captured_log, "side by side"))
+        fail_msg("the first call built its programs one at a time:\n%.600s", captured_log);
+    size_t cold_builds = stats_of(cold).builds; /* the warm built psr_filter_masses too */
+    assert_true(cold_builds >= 4 && cold_builds < built);
+    assert_memory_equal(mine, theirs, sizeof mine);
+    psr_context_free(cold);
     psr_context_free(ctx);
     psr_context_free(family);
+}
+
+/* A build that fails on a thread is reported by the lookup that takes it,
+ * as one on the calling thread would be, and the context frees the
+ * builds nobody took. */
+static void test_failed_build_on_a_thread(void **state)
+{
+    (void)state;
+    psr_context *ctx = open_context(NULL);
+    psr_tuning t = tuning_of(ctx);
+    t.one_kernel_programs = 1;
+    t.build_threads = 2;
+    set_tuning(ctx, &t);
+    assert_int_equal(psr_context_add_build_options(ctx, "-DPSR_WG_SIZE=nonsense"), PSR_OK);
+    const float logits[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    const int64_t seed = 1, pos = 0;
+    const float temp = 1.0f, top_p = 0.5f, min_p = 0.0f;
+    const int32_t top_k = 3;
+    int32_t token = -1;
+    captured_log[0] = '\0';
+    psr_status st = sample_host_filtered(ctx, logits, PSR_DTYPE_F32, 1, 8, 0, &seed, &pos, &temp, &top_k, &top_p,
+                                         &min_p, 0, &token, NULL, NULL);
+    if (!strstr(captured_log, "side by side"))
+        fail_msg("no builds on threads:\n%.600s", captured_log);
+    expect_status(ctx, st, PSR_ERR_BUILD_FAILED, "nonsense");
+    assert_int_equal(token, -1);
+    psr_context_free(ctx);
 }
 
 /* Builds of warming `list` on a fresh context of one program per kernel. */
@@ -396,6 +438,7 @@ int main(void)
         cmocka_unit_test(test_warm_shares_programs),
         cmocka_unit_test(test_warm_launch),
         cmocka_unit_test(test_warm_one_kernel_programs),
+        cmocka_unit_test(test_failed_build_on_a_thread),
         cmocka_unit_test(test_warm_sharded),
         cmocka_unit_test(test_warm_refusals),
         cmocka_unit_test(test_warm_fp64_unsupported),

@@ -91,6 +91,8 @@ typedef struct psr_tuning {
                                  the same bits) while the optimized ones compile in the
                                  background; on by default on PoCL only (PSR_TUNE_QUICK_BUILDS; docs/cache.md) */
     char extra_options[256];  /* appended to every build (PSR_TUNE_BUILD_OPTIONS), or "" */
+    unsigned build_threads;   /* programs a call or a warm builds at once, on threads; 1: one after
+                                 another (PSR_TUNE_BUILD_THREADS; docs/cache.md) */
 } psr_tuning;
 
 /* The table's tuning of a device, before any PSR_TUNE_* variable. */

@@ -93,10 +93,9 @@ static psr_status filter_kernel(psr_context *ctx, const psr_variant *v, const ch
     return st == PSR_OK ? bind_filter(ctx, *k, name, a, params, cand, cut, direct_tokens) : st;
 }
 
-psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const psr_variant *v,
-                              bool draw, psr_filter_plan *plan)
+/* The filter kernels a call launches, in order (1 to 3). */
+static size_t filter_passes(const psr_context *ctx, const psr_sample_args *a, const char *names[3])
 {
-    memset(plan, 0, sizeof *plan);
     bool mass = a->top_p || a->all_top_p != 1.0f;
     bool searches = mass || a->top_k || a->all_top_k > 0;
     /* One top-k below the vocabulary for every row: no row takes top-p
@@ -106,6 +105,36 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
     bool every_row_top_k = !a->top_k && a->all_top_k > 0 && (size_t)a->all_top_k < a->vocab;
     bool every_row_streams = every_row_top_k && a->all_top_k <= PSR_FILTER_STREAM_K &&
                              ctx->tuning.sample.vector_width;
+    size_t n = 0;
+    names[n++] = "psr_filter_scan";
+    /* No row with top-k: pass 2 only sums top-p rows' masses, in a kernel
+     * without the gather and the finish (a first call compiles less). */
+    if (searches && !every_row_streams)
+        names[n++] = !a->top_k && a->all_top_k <= 0 ? "psr_filter_masses" : "psr_filter_collect";
+    if (mass && !every_row_top_k)
+        names[n++] = "psr_filter_collect_mass";
+    return n;
+}
+
+size_t psr_filter_kernels(const psr_context *ctx, const psr_sample_args *a, const psr_variant *v,
+                          psr_variant *variants, const char **names)
+{
+    size_t n = filter_passes(ctx, a, names);
+    for (size_t i = 0; i < n; i++) {
+        variants[i] = *v;
+        variants[i].set = PSR_KERNELS_FILTER;
+    }
+    return n;
+}
+
+psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const psr_variant *v,
+                              bool draw, psr_filter_plan *plan)
+{
+    memset(plan, 0, sizeof *plan);
+    bool mass = a->top_p || a->all_top_p != 1.0f;
+    bool searches = mass || a->top_k || a->all_top_k > 0;
+    const char *passes[3];
+    size_t pass_count = filter_passes(ctx, a, passes);
     /* Rows whose kept tokens all lie in the list are drawn by the search's
      * last group: the Gumbel-max sampler only (the race scales by a
      * group's own maximum), and not while it also fills a draft cache.
@@ -156,18 +185,15 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
     }
     /* Pass 1 finishes rows only on the vector path (cl/filter.cl). */
     bool scan_draws = ctx->tuning.sample.vector_width != 0;
-    st = filter_kernel(ctx, v, "psr_filter_scan", a, &params, scan_draws ? cand : NULL, plan->cut,
+    st = filter_kernel(ctx, v, passes[0], a, &params, scan_draws ? cand : NULL, plan->cut,
                        scan_draws ? direct_tokens : NULL, &plan->scan);
-    /* No row with top-k: pass 2 only sums top-p rows' masses, in a kernel
-     * without the gather and the finish (a first call compiles less). */
-    bool no_top_k = !a->top_k && a->all_top_k <= 0;
-    plan->collect_name = no_top_k ? "psr_filter_masses" : "psr_filter_collect";
-    if (st == PSR_OK && searches && !every_row_streams)
-        st = filter_kernel(ctx, v, plan->collect_name, a, &params, cand, plan->cut, direct_tokens,
-                           &plan->collect);
-    if (st == PSR_OK && mass && !every_row_top_k)
-        st = filter_kernel(ctx, v, "psr_filter_collect_mass", a, &params, cand, plan->cut, direct_tokens,
-                           &plan->collect_mass);
+    for (size_t i = 1; i < pass_count && st == PSR_OK; i++) {
+        bool third = strcmp(passes[i], "psr_filter_collect_mass") == 0;
+        if (!third)
+            plan->collect_name = passes[i];
+        st = filter_kernel(ctx, v, passes[i], a, &params, cand, plan->cut, direct_tokens,
+                           third ? &plan->collect_mass : &plan->collect);
+    }
     return st;
 }
 

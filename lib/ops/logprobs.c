@@ -278,6 +278,14 @@ static psr_status plan_call(psr_context *ctx, const psr_logprobs_args *a, bool s
     pl->view = filter_view(a);
     pl->filtered = psr_filter_requested(&pl->view);
     psr_variant v = {.set = PSR_KERNELS_LOGPROBS, .dtype = a->logits_dtype};
+    psr_variant wants[5] = {v, v};
+    const char *names[5] = {pl->pname, "psr_logprobs_finish"};
+    size_t n = pl->one ? 1 : 2;
+    if (pl->filtered && !sharded) {
+        psr_variant fv = {.set = PSR_KERNELS_FILTER, .dtype = a->logits_dtype};
+        n += psr_filter_kernels(ctx, &pl->view, &fv, wants + n, names + n);
+    }
+    psr_kernels_prefetch(ctx, wants, names, n);
     pl->partial = pl->finish = NULL;
     psr_status st = psr_kernel_get(ctx, &v, pl->pname, &pl->partial);
     if (st == PSR_OK && !pl->one)

@@ -32,6 +32,11 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *args, con
                               bool draw, psr_filter_plan *plan);
 psr_status psr_filter_launch(psr_context *ctx, const psr_sample_args *args, const psr_filter_plan *plan,
                              cl_event *event);
+/* The filter kernels psr_filter_prepare will look up for args and the
+ * caller's variant v (1 to 3, into variants and names), for
+ * psr_kernels_prefetch. */
+size_t psr_filter_kernels(const psr_context *ctx, const psr_sample_args *args, const psr_variant *v,
+                          psr_variant *variants, const char **names);
 /* The host check of one request's filter values: PSR_OK or
  * PSR_ERR_FILTER_RANGE naming who->top_p[index]; index SIZE_MAX checks
  * the all_* values (pointers to them). */

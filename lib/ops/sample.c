@@ -270,6 +270,21 @@ static void plan_sample(psr_context *ctx, const psr_sample_args *a, unsigned fla
         .records_offset = (psr_uint32_t)a->shard_records_offset};
 }
 
+/* The call's kernels named before the first lookup: a first call builds
+ * their programs side by side (psr_kernels_prefetch). */
+static void prefetch_sample(psr_context *ctx, const psr_sample_args *a, const sample_plan *pl)
+{
+    psr_variant v[5];
+    const char *names[5];
+    size_t n = 0;
+    v[n] = pl->v, names[n++] = "psr_gumbel_sample";
+    if (!pl->one_pass && pl->params.rows.groups_per_row > 1)
+        v[n] = pl->v, names[n++] = "psr_gumbel_finalize";
+    if (pl->v.filtered && !a->shard_count)
+        n += psr_filter_kernels(ctx, a, &pl->v, v + n, names + n);
+    psr_kernels_prefetch(ctx, v, names, n);
+}
+
 /* The kernels and scratch of the plan: one pass keeps a slot per group (a
  * key; two words for fp64 scores) and a count per row (cl/gumbel.cl);
  * other split rows keep partials for a finishing kernel. Filters reserve
@@ -277,6 +292,7 @@ static void plan_sample(psr_context *ctx, const psr_sample_args *a, unsigned fla
 static psr_status reserve_sample(psr_context *ctx, const psr_sample_args *a, sample_plan *pl)
 {
     cl_uint groups = pl->params.rows.groups_per_row;
+    prefetch_sample(ctx, a, pl);
     psr_status st = psr_kernel_get(ctx, &pl->v, "psr_gumbel_sample", &pl->sample);
     if (st == PSR_OK && pl->one_pass) {
         st = psr_scratch_reserve(ctx, &ctx->best_keys, pl->parts * (pl->v.fp64 ? 2 : 1) * sizeof(cl_ulong));

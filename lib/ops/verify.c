@@ -308,6 +308,11 @@ static psr_status reserve(psr_context *ctx, const psr_verify_args *a, verify_pla
         [PSR_VS_REQ_DONE] = a->requests * 4, [PSR_VS_BEST_COUNT] = a->requests * 4,
         [PSR_VS_ROW_LSE] = a->rows * 8,    [PSR_VS_BEST_KEYS] = pl->one_pass ? pl->parts * 8 : 8};
     psr_status st;
+    bool finalize = !pl->one_pass && pl->params.groups_per_row > 1 && !pl->fused;
+    const psr_variant wants[3] = {pl->v, pl->v, pl->v};
+    const char *names[3] = {"psr_verify_stats", "psr_verify_sample", "psr_verify_finalize"};
+    if (!pl->fused)
+        psr_kernels_prefetch(ctx, wants, names, finalize ? 3 : 2);
     if (pl->fused) {
         st = psr_kernel_get(ctx, &pl->v, "psr_verify_fused", &pl->one);
     } else {
@@ -317,7 +322,7 @@ static psr_status reserve(psr_context *ctx, const psr_verify_args *a, verify_pla
     }
     if (st == PSR_OK)
         st = reserve_state(ctx, need);
-    if (st == PSR_OK && !pl->one_pass && pl->params.groups_per_row > 1 && !pl->fused) {
+    if (st == PSR_OK && finalize) {
         st = psr_reserve_partials(ctx, &pl->v, "psr_verify_finalize", pl->parts, &pl->finalize);
     }
     if (st == PSR_OK)

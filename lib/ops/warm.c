@@ -212,6 +212,20 @@ static psr_status warm_list(psr_context *ctx, const psr_warm_options *o, psr_war
     return PSR_OK;
 }
 
+/* Every program of the list named at once: the builds run side by side,
+ * ahead of the loop that takes them in order (and launches). */
+static void prefetch_all(psr_context *ctx, const psr_warm_variant *list, const unsigned *flags, size_t n)
+{
+    psr_variant *all = malloc(n * WARM_KERNELS * sizeof *all);
+    if (!all)
+        return; /* built one after another */
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++)
+        count += warm_programs(ctx, &list[i], flags[i], all + count);
+    psr_program_prefetch(ctx, all, count);
+    free(all);
+}
+
 psr_status psr_context_warm(psr_context *ctx, const psr_warm_options *options, size_t *variants)
 {
     if (!ctx)
@@ -231,6 +245,8 @@ psr_status psr_context_warm(psr_context *ctx, const psr_warm_options *options, s
     bool launch = o.launch == PSR_WARM_LAUNCH_ON || (o.launch == PSR_WARM_LAUNCH_AUTO && ctx->tuning.driver_caches);
     bool was_warming = ctx->warming;
     ctx->warming = true; /* the optimized programs, never quick ones */
+    if (st == PSR_OK)
+        prefetch_all(ctx, list, flags, n);
     for (size_t i = 0; i < n && st == PSR_OK; i++) {
         double start = psr_seconds();
         st = psr_warm_one(ctx, &list[i], flags[i], launch);

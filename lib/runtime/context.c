@@ -287,6 +287,7 @@ void psr_context_free(psr_context *ctx)
         return;
     if (ctx->upgrader_free)
         ctx->upgrader_free(ctx);
+    psr_build_jobs_free(ctx);
     for (size_t i = 0; i < ctx->kernel_count; i++)
         clReleaseKernel(ctx->kernels[i].kernel);
     free(ctx->kernels);

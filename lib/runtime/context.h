@@ -79,6 +79,7 @@ struct psr_context {
     psr_kernel_entry *kernels;
     size_t kernel_count;
     size_t kernel_capacity;
+    struct psr_build_batch *builds; /* programs building on threads (build_jobs.c) */
 
     /* Quick builds (docs/cache.md): a call that used a quick program sets
      * quick_used; psr_context_warm sets warming, which builds optimized

@@ -35,15 +35,13 @@ static void keep_build_log(psr_context *ctx, cl_program program)
     ctx->build_log[n] = '\0';
 }
 
-psr_status psr_program_build_source(psr_context *ctx, const char *label, const char *source,
-                                    const char *options, cl_program *out)
+/* Reports a build from source (err, p) the way every build is: a failed
+ * one with its log (p released), a good one's log at DEBUG. */
+static psr_status finish_source_build(psr_context *ctx, const char *label, const char *options, cl_int err,
+                                      cl_program p, cl_program *out)
 {
-    cl_int err;
-    cl_program p = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
-    if (err != CL_SUCCESS)
-        return psr_fail_cl(ctx, err, "clCreateProgramWithSource(%s) failed",
-                        label);
-    err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
+    if (err != CL_SUCCESS && !p)
+        return psr_fail_cl(ctx, err, "clCreateProgramWithSource(%s) failed", label);
     if (err != CL_SUCCESS) {
         keep_build_log(ctx, p);
         clReleaseProgram(p);
@@ -74,6 +72,16 @@ psr_status psr_program_build_source(psr_context *ctx, const char *label, const c
     }
     *out = p;
     return PSR_OK;
+}
+
+psr_status psr_program_build_source(psr_context *ctx, const char *label, const char *source,
+                                    const char *options, cl_program *out)
+{
+    cl_int err;
+    cl_program p = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
+    if (err == CL_SUCCESS)
+        err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
+    return finish_source_build(ctx, label, options, err, p, out);
 }
 
 /* SHA-256 over everything that decides what binary a build produces. */
@@ -322,7 +330,13 @@ static psr_status program_load_or_build(psr_context *ctx, const psr_variant *v, 
         *out = NULL;
         return PSR_OK;
     } else {
-        st = psr_program_build_source(ctx, set_name, source, options, &p);
+        psr_build_result built;
+        if (psr_build_jobs_take(ctx, v->set, options, &built)) { /* built on a thread (prefetch) */
+            st = finish_source_build(ctx, set_name, options, built.err, built.program, &p);
+            start = psr_seconds() - built.seconds; /* the log gives the build's own time */
+        } else {
+            st = psr_program_build_source(ctx, set_name, source, options, &p);
+        }
         if (st == PSR_OK) {
             ctx->stats.builds++;
             if (look.discarded)
@@ -341,6 +355,16 @@ static psr_status program_load_or_build(psr_context *ctx, const psr_variant *v, 
         *out = p;
     }
     return st;
+}
+
+/* What a quick build adds to the options. -Dinline=: an inline definition
+ * is not inlined at -O0, and NVIDIA's compiler then looks for an external
+ * one. */
+static const char quick_options[] = " -cl-opt-disable -Dinline=";
+
+static void mem_key_of(psr_kernel_set set, const char *options, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s|%s", psr_kernel_set_name(set), options);
 }
 
 /* Quick builds: where the tuning has them, for any variant but fast
@@ -367,7 +391,7 @@ psr_status psr_program_get_tier(psr_context *ctx, const psr_variant *in, cl_prog
     char options[1024];
     psr_build_options(ctx, v, options, sizeof options);
     char mem_key[1100];
-    snprintf(mem_key, sizeof mem_key, "%s|%s", psr_kernel_set_name(v->set), options);
+    mem_key_of(v->set, options, mem_key, sizeof mem_key);
     bool q = false, loaded = false;
     cl_program p = remembered(ctx, mem_key);
     if (!p && quick_allowed(ctx, v)) {
@@ -380,10 +404,8 @@ psr_status psr_program_get_tier(psr_context *ctx, const psr_variant *in, cl_prog
         if (!loaded) {
             q = true;
             size_t used = strlen(options);
-            /* -Dinline=: an inline definition is not inlined at -O0, and
-             * NVIDIA's compiler then looks for an external one */
-            snprintf(options + used, sizeof options - used, " -cl-opt-disable -Dinline=");
-            snprintf(mem_key, sizeof mem_key, "%s|%s", psr_kernel_set_name(v->set), options);
+            snprintf(options + used, sizeof options - used, "%s", quick_options);
+            mem_key_of(v->set, options, mem_key, sizeof mem_key);
             p = remembered(ctx, mem_key);
         }
     }
@@ -408,6 +430,78 @@ psr_status psr_program_get_tier(psr_context *ctx, const psr_variant *in, cl_prog
 psr_status psr_program_get(psr_context *ctx, const psr_variant *in, cl_program *out)
 {
     return psr_program_get_tier(ctx, in, out, NULL);
+}
+
+/* Has the disk tier a file under this program's key? (Whether it loads
+ * is for the lookup to find out.) */
+static bool on_disk(const psr_context *ctx, const psr_variant *v, const char *options)
+{
+    if (!ctx->disk_enabled)
+        return false;
+    char *source = psr_kernel_source(v->set);
+    if (!source)
+        return false;
+    uint8_t key[32];
+    cache_key(ctx, psr_kernel_set_name(v->set), source, options, key);
+    free(source);
+    char path[PSR_PATH_MAX + 80];
+    psr_cache_path(ctx->cache_dir, key, path, sizeof path);
+    return access(path, F_OK) == 0;
+}
+
+void psr_program_prefetch(psr_context *ctx, const psr_variant *in, size_t n)
+{
+    if (ctx->tuning.build_threads < 2 || n < 2)
+        return;
+    if (ctx->adopt)
+        ctx->adopt(ctx);
+    psr_build_request *requests = malloc(n * sizeof *requests);
+    char(*options)[1024] = malloc(n * sizeof *options);
+    size_t count = 0;
+    for (size_t i = 0; requests && options && i < n; i++) {
+        /* the options and key psr_program_get_tier will look under */
+        psr_variant v = psr_variant_normal(&in[i]);
+        if (v.fp64 && !(ctx->info.capabilities & PSR_CAP_FP64))
+            continue; /* the lookup reports it */
+        char *o = options[count], key[1100];
+        psr_build_options(ctx, &v, o, sizeof options[0]);
+        mem_key_of(v.set, o, key, sizeof key);
+        if (remembered(ctx, key) || on_disk(ctx, &v, o))
+            continue;
+        if (quick_allowed(ctx, &v)) {
+            size_t used = strlen(o);
+            snprintf(o + used, sizeof options[0] - used, "%s", quick_options);
+            mem_key_of(v.set, o, key, sizeof key);
+            if (remembered(ctx, key))
+                continue;
+        }
+        bool again = psr_build_jobs_pending(ctx, v.set, o);
+        for (size_t j = 0; j < count && !again; j++)
+            again = requests[j].set == v.set && strcmp(requests[j].options, o) == 0;
+        if (!again)
+            requests[count++] = (psr_build_request){v.set, o};
+    }
+    if (count >= 2 && psr_build_jobs_start(ctx, requests, count))
+        psr_log(ctx, PSR_LOG_DEBUG, "building %zu programs side by side (at most %u at once)", count,
+                ctx->tuning.build_threads);
+    free(requests);
+    free(options);
+}
+
+void psr_kernels_prefetch(psr_context *ctx, const psr_variant *v, const char *const *names, size_t n)
+{
+    if (n < 2 || ctx->tuning.build_threads < 2)
+        return;
+    psr_variant first = psr_variant_for_kernel(ctx, &v[0], names[0]);
+    unsigned code = psr_variant_code(&first);
+    for (size_t i = 0; i < ctx->kernel_count; i++)
+        if (ctx->kernels[i].variant == code && strcmp(ctx->kernels[i].name, names[0]) == 0)
+            return;
+    psr_variant programs[8];
+    size_t count = 0;
+    for (size_t i = 0; i < n && count < 8; i++)
+        programs[count++] = psr_variant_for_kernel(ctx, &v[i], names[i]);
+    psr_program_prefetch(ctx, programs, count);
 }
 
 /* A driver that compiles each kernel at its first launch (PoCL) compiles

@@ -73,6 +73,42 @@ psr_status psr_program_get_tier(psr_context *ctx, const psr_variant *v, cl_progr
 psr_status psr_program_remember(psr_context *ctx, const char *mem_key, cl_program p);
 /* A monotonic clock in seconds, for build times. */
 double psr_seconds(void);
+/* Names the programs of variants a call or a warm is about to look up, so
+ * that those the tiers lack build side by side on threads (at most the
+ * tuning's build_threads) while the caller goes on; each lookup then takes
+ * its build (docs/cache.md). Fewer than two such programs: nothing is
+ * started. Failures to start count as nothing started. */
+void psr_program_prefetch(psr_context *ctx, const psr_variant *v, size_t n);
+/* psr_program_prefetch of the programs that hold kernels names[i] of
+ * variants v[i], unless the first of them is already in the kernel cache
+ * (a call's later lookups then are too: the cost on every call is one
+ * lookup). */
+void psr_kernels_prefetch(psr_context *ctx, const psr_variant *v, const char *const *names, size_t n);
+
+/* ---- builds on threads (build_jobs.c) ---- */
+
+typedef struct psr_build_batch psr_build_batch;
+typedef struct psr_build_request {
+    psr_kernel_set set;
+    const char *options;
+} psr_build_request;
+typedef struct psr_build_result {
+    cl_program program; /* on failure kept for its log; the taker releases it */
+    cl_int err;
+    double seconds;
+} psr_build_result;
+/* Starts building the sources of the requests on threads; the context
+ * keeps the batch until every result is taken or the context is freed.
+ * false: out of memory, nothing started. */
+bool psr_build_jobs_start(psr_context *ctx, const psr_build_request *requests, size_t count);
+/* Is a build of (set, options) started and not yet taken? */
+bool psr_build_jobs_pending(const psr_context *ctx, psr_kernel_set set, const char *options);
+/* Takes the build of (set, options) when one was started: waits for it
+ * (builds it on the calling thread if no worker has begun it). */
+bool psr_build_jobs_take(psr_context *ctx, psr_kernel_set set, const char *options, psr_build_result *out);
+/* Stops the threads after their running builds; releases what nobody took. */
+void psr_build_jobs_free(psr_context *ctx);
+
 /* Builds arbitrary source with options, bypassing both cache tiers (used
  * by psr_program_get and by tests). The caller releases the program. */
 psr_status psr_program_build_source(psr_context *ctx, const char *label, const char *source,
