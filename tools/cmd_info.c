@@ -78,6 +78,7 @@ static void json_tuning(json_writer *w, const psr_tuning *t)
     json_key_bool(w, "driver_caches", t->driver_caches);
     json_key_bool(w, "one_kernel_programs", t->one_kernel_programs);
     json_key_bool(w, "quick_builds", t->quick_builds);
+    json_key_uint(w, "build_threads", t->build_threads);
     json_key_string(w, "extra_options", t->extra_options);
     json_end_object(w);
 }
@@ -96,6 +97,7 @@ static void text_tuning(const psr_tuning *t)
     printf("        driver caches its own builds: %s\n", t->driver_caches ? "yes" : "no");
     printf("        a program per kernel: %s\n", t->one_kernel_programs ? "yes" : "no (per kernel family)");
     printf("        quick first builds: %s\n", t->quick_builds ? "yes (optimized in the background)" : "no");
+    printf("        builds at once: %u\n", t->build_threads);
 }
 
 static void json_device(json_writer *w, const psr_device_info *d)
