@@ -414,7 +414,7 @@ static bool same_tuning(const psr_tuning *a, const psr_tuning *b)
            a->verify.warp_shuffle == b->verify.warp_shuffle &&
            a->logprobs.segment_tau == b->logprobs.segment_tau && a->logprobs.one_blocks == b->logprobs.one_blocks &&
            a->logprobs.few_blocks == b->logprobs.few_blocks && a->filter.direct_max == b->filter.direct_max &&
-           strcmp(a->extra_options, b->extra_options) == 0;
+           a->build_threads == b->build_threads && strcmp(a->extra_options, b->extra_options) == 0;
 }
 
 static void test_set_tuning(void **state)
@@ -424,8 +424,8 @@ static void test_set_tuning(void **state)
     psr_device_info info;
     assert_int_equal(psr_context_device_info(ctx, &info), PSR_OK);
     const psr_tuning before = tuning_of(ctx);
-    psr_tuning bad[8];
-    for (size_t i = 0; i < 8; i++)
+    psr_tuning bad[10];
+    for (size_t i = 0; i < 10; i++)
         bad[i] = before;
     bad[0].sample.work_group_size = 0;
     bad[1].sample.work_group_size = 48; /* not a power of two */
@@ -435,9 +435,14 @@ static void test_set_tuning(void **state)
     bad[5].sample.min_steps = 0;
     bad[6].sample.work_group_size = 8; /* below 16, as PSR_TUNE_WG */
     bad[7].sample.vector_width = 8;    /* the vector path is 16 lanes or off */
-    for (size_t i = 0; i < 8; i++)
+    bad[8].build_threads = 0;          /* 1 .. 16, as PSR_TUNE_BUILD_THREADS */
+    bad[9].build_threads = 17;
+    for (size_t i = 0; i < 10; i++)
         if (psr_context_set_tuning(ctx, &bad[i]) != PSR_ERR_INVALID_ARGUMENT)
             fail_msg("bad tuning %zu was taken", i);
+    assert_int_equal(psr_context_set_tuning(ctx, &bad[9]), PSR_ERR_INVALID_ARGUMENT);
+    if (!strstr(psr_last_error(ctx), "build_threads"))
+        fail_msg("\"%s\" does not name build_threads", psr_last_error(ctx));
     assert_int_equal(psr_context_set_tuning(NULL, &before), PSR_ERR_NULL_ARGUMENT);
     assert_int_equal(psr_context_set_tuning(ctx, NULL), PSR_ERR_NULL_ARGUMENT);
     psr_tuning now = tuning_of(ctx);

@@ -20,6 +20,7 @@ typedef struct build_job {
 } build_job;
 
 struct psr_build_batch {
+    psr_build_batch *live; /* the process's batches with workers, under live_lock */
     cl_context cl_ctx;
     cl_device_id device;
     pthread_mutex_t lock;
@@ -68,15 +69,42 @@ static void *worker(void *arg)
     }
 }
 
-/* Stops handing out jobs, waits for the running ones and frees the
- * batch with the programs nobody took. */
-static void batch_free(psr_build_batch *b)
+/* Every batch whose workers may still run: a process that exits without
+ * freeing its contexts stops them first (atexit), as the upgrader does,
+ * so that no compile runs while the driver's libraries unload. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static psr_build_batch *live;
+
+/* Stops handing out jobs and waits for the running ones. Under live_lock. */
+static void stop_workers(psr_build_batch *b)
 {
     pthread_mutex_lock(&b->lock);
     b->next = b->count;
     pthread_mutex_unlock(&b->lock);
     for (size_t i = 0; i < b->worker_count; i++)
         pthread_join(b->workers[i], NULL);
+    b->worker_count = 0;
+}
+
+static void stop_all_at_exit(void)
+{
+    pthread_mutex_lock(&live_lock);
+    for (psr_build_batch *b = live; b; b = b->live)
+        stop_workers(b);
+    pthread_mutex_unlock(&live_lock);
+}
+
+/* Stops the workers and frees the batch with the programs nobody took. */
+static void batch_free(psr_build_batch *b)
+{
+    pthread_mutex_lock(&live_lock);
+    stop_workers(b);
+    for (psr_build_batch **at = &live; *at; at = &(*at)->live)
+        if (*at == b) {
+            *at = b->live;
+            break;
+        }
+    pthread_mutex_unlock(&live_lock);
     for (size_t i = 0; i < b->count; i++) {
         if (!b->jobs[i].taken && b->jobs[i].program)
             clReleaseProgram(b->jobs[i].program);
@@ -96,6 +124,11 @@ bool psr_build_jobs_pending(const psr_context *ctx, psr_kernel_set set, const ch
             if (!b->jobs[i].taken && b->jobs[i].set == set && strcmp(b->jobs[i].options, options) == 0)
                 return true;
     return false;
+}
+
+static void register_exit_hook(void)
+{
+    atexit(stop_all_at_exit);
 }
 
 bool psr_build_jobs_start(psr_context *ctx, const psr_build_request *requests, size_t count)
@@ -128,12 +161,22 @@ bool psr_build_jobs_start(psr_context *ctx, const psr_build_request *requests, s
         b->count++;
         b->untaken += !b->jobs[i].taken;
     }
+    static pthread_once_t hooked = PTHREAD_ONCE_INIT;
+    pthread_once(&hooked, register_exit_hook);
     /* Too few threads is no failure: the calling thread builds what no
-     * worker took (psr_build_jobs_take). */
+     * worker took (psr_build_jobs_take). None: nothing started. */
+    pthread_mutex_lock(&live_lock);
     for (size_t i = 0; i < threads; i++) {
         if (pthread_create(&b->workers[b->worker_count], NULL, worker, b) != 0)
             break;
         b->worker_count++;
+    }
+    b->live = live;
+    live = b;
+    pthread_mutex_unlock(&live_lock);
+    if (b->worker_count == 0) {
+        batch_free(b);
+        return false;
     }
     b->older = ctx->builds;
     ctx->builds = b;

@@ -36,6 +36,8 @@ psr_status psr_context_set_tuning(psr_context *ctx, const psr_tuning *t)
     REQUIRE(t->sample.resident_per_unit && t->verify.resident_per_unit && t->sample.min_steps,
             PSR_ERR_INVALID_ARGUMENT,
             "tuning->sample.resident_per_unit, verify.resident_per_unit and sample.min_steps must not be 0");
+    REQUIRE(t->build_threads >= 1 && t->build_threads <= 16, PSR_ERR_INVALID_ARGUMENT,
+            "tuning->build_threads %u is not in 1 .. 16", t->build_threads);
     REQUIRE(memchr(t->extra_options, '\0', sizeof t->extra_options), PSR_ERR_INVALID_ARGUMENT,
             "tuning->extra_options is not terminated");
     REQUIRE(!ctx->program_count || psr_tuning_same_build(&ctx->tuning, t), PSR_ERR_INVALID_ARGUMENT,

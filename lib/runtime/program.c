@@ -472,7 +472,7 @@ void psr_program_prefetch(psr_context *ctx, const psr_variant *in, size_t n)
             size_t used = strlen(o);
             snprintf(o + used, sizeof options[0] - used, "%s", quick_options);
             mem_key_of(v.set, o, key, sizeof key);
-            if (remembered(ctx, key))
+            if (remembered(ctx, key) || on_disk(ctx, &v, o))
                 continue;
         }
         bool again = psr_build_jobs_pending(ctx, v.set, o);
