@@ -36,12 +36,8 @@ static void build_one(const psr_build_batch *b, build_job *j)
 {
     double start = psr_seconds();
     char *source = psr_kernel_source(j->set);
-    cl_int err = source ? CL_SUCCESS : CL_OUT_OF_HOST_MEMORY;
     cl_program p = NULL;
-    if (source)
-        p = clCreateProgramWithSource(b->cl_ctx, 1, (const char **)&source, NULL, &err);
-    if (err == CL_SUCCESS)
-        err = clBuildProgram(p, 1, &b->device, j->options, NULL, NULL);
+    cl_int err = source ? psr_cl_build(b->cl_ctx, b->device, source, j->options, &p) : CL_OUT_OF_HOST_MEMORY;
     free(source);
     j->program = p;
     j->err = err;

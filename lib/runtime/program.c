@@ -74,13 +74,21 @@ static psr_status finish_source_build(psr_context *ctx, const char *label, const
     return PSR_OK;
 }
 
+cl_int psr_cl_build(cl_context cl_ctx, cl_device_id device, const char *source, const char *options,
+                    cl_program *out)
+{
+    cl_int err;
+    *out = clCreateProgramWithSource(cl_ctx, 1, &source, NULL, &err);
+    if (err == CL_SUCCESS)
+        err = clBuildProgram(*out, 1, &device, options, NULL, NULL);
+    return err;
+}
+
 psr_status psr_program_build_source(psr_context *ctx, const char *label, const char *source,
                                     const char *options, cl_program *out)
 {
-    cl_int err;
-    cl_program p = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
-    if (err == CL_SUCCESS)
-        err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
+    cl_program p;
+    cl_int err = psr_cl_build(ctx->cl_ctx, ctx->device, source, options, &p);
     return finish_source_build(ctx, label, options, err, p, out);
 }
 

@@ -109,6 +109,11 @@ bool psr_build_jobs_take(psr_context *ctx, psr_kernel_set set, const char *optio
 /* Stops the threads after their running builds; releases what nobody took. */
 void psr_build_jobs_free(psr_context *ctx);
 
+/* clCreateProgramWithSource and clBuildProgram, touching no psr state (the
+ * build threads call it): the CL status; *out NULL when the create failed,
+ * else the program (with its log when the build failed). */
+cl_int psr_cl_build(cl_context cl_ctx, cl_device_id device, const char *source, const char *options,
+                    cl_program *out);
 /* Builds arbitrary source with options, bypassing both cache tiers (used
  * by psr_program_get and by tests). The caller releases the program. */
 psr_status psr_program_build_source(psr_context *ctx, const char *label, const char *source,
