@@ -413,9 +413,13 @@ inline void psr_best_slot(__global const ulong *slots, uint groups, uint lid, __
  * PSR_FLAT_BARRIERS every group goes through the barriers, gathering or
  * not, and only `gather` groups count. */
 inline bool psr_gather_row(bool gather, bool active, uint part, uint row_id, uint groups_per_row,
-                           __global ulong *best_keys, __global uint *best_count, psr_acc_t *v, uint *idx,
-                           uint lid, __local ulong *lk, __local uint *li, __local uint *llast)
+                           __global ulong *best_scratch, uint keys_at, psr_acc_t *v, uint *idx, uint lid,
+                           __local ulong *lk, __local uint *li, __local uint *llast)
 {
+    /* One buffer (every buffer argument costs the host time at each
+     * launch): the rows' counts, then the groups' slots from keys_at. */
+    __global uint *best_count = (__global uint *)best_scratch;
+    __global ulong *best_keys = best_scratch + keys_at;
     bool join = gather && active;
     if (!PSR_FLAT_BARRIERS && !join)
         return part == 0;
@@ -538,9 +542,8 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
                        __global const float *temperatures, __global const long *positions,
                        __global psr_acc_t *part_value, __global uint *part_index, __global int *tokens,
                        __global uint *row_flags, __global float *draft_cache,
-                       __global const int *draft_cache_rows, __global ulong *best_keys,
-                       __global uint *best_count, __global const float *thresholds,
-                       __global const uint *cand)
+                       __global const int *draft_cache_rows, __global ulong *best_scratch,
+                       __global const float *thresholds, __global const uint *cand)
 {
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
@@ -612,14 +615,14 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
 #endif
     bool finish = groups_per_row == 1;
 #if PSR_GATHER
-    bool gather = !finish && best_keys;
+    bool gather = !finish && best_scratch;
     if (PSR_FLAT_BARRIERS || gather)
-        finish = psr_gather_row(gather, active, part, row_id, groups_per_row, best_keys, best_count, &final_v,
+        finish = psr_gather_row(gather, active, part, row_id, groups_per_row, best_scratch, p.keys_at, &final_v,
                                 &final_i, lid, lk, li, &llast) || finish;
 #endif
     if (lid == 0 && !drawn)
         psr_write_result(&p, finish, req, flags, final_v, final_i, row_id, tokens, row_flags, part_value,
-                         part_index, best_keys != 0);
+                         part_index, best_scratch != 0);
 }
 #endif
 

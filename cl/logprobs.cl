@@ -499,6 +499,13 @@ inline void psr_lp_block(const psr_logprobs_params p, __global const psr_logit_t
 #undef PSR_LP_STEP
 #undef PSR_LP_VALUES
 
+/* The arrays of the kernels' one scratch buffer (psr_logprobs_params):
+ * every buffer argument costs the host time at each launch. */
+#define PSR_LP_LSE(parts, p) ((__global float2 *)(parts) + (p).lse_base)
+#define PSR_LP_TOP_V(parts, p) ((__global float *)(parts) + (p).top_v_base)
+#define PSR_LP_TOKEN_VALUE(parts, p) \
+    ((p).token_value_base == PSR_LP_NONE ? 0 : (__global float *)(parts) + (p).token_value_base)
+
 /* The partial kernel, with the tuning's bound (psr_logprobs_partial) and
  * with the segment bound first wherever the tuning chose the exact one
  * alone (psr_logprobs_partial_few): on the H200 1.0-1.6 us faster at 1 to
@@ -509,14 +516,14 @@ inline void psr_lp_block(const psr_logprobs_params p, __global const psr_logit_t
     __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1))) void name(                              \
         const psr_logprobs_params p, __global const psr_logit_t *logits, __global const int *row_request,  \
         __global const float *temperatures, __global const int *tokens, __global const uint *token_keys,   \
-        __global float2 *lse_out, __global uint *beat_out, __global float *top_v, __global uint *top_i,    \
-        __global const float *cuts, __global float *token_value)                                          \
+        __global uint *parts, __global const float *cuts)                                                 \
     {                                                                                                     \
         __local psr_lp_block_locals l;                                                                    \
         uint nsb = p.blocks_per_row;                                                                      \
-        psr_lp_block(p, logits, row_request, temperatures, tokens, token_keys, lse_out + p.lse_base,      \
-                     beat_out + p.beat_base, top_v + p.top_v_base, top_i + p.top_i_base, cuts, token_value,  \
-                     get_group_id(0) / nsb, get_group_id(0) % nsb, get_local_id(0), segments_first, &l);     \
+        psr_lp_block(p, logits, row_request, temperatures, tokens, token_keys, PSR_LP_LSE(parts, p),      \
+                     parts + p.beat_base, PSR_LP_TOP_V(parts, p), parts + p.top_i_base, cuts,              \
+                     PSR_LP_TOKEN_VALUE(parts, p), get_group_id(0) / nsb, get_group_id(0) % nsb,           \
+                     get_local_id(0), segments_first, &l);                                                \
     }
 
 #if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_logprobs_partial)
@@ -645,15 +652,13 @@ inline void psr_lp_row(const psr_logprobs_params p, __global const int *tokens, 
 #if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_logprobs_finish)
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
 void psr_logprobs_finish(const psr_logprobs_params p, __global const int *tokens,
-                         __global const uint *token_keys, __global const float2 *lse_in,
-                         __global const uint *beat_in, __global const float *top_v, __global const uint *top_i,
-                         __global const float *token_value, __global float *token_logprobs,
+                         __global const uint *token_keys, __global uint *parts, __global float *token_logprobs,
                          __global int *token_ranks, __global int *top_ids, __global float *top_logprobs)
 {
     __local psr_lp_row_locals l;
-    psr_lp_row(p, tokens, token_keys, lse_in + p.lse_base, beat_in + p.beat_base, top_v + p.top_v_base,
-               top_i + p.top_i_base, token_value, token_logprobs, token_ranks, top_ids, top_logprobs,
-               get_group_id(0), false, get_local_id(0), &l);
+    psr_lp_row(p, tokens, token_keys, PSR_LP_LSE(parts, p), parts + p.beat_base, PSR_LP_TOP_V(parts, p),
+               parts + p.top_i_base, PSR_LP_TOKEN_VALUE(parts, p), token_logprobs, token_ranks, top_ids,
+               top_logprobs, get_group_id(0), false, get_local_id(0), &l);
 }
 #endif
 
@@ -666,11 +671,13 @@ void psr_logprobs_finish(const psr_logprobs_params p, __global const int *tokens
 __kernel __attribute__((reqd_work_group_size(PSR_VWG, 1, 1)))
 void psr_logprobs_one(const psr_logprobs_params p, __global const psr_logit_t *logits,
                       __global const int *row_request, __global const float *temperatures,
-                      __global const int *tokens, __global float2 *lse, __global uint *beat,
-                      __global float *top_v, __global uint *top_i, __global const float *cuts,
-                      __global float *token_value, __global float *token_logprobs, __global int *token_ranks,
-                      __global int *top_ids, __global float *top_logprobs, __global uint *done)
+                      __global const int *tokens, __global uint *parts, __global const float *cuts,
+                      __global float *token_logprobs, __global int *token_ranks, __global int *top_ids,
+                      __global float *top_logprobs)
 {
+    __global float2 *lse = PSR_LP_LSE(parts, p);
+    __global uint *beat = parts + p.beat_base, *top_i = parts + p.top_i_base, *done = parts + p.done_base;
+    __global float *top_v = PSR_LP_TOP_V(parts, p), *token_value = PSR_LP_TOKEN_VALUE(parts, p);
     const uint nsb = p.blocks_per_row;
     __local union {
         psr_lp_block_locals block;

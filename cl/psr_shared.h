@@ -73,6 +73,9 @@ typedef struct psr_sample_params {
                                             their flags' bits 16-31 (index, count) */
     psr_uint32_t records_offset;         /* records before row 0's */
     psr_uint32_t list_cap;               /* filter.cl's candidate list per row (rows it lists) */
+    psr_uint32_t keys_at;                /* one pass: 64-bit words from best_scratch's row
+                                            counts to its group slots */
+    psr_uint32_t unused;                 /* keeps the size a multiple of 8 */
 } psr_sample_params;
 
 /* A sharded sampling's result per row, as psr_shard_record in psr.h. */
@@ -114,13 +117,17 @@ typedef struct psr_logprobs_params {
     psr_uint32_t tokens64;       /* the sampled tokens are int64 */
     psr_uint32_t token_base;     /* global id of the logits' first column (shards) */
     psr_uint32_t first_slot;     /* the slot of block 0's partials */
-    /* Where (row, slot)'s partials are, in elements of each array:
+    /* Every array below is a view of the kernels' one `parts` buffer, from
+     * its start, in its own elements. Where (row, slot)'s partials are:
      * base + row * row_step + slot * slot_step (+ n for a top-N list). */
     psr_uint32_t lse_base, beat_base, top_v_base, top_i_base;
     psr_uint32_t part_row_step;  /* lse and beat */
     psr_uint32_t lse_slot_step, beat_slot_step;
     psr_uint32_t top_row_step, top_slot_step;
+    psr_uint32_t token_value_base; /* the sampled tokens' values (PSR_LP_NONE: none, shards) */
+    psr_uint32_t done_base;        /* psr_logprobs_one: each row's count of finished blocks */
 } psr_logprobs_params;
+#define PSR_LP_NONE 0xffffffffu
 
 /* psr_verify_shard_keys, _stats, _sample and _finish (cl/verify_shards.cl). */
 typedef struct psr_verify_shard_params {

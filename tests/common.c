@@ -525,8 +525,9 @@ cl_mem filter_scratch(psr_context *ctx, filter_scratch_kind which, size_t *bytes
 
 void poison_counters(psr_context *ctx)
 {
-    /* best_count (ops/sample.c) and psr_logprobs' row counts (ROW_DONE, index 4 in ops/logprobs.c) */
-    const psr_scratch *s[] = {&ctx->best_count, &ctx->logprobs[4]};
+    /* the sampler's and psr_logprobs' scratch, their row counts among the rest (ops/sample.c,
+     * ops/logprobs.c) */
+    const psr_scratch *s[] = {&ctx->gather, &ctx->logprobs};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
         if (!s[i]->buffer)
             fail_msg("poison_counters: scratch %zu is not allocated yet", i);

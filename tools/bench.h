@@ -67,6 +67,11 @@ psr_status bench_time_piped(psr_context *ctx, bench_launch_fn fn, const void *ar
  * marker after the copy to the end of the call's last kernel. */
 psr_status bench_time_ahead(psr_context *ctx, bench_launch_fn fn, const void *args, int iters,
                             double *median);
+/* Median host time of one call, from its start until it returns, with no
+ * event asked for and the queue drained before each (as a decode step at
+ * small batch pays it), over `iters` calls after 3 warm-up calls. fn gets
+ * NULL first and last. */
+psr_status bench_time_host(psr_context *ctx, bench_launch_fn fn, const void *args, int iters, double *median);
 /* bench_time_launch (an idle queue, the host's enqueue included) and then
  * bench_time_ahead (the device's time alone) of the same call. */
 psr_status bench_time_idle_and_device(psr_context *ctx, bench_launch_fn fn, const void *args, int iters,

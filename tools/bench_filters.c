@@ -62,7 +62,9 @@ static void usage(FILE *out)
             "top-p P on every row (defaults: K 100, P 0.95, M 0.05); median of --iters runs\n"
             "(default 50) and the ratio to plain, each call timed from an idle queue (the\n"
             "host's enqueue included) and behind a buffer copy that outlasts the host's\n"
-            "enqueue (device_us: the device's time alone). Default shapes: %s.\n"
+            "enqueue (device_us: the device's time alone), and the host's time of the\n"
+            "call until it returns, no event asked for, the queue drained before it\n"
+            "(host_us). Default shapes: %s.\n"
             "\n"
             "  --logits  " BENCH_PROFILE_HELP("            "),
             default_shapes);
@@ -115,19 +117,20 @@ static psr_status write_filters(psr_context *ctx, const filter_case *f, size_t r
 static void print_row(bench_session *s, size_t rows, size_t vocab, const filter_case *f, const double *t,
                       const double *plain)
 {
-    double us = t[0], dev_us = t[1];
+    double us = t[0], dev_us = t[1], host_us = t[2];
     char label[64];
     case_name(f, label, sizeof label);
     if (!s->o.json) {
         char name[32];
         snprintf(name, sizeof name, "%zux%zu", rows, vocab);
-        printf("%-14s %-24s %10.1f %8.2f %10.1f %8.2f\n", name, label, us, us / plain[0], dev_us,
-               dev_us / plain[1]);
+        printf("%-14s %-24s %10.1f %8.2f %10.1f %8.2f %8.1f\n", name, label, us, us / plain[0], dev_us,
+               dev_us / plain[1], host_us);
         return;
     }
     const json_number shape[] = {{"rows", (double)rows}, {"vocab", (double)vocab}};
     const json_number times[] = {
-        {"us", us}, {"x_plain", us / plain[0]}, {"device_us", dev_us}, {"device_x_plain", dev_us / plain[1]}};
+        {"us", us}, {"x_plain", us / plain[0]}, {"device_us", dev_us}, {"device_x_plain", dev_us / plain[1]},
+        {"host_us", host_us}};
     json_writer *w = &s->w;
     json_begin_object(w);
     json_key_numbers(w, shape, JSON_COUNT(shape));
@@ -156,9 +159,11 @@ static psr_status filters_shape(bench_session *s, const size_t *shape, void *use
         a.top_k = f.top_k ? m[TOP_K] : NULL;
         a.top_p = f.top_p < 1.0f ? m[TOP_P] : NULL;
         a.min_p = f.min_p > 0.0f ? m[MIN_P] : NULL;
-        double t[2] = {0};
+        double t[3] = {0};
         if (st == PSR_OK)
             st = bench_time_idle_and_device(s->ctx, bench_launch_sample, &a, s->o.iters, &t[0], &t[1]);
+        if (st == PSR_OK)
+            st = bench_time_host(s->ctx, bench_launch_sample, &a, s->o.iters, &t[2]);
         if (st == PSR_OK && c == PLAIN)
             plain[0] = t[0], plain[1] = t[1];
         if (st == PSR_OK)
@@ -179,7 +184,8 @@ static void print_header(bench_session *s, void *user)
     }
     printf("device: %s (%s); T 0.8; logits %s; median of %d\n", s->info.name, s->info.platform_name,
            bench_profile_name(fb->profile), s->o.iters);
-    printf("%-14s %-24s %10s %8s %10s %8s\n", "shape", "filters", "us", "x plain", "device_us", "x plain");
+    printf("%-14s %-24s %10s %8s %10s %8s %8s\n", "shape", "filters", "us", "x plain", "device_us", "x plain",
+           "host_us");
 }
 
 int bench_filters(int argc, char **argv)

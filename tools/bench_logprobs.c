@@ -24,8 +24,9 @@ static void usage(FILE *out)
             "and rank, and the top N, default 20) and psr_sample on the same logits,\n"
             "median of --iters runs (default 50), and prints their ratio, each call timed\n"
             "from an idle queue (the host's enqueue included) and behind a buffer copy that\n"
-            "outlasts the host's enqueue (dev: the device's time alone). Default shapes:\n"
-            "%s.\n"
+            "outlasts the host's enqueue (dev: the device's time alone), and the host's\n"
+            "time of each call until it returns, no event asked for, the queue drained\n"
+            "before it (host_samp, host_logp). Default shapes: %s.\n"
             "\n"
             "  --logits  " BENCH_PROFILE_HELP("            ")
             "  --shards  N (1..255) vocabulary shards, the first V %% N one token longer (or\n"
@@ -46,9 +47,11 @@ static void usage(FILE *out)
 
 static psr_status launch_logprobs(psr_context *ctx, const void *args, cl_event *first, cl_event *last)
 {
+    if (!first)
+        return psr_logprobs(ctx, args, last);
     *first = NULL;
     psr_status st = psr_logprobs(ctx, args, last);
-    if (st == PSR_OK) {
+    if (st == PSR_OK && last) {
         *first = *last;
         clRetainEvent(*first);
     }
@@ -229,19 +232,22 @@ static int check_shards(bench_session *s, void *user)
 }
 
 /* t: sample (idle queue, device), logprobs (idle queue, device), then
- * with shards the sharded time; xch the bytes the shards exchange. */
+ * with shards the sharded time, then the host's time of each call;
+ * xch the bytes the shards exchange. */
 static void print_row(bench_session *s, size_t rows, size_t vocab, size_t shards, int top_n, const double *t,
                       size_t xch)
 {
     double sample_us = t[0], dev_sample_us = t[1], logprobs_us = t[2], dev_logprobs_us = t[3], shard_us = t[4];
+    double host_sample_us = t[5], host_logprobs_us = t[6];
     if (!s->o.json) {
         char name[32], sh[64] = "";
         snprintf(name, sizeof name, "%zux%zu", rows, vocab);
         if (shards)
             snprintf(sh, sizeof sh, " %10.1f %7.2f %10zu %12zu", shard_us, shard_us / dev_logprobs_us, xch,
                      rows * vocab * 4);
-        printf("%-14s %10.1f %10.1f %8.2f %10.1f %10.1f %8.2f%s\n", name, sample_us, logprobs_us,
-               logprobs_us / sample_us, dev_sample_us, dev_logprobs_us, dev_logprobs_us / dev_sample_us, sh);
+        printf("%-14s %10.1f %10.1f %8.2f %10.1f %10.1f %8.2f %10.1f %10.1f%s\n", name, sample_us, logprobs_us,
+               logprobs_us / sample_us, dev_sample_us, dev_logprobs_us, dev_logprobs_us / dev_sample_us,
+               host_sample_us, host_logprobs_us, sh);
         fflush(stdout);
         return;
     }
@@ -255,6 +261,8 @@ static void print_row(bench_session *s, size_t rows, size_t vocab, size_t shards
         {"device_sample_us", dev_sample_us},
         {"device_logprobs_us", dev_logprobs_us},
         {"device_ratio", dev_logprobs_us / dev_sample_us},
+        {"host_sample_us", host_sample_us},
+        {"host_logprobs_us", host_logprobs_us},
     };
     const json_number sharded[] = {
         {"shard_us", shard_us},
@@ -276,7 +284,7 @@ static psr_status logprobs_shape(bench_session *s, const size_t *shape, void *us
     size_t rows = shape[0], vocab = shape[1];
     cl_mem m[SHAPE_BUFFERS] = {NULL};
     psr_status st = make_shape(s->ctx, rows, vocab, lb, m);
-    double t[5] = {0}; /* sample: idle queue, device; logprobs: idle queue, device; sharded */
+    double t[7] = {0}; /* sample: idle queue, device; logprobs: idle queue, device; sharded; host: both */
     size_t xch = 0;
     psr_sample_args a;
     bench_sample_args(&a, rows, vocab, m);
@@ -288,6 +296,10 @@ static psr_status logprobs_shape(bench_session *s, const size_t *shape, void *us
         st = bench_time_idle_and_device(s->ctx, launch_logprobs, &l, s->o.iters, &t[2], &t[3]);
     if (st == PSR_OK && lb->shards.count)
         st = time_sharded(s, lb, &l, &t[4], &xch);
+    if (st == PSR_OK)
+        st = bench_time_host(s->ctx, bench_launch_sample, &a, s->o.iters, &t[5]);
+    if (st == PSR_OK)
+        st = bench_time_host(s->ctx, launch_logprobs, &l, s->o.iters, &t[6]);
     if (st == PSR_OK)
         print_row(s, rows, vocab, lb->shards.count, lb->top_n, t, xch);
     cli_release_buffers(m, SHAPE_BUFFERS);
@@ -311,8 +323,8 @@ static void print_header(bench_session *s, void *user)
         printf("sharded: %zu shards of the vocabulary, the rounds of psr_logprobs_shard_round, their kernels' "
                "device time\n",
                lb->shards.count);
-    printf("%-14s %10s %10s %8s %10s %10s %8s%s\n", "shape", "sample_us", "logprobs_us", "ratio", "dev_sample",
-           "dev_logp", "dev_ratio", lb->shards.count ? "   shard_us  xshard  xch_bytes gather_bytes" : "");
+    printf("%-14s %10s %10s %8s %10s %10s %8s %10s %10s%s\n", "shape", "sample_us", "logprobs_us", "ratio",
+           "dev_sample", "dev_logp", "dev_ratio", "host_samp", "host_logp", lb->shards.count ? "   shard_us  xshard  xch_bytes gather_bytes" : "");
 }
 
 int bench_logprobs(int argc, char **argv)

@@ -161,6 +161,31 @@ psr_status bench_launch_sample(psr_context *ctx, const void *args, cl_event *fir
     return psr_sample_enqueue(ctx, args, first, last);
 }
 
+psr_status bench_time_host(psr_context *ctx, bench_launch_fn fn, const void *args, int iters, double *median)
+{
+    double *times = calloc((size_t)iters, sizeof *times);
+    if (!times)
+        return PSR_ERR_OUT_OF_HOST_MEMORY;
+    psr_status st = PSR_OK;
+    for (int i = -3; i < iters && st == PSR_OK; i++) {
+        if (clFinish(cli_queue(ctx)) != CL_SUCCESS) {
+            st = cli_fail(PSR_ERR_OPENCL, "clFinish failed");
+            break;
+        }
+        double t0 = bench_now_us();
+        st = fn(ctx, args, NULL, NULL);
+        if (i >= 0)
+            times[i] = bench_now_us() - t0;
+    }
+    clFinish(cli_queue(ctx));
+    if (st == PSR_OK) {
+        qsort(times, (size_t)iters, sizeof *times, cmp_double);
+        *median = times[iters / 2];
+    }
+    free(times);
+    return st;
+}
+
 /* From a marker rather than the first kernel's start: psr_logprobs
  * returns only its last event, and every call is timed the same way. */
 psr_status bench_time_launch(psr_context *ctx, bench_launch_fn fn, const void *args, int iters, double *median)

@@ -62,7 +62,9 @@ static void sample_usage(FILE *out)
             "Times psr_sample with OpenCL profiling events: warm-up, then the median\n"
             "of N runs (default 50) from the first kernel's start to the last one's\n"
             "end, each run waited for alone (us) and all runs enqueued back to back\n"
-            "(piped_us). Each line gives the memory floor (logits read once at the\n"
+            "(piped_us), and the host's time of one call until it returns, no event\n"
+            "asked for, the queue drained before it (host_us). Each line gives the\n"
+            "memory floor (logits read once at the\n"
             "copy bandwidth measured on the same device in the same run) and the ratio\n"
             "of us to it; on NVIDIA also vLLM's Triton kernels on an H200 at the same\n"
             "shape, replayed from a CUDA graph (vllm_us), and us over them (xvllm):\n"
@@ -133,7 +135,7 @@ static const char *unknown_variant(const char *list, int *len)
 typedef struct result {
     size_t rows, vocab;
     const char *variant;
-    double us, piped_us, floor_us, vllm_us, cloop_us;
+    double us, piped_us, host_us, floor_us, vllm_us, cloop_us;
     double shard_us;  /* --shards: the sharded call's span, the shards on one queue */
     double queues_us; /* and with each shard on a queue of its own */
 } result;
@@ -244,8 +246,8 @@ static void print_row(const sample_bench *sb, const result *r)
         snprintf(sh, sizeof sh, " %10.1f %7.2f %10.1f %7.2f %10zu %12zu", r->shard_us, r->shard_us / r->us,
                  r->queues_us, r->queues_us / r->us, r->rows * sizeof(psr_shard_record) * sb->so.shards.count,
                  r->rows * r->vocab * 4);
-    printf("%-14s %-10s %10.1f %10.1f %10.1f %8.2f %10s %8s%s%s\n", shape, r->variant, r->us, r->piped_us,
-           r->floor_us, r->us / r->floor_us, vllm, xv, cl, sh);
+    printf("%-14s %-10s %10.1f %10.1f %8.1f %10.1f %8.2f %10s %8s%s%s\n", shape, r->variant, r->us, r->piped_us,
+           r->host_us, r->floor_us, r->us / r->floor_us, vllm, xv, cl, sh);
     fflush(stdout);
 }
 
@@ -287,6 +289,9 @@ static int run_variant(sample_bench *sb, const variant_def *vd, const float *hos
     sb->nresults++;
     r->rows = rows, r->vocab = vocab, r->variant = vd->name;
     r->piped_us = piped_median(ctx, &a, sb->s.o.iters);
+    st = bench_time_host(ctx, bench_launch_sample, &a, sb->s.o.iters, &r->host_us);
+    if (st != PSR_OK)
+        return cli_report(st, ctx);
     r->floor_us = (double)(rows * vocab * 4) / sb->costs.copy_bw * 1e6;
     r->vllm_us = sb->nvidia ? vllm_us(vd, rows, vocab) : 0;
     if (sb->cpu && (vd->flags & ~PSR_SAMPLE_FAST_MATH) == 0 && vd->noise == PSR_NOISE_FP32)
@@ -336,8 +341,8 @@ static void print_header(const sample_bench *sb)
     if (sb->so.shards.count)
         printf("sharded: %zu shards of the vocabulary, each sampled on its columns, then psr_combine\n",
                sb->so.shards.count);
-    printf("%-14s %-10s %10s %10s %10s %8s %10s %8s%s%s\n", "shape", "variant", "us", "piped_us", "floor_us",
-           "xfloor", "vllm_us", "xvllm", sb->cpu ? "  cloop_us   xcloop" : "",
+    printf("%-14s %-10s %10s %10s %8s %10s %8s %10s %8s%s%s\n", "shape", "variant", "us", "piped_us", "host_us",
+           "floor_us", "xfloor", "vllm_us", "xvllm", sb->cpu ? "  cloop_us   xcloop" : "",
            sb->so.shards.count ? "   shard_us  xshard  queues_us xqueues  rec_bytes gather_bytes" : "");
 }
 
@@ -373,7 +378,7 @@ static void print_json(sample_bench *sb)
         const result *r = &sb->results[i];
         const json_number shape[] = {{"rows", (double)r->rows}, {"vocab", (double)r->vocab}};
         const json_number times[] = {
-            {"us", r->us}, {"piped_us", r->piped_us}, {"floor_us", r->floor_us}, {"x_floor", r->us / r->floor_us}};
+            {"us", r->us}, {"piped_us", r->piped_us}, {"host_us", r->host_us}, {"floor_us", r->floor_us}, {"x_floor", r->us / r->floor_us}};
         json_begin_object(w);
         json_key_numbers(w, shape, JSON_COUNT(shape));
         json_key_string(w, "variant", r->variant);

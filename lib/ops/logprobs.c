@@ -4,11 +4,10 @@
 #include <string.h>
 
 
-/* ctx->logprobs[] scratch. */
+/* The regions of ctx->logprobs. */
 enum { LSE, BEAT, TOP_V, TOP_I, ROW_DONE, TOKEN_VALUE, LOGPROBS_SCRATCH };
-_Static_assert(sizeof(psr_logprobs_params) == 88, "psr_logprobs_params is laid out as in OpenCL C");
-_Static_assert(LOGPROBS_SCRATCH == sizeof ((psr_context *)0)->logprobs / sizeof(psr_scratch),
-               "one scratch buffer of ctx->logprobs per entry");
+_Static_assert(sizeof(psr_logprobs_params) == 96, "psr_logprobs_params is laid out as in OpenCL C");
+_Static_assert(LOGPROBS_SCRATCH <= PSR_MAX_REGIONS, "the regions of ctx->logprobs");
 
 /* The 0.1 layout ended at event_wait_list. */
 PSR_ARGS_STRUCT(psr_logprobs_args, PSR_LAYOUT_END(psr_logprobs_args, event_wait_list),
@@ -166,9 +165,16 @@ static psr_logprobs_params base_params(const psr_logprobs_args *a)
     return p;
 }
 
-/* One call's partials: an array of each kind, a row's blocks together. */
-static void layout_rows(psr_logprobs_params *p)
+/* One call's partials: an array of each kind in its region of
+ * ctx->logprobs, a row's blocks together. */
+static void layout_rows(psr_logprobs_params *p, const psr_regions *r)
 {
+    p->lse_base = r->at[LSE] / 8;
+    p->beat_base = r->at[BEAT] / 4;
+    p->top_v_base = r->at[TOP_V] / 4;
+    p->top_i_base = r->at[TOP_I] / 4;
+    p->done_base = r->at[ROW_DONE] / 4;
+    p->token_value_base = r->at[TOKEN_VALUE] / 4;
     p->part_row_step = p->blocks_per_row;
     p->lse_slot_step = p->beat_slot_step = 1;
     p->top_row_step = p->blocks_per_row * p->top_n;
@@ -177,8 +183,8 @@ static void layout_rows(psr_logprobs_params *p)
 
 /* Shards' partials: slots of psr_logprobs_shard_slot_bytes, each the
  * log-sum-exp pairs of every row, then their counts, top values and top
- * ids. The four kernel arguments are the one buffer; the bases and steps
- * are in each one's elements. */
+ * ids. The exchange buffer is the kernels' `parts`; the bases and steps
+ * are in each array's elements. No token values: the keys carry them. */
 static void layout_slots(psr_logprobs_params *p)
 {
     size_t words = psr_logprobs_shard_slot_bytes(p->rows, (int)p->top_n) / 4;
@@ -186,6 +192,7 @@ static void layout_slots(psr_logprobs_params *p)
     p->beat_base = 2 * p->rows;
     p->top_v_base = 3 * p->rows;
     p->top_i_base = (3 + p->top_n) * p->rows;
+    p->token_value_base = p->done_base = PSR_LP_NONE;
     p->part_row_step = 1;
     p->lse_slot_step = (cl_uint)(words / 2);
     p->beat_slot_step = (cl_uint)words;
@@ -216,8 +223,8 @@ static void bind_outputs(psr_kernel_args *b, const psr_logprobs_args *a)
 /* The per-block pass; psr_logprobs_one merges the rows too, so it also
  * takes the outputs and the rows' counts. */
 static psr_status bind_partial(psr_context *ctx, cl_kernel k, const char *name, const psr_logprobs_args *a,
-                               const psr_logprobs_params *params, cl_mem temps, cl_mem cuts,
-                               const cl_mem *scratch, bool one)
+                               const psr_logprobs_params *params, cl_mem temps, cl_mem cuts, cl_mem parts,
+                               bool one)
 {
     psr_kernel_args b = psr_kernel_args_begin(ctx, k, name);
     psr_arg_value(&b, "p", params, sizeof *params);
@@ -227,31 +234,21 @@ static psr_status bind_partial(psr_context *ctx, cl_kernel k, const char *name, 
     psr_arg_mem(&b, "tokens", a->tokens);
     if (!one)
         psr_arg_mem(&b, "token_keys", a->shard_token_keys);
-    psr_arg_mem(&b, one ? "lse" : "lse_out", scratch[LSE]);
-    psr_arg_mem(&b, one ? "beat" : "beat_out", scratch[BEAT]);
-    psr_arg_mem(&b, "top_v", scratch[TOP_V]);
-    psr_arg_mem(&b, "top_i", scratch[TOP_I]);
+    psr_arg_mem(&b, "parts", parts);
     psr_arg_mem(&b, "cuts", cuts);
-    psr_arg_mem(&b, "token_value", scratch[TOKEN_VALUE]);
-    if (one) {
+    if (one)
         bind_outputs(&b, a);
-        psr_arg_mem(&b, "done", scratch[ROW_DONE]);
-    }
     return psr_kernel_args_end(&b);
 }
 
 static psr_status bind_finish(psr_context *ctx, cl_kernel k, const psr_logprobs_args *a,
-                              const psr_logprobs_params *params, const cl_mem *scratch)
+                              const psr_logprobs_params *params, cl_mem parts)
 {
     psr_kernel_args b = psr_kernel_args_begin(ctx, k, "psr_logprobs_finish");
     psr_arg_value(&b, "p", params, sizeof *params);
     psr_arg_mem(&b, "tokens", a->tokens);
     psr_arg_mem(&b, "token_keys", a->shard_token_keys);
-    psr_arg_mem(&b, "lse_in", scratch[LSE]);
-    psr_arg_mem(&b, "beat_in", scratch[BEAT]);
-    psr_arg_mem(&b, "top_v", scratch[TOP_V]);
-    psr_arg_mem(&b, "top_i", scratch[TOP_I]);
-    psr_arg_mem(&b, "token_value", scratch[TOKEN_VALUE]);
+    psr_arg_mem(&b, "parts", parts);
     bind_outputs(&b, a);
     return psr_kernel_args_end(&b);
 }
@@ -294,9 +291,9 @@ static psr_status plan_call(psr_context *ctx, const psr_logprobs_args *a, bool s
         return st; /* the exchange buffer holds the partials */
     const size_t need[LOGPROBS_SCRATCH] = {blocks * 8, blocks * 4, blocks * (top_n ? top_n : 1) * 4,
                                            blocks * (top_n ? top_n : 1) * 4, a->rows * 4, a->rows * 4};
-    for (int i = 0; i < LOGPROBS_SCRATCH && st == PSR_OK; i++)
-        st = psr_scratch_reserve(ctx, &ctx->logprobs[i], need[i]);
-    return st;
+    return st == PSR_OK ? psr_regions_reserve(ctx, &ctx->logprobs, &ctx->logprobs_regions, need, LOGPROBS_SCRATCH,
+                                              "psr_logprobs")
+                        : st;
 }
 
 psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_event *event)
@@ -329,13 +326,10 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_even
         cuts = filter.cut;
     }
     psr_logprobs_params params = base_params(a);
-    layout_rows(&params);
-    cl_mem scratch[LOGPROBS_SCRATCH];
-    for (int i = 0; i < LOGPROBS_SCRATCH; i++)
-        scratch[i] = ctx->logprobs[i].buffer;
-    st = bind_partial(ctx, pl.partial, pl.pname, a, &params, temps, cuts, scratch, pl.one);
+    layout_rows(&params, &ctx->logprobs_regions);
+    st = bind_partial(ctx, pl.partial, pl.pname, a, &params, temps, cuts, ctx->logprobs.buffer, pl.one);
     if (st == PSR_OK && !pl.one)
-        st = bind_finish(ctx, pl.finish, a, &params, scratch);
+        st = bind_finish(ctx, pl.finish, a, &params, ctx->logprobs.buffer);
     /* Every kernel's arguments are set first, so nothing that can fail
      * comes between the launches (as in lib/ops/verify.c). */
     if (st == PSR_OK && pl.filtered) {
@@ -345,7 +339,7 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_even
     size_t local = ctx->tuning.sample.work_group_size < 256 ? ctx->tuning.sample.work_group_size : 256;
     size_t blocks = a->rows * params.blocks_per_row;
     if (st == PSR_OK && pl.one)
-        st = psr_clear_if_dirty(ctx, &ctx->logprobs_dirty, &ctx->logprobs[ROW_DONE], &nwait, &wait,
+        st = psr_clear_if_dirty(ctx, &ctx->logprobs_dirty, &ctx->logprobs, &nwait, &wait,
                                 "psr_logprobs' row counts");
     if (st == PSR_OK)
         st = psr_enqueue_groups(ctx, pl.partial, pl.pname, blocks, local, nwait, wait, pl.one ? event : NULL);
@@ -407,12 +401,10 @@ psr_status psr_logprobs_shard_round(psr_context *ctx, const psr_logprobs_args *a
     layout_slots(&params);
     if (round == 0)
         return shard_keys(ctx, a, &params, temps, cuts, event);
-    cl_mem part[LOGPROBS_SCRATCH] = {a->shard_partials, a->shard_partials, a->shard_partials, a->shard_partials,
-                                     NULL, NULL};
     size_t local = ctx->tuning.sample.work_group_size < 256 ? ctx->tuning.sample.work_group_size : 256;
     if (round == 1) {
         params.first_slot = (cl_uint)a->shard_slot;
-        st = bind_partial(ctx, pl.partial, pl.pname, a, &params, temps, cuts, part, false);
+        st = bind_partial(ctx, pl.partial, pl.pname, a, &params, temps, cuts, a->shard_partials, false);
         if (st == PSR_OK)
             st = psr_enqueue_groups(ctx, pl.partial, pl.pname, a->rows * params.blocks_per_row, local,
                                     a->num_events_in_wait_list, a->event_wait_list, event);
@@ -420,7 +412,7 @@ psr_status psr_logprobs_shard_round(psr_context *ctx, const psr_logprobs_args *a
     }
     params.vocab = (cl_uint)a->vocab_total; /* the finish: the tokens' range, every shard's slots */
     params.blocks_per_row = (cl_uint)a->shard_slots;
-    st = bind_finish(ctx, pl.finish, a, &params, part);
+    st = bind_finish(ctx, pl.finish, a, &params, a->shard_partials);
     if (st == PSR_OK)
         st = psr_enqueue_groups(ctx, pl.finish, "psr_logprobs_finish", a->rows, local, a->num_events_in_wait_list,
                                 a->event_wait_list, event);

@@ -191,8 +191,8 @@ static void bind_row_outputs(psr_kernel_args *b, const psr_sample_args *a)
 }
 
 static psr_status bind_sample(psr_context *ctx, cl_kernel k, const psr_sample_args *a,
-                              const psr_sample_params *params, bool split, cl_mem best_keys,
-                              cl_mem best_count, cl_mem cut, cl_mem list)
+                              const psr_sample_params *params, bool split, cl_mem gather, cl_mem cut,
+                              cl_mem list)
 {
     psr_kernel_args b = psr_kernel_args_begin(ctx, k, "psr_gumbel_sample");
     psr_arg_rows(&b, params, sizeof *params, a);
@@ -201,8 +201,7 @@ static psr_status bind_sample(psr_context *ctx, cl_kernel k, const psr_sample_ar
     psr_arg_mem(&b, "positions", a->positions);
     psr_arg_partials(&b, split);
     bind_row_outputs(&b, a);
-    psr_arg_mem(&b, "best_keys", best_keys);
-    psr_arg_mem(&b, "best_count", best_count);
+    psr_arg_mem(&b, "best_scratch", gather);
     psr_arg_mem(&b, "thresholds", cut);
     psr_arg_mem(&b, "cand", list);
     return psr_kernel_args_end(&b);
@@ -245,7 +244,7 @@ typedef struct sample_plan {
     size_t parts;               /* sampling groups */
     bool one_pass;
     psr_filter_plan filter;     /* its kernels NULL without filters */
-    cl_mem best_keys, best_count;
+    cl_mem gather;              /* one pass: ctx->gather */
     psr_sample_params params;
 } sample_plan;
 
@@ -295,11 +294,10 @@ static psr_status reserve_sample(psr_context *ctx, const psr_sample_args *a, sam
     prefetch_sample(ctx, a, pl);
     psr_status st = psr_kernel_get(ctx, &pl->v, "psr_gumbel_sample", &pl->sample);
     if (st == PSR_OK && pl->one_pass) {
-        st = psr_scratch_reserve(ctx, &ctx->best_keys, pl->parts * (pl->v.fp64 ? 2 : 1) * sizeof(cl_ulong));
-        if (st == PSR_OK)
-            st = psr_scratch_reserve(ctx, &ctx->best_count, a->rows * sizeof(cl_uint));
-        pl->best_keys = ctx->best_keys.buffer;
-        pl->best_count = ctx->best_count.buffer;
+        const size_t need[2] = {a->rows * sizeof(cl_uint), pl->parts * (pl->v.fp64 ? 2 : 1) * sizeof(cl_ulong)};
+        st = psr_regions_reserve(ctx, &ctx->gather, &ctx->gather_regions, need, 2, "psr_sample");
+        pl->gather = ctx->gather.buffer;
+        pl->params.keys_at = ctx->gather_regions.at[1] / (psr_uint32_t)sizeof(cl_ulong);
     } else if (st == PSR_OK && groups > 1) {
         st = psr_reserve_partials(ctx, &pl->v, "psr_gumbel_finalize", pl->parts, &pl->finalize);
     }
@@ -313,8 +311,8 @@ static psr_status reserve_sample(psr_context *ctx, const psr_sample_args *a, sam
 
 static psr_status bind_plan(psr_context *ctx, const psr_sample_args *a, const sample_plan *pl)
 {
-    psr_status st = bind_sample(ctx, pl->sample, a, &pl->params, pl->finalize != NULL, pl->best_keys,
-                                pl->best_count, pl->filter.cut, pl->filter.list);
+    psr_status st = bind_sample(ctx, pl->sample, a, &pl->params, pl->finalize != NULL, pl->gather,
+                                pl->filter.cut, pl->filter.list);
     if (st == PSR_OK && pl->finalize)
         st = bind_finalize(ctx, pl->finalize, a, &pl->params, pl->filter.cut);
     return st;
@@ -338,8 +336,8 @@ static psr_status launch_sample(psr_context *ctx, const psr_sample_args *a, cons
         st = psr_filter_launch(ctx, a, &pl->filter, first ? &ev_filter : NULL);
         nwait = 0, wait = NULL;
     }
-    if (st == PSR_OK && pl->best_count)
-        st = psr_clear_if_dirty(ctx, &ctx->sample_dirty, &ctx->best_count, &nwait, &wait,
+    if (st == PSR_OK && pl->gather)
+        st = psr_clear_if_dirty(ctx, &ctx->sample_dirty, &ctx->gather, &nwait, &wait,
                                 "the sampler's row counts");
     if (st == PSR_OK)
         st = psr_enqueue_groups(ctx, pl->sample, "psr_gumbel_sample", pl->parts, wg, nwait, wait,

@@ -57,7 +57,7 @@ static psr_status warm_begin(psr_context *ctx, warm_inputs *in, size_t largest)
 
 /* The smallest vocabulary whose one row splits over two groups, so that
  * the launch takes the split rows' kernels too. */
-static size_t warm_split_vocab(const psr_context *ctx, bool verify)
+static size_t warm_split_vocab(psr_context *ctx, bool verify)
 {
     for (size_t v = 256; v <= ((size_t)1 << 17); v *= 2) {
         cl_uint chunk, groups;

@@ -298,10 +298,8 @@ void psr_context_free(psr_context *ctx)
         clReleaseMemObject(ctx->part_value.buffer);
     if (ctx->part_index.buffer)
         clReleaseMemObject(ctx->part_index.buffer);
-    if (ctx->best_keys.buffer)
-        clReleaseMemObject(ctx->best_keys.buffer);
-    if (ctx->best_count.buffer)
-        clReleaseMemObject(ctx->best_count.buffer);
+    if (ctx->gather.buffer)
+        clReleaseMemObject(ctx->gather.buffer);
     psr_scratch *filter[] = {&ctx->filter_cut, &ctx->filter_state, &ctx->filter_hist,
                              &ctx->filter_cand};
     for (int i = 0; i < 4; i++)
@@ -309,9 +307,8 @@ void psr_context_free(psr_context *ctx)
             clReleaseMemObject(filter[i]->buffer);
     if (ctx->verify_state.buffer)
         clReleaseMemObject(ctx->verify_state.buffer);
-    for (size_t i = 0; i < sizeof ctx->logprobs / sizeof ctx->logprobs[0]; i++)
-        if (ctx->logprobs[i].buffer)
-            clReleaseMemObject(ctx->logprobs[i].buffer);
+    if (ctx->logprobs.buffer)
+        clReleaseMemObject(ctx->logprobs.buffer);
     for (int i = 0; i < 3; i++)
         if (ctx->verify_layout[i])
             clReleaseMemObject(ctx->verify_layout[i]);
@@ -402,12 +399,11 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
     psr_status st = psr_context_check_call(ctx, bytes, "psr_context_scratch_bytes", "bytes");
     if (st != PSR_OK)
         return st;
-    *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->best_keys.bytes + ctx->best_count.bytes +
+    *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->gather.bytes +
              ctx->filter_cut.bytes + ctx->filter_state.bytes + ctx->filter_hist.bytes +
              ctx->filter_cand.bytes;
     *bytes += ctx->verify_state.bytes;
-    for (size_t i = 0; i < sizeof ctx->logprobs / sizeof ctx->logprobs[0]; i++)
-        *bytes += ctx->logprobs[i].bytes;
+    *bytes += ctx->logprobs.bytes;
     return PSR_OK;
 }
 

@@ -40,6 +40,15 @@ typedef struct psr_scratch {
     size_t bytes;
 } psr_scratch;
 
+/* A split psr_split_rows_for chose, kept for the next call of the same
+ * shape: choosing one walks every group count, over a microsecond of
+ * host time at 128,256 tokens on a GPU. */
+typedef struct psr_split_memo {
+    size_t rows, vocab, resident_per_unit, min_steps; /* rows 0: unused */
+    cl_uint chunk, groups;
+} psr_split_memo;
+#define PSR_SPLIT_MEMOS 8
+
 /* After the build options change: whether the argument builder checks
  * names (the kernels are built with -cl-kernel-arg-info). */
 void psr_context_options_changed(psr_context *ctx);
@@ -53,6 +62,23 @@ psr_status psr_context_check_call(const psr_context *ctx, const void *arg, const
 /* Grows a scratch buffer to at least `bytes`; new memory is zero-filled
  * (enqueued, so it is ordered before the kernels that follow). */
 psr_status psr_scratch_reserve(psr_context *ctx, psr_scratch *s, size_t bytes);
+
+/* Regions of one scratch buffer, so a kernel takes one buffer argument
+ * for them (on NVIDIA's driver each buffer argument adds about 0.4 us to
+ * the host's enqueue). */
+#define PSR_MAX_REGIONS 8
+typedef struct psr_regions {
+    size_t capacity[PSR_MAX_REGIONS]; /* bytes */
+    uint32_t at[PSR_MAX_REGIONS];     /* byte offsets, multiples of 16 */
+} psr_regions;
+
+/* Room for need[i] bytes in each of the n regions of *s. Regions never
+ * shrink; when one must grow the buffer is made anew and zero-filled, so
+ * a region that is zero between launches is zero in the new buffer too
+ * (what it held is not kept). Over 4 GiB in all is PSR_ERR_INVALID_ARGUMENT
+ * naming `call`. */
+psr_status psr_regions_reserve(psr_context *ctx, psr_scratch *s, psr_regions *r, const size_t *need, size_t n,
+                               const char *call);
 
 struct psr_context {
     cl_platform_id platform;
@@ -96,21 +122,26 @@ struct psr_context {
     cl_kernel *retired;
     size_t retired_count;
 
+    psr_split_memo splits[PSR_SPLIT_MEMOS]; /* cleared when the tuning changes */
+    size_t splits_next;                     /* the entry the next new split replaces */
+
     psr_scratch part_value; /* per (row, work-group) best value */
     psr_scratch part_index; /* per (row, work-group) best index */
-    psr_scratch best_keys;  /* per split row: each group's best key (one kernel, cl/gumbel.cl) */
-    psr_scratch best_count; /* per split row: the groups that stored theirs, zero between launches */
+    psr_scratch gather;     /* one pass (cl/gumbel.cl): per row the groups that stored their best
+                               (zero between launches), then each group's best key */
+    psr_regions gather_regions;
     psr_scratch filter_cut;   /* per row: the filter threshold (filter.c) */
     psr_scratch filter_state; /* per row: largest key, candidate count; zero between launches */
     psr_scratch filter_hist;  /* per row: 12-bit histogram (counts or masses); zero between launches */
     psr_scratch filter_cand;  /* per row: candidate keys for the exact search */
     bool filter_dirty;        /* a filter launch was cut short: clear the state first */
-    bool sample_dirty;        /* best_count may hold a cut-short launch's counts (psr_context_recover) */
+    bool sample_dirty;        /* gather's counts may hold a cut-short launch's counts (psr_context_recover) */
     bool logprobs_dirty;      /* so may psr_logprobs' row counts */
     psr_scratch verify_state; /* psr_verify's state, regions PSR_VS_* (ops/verify.c) */
     size_t verify_capacity[PSR_VS_REGIONS]; /* each region's bytes */
     cl_uint verify_at[PSR_VS_REGIONS];      /* and its offset in verify_state */
-    psr_scratch logprobs[6]; /* psr_logprobs' per-block partials and per-row values and counts (logprobs.c) */
+    psr_scratch logprobs;    /* psr_logprobs' per-block partials and per-row values and counts (logprobs.c) */
+    psr_regions logprobs_regions;
     cl_mem verify_layout[3]; /* the last cu, row-to-request map and row order uploaded, and */
     int32_t *verify_cu;      /* a host copy of that cu, to reuse them when it repeats */
     size_t verify_requests;

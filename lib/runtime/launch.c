@@ -177,21 +177,41 @@ psr_status psr_resolve_flags(psr_context *ctx, unsigned flags, const char *name,
     return PSR_OK;
 }
 
-void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *chunk,
+void psr_split_rows(psr_context *ctx, size_t rows, size_t vocab, cl_uint *chunk,
                     cl_uint *groups)
 {
     psr_split_rows_for(ctx, rows, vocab, ctx->tuning.sample.resident_per_unit, ctx->tuning.sample.min_steps, chunk,
                        groups);
 }
 
-void psr_split_verify(const psr_context *ctx, size_t requests, size_t vocab, cl_uint *chunk, cl_uint *groups)
+void psr_split_verify(psr_context *ctx, size_t requests, size_t vocab, cl_uint *chunk, cl_uint *groups)
 {
     size_t steps = ctx->tuning.sample.min_steps > 2 ? ctx->tuning.sample.min_steps : 2;
     psr_split_rows_for(ctx, requests, vocab, ctx->tuning.verify.resident_per_unit, steps, chunk, groups);
 }
 
-void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_t resident_per_unit,
+static void choose_split(const psr_context *ctx, size_t rows, size_t vocab, size_t resident_per_unit,
+                         size_t min_steps, cl_uint *chunk, cl_uint *groups);
+
+void psr_split_rows_for(psr_context *ctx, size_t rows, size_t vocab, size_t resident_per_unit,
                         size_t min_steps, cl_uint *chunk, cl_uint *groups)
+{
+    for (size_t i = 0; i < PSR_SPLIT_MEMOS; i++) {
+        const psr_split_memo *m = &ctx->splits[i];
+        if (m->rows == rows && m->vocab == vocab && m->resident_per_unit == resident_per_unit &&
+            m->min_steps == min_steps) {
+            *chunk = m->chunk;
+            *groups = m->groups;
+            return;
+        }
+    }
+    choose_split(ctx, rows, vocab, resident_per_unit, min_steps, chunk, groups);
+    ctx->splits[ctx->splits_next] = (psr_split_memo){rows, vocab, resident_per_unit, min_steps, *chunk, *groups};
+    ctx->splits_next = (ctx->splits_next + 1) % PSR_SPLIT_MEMOS;
+}
+
+static void choose_split(const psr_context *ctx, size_t rows, size_t vocab, size_t resident_per_unit,
+                         size_t min_steps, cl_uint *chunk, cl_uint *groups)
 {
     /* Pick the split G (groups per row) with the least modelled time: the
      * device runs `resident` groups at once, so rows * G groups take
@@ -235,7 +255,7 @@ void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_
  * C does, which fixed-width fields ordered widest first guarantee; the
  * sizes catch a field added out of order. */
 _Static_assert(sizeof(psr_rows_params) == 32, "psr_rows_params is laid out as in OpenCL C");
-_Static_assert(sizeof(psr_sample_params) == 72, "psr_sample_params is laid out as in OpenCL C");
+_Static_assert(sizeof(psr_sample_params) == 80, "psr_sample_params is laid out as in OpenCL C");
 _Static_assert(sizeof(psr_shard_rec) == sizeof(psr_shard_record) &&
                    offsetof(psr_shard_rec, token) == offsetof(psr_shard_record, token) &&
                    offsetof(psr_shard_rec, flags) == offsetof(psr_shard_record, flags),

@@ -50,15 +50,15 @@ psr_status psr_check_required(psr_context *ctx, const psr_buffer_need *needs, si
 psr_status psr_check_buffers(psr_context *ctx, const psr_buffer_need *needs, size_t count);
 /* How a row is split over work-groups: `groups` chunks of `chunk` tokens
  * (a multiple of 4). */
-void psr_split_rows(const psr_context *ctx, size_t rows, size_t vocab, cl_uint *chunk, cl_uint *groups);
+void psr_split_rows(psr_context *ctx, size_t rows, size_t vocab, cl_uint *chunk, cl_uint *groups);
 /* The same for a kernel of which `resident_per_unit` groups fit a compute
  * unit, in chunks of `min_steps` steps or more. */
-void psr_split_rows_for(const psr_context *ctx, size_t rows, size_t vocab, size_t resident_per_unit,
+void psr_split_rows_for(psr_context *ctx, size_t rows, size_t vocab, size_t resident_per_unit,
                         size_t min_steps, cl_uint *chunk, cl_uint *groups);
 /* Verification's sampling groups: each costs more than the sampler's (its
  * request's statistics, the residual), so chunks are two steps or more
  * (on the H200 one-step chunks lost up to 14% at 16 x 5 x 32,000). */
-void psr_split_verify(const psr_context *ctx, size_t requests, size_t vocab, cl_uint *chunk, cl_uint *groups);
+void psr_split_verify(psr_context *ctx, size_t requests, size_t vocab, cl_uint *chunk, cl_uint *groups);
 /* The argument builder: binds a kernel's arguments in order, by name.
  * Calls chain without checks; the first failure is kept and reported by
  * psr_kernel_args_end, which also (on a context built with

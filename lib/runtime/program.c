@@ -589,27 +589,3 @@ psr_status psr_kernel_get(psr_context *ctx, const psr_variant *in, const char *n
     return PSR_OK;
 }
 
-psr_status psr_scratch_reserve(psr_context *ctx, psr_scratch *s, size_t bytes)
-{
-    if (bytes <= s->bytes)
-        return PSR_OK;
-    if (s->buffer)
-        clReleaseMemObject(s->buffer);
-    s->buffer = NULL;
-    s->bytes = 0;
-    cl_int err;
-    s->buffer = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
-    if (err != CL_SUCCESS) {
-        s->buffer = NULL;
-        return psr_fail_cl(ctx, err, "cannot allocate %zu bytes of scratch", bytes);
-    }
-    cl_uchar zero = 0;
-    err = clEnqueueFillBuffer(ctx->queue, s->buffer, &zero, 1, 0, bytes, 0, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        clReleaseMemObject(s->buffer);
-        s->buffer = NULL;
-        return psr_fail_cl(ctx, err, "cannot clear %zu bytes of scratch", bytes);
-    }
-    s->bytes = bytes;
-    return PSR_OK;
-}
