@@ -437,6 +437,12 @@ inline float psr_filter_min_p_cut(const psr_filter_row *f, float m)
     const psr_filter_params p, __global const psr_logit_t *logits, __global const int *row_request, \
         __global const float *temperatures, __global const int *top_k, __global const float *top_p, \
         __global const float *min_p
+/* The filter kernels' scratch (psr_filter_params): one buffer argument,
+ * as each costs the host time at every launch. */
+#define PSR_FILTER_SCRATCH_UNPACK                                                                 \
+    __global float *thresholds = (__global float *)scratch;                                        \
+    __global uint *state = scratch + p.state_at, *hist = scratch + p.hist_at;                      \
+    __global uint *cand = p.cand_at == PSR_FILTER_NONE ? 0 : scratch + p.cand_at
 #define PSR_FILTER_ROWS_UNPACK                                                                    \
     const ulong logits_offset = p.rows.logits_offset, row_stride = p.rows.row_stride;              \
     const uint vocab = p.rows.vocab, requests = p.rows.requests;                                   \
@@ -1084,9 +1090,9 @@ inline void psr_filter_stream_finish(bool on, const psr_filter_row *f, uint row_
  * threshold from their first group. */
 #if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_filter_scan)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist, __global uint *cand,
-                     __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
+void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *scratch, PSR_FILTER_DIRECT_ARGS)
 {
+    PSR_FILTER_SCRATCH_UNPACK;
     PSR_FILTER_ROWS_UNPACK;
     __local uint lh[PSR_FILTER_HBINS];
     __local uint lmax[PSR_WG_SIZE];
@@ -1152,6 +1158,7 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *h
     __local uint hlo[PSR_FILTER_BINS], hhi[PSR_FILTER_BINS];                                       \
     __local ulong seg[PSR_WG_SIZE];                                                                \
     __local uint pick[3];                                                                          \
+    PSR_FILTER_SCRATCH_UNPACK;                                                                     \
     PSR_FILTER_ROWS_UNPACK;                                                                        \
     const uint cap = p.cap, direct_max = p.direct_max;                                             \
     uint lid = get_local_id(0);                                                                    \
@@ -1236,8 +1243,7 @@ inline void psr_filter_masses_of(bool masses, const psr_filter_row *f, __global 
  * 11-bit bin. */
 #if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_filter_collect)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist,
-                        __global uint *cand, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
+void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *scratch, PSR_FILTER_DIRECT_ARGS)
 {
     PSR_FILTER_COLLECT_START;
     bool streamed = PSR_FILTER_STREAMS(f); /* a variable: a constant operand of && draws a compiler warning */
@@ -1270,8 +1276,7 @@ void psr_filter_collect(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint
  * otherwise compile for nothing. */
 #if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_filter_masses)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_filter_masses(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist,
-                       __global uint *cand, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
+void psr_filter_masses(PSR_FILTER_ROW_ARGS, __global uint *scratch, PSR_FILTER_DIRECT_ARGS)
 {
     PSR_FILTER_COLLECT_START;
     (void)cap, (void)direct_max, (void)rc, (void)seeds, (void)positions, (void)tokens, (void)row_flags;
@@ -1291,8 +1296,7 @@ void psr_filter_masses(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint 
  * above it; the row's last group finishes it. */
 #if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_filter_collect_mass)
 __kernel __attribute__((reqd_work_group_size(PSR_WG_SIZE, 1, 1)))
-void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, __global uint *state, __global uint *hist,
-                             __global uint *cand, __global float *thresholds, PSR_FILTER_DIRECT_ARGS)
+void psr_filter_collect_mass(PSR_FILTER_ROW_ARGS, __global uint *scratch, PSR_FILTER_DIRECT_ARGS)
 {
     PSR_FILTER_COLLECT_START;
     bool on = f.state == 2 && !f.k_on && f.p_on;

@@ -543,7 +543,7 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
                        __global psr_acc_t *part_value, __global uint *part_index, __global int *tokens,
                        __global uint *row_flags, __global float *draft_cache,
                        __global const int *draft_cache_rows, __global ulong *best_scratch,
-                       __global const float *thresholds, __global const uint *cand)
+                       __global const float *thresholds)
 {
     __local psr_acc_t lv[PSR_WG_SIZE];
     __local uint li[PSR_WG_SIZE];
@@ -600,8 +600,8 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
                    lid);
 #if PSR_FILTERS && PSR_METHOD == 0
     if (active && listed)
-        psr_consider_list(&row, cand + (ulong)row_id * 2 * p.list_cap, p.list_cap, listed, part, groups_per_row,
-                          cut, &best, &best_i);
+        psr_consider_list(&row, (__global const uint *)thresholds + p.list_at + (ulong)row_id * 2 * p.list_cap,
+                          p.list_cap, listed, part, groups_per_row, cut, &best, &best_i);
 #endif
 #endif
     lv[lid] = best;

@@ -513,14 +513,15 @@ void run_filter_rounds(psr_context *ctx, const psr_sample_args *args, size_t sha
  * touch psr_context's fields here and nowhere else. Everything the
  * experimental interface covers (tuning, last paths) goes through it. */
 
-cl_mem filter_scratch(psr_context *ctx, filter_scratch_kind which, size_t *bytes)
+cl_mem filter_scratch(psr_context *ctx, filter_scratch_kind which, size_t *offset, size_t *bytes)
 {
-    const psr_scratch *s = which == FILTER_CUT ? &ctx->filter_cut
-                           : which == FILTER_STATE ? &ctx->filter_state
-                                                   : &ctx->filter_hist;
+    /* the regions of ctx->filter in lib/ops/filter.c's order: cut, state, histograms */
+    int region = which == FILTER_CUT ? 0 : which == FILTER_STATE ? 1 : 2;
+    if (offset)
+        *offset = ctx->filter_regions.at[region];
     if (bytes)
-        *bytes = s->bytes;
-    return s->buffer;
+        *bytes = ctx->filter_regions.capacity[region];
+    return ctx->filter.buffer;
 }
 
 void poison_counters(psr_context *ctx)

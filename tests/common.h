@@ -166,10 +166,11 @@ void run_filter_rounds(psr_context *ctx, const psr_sample_args *args, size_t sha
 
 /* ---- internal state that has no call (see common.c) ---- */
 
-/* The filter pass's per-row scratch: its thresholds (two floats a row,
- * cl/filter.cl), its state and its histograms. *bytes gets the size. */
+/* The filter pass's per-row scratch, regions of one buffer: its
+ * thresholds (two floats a row, cl/filter.cl), its state and its
+ * histograms. *offset and *bytes get the region's place in the buffer. */
 typedef enum filter_scratch_kind { FILTER_CUT, FILTER_STATE, FILTER_HIST } filter_scratch_kind;
-cl_mem filter_scratch(psr_context *ctx, filter_scratch_kind which, size_t *bytes);
+cl_mem filter_scratch(psr_context *ctx, filter_scratch_kind which, size_t *offset, size_t *bytes);
 /* Marks the filters' state dirty (as a launch cut short leaves it) or clean. */
 void set_filter_dirty(psr_context *ctx, bool dirty);
 /* Garbage in the counters sampling and logprobs keep zero between launches,

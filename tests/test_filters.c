@@ -23,7 +23,7 @@ static bool has_fp64;
 static size_t download_cuts(float *cut, size_t rows)
 {
     float *both = malloc(rows * 2 * sizeof *both);
-    download(ctx, filter_scratch(ctx, FILTER_CUT, NULL), both, rows * 2 * sizeof *both);
+    download(ctx, filter_scratch(ctx, FILTER_CUT, NULL, NULL), both, rows * 2 * sizeof *both);
     size_t drawn = 0;
     for (size_t r = 0; r < rows; r++) {
         cut[r] = both[2 * r];
@@ -350,7 +350,7 @@ static void test_search_paths(void **state)
                          PSR_OK);
         float cut[R], both[2 * R];
         download_cuts(cut, R);
-        download(ctx, filter_scratch(ctx, FILTER_CUT, NULL), both, sizeof both);
+        download(ctx, filter_scratch(ctx, FILTER_CUT, NULL, NULL), both, sizeof both);
         for (size_t r = 0; r < R; r++) {
             if ((both[2 * r + 1] != 0.0f) != drawn_want[r])
                 fail_msg("round %d row %zu: drawn %g, expected %d", round, r,
@@ -494,16 +494,16 @@ static void test_dirty_state_cleared(void **state)
         cl_uint junk = 0x7f7f7f7fu;
         const filter_scratch_kind dirty[] = {FILTER_STATE, FILTER_HIST};
         for (int b = 0; b < 2; b++) {
-            size_t bytes;
-            cl_mem m = filter_scratch(ctx, dirty[b], &bytes);
-            assert_int_equal(clEnqueueFillBuffer(queue_of(ctx), m, &junk, sizeof junk, 0, bytes, 0, NULL,
+            size_t offset, bytes;
+            cl_mem m = filter_scratch(ctx, dirty[b], &offset, &bytes);
+            assert_int_equal(clEnqueueFillBuffer(queue_of(ctx), m, &junk, sizeof junk, offset, bytes, 0, NULL,
                                                  NULL),
                              CL_SUCCESS);
         }
         float sentinel = 12345.0f; /* so that a threshold left unwritten shows */
-        size_t cut_bytes;
-        cl_mem cut_buffer = filter_scratch(ctx, FILTER_CUT, &cut_bytes);
-        assert_int_equal(clEnqueueFillBuffer(queue_of(ctx), cut_buffer, &sentinel, sizeof sentinel, 0,
+        size_t cut_at, cut_bytes;
+        cl_mem cut_buffer = filter_scratch(ctx, FILTER_CUT, &cut_at, &cut_bytes);
+        assert_int_equal(clEnqueueFillBuffer(queue_of(ctx), cut_buffer, &sentinel, sizeof sentinel, cut_at,
                                              cut_bytes, 0, NULL, NULL),
                          CL_SUCCESS);
         set_filter_dirty(ctx, !control);

@@ -57,23 +57,22 @@ psr_status psr_filter_check_values(psr_context *ctx, const char *who, size_t i,
 }
 
 /* Binds a filter kernel's arguments: the rows' every filter kernel
- * starts with, then its state, the candidates (NULL without top-k or
+ * starts with, then its scratch (with candidates where `draws`: top-k or
  * top-p) and the sampler's outputs for rows it draws itself (NULL where
  * it draws none: a kernel holds no buffer it never touches). */
 static psr_status bind_filter(psr_context *ctx, cl_kernel k, const char *name, const psr_sample_args *a,
-                              const psr_filter_params *params, cl_mem cand, cl_mem cut, cl_mem direct_tokens)
+                              const psr_filter_params *params, bool draws, cl_mem direct_tokens)
 {
-    bool draws = cand != NULL;
+    psr_filter_params own = *params;
+    if (!draws)
+        own.cand_at = PSR_FILTER_NONE;
     psr_kernel_args b = psr_kernel_args_begin(ctx, k, name);
-    psr_arg_rows(&b, params, sizeof *params, a);
+    psr_arg_rows(&b, &own, sizeof own, a);
     psr_arg_mem(&b, "temperatures", a->temperatures);
     psr_arg_mem(&b, "top_k", a->top_k);
     psr_arg_mem(&b, "top_p", a->top_p);
     psr_arg_mem(&b, "min_p", a->min_p);
-    psr_arg_mem(&b, "state", ctx->filter_state.buffer);
-    psr_arg_mem(&b, "hist", ctx->filter_hist.buffer);
-    psr_arg_mem(&b, "cand", cand);
-    psr_arg_mem(&b, "thresholds", cut);
+    psr_arg_mem(&b, "scratch", ctx->filter.buffer);
     psr_arg_mem(&b, "seeds", draws ? a->seeds : NULL);
     psr_arg_mem(&b, "positions", draws ? a->positions : NULL);
     psr_arg_mem(&b, "tokens", direct_tokens);
@@ -84,14 +83,18 @@ static psr_status bind_filter(psr_context *ctx, cl_kernel k, const char *name, c
 /* Gets kernel `name` of the filter program of the caller's variant v and
  * binds its arguments. */
 static psr_status filter_kernel(psr_context *ctx, const psr_variant *v, const char *name,
-                                const psr_sample_args *a, const psr_filter_params *params, cl_mem cand,
-                                cl_mem cut, cl_mem direct_tokens, cl_kernel *k)
+                                const psr_sample_args *a, const psr_filter_params *params, bool draws,
+                                cl_mem direct_tokens, cl_kernel *k)
 {
     psr_variant fv = *v;
     fv.set = PSR_KERNELS_FILTER;
     psr_status st = psr_kernel_get(ctx, &fv, name, k);
-    return st == PSR_OK ? bind_filter(ctx, *k, name, a, params, cand, cut, direct_tokens) : st;
+    return st == PSR_OK ? bind_filter(ctx, *k, name, a, params, draws, direct_tokens) : st;
 }
+
+/* The regions of ctx->filter; the thresholds come first, at its start,
+ * where the sampler and logprobs read them (as a shard's state). */
+enum { FILTER_CUT, FILTER_STATE, FILTER_HIST, FILTER_CAND, FILTER_REGIONS };
 
 /* The filter kernels a call launches, in order (1 to 3). */
 static size_t filter_passes(const psr_context *ctx, const psr_sample_args *a, const char *names[3])
@@ -147,16 +150,14 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
     cl_mem direct_tokens = direct_max ? a->tokens : NULL;
     /* a multiple of 4: the last group reads the list 16 bytes a load */
     cl_uint cap = (cl_uint)((a->vocab < PSR_FILTER_CAP ? a->vocab : PSR_FILTER_CAP) + 3) / 4 * 4;
-    psr_status st = psr_scratch_reserve(ctx, &ctx->filter_cut, a->rows * 2 * sizeof(cl_float));
-    if (st == PSR_OK)
-        st = psr_scratch_reserve(ctx, &ctx->filter_state, a->rows * 4 * sizeof(cl_uint));
-    if (st == PSR_OK)
-        st = psr_scratch_reserve(ctx, &ctx->filter_hist, a->rows * PSR_FILTER_HBINS * sizeof(cl_uint));
-    if (st == PSR_OK && searches)
-        st = psr_scratch_reserve(ctx, &ctx->filter_cand, a->rows * 2 * cap * sizeof(cl_uint));
+    const size_t need[FILTER_REGIONS] = {a->rows * 2 * sizeof(cl_float), a->rows * 4 * sizeof(cl_uint),
+                                         a->rows * PSR_FILTER_HBINS * sizeof(cl_uint),
+                                         searches ? a->rows * 2 * cap * sizeof(cl_uint) : 0};
+    psr_status st = psr_regions_reserve(ctx, &ctx->filter, &ctx->filter_regions, need, FILTER_REGIONS, "the filters");
     if (st != PSR_OK)
         return st;
-    plan->cut = ctx->filter_cut.buffer;
+    const uint32_t *at = ctx->filter_regions.at;
+    plan->cut = ctx->filter.buffer;
 
     cl_uint chunk, groups;
     psr_split_rows(ctx, a->rows, a->vocab, &chunk, &groups);
@@ -174,24 +175,27 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
         .noise = v->fp64   ? PSR_FILTER_NOISE_FP64
                  : v->wide ? PSR_FILTER_NOISE_WIDE
                            : PSR_FILTER_NOISE_FP32,
-        .drafting = v->drafting};
-    cl_mem cand = searches ? ctx->filter_cand.buffer : NULL;
+        .drafting = v->drafting,
+        .state_at = at[FILTER_STATE] / 4,
+        .hist_at = at[FILTER_HIST] / 4,
+        .cand_at = searches ? at[FILTER_CAND] / 4 : PSR_FILTER_NONE};
     /* Off the vector path the sampler draws the top-p-alone rows whose
      * lists hold every kept token (cl/filter.cl, pass 3); on it, and for
      * top-k rows, the filter does. */
     if (direct_max && mass && !ctx->tuning.sample.vector_width) {
-        plan->list = cand;
+        plan->list = ctx->filter.buffer;
+        plan->list_at = at[FILTER_CAND] / 4;
         plan->list_cap = cap;
     }
     /* Pass 1 finishes rows only on the vector path (cl/filter.cl). */
     bool scan_draws = ctx->tuning.sample.vector_width != 0;
-    st = filter_kernel(ctx, v, passes[0], a, &params, scan_draws ? cand : NULL, plan->cut,
-                       scan_draws ? direct_tokens : NULL, &plan->scan);
+    st = filter_kernel(ctx, v, passes[0], a, &params, searches && scan_draws, scan_draws ? direct_tokens : NULL,
+                       &plan->scan);
     for (size_t i = 1; i < pass_count && st == PSR_OK; i++) {
         bool third = strcmp(passes[i], "psr_filter_collect_mass") == 0;
         if (!third)
             plan->collect_name = passes[i];
-        st = filter_kernel(ctx, v, passes[i], a, &params, cand, plan->cut, direct_tokens,
+        st = filter_kernel(ctx, v, passes[i], a, &params, searches, direct_tokens,
                            third ? &plan->collect_mass : &plan->collect);
     }
     return st;
@@ -207,12 +211,10 @@ psr_status psr_filter_launch(psr_context *ctx, const psr_sample_args *a, const p
     const cl_event *wait = a->event_wait_list;
     psr_status st = PSR_OK;
     bool clear = ctx->filter_dirty;
-    for (int i = 0; clear && i < 2 && st == PSR_OK; i++) {
+    if (clear) { /* the state and histograms, with the rest of the scratch */
         cl_uint zero = 0;
-        cl_mem buf = i == 0 ? ctx->filter_state.buffer : ctx->filter_hist.buffer;
-        size_t bytes = i == 0 ? ctx->filter_state.bytes : ctx->filter_hist.bytes;
-        cl_int err = clEnqueueFillBuffer(ctx->queue, buf, &zero, sizeof zero, 0, bytes, nwait, wait,
-                                         i == 0 ? event : NULL);
+        cl_int err = clEnqueueFillBuffer(ctx->queue, ctx->filter.buffer, &zero, sizeof zero, 0,
+                                         ctx->filter.bytes / 4 * 4, nwait, wait, event);
         if (err != CL_SUCCESS)
             st = psr_fail_cl(ctx, err, "clearing the filter state failed");
         nwait = 0, wait = NULL; /* queue order from here */

@@ -191,8 +191,7 @@ static void bind_row_outputs(psr_kernel_args *b, const psr_sample_args *a)
 }
 
 static psr_status bind_sample(psr_context *ctx, cl_kernel k, const psr_sample_args *a,
-                              const psr_sample_params *params, bool split, cl_mem gather, cl_mem cut,
-                              cl_mem list)
+                              const psr_sample_params *params, bool split, cl_mem gather, cl_mem cut)
 {
     psr_kernel_args b = psr_kernel_args_begin(ctx, k, "psr_gumbel_sample");
     psr_arg_rows(&b, params, sizeof *params, a);
@@ -203,7 +202,6 @@ static psr_status bind_sample(psr_context *ctx, cl_kernel k, const psr_sample_ar
     bind_row_outputs(&b, a);
     psr_arg_mem(&b, "best_scratch", gather);
     psr_arg_mem(&b, "thresholds", cut);
-    psr_arg_mem(&b, "cand", list);
     return psr_kernel_args_end(&b);
 }
 
@@ -306,13 +304,14 @@ static psr_status reserve_sample(psr_context *ctx, const psr_sample_args *a, sam
     else if (st == PSR_OK && pl->v.filtered)
         st = psr_filter_prepare(ctx, a, &pl->v, true, &pl->filter);
     pl->params.list_cap = pl->filter.list_cap;
+    pl->params.list_at = pl->filter.list_at;
     return st;
 }
 
 static psr_status bind_plan(psr_context *ctx, const psr_sample_args *a, const sample_plan *pl)
 {
     psr_status st = bind_sample(ctx, pl->sample, a, &pl->params, pl->finalize != NULL, pl->gather,
-                                pl->filter.cut, pl->filter.list);
+                                pl->filter.cut);
     if (st == PSR_OK && pl->finalize)
         st = bind_finalize(ctx, pl->finalize, a, &pl->params, pl->filter.cut);
     return st;

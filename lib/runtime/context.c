@@ -300,11 +300,8 @@ void psr_context_free(psr_context *ctx)
         clReleaseMemObject(ctx->part_index.buffer);
     if (ctx->gather.buffer)
         clReleaseMemObject(ctx->gather.buffer);
-    psr_scratch *filter[] = {&ctx->filter_cut, &ctx->filter_state, &ctx->filter_hist,
-                             &ctx->filter_cand};
-    for (int i = 0; i < 4; i++)
-        if (filter[i]->buffer)
-            clReleaseMemObject(filter[i]->buffer);
+    if (ctx->filter.buffer)
+        clReleaseMemObject(ctx->filter.buffer);
     if (ctx->verify_state.buffer)
         clReleaseMemObject(ctx->verify_state.buffer);
     if (ctx->logprobs.buffer)
@@ -400,8 +397,7 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
     if (st != PSR_OK)
         return st;
     *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->gather.bytes +
-             ctx->filter_cut.bytes + ctx->filter_state.bytes + ctx->filter_hist.bytes +
-             ctx->filter_cand.bytes;
+             ctx->filter.bytes;
     *bytes += ctx->verify_state.bytes;
     *bytes += ctx->logprobs.bytes;
     return PSR_OK;

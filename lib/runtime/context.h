@@ -130,10 +130,10 @@ struct psr_context {
     psr_scratch gather;     /* one pass (cl/gumbel.cl): per row the groups that stored their best
                                (zero between launches), then each group's best key */
     psr_regions gather_regions;
-    psr_scratch filter_cut;   /* per row: the filter threshold (filter.c) */
-    psr_scratch filter_state; /* per row: largest key, candidate count; zero between launches */
-    psr_scratch filter_hist;  /* per row: 12-bit histogram (counts or masses); zero between launches */
-    psr_scratch filter_cand;  /* per row: candidate keys for the exact search */
+    psr_scratch filter;       /* the filters' (filter.c): per row the threshold, from the start; the
+                                 largest key and candidate count, and a 12-bit histogram (counts or
+                                 masses), both zero between launches; candidate keys */
+    psr_regions filter_regions;
     bool filter_dirty;        /* a filter launch was cut short: clear the state first */
     bool sample_dirty;        /* gather's counts may hold a cut-short launch's counts (psr_context_recover) */
     bool logprobs_dirty;      /* so may psr_logprobs' row counts */

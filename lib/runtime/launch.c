@@ -260,7 +260,7 @@ _Static_assert(sizeof(psr_shard_rec) == sizeof(psr_shard_record) &&
                    offsetof(psr_shard_rec, token) == offsetof(psr_shard_record, token) &&
                    offsetof(psr_shard_rec, flags) == offsetof(psr_shard_record, flags),
                "psr_shard_rec is laid out as psr_shard_record");
-_Static_assert(sizeof(psr_filter_params) == 64, "psr_filter_params is laid out as in OpenCL C");
+_Static_assert(sizeof(psr_filter_params) == 80, "psr_filter_params is laid out as in OpenCL C");
 
 bool psr_one_pass(const psr_context *ctx, size_t vocab, cl_uint groups_per_row, bool keys_only, bool fp64)
 {
