@@ -417,6 +417,49 @@ static bool same_tuning(const psr_tuning *a, const psr_tuning *b)
            a->build_threads == b->build_threads && strcmp(a->extra_options, b->extra_options) == 0;
 }
 
+/* Regions of one scratch buffer (psr_regions_reserve): aligned offsets
+ * that never shrink, a zero buffer whenever one grows, and a refusal
+ * past what 32-bit offsets reach. */
+static void test_scratch_regions(void **state)
+{
+    (void)state;
+    psr_context *ctx = open_context(NULL);
+    psr_scratch s = {NULL, 0};
+    psr_regions r = {{0}, {0}};
+    const size_t first[3] = {4, 100, 0};
+    assert_int_equal(psr_regions_reserve(ctx, &s, &r, first, 3, 4, "the test"), PSR_OK);
+    for (size_t i = 0; i < 3; i++) {
+        assert_true(r.capacity[i] >= first[i]);
+        assert_int_equal(r.at[i] % 16, 0);
+        assert_true(i == 0 ? r.at[i] == 0 : r.at[i] >= r.at[i - 1] + r.capacity[i - 1]);
+    }
+    cl_mem kept = s.buffer;
+    cl_uint junk = 0x5a5a5a5au;
+    assert_int_equal(clEnqueueFillBuffer(ctx->queue, s.buffer, &junk, 4, 0, s.bytes / 4 * 4, 0, NULL, NULL),
+                     CL_SUCCESS);
+    const size_t smaller[3] = {1, 50, 0};
+    assert_int_equal(psr_regions_reserve(ctx, &s, &r, smaller, 3, 4, "the test"), PSR_OK);
+    assert_ptr_equal(s.buffer, kept); /* it fits: no new buffer */
+    size_t second_at = r.at[1];
+    const size_t grown[3] = {4000, 10, 8};
+    assert_int_equal(psr_regions_reserve(ctx, &s, &r, grown, 3, 4, "the test"), PSR_OK);
+    assert_true(r.capacity[0] >= 4000 && r.capacity[1] >= 100 && r.capacity[2] >= 8);
+    assert_true(r.at[1] > second_at);
+    unsigned char *back = malloc(s.bytes);
+    assert_int_equal(clEnqueueReadBuffer(ctx->queue, s.buffer, CL_TRUE, 0, s.bytes, back, 0, NULL, NULL),
+                     CL_SUCCESS);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < s.bytes; i++)
+        nonzero += back[i] != 0;
+    assert_int_equal(nonzero, 0);
+    free(back);
+    const size_t huge[2] = {16, (size_t)UINT32_MAX * 4};
+    expect_status(ctx, psr_regions_reserve(ctx, &s, &r, huge, 2, 4, "the test"), PSR_ERR_INVALID_ARGUMENT,
+                  "the test: the batch needs more scratch than 2^32 words of 4 bytes");
+    clReleaseMemObject(s.buffer);
+    psr_context_free(ctx);
+}
+
 static void test_set_tuning(void **state)
 {
     (void)state;
@@ -587,6 +630,7 @@ int main(void)
         cmocka_unit_test(test_fp64_unsupported),
         cmocka_unit_test(test_build_failure_keeps_log),
         cmocka_unit_test(test_no_headers_needed),
+        cmocka_unit_test(test_scratch_regions),
         cmocka_unit_test(test_set_tuning),
         cmocka_unit_test(test_tune_environment),
     };

@@ -153,10 +153,11 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
     const size_t need[FILTER_REGIONS] = {a->rows * 2 * sizeof(cl_float), a->rows * 4 * sizeof(cl_uint),
                                          a->rows * PSR_FILTER_HBINS * sizeof(cl_uint),
                                          searches ? a->rows * 2 * cap * sizeof(cl_uint) : 0};
-    psr_status st = psr_regions_reserve(ctx, &ctx->filter, &ctx->filter_regions, need, FILTER_REGIONS, "the filters");
+    psr_status st = psr_regions_reserve(ctx, &ctx->filter, &ctx->filter_regions, need, FILTER_REGIONS,
+                                        sizeof(cl_uint), "the filters");
     if (st != PSR_OK)
         return st;
-    const uint32_t *at = ctx->filter_regions.at;
+    const size_t *at = ctx->filter_regions.at;
     plan->cut = ctx->filter.buffer;
 
     cl_uint chunk, groups;
@@ -176,15 +177,15 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
                  : v->wide ? PSR_FILTER_NOISE_WIDE
                            : PSR_FILTER_NOISE_FP32,
         .drafting = v->drafting,
-        .state_at = at[FILTER_STATE] / 4,
-        .hist_at = at[FILTER_HIST] / 4,
-        .cand_at = searches ? at[FILTER_CAND] / 4 : PSR_FILTER_NONE};
+        .state_at = (cl_uint)(at[FILTER_STATE] / 4),
+        .hist_at = (cl_uint)(at[FILTER_HIST] / 4),
+        .cand_at = searches ? (cl_uint)(at[FILTER_CAND] / 4) : PSR_FILTER_NONE};
     /* Off the vector path the sampler draws the top-p-alone rows whose
      * lists hold every kept token (cl/filter.cl, pass 3); on it, and for
      * top-k rows, the filter does. */
     if (direct_max && mass && !ctx->tuning.sample.vector_width) {
         plan->list = ctx->filter.buffer;
-        plan->list_at = at[FILTER_CAND] / 4;
+        plan->list_at = (cl_uint)(at[FILTER_CAND] / 4);
         plan->list_cap = cap;
     }
     /* Pass 1 finishes rows only on the vector path (cl/filter.cl). */

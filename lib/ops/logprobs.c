@@ -169,12 +169,12 @@ static psr_logprobs_params base_params(const psr_logprobs_args *a)
  * ctx->logprobs, a row's blocks together. */
 static void layout_rows(psr_logprobs_params *p, const psr_regions *r)
 {
-    p->lse_base = r->at[LSE] / 8;
-    p->beat_base = r->at[BEAT] / 4;
-    p->top_v_base = r->at[TOP_V] / 4;
-    p->top_i_base = r->at[TOP_I] / 4;
-    p->done_base = r->at[ROW_DONE] / 4;
-    p->token_value_base = r->at[TOKEN_VALUE] / 4;
+    p->lse_base = (cl_uint)(r->at[LSE] / 8);
+    p->beat_base = (cl_uint)(r->at[BEAT] / 4);
+    p->top_v_base = (cl_uint)(r->at[TOP_V] / 4);
+    p->top_i_base = (cl_uint)(r->at[TOP_I] / 4);
+    p->done_base = (cl_uint)(r->at[ROW_DONE] / 4);
+    p->token_value_base = (cl_uint)(r->at[TOKEN_VALUE] / 4);
     p->part_row_step = p->blocks_per_row;
     p->lse_slot_step = p->beat_slot_step = 1;
     p->top_row_step = p->blocks_per_row * p->top_n;
@@ -292,7 +292,7 @@ static psr_status plan_call(psr_context *ctx, const psr_logprobs_args *a, bool s
     const size_t need[LOGPROBS_SCRATCH] = {blocks * 8, blocks * 4, blocks * (top_n ? top_n : 1) * 4,
                                            blocks * (top_n ? top_n : 1) * 4, a->rows * 4, a->rows * 4};
     return st == PSR_OK ? psr_regions_reserve(ctx, &ctx->logprobs, &ctx->logprobs_regions, need, LOGPROBS_SCRATCH,
-                                              "psr_logprobs")
+                                              sizeof(cl_uint), "psr_logprobs")
                         : st;
 }
 

@@ -293,9 +293,9 @@ static psr_status reserve_sample(psr_context *ctx, const psr_sample_args *a, sam
     psr_status st = psr_kernel_get(ctx, &pl->v, "psr_gumbel_sample", &pl->sample);
     if (st == PSR_OK && pl->one_pass) {
         const size_t need[2] = {a->rows * sizeof(cl_uint), pl->parts * (pl->v.fp64 ? 2 : 1) * sizeof(cl_ulong)};
-        st = psr_regions_reserve(ctx, &ctx->gather, &ctx->gather_regions, need, 2, "psr_sample");
+        st = psr_regions_reserve(ctx, &ctx->gather, &ctx->gather_regions, need, 2, sizeof(cl_ulong), "psr_sample");
         pl->gather = ctx->gather.buffer;
-        pl->params.keys_at = ctx->gather_regions.at[1] / (psr_uint32_t)sizeof(cl_ulong);
+        pl->params.keys_at = (psr_uint32_t)(ctx->gather_regions.at[1] / sizeof(cl_ulong));
     } else if (st == PSR_OK && groups > 1) {
         st = psr_reserve_partials(ctx, &pl->v, "psr_gumbel_finalize", pl->parts, &pl->finalize);
     }

@@ -69,16 +69,16 @@ psr_status psr_scratch_reserve(psr_context *ctx, psr_scratch *s, size_t bytes);
 #define PSR_MAX_REGIONS 8
 typedef struct psr_regions {
     size_t capacity[PSR_MAX_REGIONS]; /* bytes */
-    uint32_t at[PSR_MAX_REGIONS];     /* byte offsets, multiples of 16 */
+    size_t at[PSR_MAX_REGIONS];       /* byte offsets, multiples of 16 */
 } psr_regions;
 
 /* Room for need[i] bytes in each of the n regions of *s. Regions never
  * shrink; when one must grow the buffer is made anew and zero-filled, so
  * a region that is zero between launches is zero in the new buffer too
- * (what it held is not kept). Over 4 GiB in all is PSR_ERR_INVALID_ARGUMENT
- * naming `call`. */
+ * (what it held is not kept). The kernels take offsets in 32-bit counts
+ * of `unit` bytes: more in all is PSR_ERR_INVALID_ARGUMENT naming `call`. */
 psr_status psr_regions_reserve(psr_context *ctx, psr_scratch *s, psr_regions *r, const size_t *need, size_t n,
-                               const char *call);
+                               size_t unit, const char *call);
 
 struct psr_context {
     cl_platform_id platform;

@@ -33,7 +33,7 @@ psr_status psr_scratch_reserve(psr_context *ctx, psr_scratch *s, size_t bytes)
 #define REGION_ALIGN 16
 
 psr_status psr_regions_reserve(psr_context *ctx, psr_scratch *s, psr_regions *r, const size_t *need, size_t n,
-                               const char *call)
+                               size_t unit, const char *call)
 {
     bool fits = s->buffer != NULL;
     for (size_t i = 0; i < n; i++)
@@ -44,8 +44,8 @@ psr_status psr_regions_reserve(psr_context *ctx, psr_scratch *s, psr_regions *r,
     for (size_t i = 0; i < n; i++) {
         capacity[i] = need[i] > r->capacity[i] ? need[i] : r->capacity[i];
         capacity[i] = (capacity[i] + REGION_ALIGN - 1) / REGION_ALIGN * REGION_ALIGN;
-        REQUIRE(capacity[i] <= UINT32_MAX - total, PSR_ERR_INVALID_ARGUMENT,
-                "%s: the batch needs more than 4 GiB of scratch", call);
+        REQUIRE(capacity[i] / unit <= UINT32_MAX - total / unit, PSR_ERR_INVALID_ARGUMENT,
+                "%s: the batch needs more scratch than 2^32 words of %zu bytes", call, unit);
         total += capacity[i];
     }
     if (s->buffer)
@@ -57,7 +57,7 @@ psr_status psr_regions_reserve(psr_context *ctx, psr_scratch *s, psr_regions *r,
         return st;
     for (size_t i = 0, at = 0; i < n; at += capacity[i], i++) {
         r->capacity[i] = capacity[i];
-        r->at[i] = (uint32_t)at;
+        r->at[i] = at;
     }
     return PSR_OK;
 }
