@@ -437,12 +437,14 @@ inline float psr_filter_min_p_cut(const psr_filter_row *f, float m)
     const psr_filter_params p, __global const psr_logit_t *logits, __global const int *row_request, \
         __global const float *temperatures, __global const int *top_k, __global const float *top_p, \
         __global const float *min_p
+#define PSR_FILTER_AT_WORDS(at) ((ulong)(at) * (PSR_FILTER_AT_UNIT / 4))
 /* The filter kernels' scratch (psr_filter_params): one buffer argument,
  * as each costs the host time at every launch. */
 #define PSR_FILTER_SCRATCH_UNPACK                                                                 \
     __global float *thresholds = (__global float *)scratch;                                        \
-    __global uint *state = scratch + p.state_at, *hist = scratch + p.hist_at;                      \
-    __global uint *cand = p.cand_at == PSR_FILTER_NONE ? 0 : scratch + p.cand_at
+    __global uint *state = scratch + PSR_FILTER_AT_WORDS(p.state_at);                              \
+    __global uint *hist = scratch + PSR_FILTER_AT_WORDS(p.hist_at);                                \
+    __global uint *cand = p.cand_at == PSR_FILTER_NONE ? 0 : scratch + PSR_FILTER_AT_WORDS(p.cand_at)
 #define PSR_FILTER_ROWS_UNPACK                                                                    \
     const ulong logits_offset = p.rows.logits_offset, row_stride = p.rows.row_stride;              \
     const uint vocab = p.rows.vocab, requests = p.rows.requests;                                   \

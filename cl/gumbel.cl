@@ -532,6 +532,14 @@ inline void psr_consider_list(const psr_row *row, __global const uint *list, uin
 }
 #endif
 
+/* Row row_id's candidate list: the filters' scratch, whose thresholds
+ * the sampler reads, holds the lists from p->list_at (16-byte units). */
+inline __global const uint *psr_row_list(__global const float *thresholds, const psr_sample_params *p, uint row_id)
+{
+    return (__global const uint *)thresholds + (ulong)p->list_at * (PSR_FILTER_AT_UNIT / 4) +
+           (ulong)row_id * 2 * p->list_cap;
+}
+
 /* Each work-item takes 4 consecutive tokens per step (PSR_VEC on the
  * vector path), the group a chunk of the row. After the first step the
  * group's best so far becomes the pruning floor for the rest of it. */
@@ -600,8 +608,8 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
                    lid);
 #if PSR_FILTERS && PSR_METHOD == 0
     if (active && listed)
-        psr_consider_list(&row, (__global const uint *)thresholds + p.list_at + (ulong)row_id * 2 * p.list_cap,
-                          p.list_cap, listed, part, groups_per_row, cut, &best, &best_i);
+        psr_consider_list(&row, psr_row_list(thresholds, &p, row_id), p.list_cap, listed, part, groups_per_row,
+                          cut, &best, &best_i);
 #endif
 #endif
     lv[lid] = best;

@@ -75,7 +75,7 @@ typedef struct psr_sample_params {
     psr_uint32_t list_cap;               /* filter.cl's candidate list per row (rows it lists) */
     psr_uint32_t keys_at;                /* one pass: 64-bit words from best_scratch's row
                                             counts to its group slots */
-    psr_uint32_t list_at;                /* 32-bit words from thresholds to the lists */
+    psr_uint32_t list_at;                /* 16-byte units from thresholds to the lists */
 } psr_sample_params;
 
 /* A sharded sampling's result per row, as psr_shard_record in psr.h. */
@@ -102,12 +102,13 @@ typedef struct psr_filter_params {
     psr_uint32_t noise;      /* the noise of the rows the filter draws: PSR_FILTER_NOISE_* */
     psr_uint32_t drafting;   /* 1: those rows are on the draft stream */
     /* The kernels' one scratch buffer holds the rows' thresholds from its
-     * start, then these regions, at these 32-bit word offsets. */
+     * start, then these regions, at these offsets in PSR_FILTER_AT_UNIT. */
     psr_uint32_t state_at, hist_at;
     psr_uint32_t cand_at;    /* PSR_FILTER_NONE: the kernel has no candidates */
     psr_uint32_t unused;     /* keeps the size a multiple of 8 */
 } psr_filter_params;
 #define PSR_FILTER_NONE 0xffffffffu
+#define PSR_FILTER_AT_UNIT 16 /* bytes */
 
 /* psr_logprobs_partial, psr_logprobs_partial_few, psr_logprobs_finish
  * and psr_logprobs_one. */

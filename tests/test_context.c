@@ -418,8 +418,8 @@ static bool same_tuning(const psr_tuning *a, const psr_tuning *b)
 }
 
 /* Regions of one scratch buffer (psr_regions_reserve): aligned offsets
- * that never shrink, a zero buffer whenever one grows, and a refusal
- * past what 32-bit offsets reach. */
+ * that never shrink, a zero buffer whenever one grows, and a refusal of
+ * a region that would start past what 32-bit offsets reach. */
 static void test_scratch_regions(void **state)
 {
     (void)state;
@@ -453,9 +453,10 @@ static void test_scratch_regions(void **state)
         nonzero += back[i] != 0;
     assert_int_equal(nonzero, 0);
     free(back);
-    const size_t huge[2] = {16, (size_t)UINT32_MAX * 4};
+    /* The second region would start 2^32 units of 4 bytes in: refused before any allocation. */
+    const size_t huge[2] = {(size_t)UINT32_MAX * 4, 16};
     expect_status(ctx, psr_regions_reserve(ctx, &s, &r, huge, 2, 4, "the test"), PSR_ERR_INVALID_ARGUMENT,
-                  "the test: the batch needs more scratch than 2^32 words of 4 bytes");
+                  "the test: the batch's scratch is too large (a region starts past 2^32 units of 4 bytes)");
     clReleaseMemObject(s.buffer);
     psr_context_free(ctx);
 }

@@ -154,7 +154,7 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
                                          a->rows * PSR_FILTER_HBINS * sizeof(cl_uint),
                                          searches ? a->rows * 2 * cap * sizeof(cl_uint) : 0};
     psr_status st = psr_regions_reserve(ctx, &ctx->filter, &ctx->filter_regions, need, FILTER_REGIONS,
-                                        sizeof(cl_uint), "the filters");
+                                        PSR_FILTER_AT_UNIT, "the filters");
     if (st != PSR_OK)
         return st;
     const size_t *at = ctx->filter_regions.at;
@@ -177,15 +177,14 @@ psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *a, const 
                  : v->wide ? PSR_FILTER_NOISE_WIDE
                            : PSR_FILTER_NOISE_FP32,
         .drafting = v->drafting,
-        .state_at = (cl_uint)(at[FILTER_STATE] / 4),
-        .hist_at = (cl_uint)(at[FILTER_HIST] / 4),
-        .cand_at = searches ? (cl_uint)(at[FILTER_CAND] / 4) : PSR_FILTER_NONE};
+        .state_at = (cl_uint)(at[FILTER_STATE] / PSR_FILTER_AT_UNIT),
+        .hist_at = (cl_uint)(at[FILTER_HIST] / PSR_FILTER_AT_UNIT),
+        .cand_at = searches ? (cl_uint)(at[FILTER_CAND] / PSR_FILTER_AT_UNIT) : PSR_FILTER_NONE};
     /* Off the vector path the sampler draws the top-p-alone rows whose
      * lists hold every kept token (cl/filter.cl, pass 3); on it, and for
      * top-k rows, the filter does. */
     if (direct_max && mass && !ctx->tuning.sample.vector_width) {
-        plan->list = ctx->filter.buffer;
-        plan->list_at = (cl_uint)(at[FILTER_CAND] / 4);
+        plan->list_at = (cl_uint)(at[FILTER_CAND] / PSR_FILTER_AT_UNIT);
         plan->list_cap = cap;
     }
     /* Pass 1 finishes rows only on the vector path (cl/filter.cl). */
@@ -212,10 +211,12 @@ psr_status psr_filter_launch(psr_context *ctx, const psr_sample_args *a, const p
     const cl_event *wait = a->event_wait_list;
     psr_status st = PSR_OK;
     bool clear = ctx->filter_dirty;
-    if (clear) { /* the state and histograms, with the rest of the scratch */
+    if (clear) { /* the state and the histograms, side by side */
         cl_uint zero = 0;
-        cl_int err = clEnqueueFillBuffer(ctx->queue, ctx->filter.buffer, &zero, sizeof zero, 0,
-                                         ctx->filter.bytes / 4 * 4, nwait, wait, event);
+        const psr_regions *r = &ctx->filter_regions;
+        size_t from = r->at[FILTER_STATE], to = r->at[FILTER_HIST] + r->capacity[FILTER_HIST];
+        cl_int err = clEnqueueFillBuffer(ctx->queue, ctx->filter.buffer, &zero, sizeof zero, from, to - from,
+                                         nwait, wait, event);
         if (err != CL_SUCCESS)
             st = psr_fail_cl(ctx, err, "clearing the filter state failed");
         nwait = 0, wait = NULL; /* queue order from here */

@@ -25,10 +25,9 @@ typedef struct psr_filter_plan {
     const char *collect_name; /* pass 2's kernel: psr_filter_collect, or psr_filter_masses */
     size_t groups;
     cl_mem cut;
-    cl_mem list;      /* the candidate lists the sampler may draw rows from (GPUs), in the
-                         buffer `cut`, from 32-bit word list_at; NULL: none */
+    cl_uint list_cap; /* candidates per row in the lists the sampler may draw rows from
+                         (GPUs), in the buffer `cut` from list_at (16-byte units); 0: none */
     cl_uint list_at;
-    cl_uint list_cap; /* candidates per row in it */
 } psr_filter_plan;
 psr_status psr_filter_prepare(psr_context *ctx, const psr_sample_args *args, const psr_variant *v,
                               bool draw, psr_filter_plan *plan);

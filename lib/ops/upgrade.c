@@ -224,8 +224,8 @@ static psr_status make_shadow(psr_context *ctx, psr_context **out)
     psr_context *s = *out;
     s->tuning = ctx->tuning;
     s->tuning.quick_builds = 0;
-    psr_context_options_changed(s);
     s->info = ctx->info;
+    psr_context_options_changed(s);
     s->fp64_policy = ctx->fp64_policy;
     s->disk_enabled = ctx->disk_enabled;
     s->disk_writable = ctx->disk_writable;

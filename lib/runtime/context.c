@@ -465,4 +465,5 @@ psr_status psr_warm_sets(psr_context *ctx, unsigned set_mask, size_t *variants)
 void psr_context_options_changed(psr_context *ctx)
 {
     ctx->check_arg_names = strstr(ctx->tuning.extra_options, "-cl-kernel-arg-info") != NULL;
+    memset(ctx->splits, 0, sizeof ctx->splits);
 }

@@ -49,8 +49,9 @@ typedef struct psr_split_memo {
 } psr_split_memo;
 #define PSR_SPLIT_MEMOS 8
 
-/* After the build options change: whether the argument builder checks
- * names (the kernels are built with -cl-kernel-arg-info). */
+/* After the tuning or the device's info change: whether the argument
+ * builder checks names (the kernels are built with -cl-kernel-arg-info),
+ * and the remembered splits, forgotten. */
 void psr_context_options_changed(psr_context *ctx);
 
 /* The start of a context call: a NULL ctx, then a NULL `arg` (its
@@ -75,8 +76,9 @@ typedef struct psr_regions {
 /* Room for need[i] bytes in each of the n regions of *s. Regions never
  * shrink; when one must grow the buffer is made anew and zero-filled, so
  * a region that is zero between launches is zero in the new buffer too
- * (what it held is not kept). The kernels take offsets in 32-bit counts
- * of `unit` bytes: more in all is PSR_ERR_INVALID_ARGUMENT naming `call`. */
+ * (what it held is not kept). The kernels take each region's start in
+ * 32-bit counts of `unit` bytes, below 0xffffffff (kept for "none"): a
+ * start past that is PSR_ERR_INVALID_ARGUMENT naming `call`. */
 psr_status psr_regions_reserve(psr_context *ctx, psr_scratch *s, psr_regions *r, const size_t *need, size_t n,
                                size_t unit, const char *call);
 
@@ -122,7 +124,7 @@ struct psr_context {
     cl_kernel *retired;
     size_t retired_count;
 
-    psr_split_memo splits[PSR_SPLIT_MEMOS]; /* cleared when the tuning changes */
+    psr_split_memo splits[PSR_SPLIT_MEMOS]; /* cleared by psr_context_options_changed */
     size_t splits_next;                     /* the entry the next new split replaces */
 
     psr_scratch part_value; /* per (row, work-group) best value */

@@ -43,7 +43,6 @@ psr_status psr_context_set_tuning(psr_context *ctx, const psr_tuning *t)
     REQUIRE(!ctx->program_count || psr_tuning_same_build(&ctx->tuning, t), PSR_ERR_INVALID_ARGUMENT,
             "tuning: values that change how kernels build may change only before the context's first build");
     ctx->tuning = *t;
-    memset(ctx->splits, 0, sizeof ctx->splits);
     psr_context_options_changed(ctx);
     return PSR_OK;
 }

@@ -43,9 +43,10 @@ psr_status psr_regions_reserve(psr_context *ctx, psr_scratch *s, psr_regions *r,
     size_t capacity[PSR_MAX_REGIONS], total = 0;
     for (size_t i = 0; i < n; i++) {
         capacity[i] = need[i] > r->capacity[i] ? need[i] : r->capacity[i];
+        REQUIRE(capacity[i] <= SIZE_MAX - REGION_ALIGN - total && total / unit < UINT32_MAX,
+                PSR_ERR_INVALID_ARGUMENT, "%s: the batch's scratch is too large (a region starts past 2^32 "
+                "units of %zu bytes)", call, unit);
         capacity[i] = (capacity[i] + REGION_ALIGN - 1) / REGION_ALIGN * REGION_ALIGN;
-        REQUIRE(capacity[i] / unit <= UINT32_MAX - total / unit, PSR_ERR_INVALID_ARGUMENT,
-                "%s: the batch needs more scratch than 2^32 words of %zu bytes", call, unit);
         total += capacity[i];
     }
     if (s->buffer)
