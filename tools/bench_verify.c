@@ -56,10 +56,12 @@ static void usage(FILE *out)
             "device's, unless the host is the slower of the two (then it is the host's);\n"
             "device_us is one verification enqueued behind a buffer copy that outlasts the\n"
             "host's enqueue, from the copy's end to the last kernel's end: the device's\n"
-            "time alone, as in an engine whose queue is never idle. Small batches run in\n"
-            "one launch where the device allows (one_launch in the JSON; stats_us is then\n"
-            "the whole call). On NVIDIA, vllm_us is vLLM's rejection_sample on an H200\n"
-            "at the same shape and mode, replayed from a CUDA graph, and xvllm us over it.\n"
+            "time alone, as in an engine whose queue is never idle; host_us the host's\n"
+            "time of one call until it returns, no event asked for, the queue drained\n"
+            "before it. Small batches run in one launch where the device allows\n"
+            "(one_launch in the JSON; stats_us is then the whole call). On NVIDIA,\n"
+            "vllm_us is vLLM's rejection_sample on an H200 at the same shape and mode,\n"
+            "replayed from a CUDA graph, and xvllm us over it.\n"
             "\n"
             "  --shards  N (1..255) vocabulary shards, the first V %% N one token longer (or\n"
             "            N:S1,...: where shards 1..N-1 start): also times each line split\n"
@@ -221,7 +223,7 @@ static void verify_args(psr_verify_args *a, const shape *sh, size_t mode)
 
 /* One mode's line. */
 typedef struct row {
-    double us, stats_us, piped_us, device_us, floor_us, accepted, vllm_us;
+    double us, stats_us, piped_us, device_us, host_us, floor_us, accepted, vllm_us;
     bool one_launch;
     char target[24];
     double shard_us;    /* with --shards */
@@ -383,6 +385,8 @@ static psr_status time_mode(const bench_session *s, const shard_spec *spec, cons
         st = bench_time_piped(s->ctx, launch_verify, &a, iters, &r->piped_us);
     if (st == PSR_OK)
         st = bench_time_ahead(s->ctx, launch_verify, &a, iters, &r->device_us);
+    if (st == PSR_OK)
+        st = bench_time_host(s->ctx, launch_verify, &a, iters, &r->host_us);
     if (st == PSR_OK && clEnqueueReadBuffer(cli_queue(s->ctx), sh->m[NUM], CL_TRUE, 0, sh->R * 4, sh->num, 0,
                                             NULL, NULL) != CL_SUCCESS)
         st = cli_fail(PSR_ERR_OPENCL, "reading num_sampled failed");
@@ -413,7 +417,8 @@ static void print_row(bench_session *s, const shape *sh, size_t mode, size_t sha
         const json_number dims[] = {{"requests", (double)sh->R}, {"k", (double)sh->K}, {"vocab", (double)sh->V}};
         const json_number times[] = {
             {"us", r->us},           {"stats_us", r->stats_us}, {"piped_us", r->piped_us},
-            {"device_us", r->device_us}, {"floor_us", r->floor_us}, {"x_floor", r->us / r->floor_us},
+            {"device_us", r->device_us}, {"host_us", r->host_us}, {"floor_us", r->floor_us},
+            {"x_floor", r->us / r->floor_us},
             {"mean_accepted", r->accepted},
         };
         json_begin_object(w);
@@ -433,9 +438,9 @@ static void print_row(bench_session *s, const shape *sh, size_t mode, size_t sha
     if (shards)
         snprintf(shx, sizeof shx, " %10.1f %7.2f %10zu %12zu", r->shard_us, r->shard_us / r->us, r->xch_bytes,
                  gather);
-    printf("%-18s %-7s %9.1f %9.1f %9.1f %9.1f %9.1f %7.2f %9.2f %8s %9s %7s%s\n", name, modes[mode].name, r->us,
-           r->stats_us, r->piped_us, r->device_us, r->floor_us, r->us / r->floor_us, r->accepted, r->target,
-           vllm, xv, shx);
+    printf("%-18s %-7s %9.1f %9.1f %9.1f %9.1f %8.1f %9.1f %7.2f %9.2f %8s %9s %7s%s\n", name, modes[mode].name,
+           r->us, r->stats_us, r->piped_us, r->device_us, r->host_us, r->floor_us, r->us / r->floor_us, r->accepted,
+           r->target, vllm, xv, shx);
     fflush(stdout);
 }
 
@@ -487,8 +492,8 @@ static void print_header(bench_session *s, void *user)
         printf("sharded: %zu shards of the vocabulary, the rounds of psr_verify_shard_round, their kernels' "
                "device time\n",
                vb->shards.count);
-    printf("%-18s %-7s %9s %9s %9s %9s %9s %7s %9s %8s %9s %7s%s\n", "shape RxKxV", "mode", "us", "stats_us",
-           "piped_us", "device_us", "floor_us", "xfloor", "accepted", "target", "vllm_us", "xvllm",
+    printf("%-18s %-7s %9s %9s %9s %9s %8s %9s %7s %9s %8s %9s %7s%s\n", "shape RxKxV", "mode", "us", "stats_us",
+           "piped_us", "device_us", "host_us", "floor_us", "xfloor", "accepted", "target", "vllm_us", "xvllm",
            vb->shards.count ? "   shard_us  xshard  xch_bytes gather_bytes" : "");
 }
 
