@@ -437,7 +437,6 @@ inline float psr_filter_min_p_cut(const psr_filter_row *f, float m)
     const psr_filter_params p, __global const psr_logit_t *logits, __global const int *row_request, \
         __global const float *temperatures, __global const int *top_k, __global const float *top_p, \
         __global const float *min_p
-#define PSR_FILTER_AT_WORDS(at) ((ulong)(at) * (PSR_FILTER_AT_UNIT / 4))
 /* The filter kernels' scratch (psr_filter_params): one buffer argument,
  * as each costs the host time at every launch. */
 #define PSR_FILTER_SCRATCH_UNPACK                                                                 \

@@ -536,8 +536,7 @@ inline void psr_consider_list(const psr_row *row, __global const uint *list, uin
  * the sampler reads, holds the lists from p->list_at (16-byte units). */
 inline __global const uint *psr_row_list(__global const float *thresholds, const psr_sample_params *p, uint row_id)
 {
-    return (__global const uint *)thresholds + (ulong)p->list_at * (PSR_FILTER_AT_UNIT / 4) +
-           (ulong)row_id * 2 * p->list_cap;
+    return (__global const uint *)thresholds + PSR_FILTER_AT_WORDS(p->list_at) + (ulong)row_id * 2 * p->list_cap;
 }
 
 /* Each work-item takes 4 consecutive tokens per step (PSR_VEC on the

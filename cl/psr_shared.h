@@ -109,6 +109,8 @@ typedef struct psr_filter_params {
 } psr_filter_params;
 #define PSR_FILTER_NONE 0xffffffffu
 #define PSR_FILTER_AT_UNIT 16 /* bytes */
+/* An offset in PSR_FILTER_AT_UNIT as 32-bit words. */
+#define PSR_FILTER_AT_WORDS(at) ((psr_uint64_t)(at) * (PSR_FILTER_AT_UNIT / 4))
 
 /* psr_logprobs_partial, psr_logprobs_partial_few, psr_logprobs_finish
  * and psr_logprobs_one. */
