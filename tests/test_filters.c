@@ -17,9 +17,14 @@
 static psr_context *ctx;
 static bool has_fp64;
 
+/* Rows the sampler drew from their candidate lists (off the vector path)
+ * since the last reset, over check_rows calls. */
+static size_t rows_listed;
+
 /* The filter pass's output for `rows` rows: each row's threshold, and
- * how many rows it drew itself from their candidate lists (two floats
- * per row, cl/filter.cl). */
+ * how many rows it drew itself or left to the sampler to draw from their
+ * candidate lists (two floats per row, cl/filter.cl: the second > 0 for
+ * the first, < 0 for the second, counted in rows_listed too). */
 static size_t download_cuts(float *cut, size_t rows)
 {
     float *both = malloc(rows * 2 * sizeof *both);
@@ -28,6 +33,7 @@ static size_t download_cuts(float *cut, size_t rows)
     for (size_t r = 0; r < rows; r++) {
         cut[r] = both[2 * r];
         drawn += both[2 * r + 1] != 0.0f;
+        rows_listed += both[2 * r + 1] < 0.0f;
     }
     free(both);
     return drawn;
@@ -237,6 +243,28 @@ static void test_kept_set_equals_oracle(void **state)
             assert_true(rows_drawn > 0);
     }
     set_tuning(ctx, &suite);
+}
+
+/* Off the vector path (GPUs; on a CPU a second context, PSR_TUNE_VECTOR=0)
+ * the sampler draws top-p rows from their candidate lists, which it finds
+ * in the filters' scratch through its thresholds argument: rows listed,
+ * and every token the oracle's. */
+static void test_sampler_draws_lists(void **state)
+{
+    (void)state;
+    psr_context *saved = ctx;
+    if (tuning_of(ctx).sample.vector_width) {
+        setenv("PSR_TUNE_VECTOR", "0", 1);
+        ctx = open_context(NULL);
+        unsetenv("PSR_TUNE_VECTOR");
+    }
+    assert_int_equal(tuning_of(ctx).sample.vector_width, 0);
+    rows_listed = 0;
+    check_rows(64, 1000, 0, PSR_DTYPE_F32, false, true, false);
+    assert_true(rows_listed > 0);
+    if (ctx != saved)
+        psr_context_free(ctx);
+    ctx = saved;
 }
 
 /* The oracle against the definitions, on a small row worked by hand. */
@@ -712,6 +740,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_oracle_definitions),
         cmocka_unit_test(test_kept_set_equals_oracle),
+        cmocka_unit_test(test_sampler_draws_lists),
         cmocka_unit_test(test_requests_independent),
         cmocka_unit_test(test_search_paths),
         cmocka_unit_test(test_topk_orders),
