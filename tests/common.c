@@ -528,7 +528,7 @@ void poison_counters(psr_context *ctx)
 {
     /* the sampler's and psr_logprobs' scratch, their row counts among the rest (ops/sample.c,
      * ops/logprobs.c) */
-    const psr_scratch *s[] = {&ctx->gather, &ctx->logprobs};
+    const psr_scratch *s[] = {&ctx->best_scratch, &ctx->logprobs};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
         if (!s[i]->buffer)
             fail_msg("poison_counters: scratch %zu is not allocated yet", i);

@@ -191,7 +191,7 @@ static void bind_row_outputs(psr_kernel_args *b, const psr_sample_args *a)
 }
 
 static psr_status bind_sample(psr_context *ctx, cl_kernel k, const psr_sample_args *a,
-                              const psr_sample_params *params, bool split, cl_mem gather, cl_mem cut)
+                              const psr_sample_params *params, bool split, cl_mem best_scratch, cl_mem cut)
 {
     psr_kernel_args b = psr_kernel_args_begin(ctx, k, "psr_gumbel_sample");
     psr_arg_rows(&b, params, sizeof *params, a);
@@ -200,7 +200,7 @@ static psr_status bind_sample(psr_context *ctx, cl_kernel k, const psr_sample_ar
     psr_arg_mem(&b, "positions", a->positions);
     psr_arg_partials(&b, split);
     bind_row_outputs(&b, a);
-    psr_arg_mem(&b, "best_scratch", gather);
+    psr_arg_mem(&b, "best_scratch", best_scratch);
     psr_arg_mem(&b, "thresholds", cut);
     return psr_kernel_args_end(&b);
 }
@@ -242,7 +242,7 @@ typedef struct sample_plan {
     size_t parts;               /* sampling groups */
     bool one_pass;
     psr_filter_plan filter;     /* its kernels NULL without filters */
-    cl_mem gather;              /* one pass: ctx->gather */
+    cl_mem best_scratch;        /* one pass: ctx->best_scratch */
     psr_sample_params params;
 } sample_plan;
 
@@ -293,9 +293,9 @@ static psr_status reserve_sample(psr_context *ctx, const psr_sample_args *a, sam
     psr_status st = psr_kernel_get(ctx, &pl->v, "psr_gumbel_sample", &pl->sample);
     if (st == PSR_OK && pl->one_pass) {
         const size_t need[2] = {a->rows * sizeof(cl_uint), pl->parts * (pl->v.fp64 ? 2 : 1) * sizeof(cl_ulong)};
-        st = psr_regions_reserve(ctx, &ctx->gather, &ctx->gather_regions, need, 2, sizeof(cl_ulong), "psr_sample");
-        pl->gather = ctx->gather.buffer;
-        pl->params.keys_at = (psr_uint32_t)(ctx->gather_regions.at[1] / sizeof(cl_ulong));
+        st = psr_regions_reserve(ctx, &ctx->best_scratch, &ctx->best_scratch_regions, need, 2, sizeof(cl_ulong), "psr_sample");
+        pl->best_scratch = ctx->best_scratch.buffer;
+        pl->params.keys_at = (psr_uint32_t)(ctx->best_scratch_regions.at[1] / sizeof(cl_ulong));
     } else if (st == PSR_OK && groups > 1) {
         st = psr_reserve_partials(ctx, &pl->v, "psr_gumbel_finalize", pl->parts, &pl->finalize);
     }
@@ -310,7 +310,7 @@ static psr_status reserve_sample(psr_context *ctx, const psr_sample_args *a, sam
 
 static psr_status bind_plan(psr_context *ctx, const psr_sample_args *a, const sample_plan *pl)
 {
-    psr_status st = bind_sample(ctx, pl->sample, a, &pl->params, pl->finalize != NULL, pl->gather,
+    psr_status st = bind_sample(ctx, pl->sample, a, &pl->params, pl->finalize != NULL, pl->best_scratch,
                                 pl->filter.cut);
     if (st == PSR_OK && pl->finalize)
         st = bind_finalize(ctx, pl->finalize, a, &pl->params, pl->filter.cut);
@@ -335,8 +335,8 @@ static psr_status launch_sample(psr_context *ctx, const psr_sample_args *a, cons
         st = psr_filter_launch(ctx, a, &pl->filter, first ? &ev_filter : NULL);
         nwait = 0, wait = NULL;
     }
-    if (st == PSR_OK && pl->gather)
-        st = psr_clear_if_dirty(ctx, &ctx->sample_dirty, &ctx->gather, &nwait, &wait,
+    if (st == PSR_OK && pl->best_scratch)
+        st = psr_clear_if_dirty(ctx, &ctx->sample_dirty, &ctx->best_scratch, &nwait, &wait,
                                 "the sampler's row counts");
     if (st == PSR_OK)
         st = psr_enqueue_groups(ctx, pl->sample, "psr_gumbel_sample", pl->parts, wg, nwait, wait,

@@ -298,8 +298,8 @@ void psr_context_free(psr_context *ctx)
         clReleaseMemObject(ctx->part_value.buffer);
     if (ctx->part_index.buffer)
         clReleaseMemObject(ctx->part_index.buffer);
-    if (ctx->gather.buffer)
-        clReleaseMemObject(ctx->gather.buffer);
+    if (ctx->best_scratch.buffer)
+        clReleaseMemObject(ctx->best_scratch.buffer);
     if (ctx->filter.buffer)
         clReleaseMemObject(ctx->filter.buffer);
     if (ctx->verify_state.buffer)
@@ -396,7 +396,7 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
     psr_status st = psr_context_check_call(ctx, bytes, "psr_context_scratch_bytes", "bytes");
     if (st != PSR_OK)
         return st;
-    *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->gather.bytes +
+    *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->best_scratch.bytes +
              ctx->filter.bytes;
     *bytes += ctx->verify_state.bytes;
     *bytes += ctx->logprobs.bytes;

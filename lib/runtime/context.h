@@ -129,15 +129,15 @@ struct psr_context {
 
     psr_scratch part_value; /* per (row, work-group) best value */
     psr_scratch part_index; /* per (row, work-group) best index */
-    psr_scratch gather;     /* one pass (cl/gumbel.cl): per row the groups that stored their best
-                               (zero between launches), then each group's best key */
-    psr_regions gather_regions;
+    psr_scratch best_scratch; /* one pass (cl/gumbel.cl): per row the groups that stored their best
+                                 (zero between launches), then each group's best key */
+    psr_regions best_scratch_regions;
     psr_scratch filter;       /* the filters' (filter.c): per row the threshold, from the start; the
                                  largest key and candidate count, and a 12-bit histogram (counts or
                                  masses), both zero between launches; candidate keys */
     psr_regions filter_regions;
     bool filter_dirty;        /* a filter launch was cut short: clear the state first */
-    bool sample_dirty;        /* gather's counts may hold a cut-short launch's counts (psr_context_recover) */
+    bool sample_dirty;        /* best_scratch's counts may hold a cut-short launch's counts (psr_context_recover) */
     bool logprobs_dirty;      /* so may psr_logprobs' row counts */
     psr_scratch verify_state; /* psr_verify's state, regions PSR_VS_* (ops/verify.c) */
     size_t verify_capacity[PSR_VS_REGIONS]; /* each region's bytes */
