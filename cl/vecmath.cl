@@ -22,6 +22,12 @@
 #if PSR_VEC != 16
 #error "PSR_VEC must be 0 or 16"
 #endif
+/* Clang (PoCL) warns that 16-lane vector arguments change the calling
+ * convention on CPUs without AVX-512, and prints the count to the app's
+ * stderr. A program is compiled whole, so no call crosses that boundary. */
+#ifdef __clang__
+#pragma clang diagnostic ignored "-Wpsabi"
+#endif
 typedef float16 psr_vfloat;
 typedef uint16 psr_vuint;
 typedef int16 psr_vint;
