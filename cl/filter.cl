@@ -571,6 +571,19 @@ inline uint psr_filter_keep(uint *keys, uint *ids, uint n, uint bar)
     return kept;
 }
 
+/* A raw logit x below the value returned scales below s (the bar's
+ * value): psr_scale's result lies within a few ulps of x / t, far inside
+ * the 2^-16 margin, and |s|, t and s * t stay normal in the range
+ * checked. -inf (skip nothing) outside that range. */
+inline float psr_filter_raw_below(float s, float t)
+{
+    float a = fabs(s);
+    if (!(a >= 0x1p-60f && a <= 0x1p60f && t >= 0x1p-60f && t <= 0x1p60f))
+        return -INFINITY;
+    float x = s * t;
+    return x - fabs(x) * 0x1p-16f;
+}
+
 /* Pass 1 of a streaming row, by work-item 0 (`on`): the largest key + 1
  * into *mk, and the candidates into the row's list (st[1] counts them; a
  * list that ties kept more than half full adds cap + 1, so the finish
@@ -582,12 +595,21 @@ inline void psr_filter_stream(bool on, __global const psr_logit_t *src, uint sta
     if (!on)
         return;
     uint keys[PSR_FILTER_SLIST], ids[PSR_FILTER_SLIST], n = 0, bar = 0, k = (uint)f->k;
+    /* The bar rises when the list passes `limit`: early for a small k, so
+     * that it tracks the k-th largest so far and fewer steps pass it; the
+     * limit doubles past a list that ties kept long. */
+    uint limit = min((uint)(PSR_FILTER_SLIST - PSR_VEC), max(128u, 3 * k));
     bool over = false;
+    uint row_mk = *mk;
+    float raw_skip = -INFINITY; /* a step whose raw logits are all below it has no key at the bar */
     for (uint i = start; i < end; i += PSR_VEC) {
+        /* Such a step cannot raise row_mk either: the bar is one of the keys seen. */
+        if (i + PSR_VEC <= end && psr_vmax(psr_vload_logits(src, i)) < raw_skip)
+            continue;
         uint lanes;
         psr_vuint k1 = psr_filter_vkeys(src, i, end, f, &lanes);
         uint top = psr_vmax_uint(k1);
-        *mk = max(*mk, top);
+        row_mk = max(row_mk, top);
         if (over || top <= bar)
             continue; /* no lane at or above the bar (keys + 1 > bar; a NaN lane is 0) */
         uint keys1[PSR_VEC];
@@ -597,12 +619,15 @@ inline void psr_filter_stream(bool on, __global const psr_logit_t *src, uint sta
                 keys[n] = keys1[q] - 1;
                 ids[n++] = i + q;
             }
-        if (n > PSR_FILTER_SLIST - PSR_VEC) {
+        if (n > limit) {
             bar = psr_filter_kth(keys, n, k);
             n = psr_filter_keep(keys, ids, n, bar);
             over = n > PSR_FILTER_SLIST / 2;
+            limit = min((uint)(PSR_FILTER_SLIST - PSR_VEC), max(limit, 2 * n));
+            raw_skip = psr_filter_raw_below(psr_unordered(bar), f->t);
         }
     }
+    *mk = row_mk;
     if (!over && n > k) { /* the finish's search is over these */
         bar = psr_filter_kth(keys, n, k);
         n = psr_filter_keep(keys, ids, n, bar);
@@ -1118,7 +1143,7 @@ void psr_filter_scan(PSR_FILTER_ROW_ARGS, __global uint *scratch, PSR_FILTER_DIR
     bool k_on = f.k_on && !streams;
     __global uint *rc = cand + (ulong)row_id * 2 * cap;
     if (PSR_FLAT_BARRIERS || k_on) {
-        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
+        for (uint b = lid; b < (k_on ? PSR_FILTER_HBINS : 0); b += PSR_WG_SIZE)
             lh[b] = 0;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
