@@ -344,6 +344,47 @@ static void sample_and_logprobs(const problem *p, int32_t tokens[R], float lp[R]
     assert_int_equal(psr_logprobs_host(ctx, &h), PSR_OK);
 }
 
+/* The host-array calls stage their arrays in device buffers the context
+ * keeps: calls of other shapes in turn (smaller ones in larger buffers,
+ * then larger ones growing them) each give the oracle's tokens and their
+ * flags, and a repeated shape allocates nothing new. */
+static void test_host_calls_reuse_staging(void **state)
+{
+    (void)state;
+    problem *p = make_problem();
+    const size_t shapes[][2] = {{R, V}, {1, V / 2}, {R, V}, {2, V}, {1, 7}};
+    size_t before = 0, after = 0;
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        size_t rows = shapes[c][0], vocab = shapes[c][1] - (shapes[c][1] == V ? c : 0); /* x stays in p->x */
+        const float *x = p->x + c; /* other logits and seeds each call: a stale copy would show */
+        int64_t seeds[R];
+        int32_t tokens[R];
+        uint32_t flags[R];
+        for (int r = 0; r < R; r++)
+            seeds[r] = p->seeds[r] + 1000 * (int64_t)c;
+        memset(tokens, 0x55, sizeof tokens);
+        memset(flags, 0x55, sizeof flags);
+        if (c == 2)
+            assert_int_equal(psr_context_scratch_bytes(ctx, &before), PSR_OK);
+        assert_int_equal(sample_host(ctx, x, PSR_DTYPE_F32, rows, vocab, V, seeds, p->pos, p->temps, 0, tokens, flags,
+                                     NULL),
+                         PSR_OK);
+        if (c == 2)
+            assert_int_equal(psr_context_scratch_bytes(ctx, &after), PSR_OK);
+        for (size_t r = 0; r < rows; r++) {
+            int32_t want = psr_oracle_sample_row(x + r * V, vocab, p->temps[r], seeds[r], p->pos[r], false,
+                                                 PSR_ORACLE_FP32, NULL);
+            assert_int_equal(tokens[r], want);
+            assert_int_equal(flags[r], 0);
+        }
+        for (size_t r = rows; r < R; r++) /* past the call's rows: the caller's values */
+            assert_int_equal(tokens[r], 0x55555555);
+    }
+    assert_true(before > 0);
+    assert_int_equal(after, before);
+    free_problem(p);
+}
+
 /* A launch cut short on the device (a fault, a watchdog) leaves the
  * counters the kernels keep zero between launches half-counted; garbage
  * in them stands for that. After psr_context_recover the next calls give
@@ -393,6 +434,7 @@ int main(void)
         cmocka_unit_test(test_filter_for_every_request),
         cmocka_unit_test(test_logprobs_host),
         cmocka_unit_test(test_verify_host),
+        cmocka_unit_test(test_host_calls_reuse_staging),
         cmocka_unit_test(test_recover_after_cut_short_launch),
     };
     return run_device_tests(tests, .ctx = &ctx, .seed = 2026);

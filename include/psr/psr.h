@@ -527,8 +527,10 @@ PSR_API psr_status psr_combine_host(psr_context *ctx, const psr_combine_host_arg
  * psr_context_options.fp64_policy); PSR_NOISE_FP32 before the first. */
 PSR_API psr_status psr_context_last_noise(const psr_context *ctx, psr_noise *noise);
 
-/* Device memory psr holds for this context beyond the caller's buffers
- * (scratch for per-row partial results): O(rows x work-groups per row). */
+/* Device memory psr holds for this context beyond the caller's buffers:
+ * scratch for per-row partial results, O(rows x work-groups per row), and
+ * the host-array calls' device copies of their arrays, which grow to the
+ * largest call seen. */
 PSR_API psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes);
 
 /* After a launch of this context that failed or was abandoned on the device

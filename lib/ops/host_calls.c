@@ -80,6 +80,7 @@ static psr_status check_sample_host(psr_context *ctx, const void *args, size_t *
 }
 
 enum { S_LOGITS, S_SEEDS, S_POSITIONS, S_TEMPS, S_TOP_K, S_TOP_P, S_MIN_P, S_TOKENS, S_FLAGS, S_COUNT };
+_Static_assert(S_COUNT <= PSR_STAGE_SLOTS, "a staging slot per array");
 
 /* A host call's args and the noise its device call reports. */
 typedef struct noise_job {
@@ -166,6 +167,7 @@ static psr_status check_logprobs_host(psr_context *ctx, const void *args, size_t
 }
 
 enum { L_LOGITS, L_TEMPS, L_TOKENS, L_TOP_K, L_TOP_P, L_MIN_P, L_LOGPROBS, L_RANKS, L_IDS, L_TOP_LP, L_COUNT };
+_Static_assert(L_COUNT <= PSR_STAGE_SLOTS, "a staging slot per array");
 
 /* psr_logprobs on the staged buffers. */
 static psr_status run_logprobs(psr_context *ctx, const psr_staged *s, void *job)
@@ -212,6 +214,7 @@ PSR_ARGS_STRUCT(psr_verify_host_args, sizeof(psr_verify_host_args), .target_dtyp
                 .method = PSR_VERIFY_PROBABILISTIC, .noise = PSR_NOISE_FP32, .tokens_dtype = PSR_TOKENS_I32)
 
 enum { V_TARGET, V_CACHE, V_DRAFTS, V_SEEDS, V_TEMPS, V_POSITIONS, V_TOKENS, V_NUM, V_STATUS, V_COUNT };
+_Static_assert(V_COUNT <= PSR_STAGE_SLOTS, "a staging slot per array");
 
 /* psr_verify on the staged buffers. */
 static psr_status run_verify(psr_context *ctx, const psr_staged *s, void *job)

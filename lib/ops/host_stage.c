@@ -1,10 +1,11 @@
-/* Host arrays on their way to a device call and back: each input becomes
- * a device copy, each output a device buffer read back into a private
- * copy, and the caller's arrays receive the copies only once the whole
- * call has succeeded. */
+/* Host arrays on their way to a device call and back: each input is
+ * written to a device buffer of the context's (kept from call to call),
+ * each output is read back from one into a private copy, and the caller's
+ * arrays receive the copies only once the whole call has succeeded. */
 #include "ops/ops.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,18 +18,25 @@ psr_status psr_stage_create(psr_context *ctx, const char *call, psr_staged *s, s
     for (size_t i = 0; i < count; i++) {
         if (s[i].bytes == 0 || (!s[i].in && !s[i].output))
             continue;
-        cl_int err = CL_SUCCESS;
-        if (s[i].output) {
-            s[i].copy = malloc(s[i].bytes);
-            if (!s[i].copy)
-                return psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "%s: out of host memory", call);
-            s[i].mem = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, s[i].bytes, NULL, &err);
-        } else {
-            s[i].mem = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, s[i].bytes,
-                                      (void *)s[i].in, &err);
+        if (s[i].output && !(s[i].copy = malloc(s[i].bytes)))
+            return psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "%s: out of host memory", call);
+        psr_status st = psr_scratch_reserve(ctx, &ctx->stage[i], s[i].bytes);
+        if (st != PSR_OK) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", psr_last_error(ctx));
+            return psr_fail(ctx, st, "%s: staging the arrays: %s", call, why);
         }
+        s[i].mem = ctx->stage[i].buffer;
+        /* Outputs start as all ones bits (token -1, NaN), not as the last
+         * call's values, should a kernel cut short leave some unwritten.
+         * Inputs are copied without blocking: psr_stage_run waits for the
+         * queue before it returns. */
+        static const cl_uchar ones = 0xff;
+        cl_int err = s[i].output ? clEnqueueFillBuffer(ctx->queue, s[i].mem, &ones, 1, 0, s[i].bytes, 0, NULL, NULL)
+                                 : clEnqueueWriteBuffer(ctx->queue, s[i].mem, CL_FALSE, 0, s[i].bytes, s[i].in, 0,
+                                                        NULL, NULL);
         if (err != CL_SUCCESS)
-            return psr_fail_cl(ctx, err, "%s: allocating %zu bytes of device memory failed", call, s[i].bytes);
+            return psr_fail_cl(ctx, err, "%s: staging %zu bytes on the device failed", call, s[i].bytes);
     }
     return PSR_OK;
 }
@@ -53,6 +61,8 @@ psr_status psr_stage_run(psr_context *ctx, const char *call, psr_staged *s, size
         st = device_call(ctx, s, job);
     if (st == PSR_OK)
         st = psr_stage_read(ctx, call, s, count);
+    if (st != PSR_OK)
+        clFinish(ctx->queue); /* no write may still read the caller's arrays */
     return st;
 }
 
@@ -66,9 +76,7 @@ void psr_stage_commit(const psr_staged *s, size_t count)
 void psr_stage_release(psr_staged *s, size_t count)
 {
     for (size_t i = 0; i < count; i++) {
-        if (s[i].mem)
-            clReleaseMemObject(s[i].mem);
-        free(s[i].copy);
+        free(s[i].copy); /* the buffers stay the context's */
         s[i].mem = NULL;
         s[i].copy = NULL;
     }

@@ -309,6 +309,9 @@ void psr_context_free(psr_context *ctx)
     for (int i = 0; i < 3; i++)
         if (ctx->verify_layout[i])
             clReleaseMemObject(ctx->verify_layout[i]);
+    for (int i = 0; i < PSR_STAGE_SLOTS; i++)
+        if (ctx->stage[i].buffer)
+            clReleaseMemObject(ctx->stage[i].buffer);
     free(ctx->verify_cu);
     for (size_t i = 0; i < ctx->program_count; i++) {
         clReleaseProgram(ctx->programs[i].program);
@@ -400,6 +403,8 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
              ctx->filter.bytes;
     *bytes += ctx->verify_state.bytes;
     *bytes += ctx->logprobs.bytes;
+    for (int i = 0; i < PSR_STAGE_SLOTS; i++)
+        *bytes += ctx->stage[i].bytes;
     return PSR_OK;
 }
 

@@ -143,6 +143,12 @@ struct psr_context {
     size_t verify_capacity[PSR_VS_REGIONS]; /* each region's bytes */
     cl_uint verify_at[PSR_VS_REGIONS];      /* and its offset in verify_state */
     psr_scratch logprobs;    /* psr_logprobs' per-block partials and per-row values and counts (logprobs.c) */
+    /* The host-array calls' device copies of their arrays, one per array
+     * of a call (ops/host_stage.c), kept and grown like the scratch: a
+     * call makes no buffer (NVIDIA's driver allocates device memory for
+     * each, PoCL maps fresh pages) once the largest has been seen. */
+#define PSR_STAGE_SLOTS 12
+    psr_scratch stage[PSR_STAGE_SLOTS];
     psr_regions logprobs_regions;
     cl_mem verify_layout[3]; /* the last cu, row-to-request map and row order uploaded, and */
     int32_t *verify_cu;      /* a host copy of that cu, to reuse them when it repeats */
