@@ -16,12 +16,25 @@ def run(*args, env=None):
     return subprocess.run([PSR, *args], capture_output=True, text=True, env=env, timeout=1500)
 
 
-def check(cond, what):
+def check(cond, what, detail=None):
+    """detail: a function giving what to print under a failure (a run's exit
+    status and stderr), so that a failure in CI says why."""
     if not cond:
         failures.append(what)
         print("FAIL:", what)
+        if detail:
+            print("   ", detail().replace("\n", "\n    "))
     else:
         print("ok:", what)
+
+
+def runs_detail(**runs):
+    """The exit status, whether stdout matched, and the end of stderr of each run."""
+    lines = []
+    for name, r in runs.items():
+        lines.append(f"{name}: exit {r.returncode}, {len(r.stdout)} bytes of stdout, stderr ends:")
+        lines.append(r.stderr[-1200:])
+    return "\n".join(lines)
 
 
 for cmd in ([], ["info"], ["cache"]):
@@ -742,14 +755,16 @@ def mpi_checks(d, f32, filtered):
         want = run("sample", "--logits", f32, *args)
         got = subprocess.run([mpirun, "--oversubscribe", "-np", "3", PSR, "sample", "--logits", f32, "--mpi", *args],
                              capture_output=True, text=True, env=env, timeout=300)
-        check(got.returncode == 0 and got.stdout == want.stdout, f"mpirun -np 3 psr sample --mpi {' '.join(args)}")
+        check(got.returncode == 0 and got.stdout == want.stdout, f"mpirun -np 3 psr sample --mpi {' '.join(args)}",
+              lambda: runs_detail(unsharded=want, mpi=got))
     r = run("sample", "--logits", f32, "--mpi", "--shards", "2")
     check(r.returncode == 2 and "--shards and --mpi" in r.stderr, "--mpi with --shards is a usage error")
     # Filters across the ranks: the unsharded filtered output.
     want = run("sample", "--logits", *filtered)
     got = subprocess.run([mpirun, "--oversubscribe", "-np", "2", PSR, "sample", "--logits", *filtered, "--mpi"],
                          capture_output=True, text=True, env=env, timeout=300)
-    check(got.returncode == 0 and got.stdout == want.stdout, "mpirun -np 2 psr sample --mpi with filters")
+    check(got.returncode == 0 and got.stdout == want.stdout, "mpirun -np 2 psr sample --mpi with filters",
+          lambda: runs_detail(unsharded=want, mpi=got))
 
     def mpi(np, *args):
         return subprocess.run([mpirun, "--oversubscribe", "-np", np, PSR, "sample", *args, "--mpi"],
@@ -773,7 +788,8 @@ def mpi_logprobs_checks(d, mpi):
         got = mpi("2", "--logits", *args, *common)
         what = " ".join(["--logprobs 5", *(a for a in args if not a.startswith(d))])
         check(want.returncode == 0 and got.returncode == 0 and got.stdout == want.stdout,
-              f"mpirun -np 2 psr sample {what} --mpi prints the unsharded output")
+              f"mpirun -np 2 psr sample {what} --mpi prints the unsharded output",
+              lambda: runs_detail(unsharded=want, mpi=got))
     # rank 1 starts at 20,000: no block bound
     y = shard_rows(19, rows, 40000, 39000)
     uneven = write(d, "mplu.npy", npy_bytes("<f4", (rows, 40000), struct.pack(f"<{rows * 40000}f", *y)))
