@@ -8,6 +8,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi"))
+from retry_lsan import run as run_mpirun  # noqa: E402  mpirun, once more if LeakSanitizer itself failed
+
 PSR = sys.argv[1]
 failures = []
 
@@ -391,9 +394,9 @@ def verify_mpi_checks(unsharded):
     if not mpirun:
         print("skip: verify unbiased --mpi (no mpirun)")
         return
-    mpi = lambda np, *extra: subprocess.run(
+    mpi = lambda np, *extra: run_mpirun(
         [mpirun, "--oversubscribe", "-np", np, PSR, "verify", "unbiased", "--mpi", "--k", "1", "--trials", "20000",
-         "--json", *extra], capture_output=True, text=True, env=env, timeout=300)
+         "--json", *extra], env=env, timeout=300)
     # The drafts sampled and verified across the ranks: the unsharded verdicts and exit status,
     # the counts up to near-ties of the acceptance test, the control still failing.
     salted = {k: v for k, v in unsharded.items() if k != "control"}
@@ -753,22 +756,22 @@ def mpi_checks(d, f32, filtered):
     env = mpirun_env()
     for args in ([], ["--json", "--drafting", "--seed", "4"]):
         want = run("sample", "--logits", f32, *args)
-        got = subprocess.run([mpirun, "--oversubscribe", "-np", "3", PSR, "sample", "--logits", f32, "--mpi", *args],
-                             capture_output=True, text=True, env=env, timeout=300)
+        got = run_mpirun([mpirun, "--oversubscribe", "-np", "3", PSR, "sample", "--logits", f32, "--mpi", *args],
+                         env=env, timeout=300)
         check(got.returncode == 0 and got.stdout == want.stdout, f"mpirun -np 3 psr sample --mpi {' '.join(args)}",
               lambda: runs_detail(unsharded=want, mpi=got))
     r = run("sample", "--logits", f32, "--mpi", "--shards", "2")
     check(r.returncode == 2 and "--shards and --mpi" in r.stderr, "--mpi with --shards is a usage error")
     # Filters across the ranks: the unsharded filtered output.
     want = run("sample", "--logits", *filtered)
-    got = subprocess.run([mpirun, "--oversubscribe", "-np", "2", PSR, "sample", "--logits", *filtered, "--mpi"],
-                         capture_output=True, text=True, env=env, timeout=300)
+    got = run_mpirun([mpirun, "--oversubscribe", "-np", "2", PSR, "sample", "--logits", *filtered, "--mpi"],
+                     env=env, timeout=300)
     check(got.returncode == 0 and got.stdout == want.stdout, "mpirun -np 2 psr sample --mpi with filters",
           lambda: runs_detail(unsharded=want, mpi=got))
 
     def mpi(np, *args):
-        return subprocess.run([mpirun, "--oversubscribe", "-np", np, PSR, "sample", *args, "--mpi"],
-                              capture_output=True, text=True, env=env, timeout=300)
+        return run_mpirun([mpirun, "--oversubscribe", "-np", np, PSR, "sample", *args, "--mpi"], env=env,
+                          timeout=300)
     mpi_logprobs_checks(d, mpi)
 
 
