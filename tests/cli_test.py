@@ -32,7 +32,7 @@ def check(cond, what, detail=None):
 
 
 def runs_detail(**runs):
-    """The exit status, whether stdout matched, and the end of stderr of each run."""
+    """Each run's exit status, the size of its stdout and the end of its stderr."""
     lines = []
     for name, r in runs.items():
         lines.append(f"{name}: exit {r.returncode}, {len(r.stdout)} bytes of stdout, stderr ends:")

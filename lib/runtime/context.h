@@ -144,9 +144,9 @@ struct psr_context {
     cl_uint verify_at[PSR_VS_REGIONS];      /* and its offset in verify_state */
     psr_scratch logprobs;    /* psr_logprobs' per-block partials and per-row values and counts (logprobs.c) */
     /* The host-array calls' device copies of their arrays, one per array
-     * of a call (ops/host_stage.c), kept and grown like the scratch: a
-     * call makes no buffer (NVIDIA's driver allocates device memory for
-     * each, PoCL maps fresh pages) once the largest has been seen. */
+     * of a call (ops/host_stage.c), kept and grown like the scratch: once
+     * the largest call has been seen a call makes no buffer (on the H200 a
+     * buffer per array per call cost more than the copies). */
 #define PSR_STAGE_SLOTS 12
     psr_scratch stage[PSR_STAGE_SLOTS];
     psr_regions logprobs_regions;
