@@ -281,6 +281,23 @@ psr_status psr_context_create_from_cl(cl_context cl_ctx, cl_device_id device, cl
     return PSR_OK;
 }
 
+/* Every scratch buffer the context holds, for psr_context_free to release
+ * and psr_context_scratch_bytes to count: one list for both. */
+#define CONTEXT_SCRATCH_MAX (6 + PSR_STAGE_SLOTS)
+static size_t context_scratch(const psr_context *ctx, const psr_scratch **out)
+{
+    size_t n = 0;
+    out[n++] = &ctx->part_value;
+    out[n++] = &ctx->part_index;
+    out[n++] = &ctx->best_scratch;
+    out[n++] = &ctx->filter;
+    out[n++] = &ctx->verify_state;
+    out[n++] = &ctx->logprobs;
+    for (int i = 0; i < PSR_STAGE_SLOTS; i++)
+        out[n++] = &ctx->stage[i];
+    return n;
+}
+
 void psr_context_free(psr_context *ctx)
 {
     if (!ctx)
@@ -294,24 +311,13 @@ void psr_context_free(psr_context *ctx)
     for (size_t i = 0; i < ctx->retired_count; i++)
         clReleaseKernel(ctx->retired[i]);
     free(ctx->retired);
-    if (ctx->part_value.buffer)
-        clReleaseMemObject(ctx->part_value.buffer);
-    if (ctx->part_index.buffer)
-        clReleaseMemObject(ctx->part_index.buffer);
-    if (ctx->best_scratch.buffer)
-        clReleaseMemObject(ctx->best_scratch.buffer);
-    if (ctx->filter.buffer)
-        clReleaseMemObject(ctx->filter.buffer);
-    if (ctx->verify_state.buffer)
-        clReleaseMemObject(ctx->verify_state.buffer);
-    if (ctx->logprobs.buffer)
-        clReleaseMemObject(ctx->logprobs.buffer);
+    const psr_scratch *scratch[CONTEXT_SCRATCH_MAX];
+    for (size_t i = 0, n = context_scratch(ctx, scratch); i < n; i++)
+        if (scratch[i]->buffer)
+            clReleaseMemObject(scratch[i]->buffer);
     for (int i = 0; i < 3; i++)
         if (ctx->verify_layout[i])
             clReleaseMemObject(ctx->verify_layout[i]);
-    for (int i = 0; i < PSR_STAGE_SLOTS; i++)
-        if (ctx->stage[i].buffer)
-            clReleaseMemObject(ctx->stage[i].buffer);
     free(ctx->verify_cu);
     for (size_t i = 0; i < ctx->program_count; i++) {
         clReleaseProgram(ctx->programs[i].program);
@@ -399,12 +405,10 @@ psr_status psr_context_scratch_bytes(const psr_context *ctx, size_t *bytes)
     psr_status st = psr_context_check_call(ctx, bytes, "psr_context_scratch_bytes", "bytes");
     if (st != PSR_OK)
         return st;
-    *bytes = ctx->part_value.bytes + ctx->part_index.bytes + ctx->best_scratch.bytes +
-             ctx->filter.bytes;
-    *bytes += ctx->verify_state.bytes;
-    *bytes += ctx->logprobs.bytes;
-    for (int i = 0; i < PSR_STAGE_SLOTS; i++)
-        *bytes += ctx->stage[i].bytes;
+    const psr_scratch *scratch[CONTEXT_SCRATCH_MAX];
+    *bytes = 0;
+    for (size_t i = 0, n = context_scratch(ctx, scratch); i < n; i++)
+        *bytes += scratch[i]->bytes;
     return PSR_OK;
 }
 
