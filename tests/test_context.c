@@ -414,7 +414,8 @@ static bool same_tuning(const psr_tuning *a, const psr_tuning *b)
            a->verify.warp_shuffle == b->verify.warp_shuffle &&
            a->logprobs.segment_tau == b->logprobs.segment_tau && a->logprobs.one_blocks == b->logprobs.one_blocks &&
            a->logprobs.few_blocks == b->logprobs.few_blocks && a->filter.direct_max == b->filter.direct_max &&
-           a->build_threads == b->build_threads && strcmp(a->extra_options, b->extra_options) == 0;
+           a->build_threads == b->build_threads && a->host_cold_elements == b->host_cold_elements &&
+           strcmp(a->extra_options, b->extra_options) == 0;
 }
 
 /* Regions of one scratch buffer (psr_regions_reserve): aligned offsets

@@ -79,6 +79,7 @@ static void json_tuning(json_writer *w, const psr_tuning *t)
     json_key_bool(w, "one_kernel_programs", t->one_kernel_programs);
     json_key_bool(w, "quick_builds", t->quick_builds);
     json_key_uint(w, "build_threads", t->build_threads);
+    json_key_uint(w, "host_cold_elements", t->host_cold_elements);
     json_key_string(w, "extra_options", t->extra_options);
     json_end_object(w);
 }
@@ -98,6 +99,10 @@ static void text_tuning(const psr_tuning *t)
     printf("        a program per kernel: %s\n", t->one_kernel_programs ? "yes" : "no (per kernel family)");
     printf("        quick first builds: %s\n", t->quick_builds ? "yes (optimized in the background)" : "no");
     printf("        builds at once: %u\n", t->build_threads);
+    if (t->host_cold_elements)
+        printf("        cold calls on the host: up to %zu rows x row_stride\n", t->host_cold_elements);
+    else
+        printf("        cold calls on the host: no\n");
 }
 
 static void json_device(json_writer *w, const psr_device_info *d)

@@ -123,6 +123,28 @@ psr_status psr_warm_one(psr_context *ctx, const psr_warm_variant *w, unsigned fl
  * call of a variant has the optimized programs built in the background
  * (upgrade.c). */
 void psr_upgrade_after_call(psr_context *ctx, psr_warm_call call, unsigned flags, psr_dtype dtype, bool filtered);
+/* Cold calls on the host (docs/cache.md): true when a call of this
+ * variant, `elements` (rows x row_stride) large, is to run on the host
+ * because its programs are not at hand; the second such call of a
+ * variant has them built in the background (as quick builds do), and
+ * calls go to the device once they are adopted, or once that build ended
+ * in failure (the device path then reports it). False outside the
+ * tuning's host_cold_elements, while warming, and where no background
+ * thread can run. (upgrade.c) */
+bool psr_cold_call_on_host(psr_context *ctx, psr_warm_call call, unsigned flags, psr_dtype dtype, bool filtered,
+                           size_t elements);
+/* Are the programs of a warm variant's call all at hand (psr_program_ready)? (warm.c) */
+bool psr_warm_ready(psr_context *ctx, const psr_warm_variant *w, unsigned flags);
+
+/* ---- calls served on the host (host_serve.c) ---- */
+
+/* psr_sample of checked args `a` with resolved flags, computed by the
+ * host oracle: the inputs read after a's wait list, the outputs written
+ * back, both blocking; *first and *last (may be NULL) the first read's
+ * and the last write's events. Not for shards, the race over logits or
+ * fast math (the caller keeps those on the device). */
+psr_status psr_host_sample(psr_context *ctx, const psr_sample_args *a, unsigned flags, cl_event *first,
+                           cl_event *last);
 psr_status psr_warm_launch_sample(psr_context *ctx, unsigned flags, psr_dtype dtype, bool filtered, bool sharded);
 psr_status psr_warm_launch_logprobs(psr_context *ctx, psr_dtype dtype, bool filtered, bool sharded);
 psr_status psr_warm_launch_verify(psr_context *ctx, unsigned flags, psr_dtype dtype, bool sharded);

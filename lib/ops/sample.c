@@ -363,6 +363,18 @@ static psr_status launch_sample(psr_context *ctx, const psr_sample_args *a, cons
     return st;
 }
 
+/* Cold calls on the host (host_serve.c): what the oracle computes bit for
+ * bit, unsharded (a shard's record holds the score, not only the token). */
+static bool on_host(psr_context *ctx, const psr_sample_args *a, unsigned flags)
+{
+    psr_variant v = psr_variant_of(PSR_KERNELS_SAMPLE, flags, a->logits_dtype);
+    if (a->shard_count || v.method == 1 || v.fast_math || !ctx->tuning.host_cold_elements)
+        return false;
+    size_t stride = a->row_stride ? a->row_stride : a->vocab;
+    size_t elements = a->rows <= SIZE_MAX / stride ? a->rows * stride : SIZE_MAX;
+    return psr_cold_call_on_host(ctx, PSR_WARM_SAMPLE, flags, a->logits_dtype, psr_filter_requested(a), elements);
+}
+
 psr_status psr_sample(psr_context *ctx, const psr_sample_args *args, cl_event *event)
 {
     return psr_sample_enqueue(ctx, args, NULL, event);
@@ -385,6 +397,14 @@ psr_status psr_sample_enqueue(psr_context *ctx, const psr_sample_args *args, cl_
         st = check_args(ctx, &a, &flags, false);
     if (st != PSR_OK)
         return st;
+    if (on_host(ctx, &a, flags)) {
+        st = psr_host_sample(ctx, &a, flags, first, last);
+        if (st == PSR_OK)
+            psr_record_flags(ctx, a.effective_noise, legacy_layout(&a), flags);
+        ctx->host_served_last = st == PSR_OK;
+        return st;
+    }
+    ctx->host_served_last = false;
     sample_plan pl;
     plan_sample(ctx, &a, flags, &pl);
     st = reserve_sample(ctx, &a, &pl);

@@ -22,7 +22,9 @@
 typedef struct upgrade_variant {
     psr_warm_variant w;
     unsigned flags; /* the call's, resolved */
-    unsigned calls; /* calls that ran quick programs; the second schedules the job */
+    unsigned calls; /* calls that ran quick programs or on the host; the second schedules the job */
+    bool finished;  /* its job ended (built, or failed: then calls build in the foreground) */
+    bool ready;     /* cold calls: its programs are at hand, so calls go to the device */
 } upgrade_variant;
 
 typedef struct upgrade_job {
@@ -49,6 +51,7 @@ struct psr_upgrader {
     size_t done_count;
     double done_seconds;
     char failure[PSR_ERROR_MAX];
+    bool finished[UPGRADE_VARIANTS]; /* jobs ended, for adopt to pass on */
     atomic_bool stop;
     atomic_bool ready; /* done_count > 0 or a failure to report */
     /* the process's list of started threads, under registry_lock */
@@ -143,6 +146,7 @@ static void *upgrade_thread(void *arg)
             hand_over(u, psr_seconds() - start);
         else
             psr_strlcpy(u->failure, psr_last_error(u->shadow), sizeof u->failure);
+        u->finished[job.variant] = true;
         atomic_store(&u->ready, true);
         pthread_mutex_unlock(&u->lock);
     }
@@ -167,7 +171,10 @@ static void adopt(psr_context *ctx)
                 u->done_count, u->done_count == 1 ? "" : "s", u->done_seconds);
     }
     if (u->failure[0])
-        psr_log(ctx, PSR_LOG_WARNING, "background build failed; calls keep the quick programs: %s", u->failure);
+        psr_log(ctx, PSR_LOG_WARNING, "background build failed; calls build in the foreground or keep the quick "
+                "programs: %s", u->failure);
+    for (size_t i = 0; i < u->variant_count; i++)
+        u->variants[i].finished = u->variants[i].finished || u->finished[i];
     u->done_count = 0;
     u->done_seconds = 0;
     u->failure[0] = '\0';
@@ -224,6 +231,7 @@ static psr_status make_shadow(psr_context *ctx, psr_context **out)
     psr_context *s = *out;
     s->tuning = ctx->tuning;
     s->tuning.quick_builds = 0;
+    s->tuning.host_cold_elements = 0; /* its launches are the warm's: on the device */
     s->info = ctx->info;
     psr_context_options_changed(s);
     s->fp64_policy = ctx->fp64_policy;
@@ -292,27 +300,61 @@ static void schedule(psr_context *ctx, size_t index)
     pthread_mutex_unlock(&u->lock);
 }
 
-void psr_upgrade_after_call(psr_context *ctx, psr_warm_call call, unsigned flags, psr_dtype dtype, bool filtered)
+/* The variant's entry (added when new); UPGRADE_VARIANTS when the table
+ * is full. */
+static size_t variant_index(psr_upgrader *u, psr_warm_call call, unsigned flags, psr_dtype dtype, bool filtered)
 {
-    if (!ctx->quick_used)
-        return;
-    ctx->quick_used = false;
-    if (!ctx->upgrader && upgrader_start(ctx) != PSR_OK)
-        return; /* out of memory: calls keep the quick programs */
-    psr_upgrader *u = ctx->upgrader;
-    if (u->unavailable)
-        return;
-    psr_warm_variant w = {call, 0, PSR_NOISE_FP32, dtype, filtered};
     size_t i = 0;
     while (i < u->variant_count &&
            !(u->variants[i].w.call == call && u->variants[i].flags == flags && u->variants[i].w.dtype == dtype &&
              u->variants[i].w.filtered == filtered))
         i++;
-    if (i == u->variant_count) {
-        if (i == UPGRADE_VARIANTS)
-            return;
-        u->variants[u->variant_count++] = (upgrade_variant){w, flags, 0};
-    }
-    if (++u->variants[i].calls == 2)
+    if (i == u->variant_count && i < UPGRADE_VARIANTS)
+        u->variants[u->variant_count++] = (upgrade_variant){{call, 0, PSR_NOISE_FP32, dtype, filtered}, flags, 0,
+                                                            false, false};
+    return i;
+}
+
+/* The upgrader of the context, made on first use; NULL where it cannot
+ * run (out of memory, or no thread or context could be started). */
+static psr_upgrader *upgrader_of(psr_context *ctx)
+{
+    if (!ctx->upgrader && upgrader_start(ctx) != PSR_OK)
+        return NULL;
+    return ctx->upgrader->unavailable ? NULL : ctx->upgrader;
+}
+
+void psr_upgrade_after_call(psr_context *ctx, psr_warm_call call, unsigned flags, psr_dtype dtype, bool filtered)
+{
+    if (!ctx->quick_used)
+        return;
+    ctx->quick_used = false;
+    psr_upgrader *u = upgrader_of(ctx);
+    if (!u)
+        return; /* calls keep the quick programs */
+    size_t i = variant_index(u, call, flags, dtype, filtered);
+    if (i < UPGRADE_VARIANTS && ++u->variants[i].calls == 2)
         schedule(ctx, i);
+}
+
+bool psr_cold_call_on_host(psr_context *ctx, psr_warm_call call, unsigned flags, psr_dtype dtype, bool filtered,
+                           size_t elements)
+{
+    if (!ctx->tuning.host_cold_elements || elements > ctx->tuning.host_cold_elements || ctx->warming)
+        return false;
+    psr_upgrader *u = upgrader_of(ctx);
+    size_t i = u ? variant_index(u, call, flags, dtype, filtered) : UPGRADE_VARIANTS;
+    if (i == UPGRADE_VARIANTS)
+        return false;
+    upgrade_variant *v = &u->variants[i];
+    if (v->ready)
+        return false; /* the common case: one look at the table */
+    adopt(ctx);
+    if (v->finished || psr_warm_ready(ctx, &v->w, flags)) {
+        v->ready = true;
+        return false;
+    }
+    if (++v->calls == 2)
+        schedule(ctx, i);
+    return !u->unavailable;
 }

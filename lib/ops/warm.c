@@ -113,6 +113,16 @@ static size_t warm_programs(const psr_context *ctx, const psr_warm_variant *w, u
     return n;
 }
 
+bool psr_warm_ready(psr_context *ctx, const psr_warm_variant *w, unsigned flags)
+{
+    psr_variant v[WARM_KERNELS];
+    size_t n = warm_programs(ctx, w, flags, v);
+    for (size_t i = 0; i < n; i++)
+        if (!psr_program_ready(ctx, &v[i]))
+            return false;
+    return true;
+}
+
 /* Every variant an application can reach on this device, into out (may
  * be NULL); returns the count. */
 static size_t all_warm_variants(const psr_context *ctx, psr_warm_variant *out)

@@ -9,6 +9,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* ---- logits of 16-bit types as the kernels load them (dtype.c) ---- */
+
+float psr_oracle_f16(uint16_t h);
+float psr_oracle_bf16(uint16_t b);
+
 /* ---- the host oracle (stream.c): the stream and noise of the kernels ---- */
 
 void psr_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);

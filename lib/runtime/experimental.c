@@ -73,5 +73,6 @@ psr_status psr_context_last_paths(const psr_context *ctx, psr_last_paths *out)
     out->verify_one_launch = ctx->verify_fused_last;
     out->logprobs_one_launch = ctx->logprobs_one_last;
     out->logprobs_few_blocks = ctx->logprobs_few_last;
+    out->host_served = ctx->host_served_last;
     return PSR_OK;
 }

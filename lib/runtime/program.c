@@ -457,6 +457,25 @@ static bool on_disk(const psr_context *ctx, const psr_variant *v, const char *op
     return access(path, F_OK) == 0;
 }
 
+bool psr_program_ready(psr_context *ctx, const psr_variant *in)
+{
+    psr_variant v = psr_variant_normal(in);
+    if (ctx->adopt)
+        ctx->adopt(ctx);
+    char options[1024];
+    psr_build_options(ctx, &v, options, sizeof options);
+    char mem_key[1100];
+    mem_key_of(v.set, options, mem_key, sizeof mem_key);
+    if (remembered(ctx, mem_key) || on_disk(ctx, &v, options))
+        return true;
+    if (!quick_allowed(ctx, &v))
+        return false;
+    size_t used = strlen(options);
+    snprintf(options + used, sizeof options - used, "%s", quick_options);
+    mem_key_of(v.set, options, mem_key, sizeof mem_key);
+    return remembered(ctx, mem_key) != NULL;
+}
+
 void psr_program_prefetch(psr_context *ctx, const psr_variant *in, size_t n)
 {
     if (ctx->tuning.build_threads < 2 || n < 2)

@@ -68,6 +68,10 @@ void psr_build_options(const psr_context *ctx, const psr_variant *v, char *buf, 
  * (docs/cache.md). */
 psr_status psr_program_get(psr_context *ctx, const psr_variant *v, cl_program *out);
 psr_status psr_program_get_tier(psr_context *ctx, const psr_variant *v, cl_program *out, bool *quick);
+/* Is the program of a variant at hand without a build: in the memory
+ * tier (optimized, or quick where the tuning has quick builds) or a file
+ * of the disk tier? (Background programs finished are adopted first.) */
+bool psr_program_ready(psr_context *ctx, const psr_variant *v);
 /* Puts a program under its memory-tier key (set '|' options) unless the
  * key is there; the context takes the reference. */
 psr_status psr_program_remember(psr_context *ctx, const char *mem_key, cl_program p);

@@ -177,7 +177,10 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                      * the time. NVIDIA's first calls gained too little
                      * for what they cost (docs/cache.md). */
                     .quick_builds = is_pocl(info),
-                    .build_threads = build_threads_default(info)};
+                    .build_threads = build_threads_default(info),
+                    /* 16 rows of 131,072: the host takes 0.1-0.2 s for
+                     * them where a first build takes 0.5-4 s. */
+                    .host_cold_elements = (size_t)1 << 21};
     /* 4 groups per compute unit, a little over a wave of the statistics
      * kernel (it holds 3 per SM on the H200): within a wave every row
      * starts before any decision, and deciding only lengthens the launch. */
@@ -256,6 +259,8 @@ static const tune_var tune_vars[] = {
     {{"PSR_TUNE_QUICK_BUILDS", "quick_builds", "0 or 1"},
      TUNE_BOOL, AT(quick_builds), 0, 0, 1, 0},
     {{"PSR_TUNE_BUILD_THREADS", "build_threads", "1 .. 16"}, TUNE_UNSIGNED, AT(build_threads), 0, 1, 16, 0},
+    {{"PSR_TUNE_HOST_COLD", "host_cold_elements", "0 (never) .. SIZE_MAX"},
+     TUNE_SIZE, AT(host_cold_elements), 0, 0, COUNT_MAX, 0},
     {{"PSR_TUNE_BUILD_OPTIONS", "extra_options", "at most 255 bytes"}, TUNE_TEXT, AT(extra_options), 0, 0, 255, 0},
 };
 
