@@ -288,6 +288,132 @@ static void test_cold_calls_match_device(void **state)
         check_case(&long_cases[i]);
 }
 
+/* One logprobs call of case k's inputs on context c, outputs filled with
+ * a pattern first; tokens include padding, ids past the vocabulary and
+ * (int64) values past int32. */
+typedef struct lp_outputs {
+    float *lp, *top_lp;
+    int32_t *rank, *ids;
+    bool host_served;
+} lp_outputs;
+
+static void run_logprobs(psr_context *c, const cold_case *k, const cold_inputs *in, unsigned flags, int top_n,
+                         lp_outputs *out)
+{
+    size_t rows = k->rows, n = (size_t)top_n;
+    int64_t *tok64 = malloc(rows * 8);
+    int32_t *tok32 = malloc(rows * 4);
+    for (size_t r = 0; r < rows; r++) {
+        tok64[r] = r == 2 ? -1 : r == 4 ? (int64_t)k->vocab : r == 6 ? INT64_C(1) << 33 : (int64_t)((r * 131) % k->vocab);
+        tok32[r] = (int32_t)(r == 6 ? 7 : tok64[r]);
+    }
+    unsigned char *fill = malloc(rows * (n + 1) * 4);
+    memset(fill, 0x55, rows * (n + 1) * 4);
+    cl_mem m[11] = {upload(c, in->logits, in->logits_bytes),
+                    upload(c, in->temperatures, k->requests * 4),
+                    k->tokens64 ? upload(c, tok64, rows * 8) : upload(c, tok32, rows * 4),
+                    upload(c, fill, rows * 4),
+                    upload(c, fill, rows * 4),
+                    upload(c, fill, rows * (n + 1) * 4),
+                    upload(c, fill, rows * (n + 1) * 4),
+                    k->row_request ? upload(c, in->row_request, rows * 4) : NULL,
+                    k->filter_buffers ? upload(c, in->top_k, k->requests * 4) : NULL,
+                    k->filter_buffers ? upload(c, in->top_p, k->requests * 4) : NULL,
+                    k->filter_buffers ? upload(c, in->min_p, k->requests * 4) : NULL};
+    psr_logprobs_args a;
+    psr_logprobs_args_init(&a, sizeof a);
+    a.rows = rows;
+    a.vocab = k->vocab;
+    a.logits = m[0];
+    a.logits_dtype = k->dtype;
+    a.logits_offset = k->offset;
+    a.row_stride = k->stride;
+    a.requests = k->requests;
+    a.temperatures = m[1];
+    a.tokens = m[2];
+    a.tokens_dtype = k->tokens64 ? PSR_TOKENS_I64 : PSR_TOKENS_I32;
+    a.token_logprobs = m[3];
+    a.token_ranks = m[4];
+    a.top_ids = n ? m[5] : NULL;
+    a.top_logprobs = n ? m[6] : NULL;
+    a.top_n = top_n;
+    a.flags = flags;
+    a.row_request = m[7];
+    a.top_k = m[8];
+    a.top_p = m[9];
+    a.min_p = m[10];
+    if (k->filter_all) {
+        a.all_top_k = 20;
+        a.all_top_p = 0.9f;
+    }
+    cl_event done = NULL;
+    if (psr_logprobs(c, &a, &done) != PSR_OK)
+        fail_msg("%s: psr_logprobs failed: %s", k->name, psr_last_error(c));
+    assert_int_equal(clWaitForEvents(1, &done), CL_SUCCESS);
+    clReleaseEvent(done);
+    out->host_served = last_paths(c).host_served;
+    out->lp = malloc(rows * 4), out->rank = malloc(rows * 4);
+    out->ids = malloc(rows * (n + 1) * 4), out->top_lp = malloc(rows * (n + 1) * 4);
+    download(c, m[3], out->lp, rows * 4);
+    download(c, m[4], out->rank, rows * 4);
+    download(c, m[5], out->ids, rows * (n + 1) * 4);
+    download(c, m[6], out->top_lp, rows * (n + 1) * 4);
+    release_buffers(m, 11);
+    free(fill), free(tok64), free(tok32);
+}
+
+static void free_lp(lp_outputs *o)
+{
+    free(o->lp), free(o->rank), free(o->ids), free(o->top_lp);
+}
+
+/* The same bits, or both NaN (a NaN's payload is the driver's). */
+static bool same_bits(float a, float b)
+{
+    return memcmp(&a, &b, 4) == 0 || (isnan(a) && isnan(b));
+}
+
+/* psr_logprobs on the host writes the device's bits, padding and bad
+ * tokens, filters and raw logprobs included. */
+static void test_cold_logprobs_match_device(void **state)
+{
+    (void)state;
+    static const struct {
+        size_t kase;
+        unsigned flags;
+        int top_n;
+    } runs[] = {{0, 0, 5}, {5, 0, 20}, {6, 0, 3}, {1, PSR_LOGPROBS_RAW, 4}, {0, 0, 0}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        cold_case k = cases[runs[i].kase];
+        cold_inputs in;
+        make_inputs(&k, &in);
+        psr_context *host = host_context(SIZE_MAX);
+        lp_outputs h, d;
+        if (runs[i].flags & PSR_LOGPROBS_RAW)
+            k.filter_buffers = k.filter_all = false;
+        run_logprobs(host, &k, &in, runs[i].flags, runs[i].top_n, &h);
+        run_logprobs(ctx, &k, &in, runs[i].flags, runs[i].top_n, &d);
+        psr_context_free(host);
+        if (!h.host_served || d.host_served)
+            fail_msg("%s: host_served %d on the cold context, %d on the suite's", k.name, h.host_served,
+                     d.host_served);
+        size_t cells = k.rows * (size_t)(runs[i].top_n + 1);
+        for (size_t r = 0; r < k.rows; r++)
+            if (!same_bits(h.lp[r], d.lp[r]) || h.rank[r] != d.rank[r]) {
+                uint32_t hb, db;
+                memcpy(&hb, &h.lp[r], 4), memcpy(&db, &d.lp[r], 4);
+                fail_msg("%s, top %d, row %zu: host logprob %.9g (0x%08x) rank %d, device %.9g (0x%08x) rank %d",
+                         k.name, runs[i].top_n, r, (double)h.lp[r], hb, h.rank[r], (double)d.lp[r], db, d.rank[r]);
+            }
+        for (size_t j = 0; j < cells; j++)
+            if (h.ids[j] != d.ids[j] || !same_bits(h.top_lp[j], d.top_lp[j]))
+                fail_msg("%s, top %d, cell %zu: host id %d (%.9g), device %d (%.9g)", k.name, runs[i].top_n, j,
+                         h.ids[j], (double)h.top_lp[j], d.ids[j], (double)d.top_lp[j]);
+        free_lp(&h), free_lp(&d);
+        free_inputs(&in);
+    }
+}
+
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -406,6 +532,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cold_calls_match_device),
+        cmocka_unit_test(test_cold_logprobs_match_device),
         cmocka_unit_test(test_cold_calls_hand_over),
         cmocka_unit_test(test_cold_calls_on_device),
     };

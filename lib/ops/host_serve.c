@@ -3,7 +3,8 @@
  * bit) while the call's programs build in the background. The inputs are
  * read back after the call's wait list, every row is decided as
  * cl/gumbel.cl decides it (status, filter threshold, token, flags, draft
- * cache row), and the outputs are written where the kernels write them. */
+ * cache row), and the outputs are written where the kernels write them.
+ * Also the reads and writes psr_logprobs' host path shares (host_logprobs.c). */
 #include "ops/ops.h"
 #include "oracle/oracle.h"
 
@@ -19,63 +20,61 @@ typedef struct host_rows {
     float *temperatures, *top_p, *min_p;
 } host_rows;
 
-typedef struct host_reads {
-    psr_context *ctx;
-    const psr_sample_args *a;
-    cl_event *first; /* the first read's event, when the caller wants it */
-    psr_status st;
-} host_reads;
-
 /* A blocking read of `bytes` at `offset` of `mem` into a new array (NULL
- * when mem is NULL), after the call's wait list. */
-static void *read_array(host_reads *r, cl_mem mem, size_t offset, size_t bytes, const char *what)
+ * when mem is NULL or an earlier read failed), after the call's wait list. */
+void *psr_host_read(psr_host_reads *r, cl_mem mem, size_t offset, size_t bytes, const char *what)
 {
     if (!mem || r->st != PSR_OK)
         return NULL;
     void *out = malloc(bytes ? bytes : 1);
     if (!out) {
-        r->st = psr_fail(r->ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "psr_sample: out of host memory reading %s", what);
+        r->st = psr_fail(r->ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "%s: out of host memory reading %s", r->call, what);
         return NULL;
     }
     cl_event *ev = r->first && !*r->first ? r->first : NULL;
-    cl_int err = clEnqueueReadBuffer(r->ctx->queue, mem, CL_TRUE, offset, bytes, out, r->a->num_events_in_wait_list,
-                                     r->a->event_wait_list, ev);
+    cl_int err = clEnqueueReadBuffer(r->ctx->queue, mem, CL_TRUE, offset, bytes, out, r->nwait, r->wait, ev);
     if (err != CL_SUCCESS) {
-        r->st = psr_fail_cl(r->ctx, err, "psr_sample: reading %s back to the host failed", what);
+        r->st = psr_fail_cl(r->ctx, err, "%s: reading %s back to the host failed", r->call, what);
         free(out);
         return NULL;
     }
     return out;
 }
 
-/* The logits of every row as fp32, as the kernels load them. */
-static float *read_logits(host_reads *r)
+float *psr_host_read_logits(psr_host_reads *r, cl_mem logits, psr_dtype dtype, size_t offset, size_t rows,
+                            size_t stride, size_t vocab)
 {
-    const psr_sample_args *a = r->a;
-    size_t esize = psr_dtype_size(a->logits_dtype), stride = a->row_stride ? a->row_stride : a->vocab;
-    size_t span = (a->rows - 1) * stride + a->vocab;
-    void *raw = read_array(r, a->logits, a->logits_offset * esize, span * esize, "args->logits");
-    if (!raw || (a->logits_dtype == PSR_DTYPE_F32 && stride == a->vocab))
+    size_t esize = psr_dtype_size(dtype);
+    size_t span = (rows - 1) * stride + vocab;
+    void *raw = psr_host_read(r, logits, offset * esize, span * esize, "args->logits");
+    if (!raw || (dtype == PSR_DTYPE_F32 && stride == vocab))
         return raw;
-    float *out = malloc(a->rows * a->vocab * sizeof *out);
+    float *out = malloc(rows * vocab * sizeof *out);
     if (!out) {
         free(raw);
-        r->st = psr_fail(r->ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "psr_sample: out of host memory reading args->logits");
+        r->st = psr_fail(r->ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "%s: out of host memory reading args->logits", r->call);
         return NULL;
     }
-    for (size_t row = 0; row < a->rows; row++)
-        for (size_t i = 0; i < a->vocab; i++) {
+    for (size_t row = 0; row < rows; row++)
+        for (size_t i = 0; i < vocab; i++) {
             size_t at = row * stride + i;
-            float *to = &out[row * a->vocab + i];
-            if (a->logits_dtype == PSR_DTYPE_F32)
+            float *to = &out[row * vocab + i];
+            if (dtype == PSR_DTYPE_F32)
                 *to = ((const float *)raw)[at];
-            else if (a->logits_dtype == PSR_DTYPE_F16)
+            else if (dtype == PSR_DTYPE_F16)
                 *to = psr_oracle_f16(((const uint16_t *)raw)[at]);
             else
                 *to = psr_oracle_bf16(((const uint16_t *)raw)[at]);
         }
     free(raw);
     return out;
+}
+
+psr_status psr_host_write(psr_context *ctx, const char *call, cl_mem mem, size_t offset, size_t bytes,
+                          const void *src, const char *what, cl_event *event)
+{
+    cl_int err = clEnqueueWriteBuffer(ctx->queue, mem, CL_TRUE, offset, bytes, src, 0, NULL, event);
+    return err == CL_SUCCESS ? PSR_OK : psr_fail_cl(ctx, err, "%s: writing %s from the host failed", call, what);
 }
 
 static void free_rows(host_rows *h)
@@ -87,18 +86,19 @@ static void free_rows(host_rows *h)
 static psr_status read_rows(psr_context *ctx, const psr_sample_args *a, cl_event *first, host_rows *h)
 {
     memset(h, 0, sizeof *h);
-    host_reads r = {ctx, a, first, PSR_OK};
+    psr_host_reads r = {ctx, "psr_sample", a->num_events_in_wait_list, a->event_wait_list, first, PSR_OK};
     size_t rows = a->rows, requests = a->requests;
-    h->logits = read_logits(&r);
-    h->row_request = read_array(&r, a->row_request, 0, rows * 4, "args->row_request");
-    h->seeds = read_array(&r, a->seeds, 0, requests * 8, "args->seeds");
-    h->temperatures = read_array(&r, a->temperatures, 0, requests * 4, "args->temperatures");
-    h->positions = read_array(&r, a->positions, 0, rows * 8, "args->positions");
-    h->top_k = read_array(&r, a->top_k, 0, requests * 4, "args->top_k");
-    h->top_p = read_array(&r, a->top_p, 0, requests * 4, "args->top_p");
-    h->min_p = read_array(&r, a->min_p, 0, requests * 4, "args->min_p");
+    h->logits = psr_host_read_logits(&r, a->logits, a->logits_dtype, a->logits_offset, rows,
+                                     a->row_stride ? a->row_stride : a->vocab, a->vocab);
+    h->row_request = psr_host_read(&r, a->row_request, 0, rows * 4, "args->row_request");
+    h->seeds = psr_host_read(&r, a->seeds, 0, requests * 8, "args->seeds");
+    h->temperatures = psr_host_read(&r, a->temperatures, 0, requests * 4, "args->temperatures");
+    h->positions = psr_host_read(&r, a->positions, 0, rows * 8, "args->positions");
+    h->top_k = psr_host_read(&r, a->top_k, 0, requests * 4, "args->top_k");
+    h->top_p = psr_host_read(&r, a->top_p, 0, requests * 4, "args->top_p");
+    h->min_p = psr_host_read(&r, a->min_p, 0, requests * 4, "args->min_p");
     if (a->draft_cache)
-        h->cache_rows = read_array(&r, a->draft_cache_rows, 0, rows * 4, "args->draft_cache_rows");
+        h->cache_rows = psr_host_read(&r, a->draft_cache_rows, 0, rows * 4, "args->draft_cache_rows");
     return r.st;
 }
 
@@ -181,13 +181,6 @@ static void decide_row(const psr_sample_args *a, const psr_variant *v, const hos
         out->flags |= PSR_ROW_NO_FINITE;
 }
 
-static psr_status write_array(psr_context *ctx, cl_mem mem, size_t offset, size_t bytes, const void *src,
-                              const char *what, cl_event *event)
-{
-    cl_int err = clEnqueueWriteBuffer(ctx->queue, mem, CL_TRUE, offset, bytes, src, 0, NULL, event);
-    return err == CL_SUCCESS ? PSR_OK : psr_fail_cl(ctx, err, "psr_sample: writing %s from the host failed", what);
-}
-
 /* The draft cache rows, the flags, then the tokens (whose write is *last). */
 static psr_status write_results(psr_context *ctx, const psr_sample_args *a, const host_rows *h,
                                 const host_row_result *res, cl_event *last)
@@ -195,7 +188,7 @@ static psr_status write_results(psr_context *ctx, const psr_sample_args *a, cons
     psr_status st = PSR_OK;
     for (size_t row = 0; row < a->rows && st == PSR_OK; row++)
         if (res[row].cache_row >= 0)
-            st = write_array(ctx, a->draft_cache, (size_t)res[row].cache_row * a->vocab * 4, a->vocab * 4,
+            st = psr_host_write(ctx, "psr_sample", a->draft_cache, (size_t)res[row].cache_row * a->vocab * 4, a->vocab * 4,
                              h->logits + row * a->vocab, "args->draft_cache", NULL);
     size_t token_size = a->tokens_dtype == PSR_TOKENS_I64 ? 8 : 4;
     void *tokens = malloc(a->rows * token_size);
@@ -211,9 +204,9 @@ static psr_status write_results(psr_context *ctx, const psr_sample_args *a, cons
             flags[row] = res[row].flags;
     }
     if (st == PSR_OK && flags)
-        st = write_array(ctx, a->row_flags, 0, a->rows * sizeof *flags, flags, "args->row_flags", NULL);
+        st = psr_host_write(ctx, "psr_sample", a->row_flags, 0, a->rows * sizeof *flags, flags, "args->row_flags", NULL);
     if (st == PSR_OK)
-        st = write_array(ctx, a->tokens, 0, a->rows * token_size, tokens, "args->tokens", last);
+        st = psr_host_write(ctx, "psr_sample", a->tokens, 0, a->rows * token_size, tokens, "args->tokens", last);
     free(tokens);
     free(flags);
     return st;

@@ -136,7 +136,27 @@ bool psr_cold_call_on_host(psr_context *ctx, psr_warm_call call, unsigned flags,
 /* Are the programs of a warm variant's call all at hand (psr_program_ready)? (warm.c) */
 bool psr_warm_ready(psr_context *ctx, const psr_warm_variant *w, unsigned flags);
 
-/* ---- calls served on the host (host_serve.c) ---- */
+/* ---- calls served on the host (host_serve.c, host_logprobs.c) ---- */
+
+/* Blocking reads of a call's device buffers, each after its wait list;
+ * the first read's event goes to *first where first is not NULL (and
+ * *first still NULL). A failure sets st, and later reads do nothing. */
+typedef struct psr_host_reads {
+    psr_context *ctx;
+    const char *call; /* "psr_sample", for messages */
+    cl_uint nwait;
+    const cl_event *wait;
+    cl_event *first;
+    psr_status st;
+} psr_host_reads;
+/* `bytes` at `offset` of mem into a new array; NULL for a NULL mem or after a failure. */
+void *psr_host_read(psr_host_reads *r, cl_mem mem, size_t offset, size_t bytes, const char *what);
+/* Rows of logits of any dtype as fp32 [rows, vocab], as the kernels load them. */
+float *psr_host_read_logits(psr_host_reads *r, cl_mem logits, psr_dtype dtype, size_t offset, size_t rows,
+                            size_t stride, size_t vocab);
+/* A blocking write; *event (may be NULL) its event. */
+psr_status psr_host_write(psr_context *ctx, const char *call, cl_mem mem, size_t offset, size_t bytes,
+                          const void *src, const char *what, cl_event *event);
 
 /* psr_sample of checked args `a` with resolved flags, computed by the
  * host oracle: the inputs read after a's wait list, the outputs written
@@ -145,6 +165,9 @@ bool psr_warm_ready(psr_context *ctx, const psr_warm_variant *w, unsigned flags)
  * fast math (the caller keeps those on the device). */
 psr_status psr_host_sample(psr_context *ctx, const psr_sample_args *a, unsigned flags, cl_event *first,
                            cl_event *last);
+/* psr_logprobs of checked, unsharded args computed by the host oracle;
+ * *event (may be NULL) the last write's. */
+psr_status psr_host_logprobs(psr_context *ctx, const psr_logprobs_args *a, bool filtered, cl_event *event);
 psr_status psr_warm_launch_sample(psr_context *ctx, unsigned flags, psr_dtype dtype, bool filtered, bool sharded);
 psr_status psr_warm_launch_logprobs(psr_context *ctx, psr_dtype dtype, bool filtered, bool sharded);
 psr_status psr_warm_launch_verify(psr_context *ctx, unsigned flags, psr_dtype dtype, bool sharded);

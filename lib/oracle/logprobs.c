@@ -12,7 +12,7 @@ static bool better(float va, uint32_t ia, float vb, uint32_t ib)
     return va > vb || (va == vb && ia < ib);
 }
 
-void psr_oracle_logprobs_row(const float *x, size_t vocab, float t, bool raw, float cut, int32_t token,
+bool psr_oracle_logprobs_row(const float *x, size_t vocab, float t, bool raw, float cut, int32_t token,
                              int top_n, float *logprob, int32_t *rank, int32_t *top_ids, float *top_logprobs)
 {
     if (raw || !(isnormal(t) && t > 0.0f)) {
@@ -25,7 +25,7 @@ void psr_oracle_logprobs_row(const float *x, size_t vocab, float t, bool raw, fl
     float *v = malloc(vocab * sizeof *v), *kept = malloc(vocab * sizeof *kept);
     if (!v || !kept) {
         free(v), free(kept);
-        return;
+        return false;
     }
     for (size_t i = 0; i < vocab; i++) {
         v[i] = isnan(x[i]) ? -INFINITY : isinf(x[i]) || t == 1.0f ? x[i] : psr_oracle_div(x[i], t, r);
@@ -58,4 +58,5 @@ void psr_oracle_logprobs_row(const float *x, size_t vocab, float t, bool raw, fl
         }
     }
     free(v);
+    return true;
 }

@@ -61,8 +61,8 @@ float psr_oracle_scaled(float x, float temperature);
 float psr_oracle_row_lse(const float *x, size_t vocab, float t, float r);
 /* psr_logprobs on the host (lib/oracle/logprobs.c), one fp32 row: the
  * token's logprob and rank, and the top_n ids and logprobs; cut is the
- * row's filter threshold (-inf: none). */
-void psr_oracle_logprobs_row(const float *x, size_t vocab, float t, bool raw, float cut, int32_t token,
+ * row's filter threshold (-inf: none). False: out of memory, nothing written. */
+bool psr_oracle_logprobs_row(const float *x, size_t vocab, float t, bool raw, float cut, int32_t token,
                              int top_n, float *logprob, int32_t *rank, int32_t *top_ids, float *top_logprobs);
 /* psr_verify on the host (lib/oracle/verify.c), for fp32 target logits. */
 typedef struct psr_oracle_verify_in {
