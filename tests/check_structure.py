@@ -15,7 +15,7 @@ MAX_LINES = 80
 LONG_ALLOWED = {}
 MAX_PARAMS = 16
 # Which layers each layer may include (besides itself and cl/'s shared header).
-LAYERS = {"runtime": set(), "ops": {"runtime"}, "oracle": set(), "check": {"ops", "runtime", "oracle"}}
+LAYERS = {"runtime": set(), "ops": {"runtime", "oracle"}, "oracle": set(), "check": {"ops", "runtime", "oracle"}}
 
 
 def strip_comments(text):

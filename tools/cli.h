@@ -80,9 +80,13 @@ psr_log_level cli_log_level(void);
 /* A context on the selected device (NULL: $PSR_DEVICE or auto) that logs
  * to stderr; NULL after reporting the failure. */
 psr_context *cli_open_context(const char *device, bool profiling);
-/* Timing sees only optimized programs: no quick builds (docs/cache.md).
- * Contexts opened for profiling get this. */
+/* Timing sees only optimized programs on the device: no quick builds and
+ * no cold calls on the host (docs/cache.md). Contexts opened for
+ * profiling get this. */
 void cli_optimized_builds_only(psr_context *ctx);
+/* Every call on the device, never a cold call on the host: for the
+ * commands that check the device against the host (demo, verify). */
+void cli_device_calls_only(psr_context *ctx);
 /* A log callback that prints psr's messages to stderr with their level. */
 void cli_log_to_stderr(psr_log_level level, const char *message, void *user_data);
 

@@ -801,6 +801,7 @@ int cmd_demo(int argc, char **argv)
     psr_context *ctx = cli_open_context(device, false);
     if (!ctx)
         return CLI_FAILED;
+    cli_device_calls_only(ctx); /* the demo checks the device against the host */
     psr_device_info info;
     psr_context_device_info(ctx, &info);
     printf("psr %s on %u:%u %s (%s)\n", psr_version(), info.platform_index, info.device_index,

@@ -441,6 +441,7 @@ static int run_check(const check_options *o)
     psr_context *ctx = cli_open_context(o->device, false);
     if (!ctx)
         return CLI_FAILED;
+    cli_device_calls_only(ctx); /* the checks are of this device's noise */
     psr_device_info info;
     psr_context_device_info(ctx, &info);
     json_writer w;

@@ -185,8 +185,18 @@ psr_context *cli_open_context(const char *device, bool profiling)
 void cli_optimized_builds_only(psr_context *ctx)
 {
     psr_tuning t;
-    if (psr_context_tuning(ctx, &t) == PSR_OK && t.quick_builds) {
+    if (psr_context_tuning(ctx, &t) == PSR_OK && (t.quick_builds || t.host_cold_elements)) {
         t.quick_builds = 0;
+        t.host_cold_elements = 0;
+        psr_context_set_tuning(ctx, &t);
+    }
+}
+
+void cli_device_calls_only(psr_context *ctx)
+{
+    psr_tuning t;
+    if (psr_context_tuning(ctx, &t) == PSR_OK && t.host_cold_elements) {
+        t.host_cold_elements = 0;
         psr_context_set_tuning(ctx, &t);
     }
 }

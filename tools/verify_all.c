@@ -279,6 +279,7 @@ static int verify_all_run(const char *device, bool as_json, const char *plot_pat
         free(d);
         return CLI_FAILED;
     }
+    cli_device_calls_only(ctx); /* the checks are of this device's noise */
     psr_device_info info;
     psr_context_device_info(ctx, &info);
     psr_status (*const run[])(psr_context *, check *, quick_data *) = {check_stream, check_oracle, check_fit,

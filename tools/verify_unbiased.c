@@ -50,6 +50,7 @@ static psr_context *open_control(const char *device)
     psr_context *c = cli_open_context(device, false);
     if (!c)
         return NULL;
+    cli_device_calls_only(c);
     psr_status st = psr_context_add_build_options(c, "-DPSR_TEST_DISABLE_DRAFT_SALT=1");
     if (st != PSR_OK) {
         cli_report(st, c);
@@ -246,6 +247,8 @@ static int run_control(const unbiased_options *o, unbiased_runs *u)
 static int run_unbiased(const unbiased_options *o)
 {
     psr_context *ctx = cli_open_context(o->device, false);
+    if (ctx)
+        cli_device_calls_only(ctx); /* the checks are of this device's noise */
     unbiased_runs u = {.res = malloc(sizeof *u.res), .cres = malloc(sizeof *u.cres), .cpass = true};
     int rc = !ctx ? CLI_FAILED : u.res && u.cres ? CLI_OK : cli_report(PSR_ERR_OUT_OF_HOST_MEMORY, NULL);
     rc = all_ranks(o, rc);

@@ -1,4 +1,5 @@
-/* Quick builds, optimized in the background (docs/cache.md).
+/* Quick builds, optimized in the background, and the cold calls served
+ * on the host meanwhile (docs/cache.md).
  *
  * Where the tuning has quick builds (opt-in), a variant's first calls run
  * programs built with -cl-opt-disable: the kernels' arithmetic is fixed
@@ -9,7 +10,9 @@
  * and device, its own queue): the optimized programs are built and each
  * kernel launched once, which is when PoCL compiles it. The calling
  * thread adopts the finished programs at its next kernel lookup. A
- * one-call process (the CLI) never starts the thread. */
+ * one-call process (the CLI) never starts the thread. Cold calls on the
+ * host (host_serve.c) count toward the same second call, and go to the
+ * device once the variant's programs are at hand. */
 #include "ops/ops.h"
 
 #include <pthread.h>
@@ -354,7 +357,15 @@ bool psr_cold_call_on_host(psr_context *ctx, psr_warm_call call, unsigned flags,
         v->ready = true;
         return false;
     }
-    if (++v->calls == 2)
+    if (++v->calls == 1) {
+        psr_variant pv = psr_variant_of(call == PSR_WARM_LOGPROBS ? PSR_KERNELS_LOGPROBS : PSR_KERNELS_SAMPLE, flags,
+                                        dtype);
+        char name[80];
+        psr_variant_name(&pv, name, sizeof name);
+        psr_log(ctx, PSR_LOG_INFO, "'%s%s' runs on the host until its programs are built (in the background, "
+                "from its next call)", name, filtered ? " filtered" : "");
+    }
+    if (v->calls == 2)
         schedule(ctx, i);
     return !u->unavailable;
 }
