@@ -35,7 +35,7 @@ typedef struct psr_last_paths {
     int verify_one_launch;   /* the last psr_verify ran as one kernel */
     int logprobs_one_launch; /* the last psr_logprobs ran as one kernel */
     int logprobs_few_blocks; /* the last psr_logprobs took the few-blocks partial */
-    int host_served;         /* the last psr_sample or psr_logprobs ran on the host while its
+    int host_served;         /* the last psr_sample, psr_logprobs or psr_verify ran on the host while its
                                 programs built (psr_tuning.host_cold_elements) */
 } psr_last_paths;
 PSR_API psr_status psr_context_last_paths(const psr_context *ctx, psr_last_paths *out);
@@ -95,10 +95,10 @@ typedef struct psr_tuning {
     char extra_options[256];  /* appended to every build (PSR_TUNE_BUILD_OPTIONS), or "" */
     unsigned build_threads;   /* programs a call or a warm builds at once, on threads; 1: one after
                                  another (PSR_TUNE_BUILD_THREADS; docs/cache.md) */
-    size_t host_cold_elements; /* a psr_sample or psr_logprobs whose programs are not built yet, with
-                                  at most this many rows x row_stride, runs on the host (the
-                                  same bits) while they build in the background; 0: never
-                                  (PSR_TUNE_HOST_COLD; docs/cache.md) */
+    size_t host_cold_elements; /* a psr_sample, psr_logprobs or psr_verify whose programs are
+                                  not built yet, with at most this many rows x row_stride, runs
+                                  on the host (the same bits) while they build in the
+                                  background; 0: never (PSR_TUNE_HOST_COLD; docs/cache.md) */
 } psr_tuning;
 
 /* The table's tuning of a device, before any PSR_TUNE_* variable. */

@@ -136,7 +136,7 @@ bool psr_cold_call_on_host(psr_context *ctx, psr_warm_call call, unsigned flags,
 /* Are the programs of a warm variant's call all at hand (psr_program_ready)? (warm.c) */
 bool psr_warm_ready(psr_context *ctx, const psr_warm_variant *w, unsigned flags);
 
-/* ---- calls served on the host (host_serve.c, host_logprobs.c) ---- */
+/* ---- calls served on the host (host_serve.c, host_logprobs.c, host_verify.c) ---- */
 
 /* Blocking reads of a call's device buffers, each after its wait list;
  * the first read's event goes to *first where first is not NULL (and
@@ -168,6 +168,9 @@ psr_status psr_host_sample(psr_context *ctx, const psr_sample_args *a, unsigned 
 /* psr_logprobs of checked, unsharded args computed by the host oracle;
  * *event (may be NULL) the last write's. */
 psr_status psr_host_logprobs(psr_context *ctx, const psr_logprobs_args *a, bool filtered, cl_event *event);
+/* psr_verify of checked, unsharded args with resolved flags, computed by
+ * the host oracle; *event (may be NULL) the last write's. (host_verify.c) */
+psr_status psr_host_verify(psr_context *ctx, const psr_verify_args *a, unsigned flags, cl_event *event);
 psr_status psr_warm_launch_sample(psr_context *ctx, unsigned flags, psr_dtype dtype, bool filtered, bool sharded);
 psr_status psr_warm_launch_logprobs(psr_context *ctx, psr_dtype dtype, bool filtered, bool sharded);
 psr_status psr_warm_launch_verify(psr_context *ctx, unsigned flags, psr_dtype dtype, bool sharded);

@@ -358,8 +358,10 @@ bool psr_cold_call_on_host(psr_context *ctx, psr_warm_call call, unsigned flags,
         return false;
     }
     if (++v->calls == 1) {
-        psr_variant pv = psr_variant_of(call == PSR_WARM_LOGPROBS ? PSR_KERNELS_LOGPROBS : PSR_KERNELS_SAMPLE, flags,
-                                        dtype);
+        psr_kernel_set set = call == PSR_WARM_LOGPROBS ? PSR_KERNELS_LOGPROBS
+                             : call == PSR_WARM_VERIFY ? PSR_KERNELS_VERIFY
+                                                       : PSR_KERNELS_SAMPLE;
+        psr_variant pv = psr_variant_of(set, flags, dtype);
         char name[80];
         psr_variant_name(&pv, name, sizeof name);
         psr_log(ctx, PSR_LOG_INFO, "'%s%s' runs on the host until its programs are built (in the background, "

@@ -448,6 +448,20 @@ static psr_status launch_split(psr_context *ctx, const psr_verify_args *a, const
     return st;
 }
 
+/* Cold calls on the host (host_verify.c), counting the draft cache's
+ * rows with the target's. */
+static bool on_host(psr_context *ctx, const psr_verify_args *a, unsigned flags)
+{
+    if (!ctx->tuning.host_cold_elements)
+        return false;
+    size_t stride = a->target_row_stride ? a->target_row_stride : a->vocab;
+    size_t target = a->rows <= SIZE_MAX / stride ? a->rows * stride : SIZE_MAX;
+    size_t cache_rows = a->draft_cache ? a->requests * a->draft_cache_k : 0;
+    size_t cache = cache_rows <= SIZE_MAX / a->vocab ? cache_rows * a->vocab : SIZE_MAX;
+    size_t elements = target <= SIZE_MAX - cache ? target + cache : SIZE_MAX;
+    return psr_cold_call_on_host(ctx, PSR_WARM_VERIFY, flags, a->target_dtype, false, elements);
+}
+
 psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *args, cl_event *first,
                               cl_event *event)
 {
@@ -464,6 +478,14 @@ psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *args, cl_
             "args->shard_count %zu: verification across shards runs in rounds (psr_verify_shard_round)",
             call.shard_count);
     const psr_verify_args *a = &call;
+    if (on_host(ctx, a, flags)) {
+        st = psr_host_verify(ctx, a, flags, event);
+        if (st == PSR_OK)
+            psr_record_flags(ctx, a->effective_noise, legacy_layout(a), flags);
+        ctx->host_served_last = st == PSR_OK;
+        return st;
+    }
+    ctx->host_served_last = false;
     verify_plan pl;
     plan_launch(ctx, a, flags, &pl);
     st = reserve(ctx, a, &pl);

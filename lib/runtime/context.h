@@ -161,7 +161,7 @@ struct psr_context {
     psr_fp64_policy fp64_policy;
     bool fp64_fallback_said;     /* the log has said once that fp64 became wide */
     unsigned last_sample_flags;
-    bool host_served_last; /* the last psr_sample or psr_logprobs ran on the host (cold calls) */
+    bool host_served_last; /* the last psr_sample, psr_logprobs or psr_verify ran on the host (cold calls) */
 
     bool check_arg_names; /* built with -cl-kernel-arg-info: the argument builder checks names */
     char *build_log;
