@@ -237,6 +237,10 @@ static const cold_case cases[] = {
      true, false, false},
     {"race over probabilities", PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS, PSR_NOISE_FP32, PSR_DTYPE_F32, 12, 3000, 3000,
      0, 12, false, false, false, false, false, false},
+    {"race over logits, split rows", PSR_SAMPLE_RACE, PSR_NOISE_FP32, PSR_DTYPE_F32, 1, 131072, 131072, 0, 1,
+     false, false, false, false, false, false},
+    {"race over logits, filters", PSR_SAMPLE_RACE, PSR_NOISE_FP32, PSR_DTYPE_F32, 40, 5000, 5000, 0, 36, true,
+     false, true, false, false, false},
 };
 
 /* The long suite adds the other dtypes and noises with each option. */
@@ -247,12 +251,24 @@ static const cold_case long_cases[] = {
      false, false, false},
     {"race over probabilities, fp64 noise, draft stream", PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS | PSR_SAMPLE_DRAFTING,
      PSR_NOISE_FP64, PSR_DTYPE_F32, 12, 3000, 3000, 0, 12, false, false, false, false, false, true},
+    {"race over logits, fp64 noise, f16", PSR_SAMPLE_RACE, PSR_NOISE_FP64, PSR_DTYPE_F16, 12, 131072, 131072, 0, 12,
+     false, false, false, false, false, false},
+    {"race over logits, wide noise, draft stream", PSR_SAMPLE_RACE | PSR_SAMPLE_DRAFTING, PSR_NOISE_WIDE,
+     PSR_DTYPE_F32, 12, 40000, 40000, 0, 12, false, false, false, false, false, false},
 };
 
 static void check_case(const cold_case *k)
 {
     if (k->noise == PSR_NOISE_FP64 && !has_fp64)
         return;
+    if ((k->flags & (PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS)) == PSR_SAMPLE_RACE && k->rows == 1) {
+        /* the race over logits scales each group by its own maximum: the
+         * case must split its rows to check that */
+        cl_uint chunk, groups;
+        psr_split_rows(ctx, k->rows, k->vocab, &chunk, &groups);
+        print_message("%s: %u groups a row\n", k->name, groups);
+        assert_true(groups > 1);
+    }
     cold_inputs in;
     make_inputs(k, &in);
     psr_context *host = host_context(SIZE_MAX);
@@ -571,7 +587,7 @@ static void test_cold_calls_hand_over(void **state)
 }
 
 /* Calls that stay on the device: over the size limit, the limit 0, shards,
- * the race over logits, and a variant psr_context_warm built. */
+ * fast math, and a variant psr_context_warm built. */
 static void test_cold_calls_on_device(void **state)
 {
     (void)state;
@@ -594,8 +610,8 @@ static void test_cold_calls_on_device(void **state)
     free_outputs(&o);
     psr_context_free(c);
 
-    k.flags = PSR_SAMPLE_RACE; /* no oracle computes the race over logits */
-    k.name = "race over logits";
+    k.flags = PSR_SAMPLE_FAST_MATH; /* native logs: no oracle */
+    k.name = "fast math";
     c = host_context(SIZE_MAX);
     run_case(c, &k, &in, &o);
     assert_false(o.host_served);

@@ -138,7 +138,7 @@ static psr_noise_kind noise_kind(const psr_variant *v)
 
 /* The row's token with its filters applied (Gumbel-max) or its race
  * (probabilities); masked is scratch of vocab floats. */
-static void decide_row(const psr_sample_args *a, const psr_variant *v, const host_rows *h, size_t row,
+static void decide_row(const psr_sample_args *a, const psr_variant *v, size_t chunk, const host_rows *h, size_t row,
                        float *masked, host_row_result *out)
 {
     int32_t req;
@@ -165,12 +165,19 @@ static void decide_row(const psr_sample_args *a, const psr_variant *v, const hos
         out->cache_row = h->cache_rows ? h->cache_rows[row]
                          : a->draft_cache_k ? (int64_t)req * (int64_t)a->draft_cache_k + (int64_t)a->draft_step
                                             : (int64_t)row;
+    bool none;
+    if (v->method == 1) { /* the race over logits scales by group, so the launch's split decides */
+        out->token = psr_oracle_race_logits_row(x, a->vocab, chunk, t, h->seeds[req], h->positions[row],
+                                                v->drafting, noise_kind(v), cut, &none);
+        if (none)
+            out->flags |= PSR_ROW_NO_FINITE;
+        return;
+    }
     if (cut > -INFINITY) {
         for (size_t i = 0; i < a->vocab; i++)
             masked[i] = psr_oracle_scaled(x[i], t) < cut ? -INFINITY : x[i];
         x = masked;
     }
-    bool none;
     if (v->method == 2)
         out->token = psr_oracle_race_row(x, a->vocab, t, h->seeds[req], h->positions[row], v->drafting,
                                          noise_kind(v), &none);
@@ -223,8 +230,11 @@ psr_status psr_host_sample(psr_context *ctx, const psr_sample_args *a, unsigned 
     float *masked = st == PSR_OK && v.filtered ? malloc(a->vocab * sizeof *masked) : NULL;
     if (st == PSR_OK && (!res || (v.filtered && !masked)))
         st = psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "psr_sample: out of host memory");
+    cl_uint chunk = 0, groups = 0;
+    if (v.method == 1)
+        psr_split_rows(ctx, a->rows, a->vocab, &chunk, &groups);
     for (size_t row = 0; row < a->rows && st == PSR_OK; row++)
-        decide_row(a, &v, &h, row, masked, &res[row]);
+        decide_row(a, &v, chunk, &h, row, masked, &res[row]);
     if (st == PSR_OK)
         st = write_results(ctx, a, &h, res, last);
     if (st != PSR_OK && first && *first) {

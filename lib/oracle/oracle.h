@@ -43,6 +43,15 @@ int32_t psr_oracle_sample_row(const float *logits, size_t vocab, float temperatu
 int32_t psr_oracle_race_row(const float *probs, size_t vocab, float temperature, int64_t seed,
                             int64_t pos, bool drafting, psr_noise_kind noise, bool *no_positive);
 
+/* The token the exponential race over logits (PSR_SAMPLE_RACE alone)
+ * picks for one fp32 row split into groups of `chunk` tokens as the
+ * launch splits it (psr_split_rows): each group scales its weights
+ * exp(s - m) by its own largest scaled logit m, so the bits depend on the
+ * split; cut is the filters' threshold (-inf: none). */
+int32_t psr_oracle_race_logits_row(const float *logits, size_t vocab, size_t chunk, float temperature,
+                                   int64_t seed, int64_t pos, bool drafting, psr_noise_kind noise, float cut,
+                                   bool *no_finite);
+
 float psr_oracle_exp_neg(float y);
 /* 2^z for z <= 0 as cl/detmath.cl psr_det_exp2_neg (the log-sum-exp term). */
 float psr_oracle_exp2_neg(float z);

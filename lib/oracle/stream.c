@@ -313,3 +313,64 @@ int32_t psr_oracle_race_row(const float *probs, size_t vocab, float temperature,
         *no_positive = !(best > 0);
     return (int32_t)best_i;
 }
+
+/* One group of the race over logits: the best score p * (1/E) of tokens
+ * [start, end), p = exp(s - shift) with shift the group's largest scaled
+ * logit, back on the shared scale as shift + log(score). */
+static double race_logits_group(const float *x, size_t start, size_t end, float t, float r, uint32_t key,
+                                psr_noise_kind noise, float cut, uint32_t *best_i)
+{
+    float shift = -INFINITY;
+    for (size_t i = start; i < end; i++)
+        if (!isnan(x[i]))
+            shift = fmaxf(shift, isinf(x[i]) ? x[i] : psr_oracle_div(x[i], t, r));
+    double best = -INFINITY;
+    *best_i = (uint32_t)start;
+    for (size_t i = start; i < end; i++) {
+        if (isnan(x[i]))
+            continue;
+        float xs = isinf(x[i]) ? x[i] : psr_oracle_div(x[i], t, r);
+        if (xs < cut)
+            continue;
+        float p = isinf(xs) ? (xs > 0.0f ? INFINITY : 0.0f) : psr_oracle_exp_neg(xs - shift);
+        if (!(p > 0.0f))
+            continue;
+        uint32_t w[4];
+        psr_oracle_draw(key, (uint64_t)i, w);
+        double v = noise == PSR_ORACLE_FP64 ? (double)p * (1.0 / race_e(w[0], w[1], noise))
+                                            : (double)(p * psr_oracle_recip((float)race_e(w[0], w[1], noise)));
+        if (v > best) {
+            best = v;
+            *best_i = (uint32_t)i;
+        }
+    }
+    if (!(best > 0.0) || isinf(best))
+        return best > 0.0 ? best : -INFINITY;
+    if (noise == PSR_ORACLE_FP64)
+        return (double)shift + psr_oracle_log_d(best);
+    return (double)(shift + psr_oracle_log(fmaxf((float)best, FLT_MIN)));
+}
+
+int32_t psr_oracle_race_logits_row(const float *logits, size_t vocab, size_t chunk, float temperature,
+                                   int64_t seed, int64_t pos, bool drafting, psr_noise_kind noise, float cut,
+                                   bool *no_finite)
+{
+    if (temperature == 0.0f) /* greedy: the argmax, as Gumbel-max's */
+        return psr_oracle_sample_row(logits, vocab, 0.0f, seed, pos, drafting, noise, no_finite);
+    uint32_t key = psr_oracle_row_key((uint64_t)seed, (uint64_t)pos, drafting);
+    float r = psr_oracle_temp_recip(temperature);
+    double best = -INFINITY;
+    uint32_t best_i = 0;
+    for (size_t start = 0; start < vocab; start += chunk) {
+        uint32_t i;
+        size_t end = vocab - start < chunk ? vocab : start + chunk;
+        double v = race_logits_group(logits, start, end, temperature, r, key, noise, cut, &i);
+        if (v > best) {
+            best = v;
+            best_i = i;
+        }
+    }
+    if (no_finite)
+        *no_finite = !(best > -INFINITY);
+    return (int32_t)best_i;
+}
