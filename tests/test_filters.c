@@ -151,10 +151,14 @@ static void check_rows(size_t rows, size_t vocab, unsigned flags, psr_dtype dtyp
         filtered_rows += removed > 0;
         assert_int_equal(rf[r] & ~PSR_ROW_NO_FINITE, 0);
         if (flags & PSR_SAMPLE_RACE) {
-            /* No oracle for the race over logits: the token must be kept. */
-            assert_true(tokens[r] >= 0 && (size_t)tokens[r] < vocab);
-            if (!(rf[r] & PSR_ROW_NO_FINITE))
-                assert_true(masked[tokens[r]] > -INFINITY);
+            /* the race over logits: its oracle, with the launch's split and the oracle's threshold */
+            cl_uint chunk, groups;
+            psr_split_rows(ctx, rows, vocab, &chunk, &groups);
+            int32_t token = psr_oracle_race_logits_row(x + r * vocab, vocab, chunk, temps[r], seeds[r], pos[r],
+                                                      flags & PSR_SAMPLE_DRAFTING, noise,
+                                                      want, NULL);
+            if (tokens[r] != token)
+                fail_msg("vocab %zu flags %u row %zu: race token %d, oracle %d", vocab, flags, r, tokens[r], token);
             continue;
         }
         int32_t oracle = psr_oracle_sample_row(masked, vocab, temps[r], seeds[r], pos[r],

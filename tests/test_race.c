@@ -1,6 +1,7 @@
-/* The exponential race on a real device: over probabilities, tokens equal
- * the host oracle's on every row (fp32, wide and fp64 noise); over logits,
- * the Gumbel token up to rounding; the distribution; bad input. The
+/* The exponential race on a real device: tokens equal the host oracle's
+ * on every row, over probabilities (fp32, wide and fp64 noise) and over
+ * logits (rows split over groups too), whose token is also the Gumbel
+ * token up to rounding; the distribution; bad input. The
  * default suite races over probabilities with fp32 noise only; the long
  * suite adds the other noises, the draft stream and the scalar loop. */
 #include "common.h"
@@ -81,6 +82,16 @@ static void test_race_matches_gumbel(void **state)
     assert_int_equal(sample_rows_f32(ctx, logits, rows, vocab, seeds, pos, temps, PSR_SAMPLE_RACE, race),
                      PSR_OK);
     assert_int_equal(sample_rows_f32(ctx, logits, rows, vocab, seeds, pos, temps, 0, gumbel), PSR_OK);
+    /* Bit for bit, rounding included, the race's own oracle (launches of
+     * SAMPLE_CHUNK rows, split as the launch splits them). */
+    cl_uint chunk, groups;
+    psr_split_rows(ctx, SAMPLE_CHUNK, vocab, &chunk, &groups);
+    for (size_t r = 0; r < rows; r++) {
+        int32_t want = psr_oracle_race_logits_row(logits + r * vocab, vocab, chunk, temps[r], seeds[r], pos[r],
+                                                  false, PSR_ORACLE_FP32, -INFINITY, NULL);
+        if (race[r] != want)
+            fail_msg("row %zu: race %d, oracle %d", r, race[r], want);
+    }
     size_t differ = 0;
     double worst = 0;
     for (size_t r = 0; r < rows; r++) {
@@ -154,6 +165,10 @@ static void test_split_rows_match_gumbel(void **state)
                                              temps, noises[n], gumbel, NULL, NULL),
                              PSR_OK);
             assert_memory_equal(race, gumbel, rows * 4);
+            for (size_t r = 0; r < rows; r++)
+                assert_int_equal(race[r], psr_oracle_race_logits_row(logits + r * vocab, vocab, chunk, temps[r],
+                                                                     seeds[r], pos[r], false, noise_of(noises[n]),
+                                                                     -INFINITY, NULL));
         }
         free(logits), free(seeds), free(pos), free(temps), free(race), free(gumbel);
         if (ctx != saved)
