@@ -658,6 +658,15 @@ static void test_cold_calls_on_device(void **state)
     psr_context_free(c);
 }
 
+/* The suite's context runs every call on the device, whatever the
+ * environment says (meson sets PSR_TUNE_HOST_COLD=0 anyway). */
+static void device_only(psr_context *c)
+{
+    psr_tuning t = tuning_of(c);
+    t.host_cold_elements = 0;
+    set_tuning(c, &t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -667,5 +676,5 @@ int main(void)
         cmocka_unit_test(test_cold_calls_hand_over),
         cmocka_unit_test(test_cold_calls_on_device),
     };
-    return run_device_tests(tests, &ctx, &has_fp64, 0xc01d, NULL);
+    return run_device_tests(tests, &ctx, &has_fp64, 0xc01d, device_only);
 }
