@@ -102,11 +102,8 @@ psr_status psr_host_logprobs(psr_context *ctx, const psr_logprobs_args *a, bool 
             st = psr_fail(ctx, PSR_ERR_OUT_OF_HOST_MEMORY, "psr_logprobs: out of host memory");
     if (st == PSR_OK)
         st = write_outputs(ctx, a, lp, rank, ids, top_lp, event);
-    if (st == PSR_OK && event && !*event) { /* no output asked for: an event all the same */
-        cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, event);
-        if (err != CL_SUCCESS)
-            st = psr_fail_cl(ctx, err, "psr_logprobs: clEnqueueMarkerWithWaitList failed");
-    }
+    if (st == PSR_OK)
+        st = psr_host_event(ctx, "psr_logprobs", event);
     free(lp), free(top_lp), free(rank), free(ids);
     free_inputs(&in);
     return st;

@@ -70,6 +70,14 @@ float *psr_host_read_logits(psr_host_reads *r, cl_mem logits, psr_dtype dtype, s
     return out;
 }
 
+psr_status psr_host_event(psr_context *ctx, const char *call, cl_event *event)
+{
+    if (!event || *event)
+        return PSR_OK;
+    cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, event);
+    return err == CL_SUCCESS ? PSR_OK : psr_fail_cl(ctx, err, "%s: clEnqueueMarkerWithWaitList failed", call);
+}
+
 psr_status psr_host_write(psr_context *ctx, const char *call, cl_mem mem, size_t offset, size_t bytes,
                           const void *src, const char *what, cl_event *event)
 {

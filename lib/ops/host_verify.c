@@ -96,11 +96,8 @@ psr_status psr_host_verify(psr_context *ctx, const psr_verify_args *a, unsigned 
     }
     if (st == PSR_OK)
         st = write_outputs(ctx, a, status, tokens, num, event);
-    if (st == PSR_OK && event && !*event) { /* nothing written: an event all the same */
-        cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, event);
-        if (err != CL_SUCCESS)
-            st = psr_fail_cl(ctx, err, "psr_verify: clEnqueueMarkerWithWaitList failed");
-    }
+    if (st == PSR_OK)
+        st = psr_host_event(ctx, "psr_verify", event);
     free(tokens), free(num);
     free(in.target), free(in.cache), free(in.temperatures), free(in.draft_tokens), free(in.seeds),
         free(in.positions);

@@ -310,9 +310,8 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_even
             a->shard_count);
     psr_sample_args view = filter_view(a);
     bool filtered = psr_filter_requested(&view);
-    size_t stride = a->row_stride ? a->row_stride : a->vocab;
-    if (psr_cold_call_on_host(ctx, PSR_WARM_LOGPROBS, 0, a->logits_dtype, filtered,
-                              a->rows <= SIZE_MAX / stride ? a->rows * stride : SIZE_MAX)) {
+    if (psr_cold_call_on_host(ctx, PSR_WARM_LOGPROBS, 0, a->logits_dtype, filtered, a->rows,
+                              a->row_stride ? a->row_stride : a->vocab, 0)) {
         st = psr_host_logprobs(ctx, a, filtered, event);
         ctx->host_served_last = st == PSR_OK;
         return st;

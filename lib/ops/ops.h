@@ -124,7 +124,7 @@ psr_status psr_warm_one(psr_context *ctx, const psr_warm_variant *w, unsigned fl
  * (upgrade.c). */
 void psr_upgrade_after_call(psr_context *ctx, psr_warm_call call, unsigned flags, psr_dtype dtype, bool filtered);
 /* Cold calls on the host (docs/cache.md): true when a call of this
- * variant, `elements` (rows x row_stride) large, is to run on the host
+ * variant, of rows x stride elements plus `extra`, is to run on the host
  * because its programs are not at hand; the second such call of a
  * variant has them built in the background (as quick builds do), and
  * calls go to the device once they are adopted, or once that build ended
@@ -132,7 +132,7 @@ void psr_upgrade_after_call(psr_context *ctx, psr_warm_call call, unsigned flags
  * tuning's host_cold_elements, while warming, and where no background
  * thread can run. (upgrade.c) */
 bool psr_cold_call_on_host(psr_context *ctx, psr_warm_call call, unsigned flags, psr_dtype dtype, bool filtered,
-                           size_t elements);
+                           size_t rows, size_t stride, size_t extra);
 /* Are the programs of a warm variant's call all at hand (psr_program_ready)? (warm.c) */
 bool psr_warm_ready(psr_context *ctx, const psr_warm_variant *w, unsigned flags);
 
@@ -157,6 +157,9 @@ float *psr_host_read_logits(psr_host_reads *r, cl_mem logits, psr_dtype dtype, s
 /* A blocking write; *event (may be NULL) its event. */
 psr_status psr_host_write(psr_context *ctx, const char *call, cl_mem mem, size_t offset, size_t bytes,
                           const void *src, const char *what, cl_event *event);
+/* Where the caller wants an event and no write gave one (nothing to
+ * write): a marker's. */
+psr_status psr_host_event(psr_context *ctx, const char *call, cl_event *event);
 
 /* psr_sample of checked args `a` with resolved flags, computed by the
  * host oracle: the inputs read after a's wait list, the outputs written

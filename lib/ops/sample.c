@@ -370,9 +370,8 @@ static bool on_host(psr_context *ctx, const psr_sample_args *a, unsigned flags)
     psr_variant v = psr_variant_of(PSR_KERNELS_SAMPLE, flags, a->logits_dtype);
     if (a->shard_count || v.fast_math || !ctx->tuning.host_cold_elements)
         return false;
-    size_t stride = a->row_stride ? a->row_stride : a->vocab;
-    size_t elements = a->rows <= SIZE_MAX / stride ? a->rows * stride : SIZE_MAX;
-    return psr_cold_call_on_host(ctx, PSR_WARM_SAMPLE, flags, a->logits_dtype, psr_filter_requested(a), elements);
+    return psr_cold_call_on_host(ctx, PSR_WARM_SAMPLE, flags, a->logits_dtype, psr_filter_requested(a), a->rows,
+                                 a->row_stride ? a->row_stride : a->vocab, 0);
 }
 
 psr_status psr_sample(psr_context *ctx, const psr_sample_args *args, cl_event *event)

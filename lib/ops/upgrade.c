@@ -341,9 +341,10 @@ void psr_upgrade_after_call(psr_context *ctx, psr_warm_call call, unsigned flags
 }
 
 bool psr_cold_call_on_host(psr_context *ctx, psr_warm_call call, unsigned flags, psr_dtype dtype, bool filtered,
-                           size_t elements)
+                           size_t rows, size_t stride, size_t extra)
 {
-    if (!ctx->tuning.host_cold_elements || elements > ctx->tuning.host_cold_elements || ctx->warming)
+    size_t limit = ctx->tuning.host_cold_elements;
+    if (!limit || ctx->warming || rows > limit / stride || rows * stride > limit - (extra < limit ? extra : limit))
         return false;
     psr_upgrader *u = upgrader_of(ctx);
     size_t i = u ? variant_index(u, call, flags, dtype, filtered) : UPGRADE_VARIANTS;

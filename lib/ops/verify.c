@@ -452,14 +452,10 @@ static psr_status launch_split(psr_context *ctx, const psr_verify_args *a, const
  * rows with the target's. */
 static bool on_host(psr_context *ctx, const psr_verify_args *a, unsigned flags)
 {
-    if (!ctx->tuning.host_cold_elements)
-        return false;
-    size_t stride = a->target_row_stride ? a->target_row_stride : a->vocab;
-    size_t target = a->rows <= SIZE_MAX / stride ? a->rows * stride : SIZE_MAX;
     size_t cache_rows = a->draft_cache ? a->requests * a->draft_cache_k : 0;
     size_t cache = cache_rows <= SIZE_MAX / a->vocab ? cache_rows * a->vocab : SIZE_MAX;
-    size_t elements = target <= SIZE_MAX - cache ? target + cache : SIZE_MAX;
-    return psr_cold_call_on_host(ctx, PSR_WARM_VERIFY, flags, a->target_dtype, false, elements);
+    return psr_cold_call_on_host(ctx, PSR_WARM_VERIFY, flags, a->target_dtype, false, a->rows,
+                                 a->target_row_stride ? a->target_row_stride : a->vocab, cache);
 }
 
 psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *args, cl_event *first,
