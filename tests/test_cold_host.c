@@ -247,7 +247,7 @@ static const cold_case cases[] = {
 static const cold_case long_cases[] = {
     {"bf16, draft stream, wide noise", PSR_SAMPLE_DRAFTING, PSR_NOISE_WIDE, PSR_DTYPE_BF16, 12, 3000, 3001, 3, 12,
      true, true, false, false, true, false},
-    {"fp16 filters, fp64 noise", 0, PSR_NOISE_FP64, PSR_DTYPE_F16, 12, 3000, 3000, 0, 12, false, false, true,
+    {"fp16 filters, fp64 noise", 0, PSR_NOISE_FP64, PSR_DTYPE_F16, 40, 3000, 3000, 0, 40, false, false, true,
      false, false, false},
     {"race over probabilities, fp64 noise, draft stream", PSR_SAMPLE_RACE | PSR_SAMPLE_PROBS | PSR_SAMPLE_DRAFTING,
      PSR_NOISE_FP64, PSR_DTYPE_F32, 12, 3000, 3000, 0, 12, false, false, false, false, false, true},

@@ -368,7 +368,7 @@ static psr_status launch_sample(psr_context *ctx, const psr_sample_args *a, cons
 static bool on_host(psr_context *ctx, const psr_sample_args *a, unsigned flags)
 {
     psr_variant v = psr_variant_of(PSR_KERNELS_SAMPLE, flags, a->logits_dtype);
-    if (a->shard_count || v.fast_math || !ctx->tuning.host_cold_elements)
+    if (a->shard_count || v.fast_math)
         return false;
     return psr_cold_call_on_host(ctx, PSR_WARM_SAMPLE, flags, a->logits_dtype, psr_filter_requested(a), a->rows,
                                  a->row_stride ? a->row_stride : a->vocab, 0);
