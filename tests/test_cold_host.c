@@ -111,6 +111,10 @@ typedef struct cold_outputs {
     bool host_served;
 } cold_outputs;
 
+/* An event the next run_case's call waits for (NULL: none); a user event
+ * is set complete once psr_sample has returned, as an app would. */
+static cl_event wait_on;
+
 /* The case's call on context c, every output buffer filled with a pattern
  * first (so that what a path leaves alone is compared too). */
 static void run_case(psr_context *c, const cold_case *k, const cold_inputs *in, cold_outputs *out)
@@ -162,10 +166,15 @@ static void run_case(psr_context *c, const cold_case *k, const cold_inputs *in, 
     a.draft_step = k->cache_k ? 1 : 0;
     a.flags = k->flags;
     a.noise = k->noise;
+    a.num_events_in_wait_list = wait_on ? 1 : 0;
+    a.event_wait_list = wait_on ? &wait_on : NULL;
     cl_event done = NULL;
     psr_status st = psr_sample(c, &a, &done);
     if (st != PSR_OK)
         fail_msg("%s: psr_sample failed: %s", k->name, psr_last_error(c));
+    cl_command_queue of = NULL;
+    if (wait_on && clGetEventInfo(wait_on, CL_EVENT_COMMAND_QUEUE, sizeof of, &of, NULL) == CL_SUCCESS && !of)
+        assert_int_equal(clSetUserEventStatus(wait_on, CL_COMPLETE), CL_SUCCESS);
     assert_non_null(done);
     assert_int_equal(clWaitForEvents(1, &done), CL_SUCCESS);
     clReleaseEvent(done);
@@ -594,17 +603,49 @@ static void test_cold_calls_on_device(void **state)
     cold_case k = cases[0];
     cold_inputs in;
     make_inputs(&k, &in);
-    cold_outputs o;
+    cold_outputs o, d;
+    run_case(ctx, &k, &in, &d);
     size_t elements = k.rows * k.stride;
+
+    /* Behind a user event the app sets after the call returns: the host
+     * cannot wait for it. Behind another queue's command not yet flushed:
+     * the host flushes that queue and waits. */
+    psr_context *c = host_context(SIZE_MAX);
+    cl_int err;
+    wait_on = clCreateUserEvent(cl_context_of(c), &err);
+    assert_int_equal(err, CL_SUCCESS);
+    run_case(c, &k, &in, &o);
+    clReleaseEvent(wait_on);
+    assert_false(o.host_served);
+    expect_same(&k, &in, &o, &d);
+    free_outputs(&o);
+    psr_context_free(c); /* that call built the programs: a fresh context is cold again */
+    c = host_context(SIZE_MAX);
+    cl_device_id device;
+    assert_int_equal(psr_context_cl(c, NULL, &device, NULL), PSR_OK);
+    cl_command_queue other = clCreateCommandQueue(cl_context_of(c), device, 0, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_mem scratch = device_buffer(c, 1 << 20);
+    static const cl_uchar zero = 0;
+    assert_int_equal(clEnqueueFillBuffer(other, scratch, &zero, 1, 0, 1 << 20, 0, NULL, &wait_on), CL_SUCCESS);
+    run_case(c, &k, &in, &o);
+    clReleaseEvent(wait_on);
+    wait_on = NULL;
+    assert_true(o.host_served);
+    expect_same(&k, &in, &o, &d);
+    free_outputs(&o);
+    clReleaseMemObject(scratch);
+    clReleaseCommandQueue(other);
+    psr_context_free(c);
     const size_t limits[] = {elements - 1, 0};
     for (int i = 0; i < 2; i++) {
-        psr_context *c = host_context(limits[i]);
+        c = host_context(limits[i]);
         run_case(c, &k, &in, &o);
         assert_false(o.host_served);
         free_outputs(&o);
         psr_context_free(c);
     }
-    psr_context *c = host_context(elements);
+    c = host_context(elements);
     run_case(c, &k, &in, &o);
     assert_true(o.host_served); /* exactly at the limit */
     free_outputs(&o);
@@ -630,6 +671,7 @@ static void test_cold_calls_on_device(void **state)
     free_outputs(&o);
     psr_context_free(c);
     free_inputs(&in);
+    free_outputs(&d);
 
     /* A shard's record holds its score: the device writes it. */
     c = host_context(SIZE_MAX);

@@ -70,6 +70,22 @@ float *psr_host_read_logits(psr_host_reads *r, cl_mem logits, psr_dtype dtype, s
     return out;
 }
 
+bool psr_host_can_wait(cl_uint nwait, const cl_event *wait)
+{
+    for (cl_uint i = 0; i < nwait; i++) {
+        cl_command_queue q = NULL;
+        cl_int status = CL_COMPLETE;
+        if (clGetEventInfo(wait[i], CL_EVENT_COMMAND_QUEUE, sizeof q, &q, NULL) != CL_SUCCESS ||
+            clGetEventInfo(wait[i], CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) != CL_SUCCESS)
+            return false;
+        if (!q && status > CL_COMPLETE)
+            return false; /* a user event the caller may set only after the call returns */
+        if (q && status > CL_COMPLETE && clFlush(q) != CL_SUCCESS)
+            return false; /* another queue's command must be on its way before the host waits for it */
+    }
+    return true;
+}
+
 psr_status psr_host_event(psr_context *ctx, const char *call, cl_event *event)
 {
     if (!event || *event)

@@ -311,7 +311,8 @@ psr_status psr_logprobs(psr_context *ctx, const psr_logprobs_args *args, cl_even
     psr_sample_args view = filter_view(a);
     bool filtered = psr_filter_requested(&view);
     if (psr_cold_call_on_host(ctx, PSR_WARM_LOGPROBS, 0, a->logits_dtype, filtered, a->rows,
-                              a->row_stride ? a->row_stride : a->vocab, 0)) {
+                              a->row_stride ? a->row_stride : a->vocab, 0) &&
+        psr_host_can_wait(a->num_events_in_wait_list, a->event_wait_list)) {
         st = psr_host_logprobs(ctx, a, filtered, event);
         ctx->host_served_last = st == PSR_OK;
         return st;

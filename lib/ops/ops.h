@@ -149,6 +149,10 @@ typedef struct psr_host_reads {
     cl_event *first;
     psr_status st;
 } psr_host_reads;
+/* May a cold call wait on the host for these events? Not for a user event
+ * still pending (the caller may set it only after the call returns);
+ * other queues' pending commands are flushed first, so that they run. */
+bool psr_host_can_wait(cl_uint nwait, const cl_event *wait);
 /* `bytes` at `offset` of mem into a new array; NULL for a NULL mem or after a failure. */
 void *psr_host_read(psr_host_reads *r, cl_mem mem, size_t offset, size_t bytes, const char *what);
 /* Rows of logits of any dtype as fp32 [rows, vocab], as the kernels load them. */

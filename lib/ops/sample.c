@@ -371,7 +371,8 @@ static bool on_host(psr_context *ctx, const psr_sample_args *a, unsigned flags)
     if (a->shard_count || v.fast_math)
         return false;
     return psr_cold_call_on_host(ctx, PSR_WARM_SAMPLE, flags, a->logits_dtype, psr_filter_requested(a), a->rows,
-                                 a->row_stride ? a->row_stride : a->vocab, 0);
+                                 a->row_stride ? a->row_stride : a->vocab, 0) &&
+           psr_host_can_wait(a->num_events_in_wait_list, a->event_wait_list);
 }
 
 psr_status psr_sample(psr_context *ctx, const psr_sample_args *args, cl_event *event)

@@ -455,7 +455,8 @@ static bool on_host(psr_context *ctx, const psr_verify_args *a, unsigned flags)
     size_t cache_rows = a->draft_cache ? a->requests * a->draft_cache_k : 0;
     size_t cache = cache_rows <= SIZE_MAX / a->vocab ? cache_rows * a->vocab : SIZE_MAX;
     return psr_cold_call_on_host(ctx, PSR_WARM_VERIFY, flags, a->target_dtype, false, a->rows,
-                                 a->target_row_stride ? a->target_row_stride : a->vocab, cache);
+                                 a->target_row_stride ? a->target_row_stride : a->vocab, cache) &&
+           psr_host_can_wait(a->num_events_in_wait_list, a->event_wait_list);
 }
 
 psr_status psr_verify_enqueue(psr_context *ctx, const psr_verify_args *args, cl_event *first,
