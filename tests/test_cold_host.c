@@ -440,76 +440,6 @@ static void test_cold_logprobs_match_device(void **state)
     }
 }
 
-/* What one psr_verify call wrote. */
-typedef struct verify_outputs {
-    unsigned char *tokens;
-    int32_t *num;
-    uint32_t status;
-    bool host_served;
-} verify_outputs;
-
-static void run_verify(psr_context *c, const vcase *v, psr_dtype dtype, psr_verify_method method, psr_noise noise,
-                       bool tokens64, verify_outputs *out)
-{
-    size_t cols = v->max_drafts + 1, token_bytes = v->requests * cols * (tokens64 ? 8 : 4);
-    size_t esize = dtype == PSR_DTYPE_F32 ? 4 : 2;
-    void *target = malloc(v->rows * v->vocab * esize);
-    for (size_t i = 0; i < v->rows * v->vocab; i++) {
-        uint32_t bits;
-        memcpy(&bits, &v->target[i], 4);
-        if (dtype == PSR_DTYPE_F32)
-            ((float *)target)[i] = v->target[i];
-        else
-            ((uint16_t *)target)[i] = (uint16_t)(bits >> 16); /* bf16 */
-    }
-    unsigned char *fill = malloc(token_bytes);
-    memset(fill, 0x55, token_bytes);
-    uint32_t status_fill = 0x55555555u;
-    cl_mem m[9] = {upload(c, target, v->rows * v->vocab * esize),
-                   v->cache ? upload(c, v->cache, v->requests * v->cache_k * v->vocab * 4) : NULL,
-                   upload(c, v->drafts, v->rows * 4),
-                   upload(c, v->seeds, v->requests * 8),
-                   upload(c, v->temps, v->requests * 4),
-                   upload(c, v->positions, v->rows * 8),
-                   upload(c, fill, token_bytes),
-                   upload(c, fill, v->requests * 4),
-                   upload(c, &status_fill, 4)};
-    psr_verify_args a;
-    psr_verify_args_init(&a, sizeof a);
-    a.requests = v->requests;
-    a.cu = v->cu;
-    a.rows = v->rows;
-    a.max_drafts = v->max_drafts;
-    a.vocab = v->vocab;
-    a.target_logits = m[0];
-    a.target_dtype = dtype;
-    a.draft_cache = m[1];
-    a.draft_cache_k = v->cache ? v->cache_k : 0;
-    a.draft_tokens = m[2];
-    a.seeds = m[3];
-    a.temperatures = m[4];
-    a.positions = m[5];
-    a.method = method;
-    a.noise = noise;
-    a.tokens = m[6];
-    a.tokens_dtype = tokens64 ? PSR_TOKENS_I64 : PSR_TOKENS_I32;
-    a.num_sampled = m[7];
-    a.status = m[8];
-    cl_event done = NULL;
-    if (psr_verify(c, &a, &done) != PSR_OK)
-        fail_msg("psr_verify failed: %s", psr_last_error(c));
-    assert_int_equal(clWaitForEvents(1, &done), CL_SUCCESS);
-    clReleaseEvent(done);
-    out->host_served = last_paths(c).host_served;
-    out->tokens = malloc(token_bytes);
-    out->num = malloc(v->requests * 4);
-    download(c, m[6], out->tokens, token_bytes);
-    download(c, m[7], out->num, v->requests * 4);
-    download(c, m[8], &out->status, 4);
-    release_buffers(m, 9);
-    free(fill), free(target);
-}
-
 /* psr_verify on the host writes the device's tokens, counts and status;
  * with a bad input, the status alone. */
 static void test_cold_verify_matches_device(void **state)
@@ -533,22 +463,27 @@ static void test_cold_verify_matches_device(void **state)
             v.positions[1] = -1;
             v.temps[2] = NAN;
         }
-        psr_dtype dtype = runs[i].bf16 ? PSR_DTYPE_BF16 : PSR_DTYPE_F32;
+        const vrun run = {runs[i].method, runs[i].noise == PSR_NOISE_FP64 ? PSR_FLAG_FP64_NOISE : 0,
+                          runs[i].tokens64 ? PSR_TOKENS_I64 : PSR_TOKENS_I32,
+                          runs[i].bf16 ? PSR_DTYPE_BF16 : PSR_DTYPE_F32, NULL};
+        size_t cells = v.requests * (v.max_drafts + 1);
+        int32_t *ht = malloc(cells * 4), *dt = malloc(cells * 4), *hn = malloc(v.requests * 4),
+                *dn = malloc(v.requests * 4);
+        uint32_t hs, ds;
         psr_context *host = host_context(SIZE_MAX);
-        verify_outputs h, d;
-        run_verify(host, &v, dtype, runs[i].method, runs[i].noise, runs[i].tokens64, &h);
-        run_verify(ctx, &v, dtype, runs[i].method, runs[i].noise, runs[i].tokens64, &d);
+        assert_int_equal(vcase_run(host, &v, &run, ht, hn, &hs), PSR_OK);
+        bool host_served = last_paths(host).host_served;
         psr_context_free(host);
-        if (!h.host_served || d.host_served)
-            fail_msg("verify run %zu: host_served %d on the cold context, %d on the suite's", i, h.host_served,
-                     d.host_served);
-        size_t token_bytes = v.requests * (v.max_drafts + 1) * (runs[i].tokens64 ? 8 : 4);
-        if (h.status != d.status)
-            fail_msg("verify run %zu: host status 0x%x, device 0x%x", i, h.status, d.status);
-        assert_true(runs[i].bad == (d.status != 0));
-        if (memcmp(h.num, d.num, v.requests * 4) || memcmp(h.tokens, d.tokens, token_bytes))
+        assert_int_equal(vcase_run(ctx, &v, &run, dt, dn, &ds), PSR_OK);
+        if (!host_served || last_paths(ctx).host_served)
+            fail_msg("verify run %zu: host_served %d on the cold context, %d on the suite's", i, host_served,
+                     last_paths(ctx).host_served);
+        if (hs != ds)
+            fail_msg("verify run %zu: host status 0x%x, device 0x%x", i, hs, ds);
+        assert_true(runs[i].bad == (ds != 0));
+        if (memcmp(hn, dn, v.requests * 4) || memcmp(ht, dt, cells * 4))
             fail_msg("verify run %zu: the tokens or counts differ", i);
-        free(h.tokens), free(h.num), free(d.tokens), free(d.num);
+        free(ht), free(dt), free(hn), free(dn);
         free_case(&v);
     }
 }

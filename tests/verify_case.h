@@ -24,4 +24,21 @@ int32_t host_argmax(const float *x, size_t n);
  * rows are all NaN; temperatures mix 0.7, 1 and 0 (greedy). */
 vcase make_case(size_t requests, size_t vocab, size_t max_drafts, bool cache);
 
+/* The pattern of an output psr_verify did not write. */
+#define SENTINEL 0x5a5a5a5a
+
+/* How a case is verified. */
+typedef struct vrun {
+    psr_verify_method method;
+    unsigned flags; /* internal noise bits too (set_verify_flags) */
+    psr_token_dtype tokens_dtype;
+    psr_dtype dtype;
+    void (*tamper)(psr_verify_args *); /* bad-input tests change the arguments */
+} vrun;
+
+/* Runs psr_verify on a case on ctx: tokens [requests, max_drafts + 1] and
+ * num_sampled come back (SENTINEL where nothing was written), *status the
+ * device-side status word. bf16 runs round the case's logits first. */
+psr_status vcase_run(psr_context *ctx, vcase *c, const vrun *run, int32_t *tokens, int32_t *num, uint32_t *status);
+
 #endif
