@@ -18,7 +18,7 @@ static const char warm_help[] =
     "          --device SEL   a selector (see psr info); default $PSR_DEVICE or auto\n"
     "          --launch       also run each kernel once on a tiny input, for drivers\n"
     "                         that compile a kernel at its first launch (PoCL, into\n"
-    "                         its own cache): about 100 s on two CPU cores\n";
+    "                         its own cache): 90-250 s on two CPU cores\n";
 static const char list_help[] =
     "  list    entries with device, driver, size and age, and why psr would not\n"
     "          load one (--json: a JSON list, each with a status and a reason)\n";
