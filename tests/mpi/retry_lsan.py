@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
-"""Runs a test command (mpirun of a test) and runs it again, up to three
-more times, when LeakSanitizer itself failed: its tracer, which stops
-every thread to scan for leaks at exit, sometimes crashes under mpirun
-("Tracer caught signal 11"), on one CI host twice in a row. A leak
-report, or any other failure, fails the test at once."""
+"""Runs a test command (mpirun of a test) from the root directory, and
+again, up to three more times, when LeakSanitizer itself failed.
+
+Under mpirun, LeakSanitizer's tracer, which stops every thread to scan for
+leaks at exit, crashed ("Tracer caught signal 11") in about half the runs
+whose working directory's path was 16 characters or longer (a build
+directory always is), on old and new builds alike, and in none of 8 runs
+from a shorter one. So the command runs from "/", its relative paths made
+absolute first. A leak report, or any other failure, fails the test at
+once."""
+import os
 import subprocess
 import sys
 
@@ -17,6 +23,8 @@ def run(cmd, **kwargs):
     """subprocess.run(cmd, capture_output=True, text=True, **kwargs), again
     (at most RETRIES times) after a failure that LeakSanitizer's own fatal
     error explains."""
+    cmd = [os.path.abspath(a) if "/" in a and not os.path.isabs(a) and os.path.exists(a) else a for a in cmd]
+    kwargs.setdefault("cwd", "/")
     r = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
     for attempt in range(RETRIES):
         if r.returncode == 0 or LSAN_FATAL not in r.stderr:
