@@ -375,6 +375,14 @@ static void mem_key_of(psr_kernel_set set, const char *options, char *buf, size_
     snprintf(buf, len, "%s|%s", psr_kernel_set_name(set), options);
 }
 
+/* Options and memory-tier key turned into the quick build's. */
+static void make_quick(psr_kernel_set set, char *options, size_t options_len, char *mem_key, size_t key_len)
+{
+    size_t used = strlen(options);
+    snprintf(options + used, options_len - used, "%s", quick_options);
+    mem_key_of(set, options, mem_key, key_len);
+}
+
 /* Quick builds: where the tuning has them, for any variant but fast
  * math ones (whose unoptimized code could round differently), outside
  * psr_context_warm, which builds what the calls will keep. */
@@ -411,9 +419,7 @@ psr_status psr_program_get_tier(psr_context *ctx, const psr_variant *in, cl_prog
         loaded = p != NULL;
         if (!loaded) {
             q = true;
-            size_t used = strlen(options);
-            snprintf(options + used, sizeof options - used, "%s", quick_options);
-            mem_key_of(v->set, options, mem_key, sizeof mem_key);
+            make_quick(v->set, options, sizeof options, mem_key, sizeof mem_key);
             p = remembered(ctx, mem_key);
         }
     }
@@ -470,9 +476,7 @@ bool psr_program_ready(psr_context *ctx, const psr_variant *in)
         return true;
     if (!quick_allowed(ctx, &v))
         return false;
-    size_t used = strlen(options);
-    snprintf(options + used, sizeof options - used, "%s", quick_options);
-    mem_key_of(v.set, options, mem_key, sizeof mem_key);
+    make_quick(v.set, options, sizeof options, mem_key, sizeof mem_key);
     return remembered(ctx, mem_key) != NULL;
 }
 
@@ -496,9 +500,7 @@ void psr_program_prefetch(psr_context *ctx, const psr_variant *in, size_t n)
         if (remembered(ctx, key) || on_disk(ctx, &v, o))
             continue;
         if (quick_allowed(ctx, &v)) {
-            size_t used = strlen(o);
-            snprintf(o + used, sizeof options[0] - used, "%s", quick_options);
-            mem_key_of(v.set, o, key, sizeof key);
+            make_quick(v.set, o, sizeof options[0], key, sizeof key);
             if (remembered(ctx, key) || on_disk(ctx, &v, o))
                 continue;
         }

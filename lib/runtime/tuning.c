@@ -178,8 +178,9 @@ psr_tuning psr_tuning_for(const psr_device_info *info)
                      * for what they cost (docs/cache.md). */
                     .quick_builds = is_pocl(info),
                     .build_threads = build_threads_default(info),
-                    /* 16 rows of 131,072: the host takes 0.1-0.2 s for
-                     * them where a first build takes 0.5-4 s. */
+                    /* 16 rows of 131,072: about 0.3 s on the host (0.6
+                     * with top-k and top-p; the H200's host CPU), where a
+                     * first build takes 0.5-4 s. */
                     .host_cold_elements = (size_t)1 << 21};
     /* 4 groups per compute unit, a little over a wave of the statistics
      * kernel (it holds 3 per SM on the H200): within a wave every row
