@@ -540,23 +540,39 @@ inline void psr_filter_vscan_step(__global const psr_logit_t *src, uint i, uint 
  * histogram, no second pass and no barrier. */
 #define PSR_FILTER_SLIST 1024
 
-/* The k-th largest of keys[0 .. n) (1 <= k <= n), by radix selection. */
+/* The k-th largest of keys[0 .. n) (1 <= k <= n): quickselect on a
+ * copy (median-of-three pivots), about a quarter of what four radix
+ * passes of 256 bins cost on lists of a few hundred keys. */
 inline uint psr_filter_kth(const uint *keys, uint n, uint k)
 {
-    uint prefix = 0, above = 0; /* keys in the bins above the prefix's */
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        uint bins[PSR_FILTER_BINS];
-        for (uint b = 0; b < PSR_FILTER_BINS; b++)
-            bins[b] = 0;
-        for (uint c = 0; c < n; c++)
-            if (shift == 24 || (keys[c] >> (shift + 8)) == prefix)
-                bins[(keys[c] >> shift) & 0xffu]++;
-        uint b = PSR_FILTER_BINS - 1;
-        for (; b > 0 && above + bins[b] < k; b--)
-            above += bins[b];
-        prefix = (prefix << 8) | b;
+    uint a[PSR_FILTER_SLIST];
+    for (uint c = 0; c < n; c++)
+        a[c] = keys[c];
+    int lo = 0, hi = (int)n - 1, want = (int)(n - k); /* its index in ascending order */
+    while (lo < hi) {
+        uint x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi];
+        uint pivot = max(min(x, y), min(max(x, y), z));
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] < pivot)
+                i++;
+            while (a[j] > pivot)
+                j--;
+            if (i <= j) {
+                uint swap = a[i];
+                a[i++] = a[j];
+                a[j--] = swap;
+            }
+        }
+        /* a[lo .. j] <= pivot <= a[i .. hi], and pivot between them */
+        if (want <= j)
+            hi = j;
+        else if (want >= i)
+            lo = i;
+        else
+            return a[want];
     }
-    return prefix;
+    return a[want];
 }
 
 /* Keeps the entries with key >= bar; returns how many. */
@@ -603,8 +619,17 @@ inline void psr_filter_stream(bool on, __global const psr_logit_t *src, uint sta
     uint row_mk = *mk;
     float raw_skip = -INFINITY; /* a step whose raw logits are all below it has no key at the bar */
     for (uint i = start; i < end; i += PSR_VEC) {
-        /* Such a step cannot raise row_mk either: the bar is one of the keys seen. */
-        if (i + PSR_VEC <= end && psr_vmax(psr_vload_logits(src, i)) < raw_skip)
+        /* Such a step cannot raise row_mk either: the bar is one of the keys
+         * seen. Most steps skip once the bar has risen, so four are checked
+         * at once first. */
+        if (i + 4 * PSR_VEC <= end && !psr_vany_at_least(psr_vload_logits(src, i), raw_skip) &&
+            !psr_vany_at_least(psr_vload_logits(src, i + PSR_VEC), raw_skip) &&
+            !psr_vany_at_least(psr_vload_logits(src, i + 2 * PSR_VEC), raw_skip) &&
+            !psr_vany_at_least(psr_vload_logits(src, i + 3 * PSR_VEC), raw_skip)) {
+            i += 3 * PSR_VEC;
+            continue;
+        }
+        if (i + PSR_VEC <= end && !psr_vany_at_least(psr_vload_logits(src, i), raw_skip))
             continue;
         uint lanes;
         psr_vuint k1 = psr_filter_vkeys(src, i, end, f, &lanes);
@@ -718,14 +743,17 @@ inline void psr_filter_scan_last(bool last, const psr_filter_row *f, uint row_id
     volatile __global const uint *vst = st, *vh = h;
     bool k_last = last && f->k_on;
     if (PSR_FLAT_BARRIERS || k_last) {
-        for (uint b = lid; b < PSR_FILTER_HBINS; b += PSR_WG_SIZE)
-            lh[b] = k_last ? vh[b] : 0;
+        /* Other groups pass the barriers over no bins (uniform: `last`
+         * and the filters hold for the whole group). */
+        uint bins = k_last ? PSR_FILTER_HBINS : 0;
+        for (uint b = lid; b < bins; b += PSR_WG_SIZE)
+            lh[b] = vh[b];
         barrier(CLK_LOCAL_MEM_FENCE);
-        ulong total = psr_filter_suffix(lh, lh, false, PSR_FILTER_HBINS, seg);
+        ulong total = psr_filter_suffix(lh, lh, false, bins, seg);
         uint low = 0; /* fewer than k tokens: every key is a candidate */
         bool cross = k_last && total >= (ulong)f->k;
         if (PSR_FLAT_BARRIERS || cross) {
-            psr_filter_cross(lh, lh, false, PSR_FILTER_HBINS, 0, false, (ulong)f->k, 0.0f, seg, pick);
+            psr_filter_cross(lh, lh, false, bins, 0, false, (ulong)f->k, 0.0f, seg, pick);
             if (cross)
                 low = pick[0] << PSR_FILTER_HSHIFT;
         }

@@ -50,6 +50,18 @@ inline float psr_vmax(psr_vfloat v)
     return fmax(m2.x, m2.y);
 }
 
+/* Whether some lane of v reaches `bar` (a NaN lane never does): a
+ * compare and an or of the masks, about half what psr_vmax's NaN-aware
+ * halving costs a step on PoCL. */
+inline bool psr_vany_at_least(psr_vfloat v, float bar)
+{
+    psr_vint c = v >= bar;
+    int8 m8 = c.lo | c.hi;
+    int4 m4 = m8.lo | m8.hi;
+    int2 m2 = m4.lo | m4.hi;
+    return (m2.x | m2.y) != 0;
+}
+
 /* a * m per lane: the low halves returned, the high halves in *hi. PoCL
  * splits a vector mul_hi into scalar multiplies; this form takes the
  * 64-bit products of the even and the odd lanes separately (two vpmuludq
