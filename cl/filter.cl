@@ -1077,11 +1077,12 @@ inline void psr_filter_vscan_chunk(__global const psr_logit_t *src, uint start, 
         psr_filter_vscan_step(src, i, end, f, k_on, 0, mk, lh);
     uint bound = 0;
     if (PSR_FLAT_BARRIERS || k_on) {
+        uint bins = k_on ? PSR_FILTER_HBINS : 0; /* the barriers only, without top-k */
         barrier(CLK_LOCAL_MEM_FENCE);
-        ulong total = psr_filter_suffix(lh, lh, false, PSR_FILTER_HBINS, seg);
+        ulong total = psr_filter_suffix(lh, lh, false, bins, seg);
         bool cross = k_on && total >= (ulong)f->k;
         if (PSR_FLAT_BARRIERS || cross) {
-            psr_filter_cross(lh, lh, false, PSR_FILTER_HBINS, 0, false, (ulong)f->k, 0.0f, seg, pick);
+            psr_filter_cross(lh, lh, false, bins, 0, false, (ulong)f->k, 0.0f, seg, pick);
             if (cross)
                 bound = pick[0] << PSR_FILTER_HSHIFT;
         }
