@@ -164,7 +164,8 @@ void psr_build_options(const psr_context *ctx, const psr_variant *in, char *buf,
                  ctx->info.capabilities & PSR_CAP_FP64 ? " -DPSR_FP64_AT_RUN_TIME=1" : "");
     }
     /* mul_hi is core OpenCL C, and Random123 otherwise builds its 32-bit
-     * multiply from a 64-bit product (9-12% slower on NVIDIA). Its 64-bit
+     * multiply from a 64-bit product (9-12% slower on NVIDIA, faster on
+     * PoCL: sample.mulhi chooses). Its 64-bit
      * path wins over the intrinsic unless R123_USE_64BIT=0 (psr uses only
      * philox4x32, so nothing is lost). */
     char one[96] = "";

@@ -49,30 +49,33 @@ typedef struct filter_row {
 #define ANY_CPU {.type = PSR_DEVICE_CPU}
 #define ANY_DEVICE {.type = PSR_DEVICE_OTHER}
 
-/* Every row: min_steps steps of tokens per group at least, mul_hi
- * multiplies (9-12% faster than a 64-bit product on the H200), one kernel
- * per row where the device allows it. */
-#define SAMPLE(r, wg, resident, vec, steps) \
+/* Every row: min_steps steps of tokens per group at least, one kernel per
+ * row where the device allows it, and Random123's scalar multiply through
+ * mul_hi (9-12% faster than a 64-bit product on the H200) or not (PoCL,
+ * below). */
+#define SAMPLE(r, wg, resident, vec, steps, hi) \
     {.rule = r, .work_group_size = wg, .resident_per_unit = resident, .vector_width = vec, \
-     .min_steps = steps, .two_pass = 0, .mulhi = 1}
+     .min_steps = steps, .two_pass = 0, .mulhi = hi}
 
 static const sample_row sample_rows[] = {
     /* H200: 256-wide groups; the sampling kernel's registers leave room
      * for about 6 per SM. 512-wide groups lost at 64 rows. One step per
      * group at one row (126 groups) beat two (63). */
-    {NVIDIA_GPU, SAMPLE("nvidia-gpu", 256, 6, 0, 1)},
+    {NVIDIA_GPU, SAMPLE("nvidia-gpu", 256, 6, 0, 1, 1)},
     /* 64-wide wavefronts, up to 40 waves per CU: a multiple of 64. */
-    {AMD_GPU, SAMPLE("amd-gpu", 256, 8, 0, 2)},
-    {AMD_GPU_SHORT, SAMPLE("amd-gpu", 256, 8, 0, 2)},
+    {AMD_GPU, SAMPLE("amd-gpu", 256, 8, 0, 2, 1)},
+    {AMD_GPU_SHORT, SAMPLE("amd-gpu", 256, 8, 0, 2, 1)},
     /* Xe cores hold fewer threads than an SM. */
-    {INTEL_GPU, SAMPLE("intel-gpu", 256, 4, 0, 2)},
-    {ANY_GPU, SAMPLE("gpu", 256, 4, 0, 2)},
+    {INTEL_GPU, SAMPLE("intel-gpu", 256, 4, 0, 2, 1)},
+    {ANY_GPU, SAMPLE("gpu", 256, 4, 0, 2, 1)},
     /* PoCL: one group per core at a time, so whole rows stream. It does
      * not vectorise the token loop across work-items, so each work-item
      * takes 16 tokens as explicit vectors (AVX-512's width; narrower
-     * units split them): without them the race took 10x longer. */
-    {ANY_CPU, SAMPLE("cpu", 64, 1, 16, 2)},
-    {ANY_DEVICE, SAMPLE("default", 128, 2, 0, 2)},
+     * units split them): without them the race took 10x longer. The
+     * scalar draws (verification's residuals, filter lists) take the
+     * 64-bit product: PoCL's mul_hi made verification 1.5-2.2x slower. */
+    {ANY_CPU, SAMPLE("cpu", 64, 1, 16, 2, 0)},
+    {ANY_DEVICE, SAMPLE("default", 128, 2, 0, 2, 1)},
 };
 
 /* skip_groups is 4 per compute unit everywhere (filled in below). */
