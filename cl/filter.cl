@@ -1264,6 +1264,50 @@ inline void psr_filter_add_mass(float s, float m, float floor, __local uint *mlo
     }
 }
 
+#if PSR_VEC_PATH
+/* psr_filter_mbin per lane. */
+inline psr_vuint psr_filter_vmbin(psr_vfloat s, float m)
+{
+    psr_vfloat d = select(m - s, (psr_vfloat)(0.0f), s == m);
+    psr_vuint j = psr_as_vuint(fma(d, (psr_vfloat)((float)(PSR_FILTER_MBINS - 1) / PSR_FILTER_MSPAN),
+                                   (psr_vfloat)(0x1p23f))) - as_uint(0x1p23f);
+    psr_vuint b = PSR_FILTER_MBINS - 1 - min(j, (psr_vuint)(PSR_FILTER_MBINS - 2));
+    return select((psr_vuint)(0u), b, psr_as_vuint(d < PSR_FILTER_MSPAN));
+}
+
+/* Pass 2's masses on CPU devices, by one work-item (so plain adds): the
+ * weights and bins of PSR_VEC tokens at a time, each lane's weight and bin
+ * what psr_filter_add_mass computes; a finite row maximum m only. */
+inline void psr_filter_vmasses(const psr_filter_row *f, __global const psr_logit_t *src, const psr_filter_part *g,
+                               float floor, __local uint *mlo, __local uint *mhi)
+{
+    uint i = g->start;
+    for (; i + PSR_VEC <= g->end; i += PSR_VEC) {
+        psr_vfloat s = psr_vscale(psr_vload_logits(src, i), f->t, f->r);
+        /* NaN lanes and lanes below the floor weigh nothing, as do those
+         * whose mass rounds to 0 (e < 2^-32) */
+        psr_vfloat e = select(psr_vdet_exp_neg(s - g->m), (psr_vfloat)(0.0f), s < floor);
+        if (!psr_vany_at_least(e, 0x1p-32f))
+            continue;
+        uint lo[PSR_VEC], bin[PSR_VEC];
+        float ev[PSR_VEC];
+        psr_vstore(convert_uint16(select(e * 0x1p32f, (psr_vfloat)(0.0f), e >= 1.0f)), 0, lo);
+        psr_vstore(psr_filter_vmbin(s, g->m), 0, bin);
+        psr_vstore(e, 0, ev);
+        for (uint q = 0; q < PSR_VEC; q++) {
+            ulong w = ev[q] >= 1.0f ? (ulong)(ev[q] * 0x1p32f) : lo[q];
+            if (!w)
+                continue;
+            uint b = bin[q], wlo = (uint)w, sum = mlo[b] + wlo;
+            mhi[b] += (uint)(w >> 32) + (sum < wlo);
+            mlo[b] = sum;
+        }
+    }
+    for (; i < g->end; i++)
+        psr_filter_add_mass(psr_filter_scaled(src, i, f->t, f->r), g->m, floor, mlo, mhi);
+}
+#endif
+
 /* Pass 2 for a top-p row without top-k (`masses`): the 64-bit masses of
  * the group's part per bin (psr_filter_mbin), local then global. Every work-item
  * calls it; with PSR_FLAT_BARRIERS groups that have no such row too.
@@ -1277,9 +1321,17 @@ inline void psr_filter_masses_of(bool masses, const psr_filter_row *f, __global 
     for (uint b = lid; b < 2 * PSR_FILTER_MBINS; b += PSR_WG_SIZE)
         lbuf[b] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint i = g->start + 4 * lid; i < (masses ? g->end : g->start); i += PSR_FILTER_STEP) {
+    uint end = masses ? g->end : g->start;
+#if PSR_VEC_PATH
+    if (masses && !isinf(g->m)) { /* uniform over the group */
+        if (lid == 0)
+            psr_filter_vmasses(f, src, g, floor, mlo, mhi);
+        end = g->start;
+    }
+#endif
+    for (uint i = g->start + 4 * lid; i < end; i += PSR_FILTER_STEP) {
         float v[8];
-        psr_filter_load8(src, i, g->end, aligned, f->t, f->r, v);
+        psr_filter_load8(src, i, end, aligned, f->t, f->r, v);
         for (int q = 0; q < 8; q++)
             psr_filter_add_mass(v[q], g->m, floor, mlo, mhi);
     }
