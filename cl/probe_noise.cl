@@ -32,6 +32,16 @@ __kernel void psr_gumbel_vnoise_kat(uint key, uint first, uint n, __global psr_a
     psr_vstore(psr_vnoise_bound(w0, w1), i, bound);
 }
 #endif
+
+/* psr_vclz1 of n * 16 given words, for its exactness test. */
+#if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_vclz_kat)
+__kernel void psr_vclz_kat(__global const uint *words, uint n, __global int *out)
+{
+    uint i = get_global_id(0);
+    if (i < n)
+        psr_vstore(psr_vclz1(psr_vload(i, words)), i, out);
+}
+#endif
 #endif
 
 /* Lower-tail census of the noise option this program was built with:

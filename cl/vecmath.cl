@@ -169,6 +169,21 @@ inline psr_vfloat psr_vdet_exp_neg(psr_vfloat y)
     return select((psr_vfloat)(0.0f), psr_vexp_reduced(r) * scale, y > -87.0f);
 }
 
+/* 1 + clz(v) for v < 2^31. Without AVX-512's vector lzcnt, clz is a
+ * chain of byte lookups; the exponent of v as a float serves instead,
+ * v's low 8 bits cleared from 256 up so that the conversion is exact:
+ * 32 - floor(log2 v), or 33 for 0. */
+inline psr_vint psr_vclz1(psr_vuint v)
+{
+#if defined(__AVX512CD__) || !defined(__x86_64__)
+    return psr_as_vint(clz(v)) + 1;
+#else
+    psr_vuint exact = select(v, v & 0xffffff00u, v >= 256u);
+    psr_vint e = psr_as_vint(psr_as_vuint(psr_convert_vfloat(psr_as_vint(exact))) >> 23) - 127;
+    return min(32 - e, 33);
+#endif
+}
+
 /* Noise values and their sums: double16 with fp64 noise (comparisons
  * give psr_vacc_mask), else psr_vfloat. */
 #if USE_FP64
@@ -283,7 +298,7 @@ inline psr_vacc psr_vnoise_bound(psr_vuint w0, psr_vuint w1)
     (void)w1;
     psr_vint s = psr_as_vint(w0);
     psr_vuint folded = psr_as_vuint(s ^ (s >> 31));
-    return psr_convert_vfloat(psr_as_vint(clz(folded)) + 1) * 0x1.62e430p-1f + 1e-3f;
+    return psr_convert_vfloat(psr_vclz1(folded)) * 0x1.62e430p-1f + 1e-3f;
 }
 
 inline psr_vacc psr_vnoise(psr_vuint w0, psr_vuint w1)
@@ -306,7 +321,7 @@ inline psr_vint psr_vrace_e_shift(psr_vuint w0, psr_vuint w1)
 {
     (void)w1;
     psr_vint s = psr_as_vint(w0);
-    return psr_as_vint(clz(psr_as_vuint(s ^ (s >> 31)))) + 1;
+    return psr_vclz1(psr_as_vuint(s ^ (s >> 31)));
 }
 #endif
 

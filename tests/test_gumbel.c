@@ -159,6 +159,52 @@ static void test_vector_noise_bit_exact(void **state)
         psr_context_free(vc);
 }
 
+/* The vector bound's 1 + clz (psr_vclz1: on AVX2 from a float's
+ * exponent) equals the count's on the values where its two forms meet
+ * (0, below and above 256, 2^23, 2^24, the largest) and on random ones. */
+static void test_vector_clz(void **state)
+{
+    (void)state;
+    psr_context *vc = ctx;
+    if (!tuning_of(ctx).sample.vector_width) {
+        vc = open_context(NULL);
+        psr_tuning t = tuning_of(vc);
+        t.sample.vector_width = 16;
+        set_tuning(vc, &t);
+    }
+    enum { N = 1024 };
+    cl_uint words[16 * N];
+    const cl_uint edges[] = {0,          1,          2,          3,          255,        256,
+                             257,        511,        512,        0x7fffff,   0x800000,   0x800001,
+                             0xffffff,   0x1000000,  0x1000001,  0x10000ff,  0x1000100,  0x7fffff80,
+                             0x7fffffff, 0x40000000, 0x3fffffff, 0x00ffff00, 0x01000000, 0x0fffffff};
+    size_t ne = sizeof edges / sizeof edges[0];
+    for (size_t i = 0; i < 16 * N; i++)
+        words[i] = i < ne ? edges[i] : (rnd() >> (rnd() % 32)) & 0x7fffffffu;
+    psr_variant v = {.set = PSR_KERNELS_NOISE};
+    cl_kernel k;
+    assert_int_equal(psr_kernel_get(vc, &v, "psr_vclz_kat", &k), PSR_OK);
+    cl_mem dw = upload(vc, words, sizeof words), dout = device_buffer(vc, sizeof words);
+    cl_uint n = N;
+    clSetKernelArg(k, 0, sizeof dw, &dw);
+    clSetKernelArg(k, 1, sizeof n, &n);
+    assert_int_equal(clSetKernelArg(k, 2, sizeof dout, &dout), CL_SUCCESS);
+    size_t global = N;
+    assert_int_equal(clEnqueueNDRangeKernel(queue_of(vc), k, 1, NULL, &global, NULL, 0, NULL, NULL), CL_SUCCESS);
+    cl_int got[16 * N];
+    download(vc, dout, got, sizeof got);
+    size_t bad = 0;
+    for (size_t i = 0; i < 16 * N; i++) {
+        int want = 1 + (words[i] ? __builtin_clz(words[i]) : 32);
+        if (got[i] != want && bad++ < 3)
+            print_message("1 + clz(%#x): %d, want %d\n", words[i], got[i], want);
+    }
+    assert_int_equal(bad, 0);
+    release_buffers((cl_mem[]){dw, dout}, 2);
+    if (vc != ctx)
+        psr_context_free(vc);
+}
+
 /* ---- known answers ---- */
 
 
@@ -895,6 +941,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_noise_bit_exact),
         cmocka_unit_test(test_vector_noise_bit_exact),
+        cmocka_unit_test(test_vector_clz),
         cmocka_unit_test(test_token_vectors),
         cmocka_unit_test(test_tokens_equal_oracle),
         cmocka_unit_test(test_finish_paths_agree),
