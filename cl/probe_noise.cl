@@ -33,13 +33,24 @@ __kernel void psr_gumbel_vnoise_kat(uint key, uint first, uint n, __global psr_a
 }
 #endif
 
-/* psr_vclz1 of n * 16 given words, for its exactness test. */
+/* The bounds' counts of leading zeros, for their exactness test: for
+ * each of the first n * 16 words (hi) and the word n * 16 places on (lo),
+ * psr_vclz1(hi), psr_vclz1_64(hi, lo), and of the two words (w0 = lo, w1
+ * = hi) psr_vrest_clz1 and its `tiny`, and psr_vneg_clz1; out holds the
+ * five, n * 16 each. */
 #if !defined(PSR_ONE_KERNEL) || defined(PSR_ONLY_psr_vclz_kat)
 __kernel void psr_vclz_kat(__global const uint *words, uint n, __global int *out)
 {
     uint i = get_global_id(0);
-    if (i < n)
-        psr_vstore(psr_vclz1(psr_vload(i, words)), i, out);
+    if (i >= n)
+        return;
+    psr_vuint hi = psr_vload(i, words), lo = psr_vload(n + i, words);
+    psr_vint tiny, rest = psr_vrest_clz1(lo, hi, &tiny);
+    psr_vstore(psr_vclz1(hi), i, out);
+    psr_vstore(psr_vclz1_64(hi, lo), n + i, out);
+    psr_vstore(rest, 2 * n + i, out);
+    psr_vstore(tiny, 3 * n + i, out);
+    psr_vstore(psr_vneg_clz1(lo, hi), 4 * n + i, out);
 }
 #endif
 #endif

@@ -169,19 +169,41 @@ inline psr_vfloat psr_vdet_exp_neg(psr_vfloat y)
     return select((psr_vfloat)(0.0f), psr_vexp_reduced(r) * scale, y > -87.0f);
 }
 
-/* 1 + clz(v) for v < 2^31. Without AVX-512's vector lzcnt, clz is a
- * chain of byte lookups; the exponent of v as a float serves instead,
- * v's low 8 bits cleared from 256 up so that the conversion is exact:
- * 32 - floor(log2 v), or 33 for 0. */
+/* 1 + clz(v) per lane. Without AVX-512's vector lzcnt, clz is a chain of
+ * byte lookups; the exponent of v as a float serves instead, v's low 8
+ * bits cleared from 256 up so that the conversion is exact: 32 -
+ * floor(log2 v), 33 for 0, and 1 where the top bit is set. */
 inline psr_vint psr_vclz1(psr_vuint v)
 {
 #if defined(__AVX512CD__) || !defined(__x86_64__)
     return psr_as_vint(clz(v)) + 1;
 #else
     psr_vuint exact = select(v, v & 0xffffff00u, v >= 256u);
-    psr_vint e = psr_as_vint(psr_as_vuint(psr_convert_vfloat(psr_as_vint(exact))) >> 23) - 127;
-    return min(32 - e, 33);
+    psr_vint e = psr_as_vint((psr_as_vuint(psr_convert_vfloat(psr_as_vint(exact))) >> 23) & 0xffu) - 127;
+    return select(min(32 - e, 33), (psr_vint)(1), psr_as_vint(v) < 0);
 #endif
+}
+
+/* 1 + clz of the 64-bit lanes (hi << 32) | lo: 65 for 0. */
+inline psr_vint psr_vclz1_64(psr_vuint hi, psr_vuint lo)
+{
+    return select(psr_vclz1(hi), 32 + psr_vclz1(lo), hi == 0u);
+}
+
+/* 1 + clz(rest - 2048) for rest = 2^64 - 1 - bits, in 32-bit halves; in
+ * *tiny whether rest < 4096 (u rounds to nearly 1: no cheap bound). */
+inline psr_vint psr_vrest_clz1(psr_vuint w0, psr_vuint w1, psr_vint *tiny)
+{
+    psr_vuint lo = ~w0, hi = ~w1;
+    *tiny = (hi == 0u) & (lo < 4096u);
+    return psr_vclz1_64(hi - (psr_as_vuint(lo < 2048u) & 1u), lo - 2048u);
+}
+
+/* 1 + clz(2^64 - bits), 2^64 - bits taken as 0 for bits = 0, in 32-bit
+ * halves. */
+inline psr_vint psr_vneg_clz1(psr_vuint w0, psr_vuint w1)
+{
+    return psr_vclz1_64(~w1 + (psr_as_vuint(w0 == 0u) & 1u), ~w0 + 1u);
 }
 
 /* Noise values and their sums: double16 with fp64 noise (comparisons
@@ -220,10 +242,9 @@ PSR_DEFINE_DET_LOG_D(psr_vdet_log_d, double16, long16, ulong16)
 
 inline psr_vacc psr_vnoise_bound(psr_vuint w0, psr_vuint w1)
 {
-    ulong16 rest = ~upsample(w1, w0); /* 2^64 - 1 - bits */
-    long16 e = as_long16(63UL - clz(rest - 2048UL)) - 64;
-    return select(-convert_double16(e) * 0x1.62e42fefa39efp-1 + 1e-6, (psr_vacc)INFINITY,
-                  as_long16(rest < 4096UL));
+    psr_vint tiny, k = psr_vrest_clz1(w0, w1, &tiny); /* 1 - u >= 2^-k */
+    return select(convert_double16(k) * 0x1.62e42fefa39efp-1 + 1e-6, (psr_vacc)INFINITY,
+                  convert_long16(tiny));
 }
 
 inline psr_vacc psr_vu64(psr_vuint w0, psr_vuint w1)
@@ -248,17 +269,15 @@ inline psr_vacc psr_vrace_e(psr_vuint w0, psr_vuint w1)
 }
 inline psr_vint psr_vrace_e_shift(psr_vuint w0, psr_vuint w1)
 {
-    ulong16 rest = ~upsample(w1, w0);
-    psr_vint k = 64 - (63 - convert_int16(clz(rest - 2048UL)));
-    return select(k, (psr_vint)1100, convert_int16(rest < 4096UL));
+    psr_vint tiny, k = psr_vrest_clz1(w0, w1, &tiny);
+    return select(k, (psr_vint)1100, tiny);
 }
 #elif USE_WIDE
 #define PSR_NOISE_MAX 46.0f /* the bound is at most 65 ln 2 + 1e-3 */
 
 inline psr_vacc psr_vnoise_bound(psr_vuint w0, psr_vuint w1)
 {
-    ulong16 rest = ~upsample(w1, w0) + 1UL; /* 2^64 - bits (0 for bits = 0) */
-    return psr_convert_vfloat(convert_int16(clz(rest)) + 1) * 0x1.62e430p-1f + 1e-3f;
+    return psr_convert_vfloat(psr_vneg_clz1(w0, w1)) * 0x1.62e430p-1f + 1e-3f;
 }
 
 /* psr_wide_e: -log1p(-v) where the top bit is set, else -log(u); both are
@@ -288,7 +307,7 @@ inline psr_vacc psr_vrace_e(psr_vuint w0, psr_vuint w1)
 }
 inline psr_vint psr_vrace_e_shift(psr_vuint w0, psr_vuint w1)
 {
-    return convert_int16(clz(~upsample(w1, w0) + 1UL)) + 1;
+    return psr_vneg_clz1(w0, w1);
 }
 #else
 #define PSR_NOISE_MAX 23.0f /* the bound is at most 33 ln 2 + 1e-3 */

@@ -159,9 +159,11 @@ static void test_vector_noise_bit_exact(void **state)
         psr_context_free(vc);
 }
 
-/* The vector bound's 1 + clz (psr_vclz1: on AVX2 from a float's
- * exponent) equals the count's on the values where its two forms meet
- * (0, below and above 256, 2^23, 2^24, the largest) and on random ones. */
+/* The vector bounds' counts of leading zeros (psr_vclz1 and the 64-bit
+ * ones built on it: on AVX2 from a float's exponent) equal the count's,
+ * on the values where the two forms meet (0, below and above 256, 2^23,
+ * 2^24, the top bit), on the fp64 bound's 2048 and 4096 from the top and
+ * on random ones of every length. */
 static void test_vector_clz(void **state)
 {
     (void)state;
@@ -173,31 +175,51 @@ static void test_vector_clz(void **state)
         set_tuning(vc, &t);
     }
     enum { N = 1024 };
-    cl_uint words[16 * N];
+    static cl_uint words[32 * N];
+    static cl_int got[5 * 16 * N];
     const cl_uint edges[] = {0,          1,          2,          3,          255,        256,
                              257,        511,        512,        0x7fffff,   0x800000,   0x800001,
                              0xffffff,   0x1000000,  0x1000001,  0x10000ff,  0x1000100,  0x7fffff80,
-                             0x7fffffff, 0x40000000, 0x3fffffff, 0x00ffff00, 0x01000000, 0x0fffffff};
+                             0x7fffffff, 0x80000000, 0x80000001, 0xffffffff, 0xffffff00, 0xc0000000,
+                             0x40000000, 0x3fffffff, 0x00ffff00, 0x01000000, 0x0fffffff};
     size_t ne = sizeof edges / sizeof edges[0];
-    for (size_t i = 0; i < 16 * N; i++)
-        words[i] = i < ne ? edges[i] : (rnd() >> (rnd() % 32)) & 0x7fffffffu;
+    for (size_t i = 0; i < 32 * N; i++)
+        words[i] = i % (16 * N) < ne ? edges[i % (16 * N)] : rnd() >> (rnd() % 33 == 32 ? 31 : rnd() % 32);
+    for (size_t i = 0; i < ne; i++) { /* the edges as low halves under a zero high half */
+        words[64 + i] = 0;
+        words[16 * N + 64 + i] = edges[i];
+    }
+    /* (hi, lo) pairs: 2^64 - 1 - bits around 2048 and 4096 (the fp64
+     * bound's cases), 0, and borrows and carries between the halves */
+    const cl_uint pairs[][2] = {{~0u, ~0u},        {~0u, ~0u - 1},    {~0u, ~0u - 2047}, {~0u, ~0u - 2048},
+                                {~0u, ~0u - 2049}, {~0u, ~0u - 4095}, {~0u, ~0u - 4096}, {~0u, ~0u - 4097},
+                                {~0u - 1, ~0u},    {~0u - 1, 100},    {0, 0},            {1, 0},
+                                {0, 1},            {0x80000000, 0},   {5, 0},            {~0u, 0}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        words[128 + i] = pairs[i][0];
+        words[16 * N + 128 + i] = pairs[i][1];
+    }
     psr_variant v = {.set = PSR_KERNELS_NOISE};
     cl_kernel k;
     assert_int_equal(psr_kernel_get(vc, &v, "psr_vclz_kat", &k), PSR_OK);
-    cl_mem dw = upload(vc, words, sizeof words), dout = device_buffer(vc, sizeof words);
+    cl_mem dw = upload(vc, words, sizeof words), dout = device_buffer(vc, sizeof got);
     cl_uint n = N;
     clSetKernelArg(k, 0, sizeof dw, &dw);
     clSetKernelArg(k, 1, sizeof n, &n);
     assert_int_equal(clSetKernelArg(k, 2, sizeof dout, &dout), CL_SUCCESS);
     size_t global = N;
     assert_int_equal(clEnqueueNDRangeKernel(queue_of(vc), k, 1, NULL, &global, NULL, 0, NULL, NULL), CL_SUCCESS);
-    cl_int got[16 * N];
     download(vc, dout, got, sizeof got);
     size_t bad = 0;
     for (size_t i = 0; i < 16 * N; i++) {
-        int want = 1 + (words[i] ? __builtin_clz(words[i]) : 32);
-        if (got[i] != want && bad++ < 3)
-            print_message("1 + clz(%#x): %d, want %d\n", words[i], got[i], want);
+        uint64_t w64 = (uint64_t)words[i] << 32 | words[16 * N + i], rest = ~w64 - 2048, neg = -w64;
+        int want[5] = {1 + (words[i] ? __builtin_clz(words[i]) : 32), 1 + (w64 ? __builtin_clzll(w64) : 64),
+                       1 + (rest ? __builtin_clzll(rest) : 64), ~w64 < 4096 ? -1 : 0,
+                       1 + (neg ? __builtin_clzll(neg) : 64)};
+        for (int j = 0; j < 5; j++)
+            if (got[j * 16 * N + i] != want[j] && bad++ < 3)
+                print_message("count %d of %#llx: %d, want %d\n", j, (unsigned long long)w64, got[j * 16 * N + i],
+                              want[j]);
     }
     assert_int_equal(bad, 0);
     release_buffers((cl_mem[]){dw, dout}, 2);
