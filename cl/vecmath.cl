@@ -80,13 +80,18 @@ inline psr_vuint psr_vmulhilo(psr_vuint a, uint m, psr_vuint *hi)
  * noise reads only word 0, and the compiler drops what word 1 costs). */
 inline psr_vuint psr_vtoken_words(uint row_key, psr_vuint tokens, psr_vuint *w1)
 {
-    psr_vuint c0 = tokens, c1 = 0, c2 = 0, c3 = 0;
-    uint k0 = row_key, k1 = 0;
-    for (int round = 0; round < 10; round++) {
-        if (round > 0) {
-            k0 += PHILOX_W32_0;
-            k1 += PHILOX_W32_1;
-        }
+    /* Rounds 0 and 1 by hand: round 0 multiplies a zero and leaves
+     * counter word 0 equal to the key, so round 1's first product is the
+     * row's, one scalar multiply. */
+    psr_vuint t_hi, t_lo = psr_vmulhilo(tokens, PHILOX_M4x32_0, &t_hi);
+    uint k0 = row_key + PHILOX_W32_0, k1 = PHILOX_W32_1;
+    psr_vuint hi1, lo1 = psr_vmulhilo(t_hi, PHILOX_M4x32_1, &hi1);
+    ulong key_product = (ulong)row_key * PHILOX_M4x32_0;
+    psr_vuint c0 = hi1 ^ k0, c1 = lo1, c2 = (uint)(key_product >> 32) ^ t_lo ^ k1;
+    psr_vuint c3 = (uint)key_product;
+    for (int round = 2; round < 10; round++) {
+        k0 += PHILOX_W32_0;
+        k1 += PHILOX_W32_1;
         psr_vuint hi0, hi1;
         psr_vuint lo0 = psr_vmulhilo(c0, PHILOX_M4x32_0, &hi0);
         psr_vuint lo1 = psr_vmulhilo(c2, PHILOX_M4x32_1, &hi1);
