@@ -80,16 +80,17 @@ inline psr_vuint psr_vmulhilo(psr_vuint a, uint m, psr_vuint *hi)
  * noise reads only word 0, and the compiler drops what word 1 costs). */
 inline psr_vuint psr_vtoken_words(uint row_key, psr_vuint tokens, psr_vuint *w1)
 {
-    /* Rounds 0 and 1 by hand: round 0 multiplies a zero and leaves
+    /* Rounds 0, 1 and 9 by hand: round 0 multiplies a zero and leaves
      * counter word 0 equal to the key, so round 1's first product is the
-     * row's, one scalar multiply. */
+     * row's, one scalar multiply; words 0 and 1 need one product of the
+     * last round. */
     psr_vuint t_hi, t_lo = psr_vmulhilo(tokens, PHILOX_M4x32_0, &t_hi);
     uint k0 = row_key + PHILOX_W32_0, k1 = PHILOX_W32_1;
     psr_vuint hi1, lo1 = psr_vmulhilo(t_hi, PHILOX_M4x32_1, &hi1);
     ulong key_product = (ulong)row_key * PHILOX_M4x32_0;
     psr_vuint c0 = hi1 ^ k0, c1 = lo1, c2 = (uint)(key_product >> 32) ^ t_lo ^ k1;
     psr_vuint c3 = (uint)key_product;
-    for (int round = 2; round < 10; round++) {
+    for (int round = 2; round < 9; round++) {
         k0 += PHILOX_W32_0;
         k1 += PHILOX_W32_1;
         psr_vuint hi0, hi1;
@@ -100,8 +101,9 @@ inline psr_vuint psr_vtoken_words(uint row_key, psr_vuint tokens, psr_vuint *w1)
         c2 = hi0 ^ c3 ^ k1;
         c3 = lo0;
     }
-    *w1 = c1;
-    return c0;
+    psr_vuint last_hi;
+    *w1 = psr_vmulhilo(c2, PHILOX_M4x32_1, &last_hi);
+    return last_hi ^ c1 ^ (k0 + PHILOX_W32_0);
 }
 
 /* psr_u32 per lane: s ^ (s >> 31) is ~s for negative s. */
