@@ -61,7 +61,7 @@ inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
     if (row->greedy) {
         v = psr_to_vacc(p);
     } else {
-        float top = psr_vmax(p);
+        float top = psr_vmax_finite(p); /* weights: never NaN */
         if (!(top > 0.0f))
             return;
 #if !USE_FP64
@@ -104,7 +104,7 @@ inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
         psr_vint dead;
         psr_vfloat xs = psr_vscaled(row, x, cut, &dead);
         xs = select(xs, (psr_vfloat)(-INFINITY), dead);
-        float top = psr_vmax(xs);
+        float top = psr_vmax_finite(xs); /* NaN lanes are dead: -inf */
         /* a block of filtered (or -inf) lanes never wins, even before the
          * floor rises above -inf */
         if (!(top > -INFINITY) || top + PSR_NOISE_MAX < row->floor)

@@ -50,6 +50,17 @@ inline float psr_vmax(psr_vfloat v)
     return fmax(m2.x, m2.y);
 }
 
+/* The largest lane of lanes that are never NaN: a compare and a select
+ * per halving (one max instruction on x86), where fmax must also pass
+ * over NaN. */
+inline float psr_vmax_finite(psr_vfloat v)
+{
+    float8 m8 = select(v.lo, v.hi, v.hi > v.lo);
+    float4 m4 = select(m8.lo, m8.hi, m8.hi > m8.lo);
+    float2 m2 = select(m4.lo, m4.hi, m4.hi > m4.lo);
+    return m2.y > m2.x ? m2.y : m2.x;
+}
+
 /* Whether some lane of v reaches `bar` (a NaN lane never does): a
  * compare and an or of the masks, about half what psr_vmax's NaN-aware
  * halving costs a step on PoCL. */
@@ -220,19 +231,21 @@ typedef double16 psr_vacc;
 typedef long16 psr_vacc_mask;
 #define psr_to_vacc convert_double16
 #define psr_to_vacc_mask convert_long16 /* a lane mask of int16 for psr_vacc */
+/* The largest of lanes that are never NaN (scores, bounds), as
+ * psr_vmax_finite. */
 inline double psr_vmax_acc(psr_vacc v)
 {
-    double8 m8 = fmax(v.lo, v.hi);
-    double4 m4 = fmax(m8.lo, m8.hi);
-    double2 m2 = fmax(m4.lo, m4.hi);
-    return fmax(m2.x, m2.y);
+    double8 m8 = select(v.lo, v.hi, v.hi > v.lo);
+    double4 m4 = select(m8.lo, m8.hi, m8.hi > m8.lo);
+    double2 m2 = select(m4.lo, m4.hi, m4.hi > m4.lo);
+    return m2.y > m2.x ? m2.y : m2.x;
 }
 #else
 typedef psr_vfloat psr_vacc;
 typedef psr_vint psr_vacc_mask;
 #define psr_to_vacc(x) (x)
 #define psr_to_vacc_mask(m) (m)
-#define psr_vmax_acc psr_vmax
+#define psr_vmax_acc psr_vmax_finite
 #endif
 
 /* The three noises of gumbel.cl per lane from a token's two words, each
