@@ -704,6 +704,49 @@ inline uint psr_filter_search_serial(__global const psr_logit_t *src, float t, f
     return max(prefix, floor_key);
 }
 
+/* A streaming row's thresholds over a list of at most PSR_FILTER_SHORT
+ * keys: the keys at or above floor_key sorted once, largest first, then
+ * top-k's cut (the k-th largest) and top-p's (the largest key whose mass
+ * from the top reaches p of the total) by walking them; the values
+ * psr_filter_search_serial's two searches find, without their radix
+ * passes. */
+#define PSR_FILTER_SHORT 256
+inline uint psr_filter_short_search(volatile __global const uint *keys, uint n, const psr_filter_row *f, float m,
+                                    uint floor_key)
+{
+    uint a[PSR_FILTER_SHORT], len = 0;
+    for (uint c = 0; c < n; c++) {
+        uint key = keys[c];
+        if (key < floor_key || isnan(psr_unordered(key)))
+            continue;
+        uint j = len++;
+        for (; j > 0 && a[j - 1] < key; j--)
+            a[j] = a[j - 1];
+        a[j] = key;
+    }
+    /* fewer than k keys: top-k removes nothing */
+    uint cut = len < (uint)f->k ? floor_key : a[f->k - 1];
+    if (!f->p_on)
+        return cut;
+    uint kept = min(len, (uint)f->k); /* and the keys tied with the k-th */
+    while (kept < len && a[kept] == cut)
+        kept++;
+    len = kept;
+    ulong total = 0;
+    for (uint i = 0; i < len; i++)
+        total += psr_filter_weight(psr_unordered(a[i]), m, true);
+    float goal = fmax(f->p, FLT_MIN) * (float)total;
+    if (!psr_filter_reached(total, true, 0, goal))
+        return cut;
+    ulong cum = 0; /* reached within a run of equal keys: their key all the same */
+    for (uint i = 0; i < len; i++) {
+        cum += psr_filter_weight(psr_unordered(a[i]), m, true);
+        if (psr_filter_reached(cum, true, 0, goal))
+            return a[i];
+    }
+    return cut;
+}
+
 /* Gumbel-max over the list's entries with key >= cut_key, as the sampler
  * would draw over the row (psr_filter_sample_list); 0xffffffff when no
  * score is above -inf. */
@@ -1114,9 +1157,14 @@ inline void psr_filter_stream_finish(bool on, const psr_filter_row *f, uint row_
     uint floor_key = psr_ordered(psr_filter_min_p_cut(f, m));
     volatile __global const uint *keys = fits ? vrc : 0;
     uint n = fits ? count : vocab;
-    floor_key = psr_filter_search_serial(src, f->t, f->r, keys, n, m, floor_key, false, (ulong)f->k, 1.0f);
-    if (f->p_on)
-        floor_key = psr_filter_search_serial(src, f->t, f->r, keys, n, m, floor_key, true, 0, fmax(f->p, FLT_MIN));
+    if (fits && count <= PSR_FILTER_SHORT) {
+        floor_key = psr_filter_short_search(vrc, count, f, m, floor_key);
+    } else {
+        floor_key = psr_filter_search_serial(src, f->t, f->r, keys, n, m, floor_key, false, (ulong)f->k, 1.0f);
+        if (f->p_on)
+            floor_key =
+                psr_filter_search_serial(src, f->t, f->r, keys, n, m, floor_key, true, 0, fmax(f->p, FLT_MIN));
+    }
     int req;
     bool sampled = false;
     if (tokens && fits && count <= direct_max && floor_key >= low &&
