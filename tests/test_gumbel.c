@@ -131,13 +131,11 @@ static size_t vector_noise_mismatches(psr_context *vc, psr_noise_kind kind, cl_u
     return bad;
 }
 
-/* The vector path's noises equal the oracle's bit for bit, and each bound
- * lies between its noise and the value that lets a whole block skip
- * Philox. The path is forced on, so GPUs, which sample through the scalar
- * loop, check it too. */
-static void test_vector_noise_bit_exact(void **state)
+/* The suite's context where it takes the vector path, else a new one
+ * with the path forced on, so GPUs, which sample through the scalar loop,
+ * check it too (the caller frees it when it is not ctx). */
+static psr_context *vector_context(void)
 {
-    (void)state;
     psr_context *vc = ctx;
     if (!tuning_of(ctx).sample.vector_width) {
         vc = open_context(NULL);
@@ -146,6 +144,16 @@ static void test_vector_noise_bit_exact(void **state)
         set_tuning(vc, &t);
     }
     assert_int_equal(tuning_of(vc).sample.vector_width, 16);
+    return vc;
+}
+
+/* The vector path's noises equal the oracle's bit for bit, and each bound
+ * lies between its noise and the value that lets a whole block skip
+ * Philox. */
+static void test_vector_noise_bit_exact(void **state)
+{
+    (void)state;
+    psr_context *vc = vector_context();
     size_t loose = 0;
     assert_int_equal(vector_noise_mismatches(vc, PSR_ORACLE_FP32, 16384, 23.0, &loose), 0);
     assert_int_equal(loose, 0);
@@ -167,13 +175,7 @@ static void test_vector_noise_bit_exact(void **state)
 static void test_vector_clz(void **state)
 {
     (void)state;
-    psr_context *vc = ctx;
-    if (!tuning_of(ctx).sample.vector_width) {
-        vc = open_context(NULL);
-        psr_tuning t = tuning_of(vc);
-        t.sample.vector_width = 16;
-        set_tuning(vc, &t);
-    }
+    psr_context *vc = vector_context();
     enum { N = 1024 };
     static cl_uint words[32 * N];
     static cl_int got[5 * 16 * N];
