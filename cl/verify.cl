@@ -603,15 +603,21 @@ typedef struct psr_residual {
 #define PSR_TEST_FLOOR_SLACK 0
 #endif
 
-inline void psr_consider_residual(psr_residual *res, float x, float y, uint i, psr_acc_t *best,
-                                  uint *best_i)
+/* log p of target logit x into *lp, false where p = 0 (also NaN from an
+ * infinite logit, and NaN x): nothing to sample. */
+inline bool psr_residual_lp(const psr_residual *res, float x, float *lp)
 {
     if (isnan(x))
-        return;
-    float lp = psr_scaled(x, res->t, res->r) - res->lse_p; /* log p, up to rounding */
-    if (!(lp > -87.0f))
-        return; /* p = 0 (also NaN from an infinite logit): nothing to sample */
-    uint2 w = psr_token_words(res->key, i);
+        return false;
+    *lp = psr_scaled(x, res->t, res->r) - res->lse_p; /* log p, up to rounding */
+    return *lp > -87.0f;
+}
+
+/* Token i of the residual once its log p (psr_residual_lp) and its words
+ * w are known. */
+inline void psr_residual_words(psr_residual *res, float lp, float y, uint i, uint2 w, psr_acc_t *best,
+                               uint *best_i)
+{
     /* Exact pruning: log(p - q) <= log p <= lp + rounding, far below 1e-3. */
     if ((psr_acc_t)(lp + 1e-3f) + psr_noise_bound(w) < res->floor + PSR_TEST_FLOOR_SLACK)
         return;
@@ -631,6 +637,14 @@ inline void psr_consider_residual(psr_residual *res, float x, float y, uint i, p
     }
     if (v > res->floor)
         res->floor = v; /* this token reaches v: a bound below it cannot win */
+}
+
+inline void psr_consider_residual(psr_residual *res, float x, float y, uint i, psr_acc_t *best,
+                                  uint *best_i)
+{
+    float lp;
+    if (psr_residual_lp(res, x, &lp))
+        psr_residual_words(res, lp, y, i, psr_token_words(res->key, i), best, best_i);
 }
 
 /* What the walk decided for one request, shared by its groups. */
@@ -896,9 +910,82 @@ inline __global const float *psr_sample_setup(psr_row *row, psr_residual *res, b
     return q;
 }
 
+#if PSR_VEC_PATH
+/* CPU devices: tokens i .. min(i + PSR_VEC, end) - 1 of the row sampled,
+ * the residual's words drawn as one vector (PoCL does not vectorise the
+ * scalar loop across work-items), each token then as psr_verify_step
+ * takes it. */
+inline void psr_verify_vstep(int mode, const psr_row *row, psr_residual *res, __global const psr_logit_t *src,
+                             __global const float *q, bool with_q, uint i, uint end, psr_acc_t *best,
+                             uint *best_i)
+{
+    uint n = min(end - i, (uint)PSR_VEC);
+    float xs[PSR_VEC], ys[PSR_VEC];
+    if (n == PSR_VEC) {
+        psr_vstore(psr_vload_logits(src, i), 0, xs);
+        psr_vstore(with_q ? psr_vload(0, q + i) : (psr_vfloat)(NAN), 0, ys);
+    } else {
+        for (uint l = 0; l < n; l++) {
+            xs[l] = psr_load_logit(src, i + l);
+            ys[l] = with_q ? q[i + l] : NAN;
+        }
+    }
+    if (mode == 2) {
+        for (uint l = 0; l < n; l++)
+            psr_consider(row, xs[l], i + l, best, best_i);
+        return;
+    }
+    uint w0s[PSR_VEC], w1s[PSR_VEC];
+    psr_vuint w1, w0 = psr_vtoken_words(res->key, (psr_vuint)(i) + PSR_LANE_IDS, &w1);
+    psr_vstore(w0, 0, w0s);
+    psr_vstore(w1, 0, w1s);
+    for (uint l = 0; l < n; l++) {
+        float lp;
+        if (psr_residual_lp(res, xs[l], &lp))
+            psr_residual_words(res, lp, ys[l], i + l, (uint2)(w0s[l], w1s[l]), best, best_i);
+    }
+}
+#endif
+
+/* After each work-item's first step, the group's best so far becomes the
+ * floor that prunes the rest (`floors`, uniform: every work-item reaches
+ * the barriers). */
+inline void psr_scan_floor(bool floors, psr_row *row, psr_residual *res, uint lid, __local psr_acc_t *lv,
+                           psr_acc_t best)
+{
+    if (PSR_FLAT_BARRIERS || floors) {
+        lv[lid] = best;
+        for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (lid < s)
+                lv[lid] = fmax(lv[lid], lv[lid + s]); /* max() is undefined for -inf */
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (floors)
+            row->floor = res->floor = lv[0];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
 /* The work-item's tokens of [start, end) of the row sampled (mode 2: the
  * bonus row, 1: the residual; 0: none), into (*best, *best_i). Every
  * work-item calls it (its barriers' condition is uniform). */
+#if PSR_VEC_PATH
+inline void psr_sample_scan(int mode, psr_row *row, psr_residual *res, __global const psr_logit_t *src,
+                            bool aligned, __global const float *q, bool q_aligned, uint start, uint end,
+                            uint lid, __local psr_acc_t *lv, psr_acc_t *best, uint *best_i)
+{
+    (void)aligned, (void)q_aligned;
+    bool active = mode != 0;
+    bool with_q = active && mode == 1 && res->cache;
+    uint i = start + PSR_VEC * lid;
+    if (active && i < end)
+        psr_verify_vstep(mode, row, res, src, q, with_q, i, end, best, best_i);
+    psr_scan_floor(active && start + PSR_VEC * PSR_WG_SIZE < end, row, res, lid, lv, *best);
+    for (i += PSR_VEC * PSR_WG_SIZE; active && i < end; i += PSR_VEC * PSR_WG_SIZE)
+        psr_verify_vstep(mode, row, res, src, q, with_q, i, end, best, best_i);
+}
+#else
 inline void psr_sample_scan(int mode, psr_row *row, psr_residual *res, __global const psr_logit_t *src,
                             bool aligned, __global const float *q, bool q_aligned, uint start, uint end,
                             uint lid, __local psr_acc_t *lv, psr_acc_t *best, uint *best_i)
@@ -915,21 +1002,7 @@ inline void psr_sample_scan(int mode, psr_row *row, psr_residual *res, __global 
     float4 y_next = with_q ? psr_load4_f32(q, next, end, q_aligned) : (float4)(NAN);
     if (active)
         psr_verify_step(mode, row, res, x, y, i, best, best_i);
-    bool floors = active && start + 4 * PSR_WG_SIZE < end;
-    if (PSR_FLAT_BARRIERS || floors) {
-        /* After one step the group's best so far prunes the rest (a
-         * uniform condition: every work-item reaches the barriers). */
-        lv[lid] = *best;
-        for (uint s = PSR_WG_SIZE / 2; s > 0; s >>= 1) {
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if (lid < s)
-                lv[lid] = fmax(lv[lid], lv[lid + s]); /* max() is undefined for -inf */
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (floors)
-            row->floor = res->floor = lv[0];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    psr_scan_floor(active && start + 4 * PSR_WG_SIZE < end, row, res, lid, lv, *best);
     for (i = next; active && i < end; i += 4 * PSR_WG_SIZE) {
         x = x_next;
         y = y_next;
@@ -939,6 +1012,7 @@ inline void psr_sample_scan(int mode, psr_row *row, psr_residual *res, __global 
         psr_verify_step(mode, row, res, x, y, i, best, best_i);
     }
 }
+#endif
 
 /* The locals of a sampling group (psr_sample_group), the kernel's. */
 typedef struct psr_sample_locals {

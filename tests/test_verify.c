@@ -111,6 +111,11 @@ static void test_matches_oracle(void **state)
         c.target[(size_t)c.cu[5] * c.vocab + 17] = INFINITY;
         accepted += check_against_oracle(&c, &prob);
         free_case(&c);
+        /* A row of one vector and 4 more (the vector path's tail): a fifth
+         * of each residual, the draft cache's too, read one by one. */
+        c = make_case(256, 20, 3, cache);
+        accepted += check_against_oracle(&c, &prob);
+        free_case(&c);
     }
     assert_true(accepted > 20); /* the walk really accepts, not just rejects */
     /* Rows split over as many groups as a GPU gives them (9 per request,
