@@ -671,6 +671,131 @@ inline psr_vfloat psr_vload_logits(__global const psr_logit_t *src, uint i)
     return psr_as_vfloat(psr_convert_vuint(psr_vload(0, src + i)) << 16);
 #endif
 }
+
+/* A block's scaled logits, and its dead lanes: NaN, or below the filter
+ * threshold `cut`. */
+inline psr_vfloat psr_vscaled(const psr_row *row, psr_vfloat x, float cut, psr_vint *dead)
+{
+    *dead = isnan(x);
+    psr_vfloat xs = psr_vscale(x, row->t, row->r);
+#if PSR_FILTERS
+    *dead |= xs < cut;
+#else
+    (void)cut;
+#endif
+    return xs;
+}
+
+/* Lanes whose value v (tokens i, i + 1, ...) beats their best take it:
+ * strictly, so the lowest index keeps a tie. */
+inline void psr_keep_better(psr_vacc v, uint i, psr_vacc *best, psr_vuint *best_i)
+{
+    psr_vacc_mask better = v > *best;
+    *best = select(*best, v, better);
+    *best_i = select(*best_i, (psr_vuint)i + PSR_LANE_IDS, convert_int16(better));
+}
+
+#if PSR_METHOD != 0
+/* The race's psr_consider_cut on 16 lanes. A lane of weight p loses on
+ * its bound p * 2^k (k from the words); a block whose largest p cannot
+ * reach the floor even with the largest k needs no Philox. */
+inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
+                             psr_vuint *best_i, float cut)
+{
+    psr_vfloat p;
+#if PSR_METHOD == 2
+    p = select((psr_vfloat)(0.0f), x, x > 0.0f); /* 0, negative or NaN: weight 0 */
+#else
+    if (row->greedy) {
+        p = x;
+    } else {
+        psr_vint dead;
+        psr_vfloat xs = psr_vscaled(row, x, cut, &dead);
+        p = select(psr_vdet_exp_neg(xs - row->shift), select((psr_vfloat)(0.0f), (psr_vfloat)INFINITY, xs > 0.0f),
+                   isinf(xs));
+        p = select(p, (psr_vfloat)(0.0f), dead);
+    }
+#endif
+    psr_vacc v;
+    if (row->greedy) {
+        v = psr_to_vacc(p);
+    } else {
+        float top = psr_vmax_finite(p); /* weights: never NaN */
+        if (!(top > 0.0f))
+            return;
+#if !USE_FP64
+        /* k is at most 33 (classic) or 65 (wide) */
+        if ((psr_acc_t)ldexp(top, USE_WIDE ? 65 : 33) * (psr_acc_t)1.001f < row->floor)
+            return;
+#endif
+        psr_vuint w1, w0 = psr_vtoken_words(row->key, (psr_vuint)(row->base + i) + PSR_LANE_IDS, &w1);
+        psr_vint k = psr_vrace_e_shift(w0, w1);
+        psr_vacc bound = psr_to_vacc(ldexp(p, min(k, 200))) * (psr_acc_t)1.001f;
+#if USE_FP64
+        bound = select(bound, (psr_vacc)INFINITY, psr_to_vacc_mask(k >= 1000));
+#endif
+        if (psr_vmax_acc(bound) < row->floor)
+            return;
+#if USE_FP64
+        v = psr_to_vacc(p) * (1.0 / psr_vrace_e(w0, w1));
+#else
+        v = p * psr_vdet_recip(psr_vrace_e(w0, w1));
+#endif
+        v = select(v, (psr_vacc)PSR_ACC_NEG_INF, psr_to_vacc_mask(~(p > 0.0f))); /* weight 0: never */
+        row->floor = fmax(row->floor, psr_vmax_acc(v));
+    }
+    psr_keep_better(v, i, best, best_i);
+}
+#else
+/* Tokens i .. i + PSR_VEC - 1 into the lanes' running bests, as
+ * psr_consider_cut takes them one by one. A lane that loses on its bound
+ * may still be computed exactly (the argmax of exact values is the same),
+ * so a block draws noise only if some lane may win, and no Philox at all
+ * when even the largest noise cannot lift its best logit to the floor.
+ * Each exact value raises the floor. */
+inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
+                             psr_vuint *best_i, float cut)
+{
+    psr_vacc v;
+    if (row->greedy) {
+        v = psr_to_vacc(x);
+    } else {
+        psr_vint dead;
+        psr_vfloat xs = psr_vscaled(row, x, cut, &dead);
+        xs = select(xs, (psr_vfloat)(-INFINITY), dead);
+        float top = psr_vmax_finite(xs); /* NaN lanes are dead: -inf */
+        /* a block of filtered (or -inf) lanes never wins, even before the
+         * floor rises above -inf */
+        if (!(top > -INFINITY) || top + PSR_NOISE_MAX < row->floor)
+            return;
+        psr_vuint w1, w0 = psr_vtoken_words(row->key, (psr_vuint)(row->base + i) + PSR_LANE_IDS, &w1);
+        psr_vacc xa = psr_to_vacc(xs);
+        if (psr_vmax_acc(xa + psr_vnoise_bound(w0, w1)) < row->floor) /* PoCL's any() goes lane by lane */
+            return;
+        v = xa + psr_vnoise(w0, w1); /* an infinite xs stays itself */
+        row->floor = fmax(row->floor, psr_vmax_acc(v));
+    }
+    psr_keep_better(v, i, best, best_i); /* never for a NaN or filtered lane */
+}
+#endif
+
+/* Folds the lanes into the work-item's (best, best_i). */
+inline void psr_merge_lanes(psr_vacc lane_best, psr_vuint lane_best_i, psr_acc_t *best,
+                            uint *best_i)
+{
+    psr_acc_t values[PSR_VEC];
+    uint indices[PSR_VEC];
+    psr_vstore(lane_best, 0, values);
+    psr_vstore(lane_best_i, 0, indices);
+    for (int l = 0; l < PSR_VEC; l++) {
+        psr_acc_t v = values[l];
+        uint i = indices[l];
+        if (psr_better(v, i, *best, *best_i)) {
+            *best = v;
+            *best_i = i;
+        }
+    }
+}
 #endif
 
 /* The best (value, index) of one row's per-group partials, in slot 0 of

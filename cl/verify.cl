@@ -911,15 +911,23 @@ inline __global const float *psr_sample_setup(psr_row *row, psr_residual *res, b
 }
 
 #if PSR_VEC_PATH
-/* CPU devices: tokens i .. min(i + PSR_VEC, end) - 1 of the row sampled,
- * the residual's words drawn as one vector (PoCL does not vectorise the
- * scalar loop across work-items), each token then as psr_verify_step
- * takes it. */
-inline void psr_verify_vstep(int mode, const psr_row *row, psr_residual *res, __global const psr_logit_t *src,
+/* CPU devices: tokens i .. min(i + PSR_VEC, end) - 1 of the row sampled
+ * (PoCL does not vectorise the scalar loop across work-items). The bonus
+ * row's whole vectors take the sampler's vector path; the residual's
+ * words are drawn as one vector, each token then scored as
+ * psr_verify_step scores it. */
+inline void psr_verify_vstep(int mode, psr_row *row, psr_residual *res, __global const psr_logit_t *src,
                              __global const float *q, bool with_q, uint i, uint end, psr_acc_t *best,
                              uint *best_i)
 {
     uint n = min(end - i, (uint)PSR_VEC);
+    if (mode == 2 && n == PSR_VEC) {
+        psr_vacc lane_best = (psr_vacc)(PSR_ACC_NEG_INF);
+        psr_vuint lane_best_i = (psr_vuint)0xffffffffu;
+        psr_consider_vec(row, psr_vload_logits(src, i), i, &lane_best, &lane_best_i, -INFINITY);
+        psr_merge_lanes(lane_best, lane_best_i, best, best_i);
+        return;
+    }
     float xs[PSR_VEC], ys[PSR_VEC];
     if (n == PSR_VEC) {
         psr_vstore(psr_vload_logits(src, i), 0, xs);
