@@ -283,9 +283,81 @@ inline void psr_lp_load_lane(const psr_lp_lanes *ln, const uint *steps, __global
 }
 #endif
 
+#if PSR_VEC_PATH && PSR_LPT == 4 && PSR_DETERMINISTIC
+/* CPU devices: the work-item's four lanes as one vector, lane j in
+ * components 4j .. 4j + 3, so that each component goes through the scalar
+ * lane's operations in its order (the same bits, as test_logprobs checks
+ * against the oracle); a step past a lane's end reads as -inf, whose term
+ * adds +0 (lane sums start at +0). */
+#define PSR_LP_VLANES 1
+
+inline psr_vfloat psr_lp_vvalues(psr_vfloat x, bool divide, float t, float r, float cut)
+{
+    psr_vfloat v = divide ? psr_vscale(x, t, r) : x; /* NaN stays NaN */
+    return select((psr_vfloat)(-INFINITY), v, v >= cut);
+}
+
+/* Step k of the four lanes (past the row's end psr_load4 gives NaN, so
+ * -inf here: a lane's steps past its last read as such). */
+inline psr_vfloat psr_lp_vstep(const psr_lp_lanes *ln, __global const psr_logit_t *src, uint k)
+{
+    float4 x[4];
+    for (uint j = 0; j < 4; j++)
+        x[j] = psr_load4(src, ln->base + 4 * (ln->lid + j * PSR_VWG) + k * 4 * PSR_LANES, ln->vocab, ln->aligned);
+    return psr_lp_vvalues((psr_vfloat)(x[0], x[1], x[2], x[3]), ln->divide, ln->t, ln->r, ln->cut);
+}
+
+/* psr_lse_term per component. */
+inline psr_vfloat psr_lse_vterms(psr_vfloat x, psr_vfloat m)
+{
+    psr_vfloat z = (x - m) * 0x1.715476p+0f;
+    psr_vfloat kk = z + 0x1.8p23f;
+    psr_vfloat f = z - (kk - 0x1.8p23f);
+    psr_vfloat p = (psr_vfloat)(0x1.5bba14p-10f);
+    p = fma(p, f, (psr_vfloat)(0x1.3cea88p-7f));
+    p = fma(p, f, (psr_vfloat)(0x1.c6b752p-5f));
+    p = fma(p, f, (psr_vfloat)(0x1.ebf9bcp-3f));
+    p = fma(p, f, (psr_vfloat)(0x1.62e42ap-1f));
+    p = fma(p, f, (psr_vfloat)(1.0f));
+    psr_vfloat e = psr_as_vfloat(psr_as_vuint(p) + (psr_as_vuint(kk) << 23));
+    return select((psr_vfloat)(0.0f), e, z > -125.0f); /* psr_det_exp2_neg's 0 below -125 and for NaN */
+}
+#endif
+
 /* Pass 1: each lane's max and how many tokens beat the sampled one (value
  * tv); pass 2: the lane's exp sums against its max (verify.cl's order),
  * into ls. Returns the work-item's count of beats. */
+#ifdef PSR_LP_VLANES
+inline uint psr_lp_lane_sums(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
+                             const float4 *v, float tv, __local float *ls)
+{
+    (void)v;
+    uint lid = ln->lid, last = max(max(steps[0], steps[1]), max(steps[2], steps[3]));
+    psr_vfloat wm = (psr_vfloat)(-INFINITY);
+    psr_vint beats = 0;
+    for (uint k = 0; k < last; k++) {
+        psr_vfloat x = psr_lp_vstep(ln, src, k);
+        wm = fmax(wm, x);
+        beats -= x > tv; /* past the row's end the values are -inf: they beat nothing */
+    }
+    float4 m = (float4)(psr_max4(wm.s0123), psr_max4(wm.s4567), psr_max4(wm.s89ab), psr_max4(wm.scdef));
+    psr_vfloat lane = (psr_vfloat)(0.0f);
+    psr_vfloat m16 = (psr_vfloat)((float4)(m.s0), (float4)(m.s1), (float4)(m.s2), (float4)(m.s3));
+    for (uint k = 0; k < last; k++)
+        lane += psr_lse_vterms(psr_lp_vstep(ln, src, k), m16);
+    float4 sums = (float4)(psr_lane_sum(lane.s0123), psr_lane_sum(lane.s4567), psr_lane_sum(lane.s89ab),
+                           psr_lane_sum(lane.scdef));
+    float mv[4] = {m.s0, m.s1, m.s2, m.s3}, sv[4] = {sums.s0, sums.s1, sums.s2, sums.s3};
+    for (uint j = 0; j < 4; j++) {
+        ls[PSR_LANES + lid + j * PSR_VWG] = mv[j];
+        ls[lid + j * PSR_VWG] = sv[j];
+    }
+    int8 b8 = beats.lo + beats.hi;
+    int4 b4 = b8.lo + b8.hi;
+    int2 b2 = b4.lo + b4.hi;
+    return (uint)(b2.x + b2.y);
+}
+#else
 inline uint psr_lp_lane_sums(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
                              const float4 *v, float tv, __local float *ls)
 {
@@ -315,6 +387,7 @@ inline uint psr_lp_lane_sums(const psr_lp_lanes *ln, const uint *steps, __global
     }
     return beat;
 }
+#endif
 
 /* The work-item's best token (value descending, index ascending) in *bi,
  * PSR_LP_NONE where it has none; returns its value. */

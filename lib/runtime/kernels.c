@@ -113,17 +113,20 @@ static int opencl_c_version(const psr_device_info *info)
 }
 
 /* The options only some sets read: the vector path (the sampler, its
- * noise probes, the filters and verification's sampling), logprobs'
- * bound, warp shuffles in the sampler's and verification's reductions. */
+ * noise probes, the filters, verification's sampling and logprobs' lane
+ * sums), logprobs' bound, warp shuffles in the sampler's and
+ * verification's reductions. */
 static void set_options(const psr_context *ctx, psr_kernel_set set, char *buf, size_t len)
 {
     buf[0] = '\0';
     if ((set == PSR_KERNELS_SAMPLE || set == PSR_KERNELS_NOISE || set == PSR_KERNELS_FILTER ||
-         set == PSR_KERNELS_VERIFY) &&
+         set == PSR_KERNELS_VERIFY || set == PSR_KERNELS_LOGPROBS) &&
         ctx->tuning.sample.vector_width)
         snprintf(buf, len, " -DPSR_VEC=%u", ctx->tuning.sample.vector_width);
-    if (set == PSR_KERNELS_LOGPROBS && !ctx->tuning.logprobs.segment_tau)
-        snprintf(buf, len, " -DPSR_LP_SEGMENT_TAU=0");
+    if (set == PSR_KERNELS_LOGPROBS && !ctx->tuning.logprobs.segment_tau) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, " -DPSR_LP_SEGMENT_TAU=0");
+    }
     if ((set == PSR_KERNELS_VERIFY || set == PSR_KERNELS_SAMPLE) && ctx->tuning.verify.warp_shuffle) {
         size_t used = strlen(buf);
         snprintf(buf + used, len - used, " -DPSR_NV_SHUFFLE=1");
