@@ -391,6 +391,43 @@ inline uint psr_lp_lane_sums(const psr_lp_lanes *ln, const uint *steps, __global
 
 /* The work-item's best token (value descending, index ascending) in *bi,
  * PSR_LP_NONE where it has none; returns its value. */
+#ifdef PSR_LP_VLANES
+/* CPU devices: each component keeps its best in increasing token order
+ * (a strict >), then the 16 merge by value and index: the scalar walk's
+ * answer, which for a work-item whose tokens are all -inf is its first
+ * token. */
+inline float psr_lp_lane_best(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
+                              const float4 *v, uint *best_i)
+{
+    (void)v;
+    uint first = ln->base + 4 * ln->lid, last = max(max(steps[0], steps[1]), max(steps[2], steps[3]));
+    psr_vuint at = (psr_vuint)(first) + (psr_vuint)(0, 1, 2, 3, 4 * PSR_VWG, 4 * PSR_VWG + 1, 4 * PSR_VWG + 2,
+                                                    4 * PSR_VWG + 3, 8 * PSR_VWG, 8 * PSR_VWG + 1, 8 * PSR_VWG + 2,
+                                                    8 * PSR_VWG + 3, 12 * PSR_VWG, 12 * PSR_VWG + 1,
+                                                    12 * PSR_VWG + 2, 12 * PSR_VWG + 3);
+    psr_vfloat bv = (psr_vfloat)(-INFINITY);
+    psr_vuint bi = (psr_vuint)(PSR_LP_NONE);
+    for (uint k = 0; k < last; k++) {
+        psr_vfloat x = psr_lp_vstep(ln, src, k);
+        psr_vint better = x > bv;
+        bv = select(bv, x, better);
+        bi = select(bi, at + k * 4 * PSR_LANES, better);
+    }
+    float vals[PSR_VEC];
+    uint ids[PSR_VEC];
+    psr_vstore(bv, 0, vals);
+    psr_vstore(bi, 0, ids);
+    float best = -INFINITY;
+    uint best_at = PSR_LP_NONE;
+    for (uint c = 0; c < PSR_VEC; c++)
+        if (ids[c] != PSR_LP_NONE && (best_at == PSR_LP_NONE || psr_better(vals[c], ids[c], best, best_at)))
+            best = vals[c], best_at = ids[c];
+    if (best_at == PSR_LP_NONE && steps[0] > 0)
+        best_at = first;
+    *best_i = best_at;
+    return best;
+}
+#else
 inline float psr_lp_lane_best(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
                               const float4 *v, uint *best_i)
 {
@@ -426,6 +463,7 @@ inline float psr_lp_lane_best(const psr_lp_lanes *ln, const uint *steps, __globa
     *best_i = bi;
     return bv;
 }
+#endif
 
 /* The work-item's tokens at or before the bound (tau_v, tau_i), counted
  * in lcount[0] and stored as candidates while they fit. */
