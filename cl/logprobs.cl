@@ -307,21 +307,6 @@ inline psr_vfloat psr_lp_vstep(const psr_lp_lanes *ln, __global const psr_logit_
     return psr_lp_vvalues((psr_vfloat)(x[0], x[1], x[2], x[3]), ln->divide, ln->t, ln->r, ln->cut);
 }
 
-/* psr_lse_term per component. */
-inline psr_vfloat psr_lse_vterms(psr_vfloat x, psr_vfloat m)
-{
-    psr_vfloat z = (x - m) * 0x1.715476p+0f;
-    psr_vfloat kk = z + 0x1.8p23f;
-    psr_vfloat f = z - (kk - 0x1.8p23f);
-    psr_vfloat p = (psr_vfloat)(0x1.5bba14p-10f);
-    p = fma(p, f, (psr_vfloat)(0x1.3cea88p-7f));
-    p = fma(p, f, (psr_vfloat)(0x1.c6b752p-5f));
-    p = fma(p, f, (psr_vfloat)(0x1.ebf9bcp-3f));
-    p = fma(p, f, (psr_vfloat)(0x1.62e42ap-1f));
-    p = fma(p, f, (psr_vfloat)(1.0f));
-    psr_vfloat e = psr_as_vfloat(psr_as_vuint(p) + (psr_as_vuint(kk) << 23));
-    return select((psr_vfloat)(0.0f), e, z > -125.0f); /* psr_det_exp2_neg's 0 below -125 and for NaN */
-}
 #endif
 
 /* Pass 1: each lane's max and how many tokens beat the sampled one (value

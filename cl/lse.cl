@@ -29,6 +29,24 @@ inline float4 psr_exp_terms(float4 x, float m)
 
 #define PSR_LPT (PSR_LANES / PSR_VWG) /* lanes of 4 tokens per work-item */
 
+#if PSR_VEC_PATH
+/* psr_lse_term per component. */
+inline psr_vfloat psr_lse_vterms(psr_vfloat x, psr_vfloat m)
+{
+    psr_vfloat z = (x - m) * 0x1.715476p+0f;
+    psr_vfloat kk = z + 0x1.8p23f;
+    psr_vfloat f = z - (kk - 0x1.8p23f);
+    psr_vfloat p = (psr_vfloat)(0x1.5bba14p-10f);
+    p = fma(p, f, (psr_vfloat)(0x1.3cea88p-7f));
+    p = fma(p, f, (psr_vfloat)(0x1.c6b752p-5f));
+    p = fma(p, f, (psr_vfloat)(0x1.ebf9bcp-3f));
+    p = fma(p, f, (psr_vfloat)(0x1.62e42ap-1f));
+    p = fma(p, f, (psr_vfloat)(1.0f));
+    psr_vfloat e = psr_as_vfloat(psr_as_vuint(p) + (psr_as_vuint(kk) << 23));
+    return select((psr_vfloat)(0.0f), e, z > -125.0f); /* psr_det_exp2_neg's 0 below -125 and for NaN */
+}
+#endif
+
 /* Two (max, sum) pairs merged: each sum scaled to the larger max. */
 inline float2 psr_lse_merge(float2 a, float2 b)
 {

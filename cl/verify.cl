@@ -345,6 +345,43 @@ inline void psr_stats_publish_lse(uint lid, __local float *lm, __local float *ls
 }
 
 #if PSR_LPT > 1
+#if PSR_VEC_PATH && PSR_LPT == 4 && PSR_DETERMINISTIC
+/* CPU devices: the work-item's four lanes as one vector, lane l in
+ * components 4l .. 4l + 3, each component through its lane's operations
+ * in order (the same bits). Past the row the loads give NaN, which
+ * neither raises a max nor adds to a sum (its term is 0). */
+inline psr_vfloat psr_stats_vstep(bool is_draft, __global const psr_logit_t *src, __global const float *q,
+                                  bool aligned, uint base, uint vocab, uint lid, bool divide, float t, float r,
+                                  uint k)
+{
+    float4 x[4];
+    for (uint l = 0; l < 4; l++)
+        x[l] = psr_stats_load(is_draft, src, q, base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES, vocab, aligned);
+    psr_vfloat v = (psr_vfloat)(x[0], x[1], x[2], x[3]);
+    return divide && t != 1.0f ? psr_vscale(v, t, r) : v; /* psr_scaled4's */
+}
+
+inline void psr_stats_lse_lanes(bool is_draft, __global const psr_logit_t *src, __global const float *q,
+                                bool aligned, bool full, uint base, uint vocab, uint lid, bool divide, float t,
+                                float r, __local float *lm, __local float *ls)
+{
+    uint last = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * lid, vocab); /* lane 0's: the most */
+    psr_vfloat wm = (psr_vfloat)(-INFINITY);
+    for (uint k = 0; k < last; k++)
+        wm = fmax(wm, psr_stats_vstep(is_draft, src, q, aligned, base, vocab, lid, divide, t, r, k));
+    float m[4] = {psr_max4(wm.s0123), psr_max4(wm.s4567), psr_max4(wm.s89ab), psr_max4(wm.scdef)};
+    psr_vfloat m16 = (psr_vfloat)((float4)(m[0]), (float4)(m[1]), (float4)(m[2]), (float4)(m[3]));
+    psr_vfloat lane = (psr_vfloat)(0.0f);
+    for (uint k = 0; k < last; k++)
+        lane += psr_lse_vterms(psr_stats_vstep(is_draft, src, q, aligned, base, vocab, lid, divide, t, r, k), m16);
+    float sums[4] = {psr_lane_sum(lane.s0123), psr_lane_sum(lane.s4567), psr_lane_sum(lane.s89ab),
+                     psr_lane_sum(lane.scdef)};
+    for (uint l = 0; l < 4; l++) {
+        lm[lid + l * PSR_VWG] = m[l];
+        ls[lid + l * PSR_VWG] = sums[l];
+    }
+}
+#else
 /* CPUs: each of the work-item's lanes' max of logits / T, then its exp
  * sums against it, into lm and ls; each pass reads the lane again. */
 inline void psr_stats_lse_lanes(bool is_draft, __global const psr_logit_t *src, __global const float *q,
@@ -369,6 +406,7 @@ inline void psr_stats_lse_lanes(bool is_draft, __global const psr_logit_t *src, 
         ls[lid + l * PSR_VWG] = psr_lane_sum(lane);
     }
 }
+#endif
 #endif
 
 /* A statistics group's partial of the super-block at `base`, from the
