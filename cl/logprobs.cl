@@ -325,18 +325,12 @@ inline uint psr_lp_lane_sums(const psr_lp_lanes *ln, const uint *steps, __global
         wm = fmax(wm, x);
         beats -= x > tv; /* past the row's end the values are -inf: they beat nothing */
     }
-    float4 m = (float4)(psr_max4(wm.s0123), psr_max4(wm.s4567), psr_max4(wm.s89ab), psr_max4(wm.scdef));
+    psr_vfloat m16;
+    float4 m = psr_vlane_max(wm, &m16);
     psr_vfloat lane = (psr_vfloat)(0.0f);
-    psr_vfloat m16 = (psr_vfloat)((float4)(m.s0), (float4)(m.s1), (float4)(m.s2), (float4)(m.s3));
     for (uint k = 0; k < last; k++)
         lane += psr_lse_vterms(psr_lp_vstep(ln, src, k), m16);
-    float4 sums = (float4)(psr_lane_sum(lane.s0123), psr_lane_sum(lane.s4567), psr_lane_sum(lane.s89ab),
-                           psr_lane_sum(lane.scdef));
-    float mv[4] = {m.s0, m.s1, m.s2, m.s3}, sv[4] = {sums.s0, sums.s1, sums.s2, sums.s3};
-    for (uint j = 0; j < 4; j++) {
-        ls[PSR_LANES + lid + j * PSR_VWG] = mv[j];
-        ls[lid + j * PSR_VWG] = sv[j];
-    }
+    psr_vlanes_store(m, lane, lid, ls + PSR_LANES, ls);
     int8 b8 = beats.lo + beats.hi;
     int4 b4 = b8.lo + b8.hi;
     int2 b2 = b4.lo + b4.hi;

@@ -29,24 +29,6 @@ inline float4 psr_exp_terms(float4 x, float m)
 
 #define PSR_LPT (PSR_LANES / PSR_VWG) /* lanes of 4 tokens per work-item */
 
-#if PSR_VEC_PATH
-/* psr_lse_term per component. */
-inline psr_vfloat psr_lse_vterms(psr_vfloat x, psr_vfloat m)
-{
-    psr_vfloat z = (x - m) * 0x1.715476p+0f;
-    psr_vfloat kk = z + 0x1.8p23f;
-    psr_vfloat f = z - (kk - 0x1.8p23f);
-    psr_vfloat p = (psr_vfloat)(0x1.5bba14p-10f);
-    p = fma(p, f, (psr_vfloat)(0x1.3cea88p-7f));
-    p = fma(p, f, (psr_vfloat)(0x1.c6b752p-5f));
-    p = fma(p, f, (psr_vfloat)(0x1.ebf9bcp-3f));
-    p = fma(p, f, (psr_vfloat)(0x1.62e42ap-1f));
-    p = fma(p, f, (psr_vfloat)(1.0f));
-    psr_vfloat e = psr_as_vfloat(psr_as_vuint(p) + (psr_as_vuint(kk) << 23));
-    return select((psr_vfloat)(0.0f), e, z > -125.0f); /* psr_det_exp2_neg's 0 below -125 and for NaN */
-}
-#endif
-
 /* Two (max, sum) pairs merged: each sum scaled to the larger max. */
 inline float2 psr_lse_merge(float2 a, float2 b)
 {
@@ -111,6 +93,46 @@ inline float psr_max4(float4 x)
 {
     return fmax(fmax(x.s0, x.s1), fmax(x.s2, x.s3));
 }
+
+#if PSR_VEC_PATH
+/* psr_lse_term per component. */
+inline psr_vfloat psr_lse_vterms(psr_vfloat x, psr_vfloat m)
+{
+    psr_vfloat z = (x - m) * 0x1.715476p+0f;
+    psr_vfloat kk = z + 0x1.8p23f;
+    psr_vfloat f = z - (kk - 0x1.8p23f);
+    psr_vfloat p = (psr_vfloat)(0x1.5bba14p-10f);
+    p = fma(p, f, (psr_vfloat)(0x1.3cea88p-7f));
+    p = fma(p, f, (psr_vfloat)(0x1.c6b752p-5f));
+    p = fma(p, f, (psr_vfloat)(0x1.ebf9bcp-3f));
+    p = fma(p, f, (psr_vfloat)(0x1.62e42ap-1f));
+    p = fma(p, f, (psr_vfloat)(1.0f));
+    psr_vfloat e = psr_as_vfloat(psr_as_vuint(p) + (psr_as_vuint(kk) << 23));
+    return select((psr_vfloat)(0.0f), e, z > -125.0f); /* psr_det_exp2_neg's 0 below -125 and for NaN */
+}
+
+/* The maxima of four lanes held as one vector (lane l in components
+ * 4l .. 4l + 3), each spread back over its lane's components in *spread. */
+inline float4 psr_vlane_max(psr_vfloat wm, psr_vfloat *spread)
+{
+    float4 m = (float4)(psr_max4(wm.s0123), psr_max4(wm.s4567), psr_max4(wm.s89ab), psr_max4(wm.scdef));
+    *spread = (psr_vfloat)((float4)(m.s0), (float4)(m.s1), (float4)(m.s2), (float4)(m.s3));
+    return m;
+}
+
+/* Four lanes' maxima m and sums (psr_lane_sum of their exp chains), lane
+ * l of work-item lid at lid + l * PSR_VWG of lm and ls. */
+inline void psr_vlanes_store(float4 m, psr_vfloat lane, uint lid, __local float *lm, __local float *ls)
+{
+    float mv[4] = {m.s0, m.s1, m.s2, m.s3};
+    float sv[4] = {psr_lane_sum(lane.s0123), psr_lane_sum(lane.s4567), psr_lane_sum(lane.s89ab),
+                   psr_lane_sum(lane.scdef)};
+    for (uint l = 0; l < 4; l++) {
+        lm[lid + l * PSR_VWG] = mv[l];
+        ls[lid + l * PSR_VWG] = sv[l];
+    }
+}
+#endif
 
 /* Partial `at` of the statistics; `published` reads one that another
  * group of the running launch published (groups.cl), else a plain load

@@ -369,17 +369,12 @@ inline void psr_stats_lse_lanes(bool is_draft, __global const psr_logit_t *src, 
     psr_vfloat wm = (psr_vfloat)(-INFINITY);
     for (uint k = 0; k < last; k++)
         wm = fmax(wm, psr_stats_vstep(is_draft, src, q, aligned, base, vocab, lid, divide, t, r, k));
-    float m[4] = {psr_max4(wm.s0123), psr_max4(wm.s4567), psr_max4(wm.s89ab), psr_max4(wm.scdef)};
-    psr_vfloat m16 = (psr_vfloat)((float4)(m[0]), (float4)(m[1]), (float4)(m[2]), (float4)(m[3]));
+    psr_vfloat m16;
+    float4 m = psr_vlane_max(wm, &m16);
     psr_vfloat lane = (psr_vfloat)(0.0f);
     for (uint k = 0; k < last; k++)
         lane += psr_lse_vterms(psr_stats_vstep(is_draft, src, q, aligned, base, vocab, lid, divide, t, r, k), m16);
-    float sums[4] = {psr_lane_sum(lane.s0123), psr_lane_sum(lane.s4567), psr_lane_sum(lane.s89ab),
-                     psr_lane_sum(lane.scdef)};
-    for (uint l = 0; l < 4; l++) {
-        lm[lid + l * PSR_VWG] = m[l];
-        ls[lid + l * PSR_VWG] = sums[l];
-    }
+    psr_vlanes_store(m, lane, lid, lm, ls);
 }
 #else
 /* CPUs: each of the work-item's lanes' max of logits / T, then its exp
