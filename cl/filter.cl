@@ -732,15 +732,15 @@ inline uint psr_filter_short_search(volatile __global const uint *keys, uint n, 
     while (kept < len && a[kept] == cut)
         kept++;
     len = kept;
-    ulong total = 0;
+    ulong w[PSR_FILTER_SHORT], total = 0;
     for (uint i = 0; i < len; i++)
-        total += psr_filter_weight(psr_unordered(a[i]), m, true);
+        total += w[i] = psr_filter_weight(psr_unordered(a[i]), m, true);
     float goal = fmax(f->p, FLT_MIN) * (float)total;
     if (!psr_filter_reached(total, true, 0, goal))
         return cut;
     ulong cum = 0; /* reached within a run of equal keys: their key all the same */
     for (uint i = 0; i < len; i++) {
-        cum += psr_filter_weight(psr_unordered(a[i]), m, true);
+        cum += w[i];
         if (psr_filter_reached(cum, true, 0, goal))
             return a[i];
     }
