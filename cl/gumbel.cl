@@ -12,6 +12,15 @@
 
 #include "tokens.cl"
 
+/* A group's slot in best_scratch (psr_store_slot): fp64 scores take two
+ * words. After the slots of every group, a shared floor per row
+ * (psr_floor_publish). */
+#define PSR_SLOT_WORDS (USE_FP64 ? 2 : 1)
+inline __global ulong *psr_floor_slot(__global ulong *best_scratch, uint keys_at, uint row_id)
+{
+    return best_scratch + keys_at + (ulong)get_num_groups(0) * PSR_SLOT_WORDS + row_id;
+}
+
 #if PSR_VEC_PATH
 /* One work-item's step: a whole vector, or the chunk's last few tokens
  * one by one. */
@@ -23,7 +32,8 @@ inline void psr_consider_step(psr_row *row, __global const psr_logit_t *src, uin
         psr_vfloat x = psr_vload_logits(src, i);
         if (cache)
             psr_vstore(x, 0, cache + i);
-        psr_consider_vec(row, x, i, lane_best, lane_best_i, cut);
+        if (psr_vmay_win(row, x))
+            psr_consider_vec(row, x, i, lane_best, lane_best_i, cut);
         return;
     }
     for (uint j = i; j < end; j++) {
@@ -48,6 +58,7 @@ inline __global float *psr_row_setup(psr_row *row, bool active, int req, uint ro
     row->key = 0;
     row->greedy = true;
     row->floor = PSR_ACC_NEG_INF;
+    row->skip_below = -INFINITY;
     row->shift = 0.0f;
     __global float *cache = 0;
     if (!active)
@@ -114,25 +125,133 @@ inline psr_acc_t psr_race_unscale(psr_acc_t v, float shift)
 #endif
 
 #if PSR_VEC_PATH
+/* Raises the row's floor to the exact value of the largest logit among
+ * the work-item's whole vectors of [start, end). Without it the floor
+ * rises only as the scan meets high values; with it, a row whose top
+ * logit stands more than the noise's largest value above the others'
+ * skips the Philox words of nearly every block from the first step on.
+ * The pass reads those logits once more (about 3% of a plain row's
+ * time); the token's value is computed again when the scan reaches it. */
+inline void psr_seed_floor(psr_row *row, __global const psr_logit_t *src, uint start, uint end, float cut,
+                           uint lid)
+{
+    psr_vfloat top = (psr_vfloat)(-INFINITY);
+    psr_vuint top_at = (psr_vuint)start;
+    for (uint i = start + PSR_VEC * lid; i + PSR_VEC <= end; i += PSR_VEC * PSR_WG_SIZE) {
+        psr_vfloat x = psr_vload_logits(src, i);
+        psr_vint higher = x > top; /* never for NaN */
+        top = select(top, x, higher);
+        top_at = select(top_at, (psr_vuint)i, higher);
+    }
+    float values[PSR_VEC];
+    uint at[PSR_VEC];
+    psr_vstore(top, 0, values);
+    psr_vstore(top_at, 0, at);
+    int lane = 0;
+    for (int l = 1; l < PSR_VEC; l++)
+        lane = values[l] > values[lane] ? l : lane;
+    if (!(values[lane] > -INFINITY))
+        return;
+    uint j = at[lane] + (uint)lane;
+    psr_acc_t v = PSR_ACC_NEG_INF;
+    uint v_i = j;
+    psr_consider_cut(row, psr_load_logit(src, j), j, &v, &v_i, cut);
+    psr_raise_floor(row, v);
+}
+
+#if PSR_INT64_ATOMICS
+/* A split row's groups share their floors through one word per row (0:
+ * none yet; else psr_record_value's order). Any exact value of one of the
+ * row's tokens bounds the row's best from below, so a floor another group
+ * found is as good as one's own, whenever it arrives. The race over
+ * logits has none: its groups' scores are on scales of their own. */
+inline void psr_floor_publish(__global ulong *slot, psr_acc_t v)
+{
+    ulong key = psr_record_value(v), seen = *(volatile __global ulong *)slot;
+    while (key > seen) {
+        ulong was = atom_cmpxchg(slot, seen, key);
+        if (was == seen)
+            break;
+        seen = was;
+    }
+}
+
+inline psr_acc_t psr_floor_read(__global const ulong *slot)
+{
+    ulong k = *(volatile __global const ulong *)slot;
+    if (!k)
+        return PSR_ACC_NEG_INF;
+#if USE_FP64
+    return as_double((k >> 63) ? (k & 0x7fffffffffffffffUL) : ~k);
+#else
+    return psr_unordered((uint)(k >> 32));
+#endif
+}
+#endif
+
+/* Where a group's floors come from beyond its chunk: a row of a few
+ * groups seeds from the whole row (*seed_span; each group reads it, as
+ * the groups may well run one after the other), a row of more groups
+ * shares them as they come (the returned word, or NULL). The race over
+ * logits scales each group's scores by its own chunk: it seeds from the
+ * chunk alone. */
+#define PSR_SEED_ROW_GROUPS 2
+inline __global ulong *psr_floor_sources(const psr_sample_params *p, const psr_row *row, bool active, uint row_id,
+                                         uint start, uint end, __global ulong *best_scratch, uint2 *seed_span)
+{
+    *seed_span = (uint2)(start, end);
+#if PSR_METHOD != 1 && PSR_SEED_FLOORS
+    if (p->rows.groups_per_row <= PSR_SEED_ROW_GROUPS)
+        *seed_span = (uint2)(0, p->rows.vocab);
+#if PSR_INT64_ATOMICS
+    else if (active && !row->greedy && best_scratch)
+        return psr_floor_slot(best_scratch, p->keys_at, row_id);
+#endif
+#endif
+    (void)p, (void)row, (void)active, (void)row_id, (void)best_scratch;
+    return 0;
+}
+
 /* The work-item's tokens of [start, end), PSR_VEC at a time, into its
- * (best, best_i). After the first step the group's best so far becomes
- * every work-item's floor (a uniform condition, as in the scalar path). */
+ * (best, best_i). The floor starts at the value of the work-item's
+ * largest logit where psr_floor_sources says; after the first step the
+ * group's largest floor becomes every work-item's (a uniform condition,
+ * as in the scalar path). With a shared word the group offers its floor
+ * to the row's other groups and takes theirs every few steps. */
+#define PSR_FLOOR_READ_STEPS 8
 inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t *src, uint start, uint end,
+                           const psr_sample_params *p, uint row_id, __global ulong *best_scratch,
                            __global float *cache, float cut, psr_acc_t *best, uint *best_i,
                            __local psr_acc_t *lv, uint lid)
 {
+    uint2 seed_span;
+    __global ulong *floor_slot = psr_floor_sources(p, row, active, row_id, start, end, best_scratch, &seed_span);
     psr_vacc lane_best = (psr_vacc)(PSR_ACC_NEG_INF);
     psr_vuint lane_best_i = (psr_vuint)0xffffffffu;
     uint i = start + PSR_VEC * lid;
+    if (PSR_SEED_FLOORS && active && !row->greedy)
+        psr_seed_floor(row, src, seed_span.x, seed_span.y, cut, lid);
     if (active)
         psr_consider_step(row, src, i, end, cache, cut, &lane_best, &lane_best_i, best, best_i);
     i += PSR_VEC * PSR_WG_SIZE;
     bool floors = !(active && row->greedy) && start + PSR_VEC * PSR_WG_SIZE < end;
     if (PSR_FLAT_BARRIERS || floors) {
-        psr_acc_t m = psr_group_max(lv, fmax(*best, psr_vmax_acc(lane_best)), lid);
+        /* the floor and every value the first step computed are exact values */
+        psr_acc_t m = psr_group_max(lv, fmax(row->floor, fmax(*best, psr_vmax_acc(lane_best))), lid);
         if (floors)
-            row->floor = fmax(row->floor, m);
+            psr_raise_floor(row, m);
     }
+#if PSR_INT64_ATOMICS
+    if (floor_slot && lid == 0)
+        psr_floor_publish(floor_slot, row->floor);
+    for (; floor_slot && i < end;) { /* floor_slot: an active row */
+        psr_raise_floor(row, psr_floor_read(floor_slot));
+        for (uint n = 0; n < PSR_FLOOR_READ_STEPS && i < end; n++, i += PSR_VEC * PSR_WG_SIZE)
+            psr_consider_step(row, src, i, end, cache, cut, &lane_best, &lane_best_i, best, best_i);
+    }
+#else
+    (void)floor_slot;
+#endif
     for (; active && i < end; i += PSR_VEC * PSR_WG_SIZE)
         psr_consider_step(row, src, i, end, cache, cut, &lane_best, &lane_best_i, best, best_i);
     psr_merge_lanes(lane_best, lane_best_i, best, best_i);
@@ -198,7 +317,6 @@ inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t
 #if USE_FP64
 /* fp64 scores do not fit a key beside their index: a group's slot is two
  * words, the score's order (psr_record_value) and the index. */
-#define PSR_SLOT_WORDS 2
 inline void psr_store_slot(__global ulong *slot, double v, uint idx)
 {
     atom_xchg(slot, psr_record_value(v));
@@ -264,7 +382,6 @@ inline void psr_best_slot(__global const ulong *slots, uint groups, uint lid, __
     *v = as_double((k >> 63) ? (k & 0x7fffffffffffffffUL) : ~k); /* psr_record_value's inverse */
 }
 #else
-#define PSR_SLOT_WORDS 1
 inline void psr_store_slot(__global ulong *slot, float v, uint idx)
 {
     atom_xchg(slot, psr_best_key(v, idx));
@@ -292,7 +409,8 @@ inline bool psr_gather_row(bool gather, bool active, uint part, uint row_id, uin
                            __local ulong *lk, __local uint *li, __local uint *llast)
 {
     /* One buffer (every buffer argument costs the host time at each
-     * launch): the rows' counts, then the groups' slots from keys_at. */
+     * launch): the rows' counts, then the groups' slots from keys_at, then
+     * the rows' shared floors. */
     __global uint *best_count = (__global uint *)best_scratch;
     __global ulong *best_keys = best_scratch + keys_at;
     bool join = gather && active;
@@ -311,6 +429,10 @@ inline bool psr_gather_row(bool gather, bool active, uint part, uint row_id, uin
         return gather && part == 0;
     if (!last)
         return false;
+#if PSR_VEC_PATH
+    if (lid == 0) /* every group of the row is done with it: ready for the next launch */
+        atom_xchg(psr_floor_slot(best_scratch, keys_at, row_id), 0UL);
+#endif
     *idx = row_i;
     *v = row_v;
     return true;
@@ -476,7 +598,7 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
     }
 #endif
 #if PSR_VEC_PATH
-    psr_scan_chunk(&row, active, src, start, end, cache, cut, &best, &best_i, lv, lid);
+    psr_scan_chunk(&row, active, src, start, end, &p, row_id, best_scratch, cache, cut, &best, &best_i, lv, lid);
 #else
     psr_scan_chunk(&row, active && !listed, src, start, end, aligned, x_first, cache, cut, &best, &best_i, lv,
                    lid);

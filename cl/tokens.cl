@@ -474,8 +474,9 @@ typedef struct psr_row {
     float t, r;      /* temperature and its reciprocal */
     uint key;        /* the row's Philox key */
     bool greedy;
-    psr_acc_t floor; /* a value some token of this group reaches: anything
+    psr_acc_t floor; /* a value some token of this row reaches: anything
                         whose bound is below it cannot win */
+    float skip_below; /* vector path: logits below it cannot reach the floor */
     float shift;     /* race over logits: the group's largest scaled logit */
     uint base;       /* global id of token 0 (a shard's first token; noise uses global ids) */
 } psr_row;
@@ -695,6 +696,35 @@ inline void psr_keep_better(psr_vacc v, uint i, psr_vacc *best, psr_vuint *best_
     *best_i = select(*best_i, (psr_vuint)i + PSR_LANE_IDS, convert_int16(better));
 }
 
+/* Raises the row's floor to v, and with it skip_below: every logit x
+ * below it has psr_vscale(x) + PSR_NOISE_MAX < floor, by a margin far
+ * above the rounding of the scale, of the product here and of the sum.
+ * (The race bounds weights, not logits: it keeps -inf.) */
+inline void psr_raise_floor(psr_row *row, psr_acc_t v)
+{
+    row->floor = fmax(row->floor, v);
+#if PSR_METHOD == 0 && PSR_SEED_FLOORS
+    psr_acc_t f = row->floor;
+    if (isfinite(f) && !row->greedy) {
+        psr_acc_t margin = ((psr_acc_t)1 + fabs(f) + PSR_NOISE_MAX) * (psr_acc_t)0x1p-12;
+        row->skip_below = (float)((f - PSR_NOISE_MAX - margin) * row->t);
+    }
+#endif
+}
+
+/* Whether some lane of the logits x may win: false only where the
+ * Gumbel path's floor rules every lane out, before any scaling (and the
+ * call psr_consider_vec costs). The race and greedy rows always look. */
+inline bool psr_vmay_win(const psr_row *row, psr_vfloat x)
+{
+#if PSR_METHOD == 0 && PSR_SEED_FLOORS
+    return row->greedy || psr_vany_at_least(x, row->skip_below);
+#else
+    (void)row, (void)x;
+    return true;
+#endif
+}
+
 #if PSR_METHOD != 0
 /* The race's psr_consider_cut on 16 lanes. A lane of weight p loses on
  * its bound p * 2^k (k from the words); a block whose largest p cannot
@@ -742,7 +772,7 @@ inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
         v = p * psr_vdet_recip(psr_vrace_e(w0, w1));
 #endif
         v = select(v, (psr_vacc)PSR_ACC_NEG_INF, psr_to_vacc_mask(~(p > 0.0f))); /* weight 0: never */
-        row->floor = fmax(row->floor, psr_vmax_acc(v));
+        psr_raise_floor(row, psr_vmax_acc(v));
     }
     psr_keep_better(v, i, best, best_i);
 }
@@ -773,7 +803,7 @@ inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
         if (psr_vmax_acc(xa + psr_vnoise_bound(w0, w1)) < row->floor) /* PoCL's any() goes lane by lane */
             return;
         v = xa + psr_vnoise(w0, w1); /* an infinite xs stays itself */
-        row->floor = fmax(row->floor, psr_vmax_acc(v));
+        psr_raise_floor(row, psr_vmax_acc(v));
     }
     psr_keep_better(v, i, best, best_i); /* never for a NaN or filtered lane */
 }

@@ -916,6 +916,7 @@ inline __global const float *psr_sample_setup(psr_row *row, psr_residual *res, b
     row->key = key;
     row->greedy = false;
     row->floor = PSR_ACC_NEG_INF;
+    row->skip_below = -INFINITY;
     row->shift = 0.0f;
     row->base = 0;
     res->t = rq->t;
@@ -957,7 +958,9 @@ inline void psr_verify_vstep(int mode, psr_row *row, psr_residual *res, __global
     if (mode == 2 && n == PSR_VEC) {
         psr_vacc lane_best = (psr_vacc)(PSR_ACC_NEG_INF);
         psr_vuint lane_best_i = (psr_vuint)0xffffffffu;
-        psr_consider_vec(row, psr_vload_logits(src, i), i, &lane_best, &lane_best_i, -INFINITY);
+        psr_vfloat x = psr_vload_logits(src, i);
+        if (psr_vmay_win(row, x))
+            psr_consider_vec(row, x, i, &lane_best, &lane_best_i, -INFINITY);
         psr_merge_lanes(lane_best, lane_best_i, best, best_i);
         return;
     }
@@ -1002,8 +1005,12 @@ inline void psr_scan_floor(bool floors, psr_row *row, psr_residual *res, uint li
                 lv[lid] = fmax(lv[lid], lv[lid + s]); /* max() is undefined for -inf */
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (floors)
+        if (floors) {
             row->floor = res->floor = lv[0];
+#if PSR_VEC_PATH
+            psr_raise_floor(row, lv[0]); /* and skip_below */
+#endif
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 }

@@ -234,7 +234,7 @@ void psr_verify_shard_sample(const psr_verify_shard_params p, __global const psr
     psr_walk walk = l.walk;
     float t = temperatures[req];
     uint key = psr_row_key((ulong)seeds[req], (ulong)walk.pos);
-    psr_row row = {t, walk.mode != 0 ? psr_temp_recip(t) : 1.0f, key, false, PSR_ACC_NEG_INF, 0.0f, 0};
+    psr_row row = {t, walk.mode != 0 ? psr_temp_recip(t) : 1.0f, key, false, PSR_ACC_NEG_INF, -INFINITY, 0.0f, 0};
     int d = walk.draft;
     uint j = walk.row - (uint)cu[req];
     /* As psr_sample_setup: a -1 draft has no draft distribution (the

@@ -463,6 +463,77 @@ static void test_tokens_equal_oracle(void **state)
     }
 }
 
+/* ---- peaked rows: floors seeded from the row's largest logit ---- */
+
+/* `rows` rows of N(0, 1) with one logit `peak` above the rest at a random
+ * place and, where `second` is not 0, another `second` above them: the
+ * second peak wins on some rows although the first is the row's largest
+ * logit (the floor's seed). */
+static void check_peaked(size_t rows, size_t vocab, float peak, float second, float temp, unsigned flags)
+{
+    float *logits = malloc(rows * vocab * sizeof *logits);
+    for (size_t r = 0; r < rows; r++) {
+        float *row = logits + r * vocab;
+        for (size_t i = 0; i < vocab; i++)
+            row[i] = normal();
+        row[rnd() % vocab] += peak;
+        if (second != 0.0f)
+            row[rnd() % vocab] += second;
+    }
+    sample_like_oracle(logits, rows, vocab, temp, flags, NULL, NULL, NULL);
+    free(logits);
+}
+
+/* Two +inf logits far apart: the lower index wins, in whichever group. */
+static void check_infinite_pair(size_t vocab)
+{
+    float *logits = malloc(vocab * sizeof *logits);
+    for (int trial = 0; trial < 4; trial++) {
+        for (size_t i = 0; i < vocab; i++)
+            logits[i] = normal();
+        size_t a = rnd() % (vocab / 2), b = vocab / 2 + rnd() % (vocab / 2);
+        logits[a] = logits[b] = INFINITY;
+        int32_t want[1];
+        sample_like_oracle(logits, 1, vocab, 0.8f, 0, NULL, NULL, want);
+        assert_int_equal(want[0], (int32_t)a);
+    }
+    free(logits);
+}
+
+/* The CPU's vector path skips the blocks of a peaked row that cannot reach
+ * a floor seeded from its largest logit: from the whole row where a row
+ * has at most two groups, else from the group's chunk and shared with the
+ * row's other groups through a word the last group clears. Each split
+ * below (one group per row, two, four, eight or more) must give the
+ * oracle's tokens, and so must a launch after a very peaked one (a word
+ * left uncleared would make it skip its rows' winners). */
+static void test_peaked_rows(void **state)
+{
+    (void)state;
+    const psr_tuning suite = tuning_of(ctx);
+    const size_t resident[] = {1, 2, 4};
+    for (size_t k = 0; k < 3; k++) {
+        psr_tuning t = suite;
+        t.sample.resident_per_unit = resident[k] * (suite.sample.vector_width ? 1 : 8);
+        t.sample.min_steps = 1;
+        set_tuning(ctx, &t);
+        cl_uint chunk, groups;
+        psr_split_rows(ctx, 1, 65536, &chunk, &groups);
+        print_message("resident %zu: one row of 65,536 in %u groups\n", (size_t)t.sample.resident_per_unit,
+                      groups);
+        check_peaked(1, 65536, 25.0f, 0.0f, 0.8f, 0);
+        check_peaked(2, 65536, 40.0f, 0.0f, 1.0f, 0);
+        check_peaked(6, 65536, 25.0f, 24.0f, 1.0f, 0);
+        check_peaked(3, 65536, 20.0f, 12.0f, 0.5f, PSR_SAMPLE_DRAFTING);
+        check_peaked(8, 20000, 25.0f, 0.0f, 0.8f, 0);
+        check_peaked(2, 65536, 80.0f, 0.0f, 0.8f, 0);
+        check_against_oracle(2, 65536, 3.0f, 1.0f, 0); /* right after the peaks of 80 */
+        check_infinite_pair(65536);
+        check_peaked(2, 65536, 25.0f, 0.0f, 0.8f, PSR_FLAG_WIDE_NOISE);
+    }
+    set_tuning(ctx, &suite);
+}
+
 /* ---- edge cases ---- */
 
 static int32_t sample_one(const float *logits, size_t vocab, float temp, uint32_t *flags)
@@ -968,6 +1039,7 @@ int main(void)
         cmocka_unit_test(test_vector_clz),
         cmocka_unit_test(test_token_vectors),
         cmocka_unit_test(test_tokens_equal_oracle),
+        cmocka_unit_test(test_peaked_rows),
         cmocka_unit_test(test_finish_paths_agree),
         cmocka_unit_test(test_greedy_is_argmax_lowest_index),
         cmocka_unit_test(test_nan_and_infinite_rows),

@@ -24,7 +24,10 @@ static void fill_rows(size_t rows, int64_t *seeds, int64_t *pos, float *temps, f
     }
 }
 
-static void check_probs_against_oracle(size_t rows, size_t vocab, unsigned flags, float temp)
+/* Probabilities e^(2 N(0, 1)), some zero, negative or NaN; where `peak`
+ * is not 0 each row also gets it at one random place, and a quarter of it
+ * at another (which wins on some rows). */
+static void check_peaked_probs(size_t rows, size_t vocab, unsigned flags, float temp, float peak)
 {
     psr_noise_kind noise = noise_of(flags);
     float *p = malloc(rows * vocab * sizeof *p);
@@ -35,6 +38,10 @@ static void check_probs_against_oracle(size_t rows, size_t vocab, unsigned flags
         float x = expf(2.0f * normal());
         uint32_t k = rnd() % 50;
         p[i] = k == 0 ? 0.0f : k == 1 ? -x : k == 2 ? NAN : x; /* some zero, negative, NaN */
+    }
+    for (size_t r = 0; peak != 0.0f && r < rows; r++) {
+        p[r * vocab + rnd() % vocab] = peak;
+        p[r * vocab + rnd() % vocab] = peak / 4;
     }
     fill_rows(rows, seeds, pos, temps, temp);
     psr_status st = sample_host(ctx, p, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
@@ -49,6 +56,51 @@ static void check_probs_against_oracle(size_t rows, size_t vocab, unsigned flags
                      flags, r, tokens[r], want);
     }
     free(p), free(seeds), free(pos), free(temps), free(tokens);
+}
+
+static void check_probs_against_oracle(size_t rows, size_t vocab, unsigned flags, float temp)
+{
+    check_peaked_probs(rows, vocab, flags, temp, 0.0f);
+}
+
+/* Peaked rows under splits of one group per row, two, four and eight or
+ * more: the CPU's vector path seeds floors from the largest probability
+ * (over the whole row, or shared between a row's groups), and over logits
+ * from each group's largest logit (gumbel.cl's psr_seed_floor). */
+static void test_peaked_rows(void **state)
+{
+    (void)state;
+    const psr_tuning suite = tuning_of(ctx);
+    const size_t rows = 3, vocab = 65536;
+    float *logits = malloc(rows * vocab * sizeof *logits);
+    int64_t seeds[3], pos[3];
+    float temps[3];
+    int32_t race[3];
+    for (size_t k = 1; k <= 4; k *= 2) {
+        psr_tuning t = suite;
+        t.sample.resident_per_unit = k * (suite.sample.vector_width ? 1 : 8);
+        t.sample.min_steps = 1;
+        set_tuning(ctx, &t);
+        check_peaked_probs(1, vocab, 0, 1.0f, 1e12f);
+        check_peaked_probs(4, vocab, 0, 1.0f, 1e12f);
+        check_peaked_probs(2, vocab, 0, 1.0f, 0.0f); /* after the peaks */
+        cl_uint chunk, groups;
+        psr_split_rows(ctx, rows, vocab, &chunk, &groups);
+        for (size_t r = 0; r < rows; r++) {
+            for (size_t i = 0; i < vocab; i++)
+                logits[r * vocab + i] = normal();
+            logits[r * vocab + rnd() % vocab] += 25.0f;
+        }
+        fill_rows(rows, seeds, pos, temps, 0.8f);
+        assert_int_equal(sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
+                                     PSR_SAMPLE_RACE, race, NULL, NULL),
+                         PSR_OK);
+        for (size_t r = 0; r < rows; r++)
+            assert_int_equal(race[r], psr_oracle_race_logits_row(logits + r * vocab, vocab, chunk, temps[r], seeds[r],
+                                                                 pos[r], false, PSR_ORACLE_FP32, -INFINITY, NULL));
+    }
+    set_tuning(ctx, &suite);
+    free(logits);
 }
 
 static void test_probs_equal_oracle(void **state)
@@ -281,6 +333,7 @@ int main(void)
         cmocka_unit_test(test_probs_equal_oracle),
         cmocka_unit_test(test_race_matches_gumbel),
         cmocka_unit_test(test_split_rows_match_gumbel),
+        cmocka_unit_test(test_peaked_rows),
         cmocka_unit_test(test_race_distribution),
         cmocka_unit_test(test_bad_probabilities),
     };
