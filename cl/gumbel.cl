@@ -229,6 +229,10 @@ inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t
     psr_vacc lane_best = (psr_vacc)(PSR_ACC_NEG_INF);
     psr_vuint lane_best_i = (psr_vuint)0xffffffffu;
     uint i = start + PSR_VEC * lid;
+#if PSR_FILTERS && PSR_METHOD == 0
+    if (active && !row->greedy && isfinite(cut)) /* lanes below the cut never win */
+        row->skip_below = psr_raw_below(cut, fabs(cut), row->t);
+#endif
     if (PSR_SEED_FLOORS && active && !row->greedy)
         psr_seed_floor(row, src, seed_span.x, seed_span.y, cut, lid);
     if (active)

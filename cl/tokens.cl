@@ -476,7 +476,8 @@ typedef struct psr_row {
     bool greedy;
     psr_acc_t floor; /* a value some token of this row reaches: anything
                         whose bound is below it cannot win */
-    float skip_below; /* vector path: logits below it cannot reach the floor */
+    float skip_below; /* vector path: logits below it cannot reach the floor
+                         or are filtered out */
     float shift;     /* race over logits: the group's largest scaled logit */
     uint base;       /* global id of token 0 (a shard's first token; noise uses global ids) */
 } psr_row;
@@ -696,28 +697,34 @@ inline void psr_keep_better(psr_vacc v, uint i, psr_vacc *best, psr_vuint *best_
     *best_i = select(*best_i, (psr_vuint)i + PSR_LANE_IDS, convert_int16(better));
 }
 
-/* Raises the row's floor to v, and with it skip_below: every logit x
- * below it has psr_vscale(x) + PSR_NOISE_MAX < floor, by a margin far
- * above the rounding of the scale, of the product here and of the sum.
- * (The race bounds weights, not logits: it keeps -inf.) */
+/* A logit below the returned value scales (psr_vscale, t > 0) to below
+ * s, by a margin far above the rounding of the scale, of this product and
+ * of a sum with s's terms (`size`: their magnitudes). */
+inline float psr_raw_below(psr_acc_t s, psr_acc_t size, float t)
+{
+    return (float)((s - ((psr_acc_t)1 + size) * (psr_acc_t)0x1p-12) * t);
+}
+
+/* Raises the row's floor to v, and with it skip_below: a logit below it
+ * has psr_vscale(x) + PSR_NOISE_MAX < floor. (The race bounds weights,
+ * not logits: it keeps -inf.) */
 inline void psr_raise_floor(psr_row *row, psr_acc_t v)
 {
     row->floor = fmax(row->floor, v);
-#if PSR_METHOD == 0 && PSR_SEED_FLOORS
+#if PSR_METHOD == 0
     psr_acc_t f = row->floor;
-    if (isfinite(f) && !row->greedy) {
-        psr_acc_t margin = ((psr_acc_t)1 + fabs(f) + PSR_NOISE_MAX) * (psr_acc_t)0x1p-12;
-        row->skip_below = (float)((f - PSR_NOISE_MAX - margin) * row->t);
-    }
+    if (isfinite(f) && !row->greedy)
+        row->skip_below = fmax(row->skip_below, psr_raw_below(f - PSR_NOISE_MAX, fabs(f) + PSR_NOISE_MAX, row->t));
 #endif
 }
 
 /* Whether some lane of the logits x may win: false only where the
- * Gumbel path's floor rules every lane out, before any scaling (and the
- * call psr_consider_vec costs). The race and greedy rows always look. */
+ * Gumbel path's floor or the filters' cut rules every lane out, before
+ * any scaling (and the call psr_consider_vec costs). The race and greedy
+ * rows always look. */
 inline bool psr_vmay_win(const psr_row *row, psr_vfloat x)
 {
-#if PSR_METHOD == 0 && PSR_SEED_FLOORS
+#if PSR_METHOD == 0
     return row->greedy || psr_vany_at_least(x, row->skip_below);
 #else
     (void)row, (void)x;
