@@ -230,7 +230,8 @@ if have_device:
     check(run("bench", "sample", "--shapes", "2by3").returncode == 2, "bad --shapes is a usage error")
     for args in (["filters", "--iters", "0"], ["logprobs", "--top-n", "21"], ["logprobs", "--top-n"],
                  ["verify", "--bogus"], ["sample", "--logits", "flat"], ["sample", "--device"],
-                 ["filters", "--logits", "flat"], ["logprobs", "--logits", "flat"], ["filters", "--top-k", "0"],
+                 ["filters", "--logits", "flat"], ["logprobs", "--logits", "flat"], ["verify", "--logits", "flat"],
+                 ["filters", "--top-k", "0"],
                  ["filters", "--top-p", "1"], ["filters", "--top-p", "1.5"], ["filters", "--min-p", "0"],
                  ["filters", "--min-p", "2"]):
         r = run("bench", *args)
@@ -346,6 +347,12 @@ def verify_checks():
                   and isinstance(x.get("one_launch"), bool) for x in out["results"]),
           "bench verify --json")
     check(run("bench", "verify", "--shapes", "2x3").returncode == 2, "bad bench verify --shapes is a usage error")
+    check(out.get("logits") == "default", "bench verify: default target rows")
+    r = run("bench", "verify", "--shapes", "2x3x5000", "--iters", "2", "--logits", "peaked", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    # peaked targets: the drafts (the target's logits plus N(0, 1)) are all accepted
+    check(out.get("logits") == "peaked" and [x.get("mean_accepted") for x in out.get("results", [])] == [3, 3, 3],
+          "bench verify --logits peaked")
 
 
 def like_unsharded(got, want):

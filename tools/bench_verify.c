@@ -42,8 +42,8 @@ static const struct {
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: psr bench verify [--shapes RxKxV,...] [--iters N] [--device SEL]\n"
-            "                        [--shards N[:S1,...]] [--json]\n"
+            "usage: psr bench verify [--shapes RxKxV,...] [--logits PROFILE] [--iters N]\n"
+            "                        [--device SEL] [--shards N[:S1,...]] [--json]\n"
             "\n"
             "Times psr_verify over R requests of K drafts and vocabulary V (default %s):\n"
             "prob (rejection sampling with a draft-logits cache), onehot (no cache) and\n"
@@ -63,6 +63,11 @@ static void usage(FILE *out)
             "vllm_us is vLLM's rejection_sample on an H200 at the same shape and mode,\n"
             "replayed from a CUDA graph, and xvllm us over it.\n"
             "\n"
+            "  --logits  normal|peaked|zipf|confident: the target rows as psr bench sample\n"
+            "            makes them (N(0, 3); N(0, 1) with one logit 25 above; -1.1 ln(rank)\n"
+            "            + N(0, 0.5), shuffled; N(0, 1) with the top token holding 90%% at\n"
+            "            T = 1); without it N(0, 2), the rows vllm_us was measured with. The\n"
+            "            draft logits are the target's plus N(0, 1) either way\n"
             "  --shards  N (1..255) vocabulary shards, the first V %% N one token longer (or\n"
             "            N:S1,...: where shards 1..N-1 start): also times each line split\n"
             "            into N shards on the same device, the rounds of\n"
@@ -87,13 +92,14 @@ enum { TARGET, DRAFT, CACHE, ROW_REQUEST, CACHE_ROWS, SEEDS, TEMPS, POSITIONS, D
 /* One shape, R requests of K drafts over a vocabulary of V. */
 typedef struct shape {
     size_t R, K, V;
+    int profile; /* a bench_profile for the target rows, or -1: N(0, 2) */
     cl_mem m[SHAPE_BUFFERS];
     int32_t *cu, *num; /* cumulative rows per request; drafts taken + 1 per request */
 } shape;
 
-/* The host side of a shape: target logits N(0, 2) per row, draft logits =
- * target plus N(0, 1) noise (so drafts are often accepted), and the rows'
- * requests, cache rows and positions. */
+/* The host side of a shape: target logits N(0, 2) per row (or of the
+ * shape's profile), draft logits = target plus N(0, 1) noise (so drafts
+ * are often accepted), and the rows' requests, cache rows and positions. */
 typedef struct shape_host {
     float *target, *draft, *temps;
     int32_t *row_request, *cache_rows;
@@ -115,8 +121,11 @@ static bool fill_host(const shape *sh, shape_host *h)
     if (!h->target || !h->draft || !h->temps || !h->row_request || !h->cache_rows || !h->seeds || !h->positions)
         return false;
     uint64_t state = 12345;
+    if (sh->profile >= 0)
+        bench_profile_fill(h->target, rows, V, (bench_profile)sh->profile, &state);
     for (size_t i = 0; i < rows * V; i++) {
-        h->target[i] = (float)(2.0 * bench_normal(&state));
+        if (sh->profile < 0)
+            h->target[i] = (float)(2.0 * bench_normal(&state));
         h->draft[i] = h->target[i] + (float)bench_normal(&state);
     }
     for (size_t r = 0; r < R; r++) {
@@ -449,14 +458,22 @@ typedef struct verify_bench {
     bench_costs costs;
     bool nvidia;
     shard_spec shards; /* --shards; count 0 without */
+    int profile;       /* --logits: a bench_profile, or -1 */
 } verify_bench;
 
-/* --shards (a bench_option_fn). */
-static int shards_option(void *user, const char *arg, const char *val)
+/* --shards and --logits (a bench_option_fn). */
+static int verify_option(void *user, const char *arg, const char *val)
 {
+    verify_bench *vb = user;
+    if (strcmp(arg, "--logits") == 0) {
+        bench_profile p;
+        int rc = bench_parse_profile("bench verify", val, &p);
+        vb->profile = (int)p;
+        return rc;
+    }
     if (strcmp(arg, "--shards") != 0)
         return -1;
-    return shards_parse("bench verify", val, &((verify_bench *)user)->shards);
+    return shards_parse("bench verify", val, &vb->shards);
 }
 
 /* Every shape's shards inside its vocabulary (a bench_command's check). */
@@ -479,15 +496,16 @@ static void print_header(bench_session *s, void *user)
     if (s->o.json) {
         bench_json_begin(s);
         bench_json_costs(&s->w, c, "copy_gbps");
+        json_key_string(&s->w, "logits", vb->profile < 0 ? "default" : bench_profile_name(vb->profile));
         if (vb->shards.count)
             json_key_uint(&s->w, "shards", vb->shards.count);
         bench_json_results(s);
         return;
     }
     printf("device: %s (%s); copy %.0f GB/s; empty kernel %.1f us; host enqueue %.1f us (%.1f with "
-           "an event); median of %d\n",
+           "an event); target logits %s; median of %d\n",
            s->info.name, s->info.platform_name, c->copy_bw / 1e9, c->empty_us, c->enqueue_us,
-           c->enqueue_event_us, s->o.iters);
+           c->enqueue_event_us, vb->profile < 0 ? "N(0, 2)" : bench_profile_name(vb->profile), s->o.iters);
     if (vb->shards.count)
         printf("sharded: %zu shards of the vocabulary, the rounds of psr_verify_shard_round, their kernels' "
                "device time\n",
@@ -501,11 +519,11 @@ static void print_header(bench_session *s, void *user)
 static psr_status verify_shape(bench_session *s, const size_t *dims, void *user)
 {
     const verify_bench *vb = user;
-    shape sh = {.R = dims[0], .K = dims[1], .V = dims[2]};
+    shape sh = {.R = dims[0], .K = dims[1], .V = dims[2], .profile = vb->profile};
     psr_status st = prepare(s->ctx, &sh);
     for (size_t m = 0; m < NMODES && st == PSR_OK; m++) {
         row r = {.target = "-"};
-        if (vb->nvidia)
+        if (vb->nvidia && vb->profile < 0) /* measured on the default rows only */
             h200_figures(&sh, m, &r);
         st = time_mode(s, &vb->shards, &sh, m, vb->costs.copy_bw, &r);
         if (st == PSR_OK)
@@ -517,11 +535,12 @@ static psr_status verify_shape(bench_session *s, const size_t *dims, void *user)
 
 int bench_verify(int argc, char **argv)
 {
-    static const bench_command command = {.name = "bench verify", .usage = usage, .extra = shards_option,
-                                          .values = BENCH_VALUES " --shards", .dims = 3, .max_shapes = 16,
+    static const bench_command command = {.name = "bench verify", .usage = usage, .extra = verify_option,
+                                          .values = BENCH_VALUES " --shards --logits", .dims = 3,
+                                          .max_shapes = 16,
                                           .shapes_expected = "a list of RxKxV", .header = print_header,
                                           .shape = verify_shape, .check = check_shards};
     bench_session s = {.o = {.shapes = default_shapes, .iters = 50}};
-    verify_bench vb = {0};
+    verify_bench vb = {.profile = -1};
     return bench_main(&command, &s, argc, argv, &vb);
 }
