@@ -344,8 +344,9 @@ inline void psr_stats_publish_lse(uint lid, __local float *lm, __local float *ls
     }
 }
 
+#define PSR_STATS_VLANES (PSR_VEC_PATH && PSR_LPT == 4 && PSR_DETERMINISTIC)
 #if PSR_LPT > 1
-#if PSR_VEC_PATH && PSR_LPT == 4 && PSR_DETERMINISTIC
+#if PSR_STATS_VLANES
 /* CPU devices: the work-item's four lanes as one vector, lane l in
  * components 4l .. 4l + 3, each component through its lane's operations
  * in order (the same bits). Past the row the loads give NaN, which
@@ -375,6 +376,35 @@ inline void psr_stats_lse_lanes(bool is_draft, __global const psr_logit_t *src, 
     for (uint k = 0; k < last; k++)
         lane += psr_lse_vterms(psr_stats_vstep(is_draft, src, q, aligned, base, vocab, lid, divide, t, r, k), m16);
     psr_vlanes_store(m, lane, lid, lm, ls);
+}
+
+/* A greedy row's argmax over the work-item's four lanes, as one vector:
+ * component c meets lane c / 4's token c % 4 of each step in increasing
+ * order, so a strict compare keeps a tie's lowest index; the components
+ * then merge into (*bv, *bi) in psr_better's order. NaN (also past the
+ * row) never wins. */
+inline void psr_stats_argmax_lanes(bool is_draft, __global const psr_logit_t *src, __global const float *q,
+                                   bool aligned, bool full, uint base, uint vocab, uint lid, float *bv, uint *bi)
+{
+    uint last = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * lid, vocab);
+    psr_vuint ids = (psr_vuint)(base + 4 * lid) + (PSR_LANE_IDS >> 2) * (4 * PSR_VWG) + (PSR_LANE_IDS & 3);
+    psr_vfloat best = (psr_vfloat)(-INFINITY);
+    psr_vuint best_i = (psr_vuint)0xffffffffu;
+    for (uint k = 0; k < last; k++) {
+        psr_vfloat x = psr_stats_vstep(is_draft, src, q, aligned, base, vocab, lid, false, 1.0f, 1.0f, k);
+        psr_vint better = x > best;
+        best = select(best, x, better);
+        best_i = select(best_i, ids + k * 4 * PSR_LANES, better);
+    }
+    float values[PSR_VEC];
+    uint at[PSR_VEC];
+    psr_vstore(best, 0, values);
+    psr_vstore(best_i, 0, at);
+    for (int c = 0; c < PSR_VEC; c++)
+        if (psr_better(values[c], at[c], *bv, *bi)) {
+            *bv = values[c];
+            *bi = at[c];
+        }
 }
 #else
 /* CPUs: each of the work-item's lanes' max of logits / T, then its exp
@@ -444,6 +474,9 @@ inline void psr_stats_partial(bool scale, bool is_draft, __global const psr_logi
          * it has one lane, so ties compare indices. */
         float bv = -INFINITY;
         uint bi = base + 4 * lid < vocab ? base + 4 * lid : 0xffffffffu;
+#if PSR_STATS_VLANES
+        psr_stats_argmax_lanes(is_draft, src, q, aligned, full, base, vocab, lid, &bv, &bi);
+#else
 #if PSR_LPT == 1
 #pragma unroll
         for (uint k = 0; k < PSR_SB_STEPS; k++) {
@@ -466,6 +499,7 @@ inline void psr_stats_partial(bool scale, bool is_draft, __global const psr_logi
             if (psr_better(x.s3, i + 3, bv, bi))
                 bv = x.s3, bi = i + 3;
         }
+#endif
         psr_stats_publish_best(bv, bi, lid, lbv, lbi, best, best_i, id_base);
     } else {
         /* Each lane's max of logits / T, then its exp sums against it. */

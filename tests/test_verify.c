@@ -328,6 +328,44 @@ static void test_bonus_and_greedy(void **state)
     free_case(&b);
 }
 
+/* Greedy requests over rows that hold their largest value many times
+ * (every token of a flat row, or every 37th): the argmax is the lowest
+ * index, whatever lanes or vectors the tied tokens fall in (the CPU's
+ * vector path holds 16 lanes, each meeting its tokens in order), and a
+ * draft of a later tied token is rejected. */
+static void test_greedy_ties(void **state)
+{
+    (void)state;
+    const size_t R = 12, V = 5000, K = 2;
+    vcase c = make_case(R, V, K, false);
+    c.cu[0] = 0;
+    for (size_t r = 0; r < R; r++) {
+        c.cu[r + 1] = (int32_t)((r + 1) * (K + 1));
+        c.temps[r] = 0.0f;
+    }
+    free(c.target), free(c.drafts), free(c.positions);
+    c.rows = R * (K + 1);
+    c.target = malloc(c.rows * V * 4);
+    c.drafts = malloc(c.rows * 4);
+    c.positions = malloc(c.rows * 8);
+    for (size_t row = 0; row < c.rows; row++) {
+        float *x = c.target + row * V;
+        size_t first = 1 + row % 37, every = row % 3 ? 37 : 1;
+        for (size_t i = 0; i < V; i++)
+            x[i] = row % 3 ? normal() : 0.5f;
+        for (size_t i = first; i < V; i += every)
+            x[i] = 7.0f;
+        /* even requests draft the lowest tied index (accepted), odd ones a later one */
+        c.drafts[row] = (int32_t)(first + ((row / (K + 1)) % 2 ? 4 * every : 0));
+        c.positions[row] = (int64_t)(300 + row);
+    }
+    const vrun greedy = {PSR_VERIFY_GREEDY, 0, PSR_TOKENS_I32, PSR_DTYPE_F32, NULL};
+    const vrun prob = {PSR_VERIFY_PROBABILISTIC, 0, PSR_TOKENS_I32, PSR_DTYPE_F32, NULL};
+    assert_int_equal(check_against_oracle(&c, &greedy), R / 2 * K);
+    assert_int_equal(check_against_oracle(&c, &prob), R / 2 * K);
+    free_case(&c);
+}
+
 /* One-hot drafts never re-emit a rejected draft (the residual masks it),
  * -1 drafts are rejected, all-NaN rows stay in range. */
 static void test_edge_cases(void **state)
@@ -686,6 +724,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_oracle),
         cmocka_unit_test(test_bonus_and_greedy),
+        cmocka_unit_test(test_greedy_ties),
         cmocka_unit_test(test_residual_pruning),
         cmocka_unit_test(test_skip_records_per_launch),
         cmocka_unit_test(test_edge_cases),
