@@ -344,6 +344,20 @@ inline void psr_stats_publish_lse(uint lid, __local float *lm, __local float *ls
     }
 }
 
+/* Tokens i .. i + 3 (logits x) into the argmax (*bv, *bi): larger value,
+ * then lower index; NaN never wins. */
+inline void psr_argmax4(float4 x, uint i, float *bv, uint *bi)
+{
+    if (psr_better(x.s0, i, *bv, *bi))
+        *bv = x.s0, *bi = i;
+    if (psr_better(x.s1, i + 1, *bv, *bi))
+        *bv = x.s1, *bi = i + 1;
+    if (psr_better(x.s2, i + 2, *bv, *bi))
+        *bv = x.s2, *bi = i + 2;
+    if (psr_better(x.s3, i + 3, *bv, *bi))
+        *bv = x.s3, *bi = i + 3;
+}
+
 #define PSR_STATS_VLANES (PSR_VEC_PATH && PSR_LPT == 4 && PSR_DETERMINISTIC)
 #if PSR_LPT > 1
 #if PSR_STATS_VLANES
@@ -431,6 +445,20 @@ inline void psr_stats_lse_lanes(bool is_draft, __global const psr_logit_t *src, 
         ls[lid + l * PSR_VWG] = psr_lane_sum(lane);
     }
 }
+
+/* A greedy row's argmax over the work-item's lanes, lane by lane: its
+ * tokens are not in increasing order, so ties compare indices. */
+inline void psr_stats_argmax_lanes(bool is_draft, __global const psr_logit_t *src, __global const float *q,
+                                   bool aligned, bool full, uint base, uint vocab, uint lid, float *bv, uint *bi)
+{
+    for (uint l = 0; l < PSR_LPT; l++) {
+        uint steps = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * (lid + l * PSR_VWG), vocab);
+        for (uint k = 0; k < steps; k++) {
+            uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
+            psr_argmax4(psr_stats_load(is_draft, src, q, i, vocab, aligned), i, bv, bi);
+        }
+    }
+}
 #endif
 #endif
 
@@ -474,31 +502,15 @@ inline void psr_stats_partial(bool scale, bool is_draft, __global const psr_logi
          * it has one lane, so ties compare indices. */
         float bv = -INFINITY;
         uint bi = base + 4 * lid < vocab ? base + 4 * lid : 0xffffffffu;
-#if PSR_STATS_VLANES
-        psr_stats_argmax_lanes(is_draft, src, q, aligned, full, base, vocab, lid, &bv, &bi);
-#else
 #if PSR_LPT == 1
 #pragma unroll
         for (uint k = 0; k < PSR_SB_STEPS; k++) {
             if (k >= steps[0])
                 break; /* the rest of the lane is past the row */
-            uint i = first + k * 4 * PSR_LANES;
-            float4 x = v[k];
-#else
-        for (uint l = 0; l < PSR_LPT; l++)
-        for (uint k = 0; k < steps[l]; k++) {
-            uint i = base + 4 * (lid + l * PSR_VWG) + k * 4 * PSR_LANES;
-            float4 x = psr_stats_load(is_draft, src, q, i, vocab, aligned);
-#endif
-            if (psr_better(x.s0, i, bv, bi))
-                bv = x.s0, bi = i;
-            if (psr_better(x.s1, i + 1, bv, bi))
-                bv = x.s1, bi = i + 1;
-            if (psr_better(x.s2, i + 2, bv, bi))
-                bv = x.s2, bi = i + 2;
-            if (psr_better(x.s3, i + 3, bv, bi))
-                bv = x.s3, bi = i + 3;
+            psr_argmax4(v[k], first + k * 4 * PSR_LANES, &bv, &bi);
         }
+#else
+        psr_stats_argmax_lanes(is_draft, src, q, aligned, full, base, vocab, lid, &bv, &bi);
 #endif
         psr_stats_publish_best(bv, bi, lid, lbv, lbi, best, best_i, id_base);
     } else {
