@@ -1329,9 +1329,16 @@ inline psr_vuint psr_filter_vmbin(psr_vfloat s, float m)
 inline void psr_filter_vmasses(const psr_filter_row *f, __global const psr_logit_t *src, const psr_filter_part *g,
                                float floor, __local uint *mlo, __local uint *mhi)
 {
+    /* A block whose logits all lie below `skip` weighs nothing: each lane
+     * is below the floor, or its e is below e^-22.25 < 2^-32. Most blocks
+     * of a peaked row are, and they skip the exp. */
+    float skip = psr_raw_below(fmax(floor, g->m - 22.25f), fabs(g->m) + 22.25f, f->t);
     uint i = g->start;
     for (; i + PSR_VEC <= g->end; i += PSR_VEC) {
-        psr_vfloat s = psr_vscale(psr_vload_logits(src, i), f->t, f->r);
+        psr_vfloat x = psr_vload_logits(src, i);
+        if (!psr_vany_at_least(x, skip))
+            continue;
+        psr_vfloat s = psr_vscale(x, f->t, f->r);
         /* NaN lanes and lanes below the floor weigh nothing, as do those
          * whose mass rounds to 0 (e < 2^-32) */
         psr_vfloat e = select(psr_vdet_exp_neg(s - g->m), (psr_vfloat)(0.0f), s < floor);
