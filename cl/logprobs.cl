@@ -297,6 +297,12 @@ inline psr_vfloat psr_lp_vvalues(psr_vfloat x, bool divide, float t, float r, fl
     return select((psr_vfloat)(-INFINITY), v, v >= cut);
 }
 
+/* The tokens of the four lanes' step 0: lane j's four from component 4j. */
+inline psr_vuint psr_lp_vlane_ids(const psr_lp_lanes *ln)
+{
+    return (psr_vuint)(ln->base + 4 * ln->lid) + (PSR_LANE_IDS >> 2) * (4 * PSR_VWG) + (PSR_LANE_IDS & 3);
+}
+
 /* Step k of the four lanes (past the row's end psr_load4 gives NaN, so
  * -inf here: a lane's steps past its last read as such). */
 inline psr_vfloat psr_lp_vstep(const psr_lp_lanes *ln, __global const psr_logit_t *src, uint k)
@@ -307,6 +313,21 @@ inline psr_vfloat psr_lp_vstep(const psr_lp_lanes *ln, __global const psr_logit_
     return psr_lp_vvalues((psr_vfloat)(x[0], x[1], x[2], x[3]), ln->divide, ln->t, ln->r, ln->cut);
 }
 
+/* The four lanes' values, loaded and scaled once for every pass (1 KB a
+ * work-item): vv[k] is step k, as psr_lp_vstep gives it. */
+inline void psr_lp_vload(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
+                         psr_vfloat *vv)
+{
+    uint last = max(max(steps[0], steps[1]), max(steps[2], steps[3]));
+    for (uint k = 0; k < last; k++)
+        vv[k] = psr_lp_vstep(ln, src, k);
+}
+
+/* Step k of psr_lp_vload's values, which the passes get as `v`. */
+inline psr_vfloat psr_lp_vat(const float4 *v, uint k)
+{
+    return ((const psr_vfloat *)v)[k];
+}
 #endif
 
 /* Pass 1: each lane's max and how many tokens beat the sampled one (value
@@ -316,12 +337,11 @@ inline psr_vfloat psr_lp_vstep(const psr_lp_lanes *ln, __global const psr_logit_
 inline uint psr_lp_lane_sums(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
                              const float4 *v, float tv, __local float *ls)
 {
-    (void)v;
     uint lid = ln->lid, last = max(max(steps[0], steps[1]), max(steps[2], steps[3]));
     psr_vfloat wm = (psr_vfloat)(-INFINITY);
     psr_vint beats = 0;
     for (uint k = 0; k < last; k++) {
-        psr_vfloat x = psr_lp_vstep(ln, src, k);
+        psr_vfloat x = psr_lp_vat(v, k);
         wm = fmax(wm, x);
         beats -= x > tv; /* past the row's end the values are -inf: they beat nothing */
     }
@@ -329,7 +349,7 @@ inline uint psr_lp_lane_sums(const psr_lp_lanes *ln, const uint *steps, __global
     float4 m = psr_vlane_max(wm, &m16);
     psr_vfloat lane = (psr_vfloat)(0.0f);
     for (uint k = 0; k < last; k++)
-        lane += psr_lse_vterms(psr_lp_vstep(ln, src, k), m16);
+        lane += psr_lse_vterms(psr_lp_vat(v, k), m16);
     psr_vlanes_store(m, lane, lid, ls + PSR_LANES, ls);
     int8 b8 = beats.lo + beats.hi;
     int4 b4 = b8.lo + b8.hi;
@@ -378,16 +398,12 @@ inline uint psr_lp_lane_sums(const psr_lp_lanes *ln, const uint *steps, __global
 inline float psr_lp_lane_best(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
                               const float4 *v, uint *best_i)
 {
-    (void)v;
     uint first = ln->base + 4 * ln->lid, last = max(max(steps[0], steps[1]), max(steps[2], steps[3]));
-    psr_vuint at = (psr_vuint)(first) + (psr_vuint)(0, 1, 2, 3, 4 * PSR_VWG, 4 * PSR_VWG + 1, 4 * PSR_VWG + 2,
-                                                    4 * PSR_VWG + 3, 8 * PSR_VWG, 8 * PSR_VWG + 1, 8 * PSR_VWG + 2,
-                                                    8 * PSR_VWG + 3, 12 * PSR_VWG, 12 * PSR_VWG + 1,
-                                                    12 * PSR_VWG + 2, 12 * PSR_VWG + 3);
+    psr_vuint at = psr_lp_vlane_ids(ln);
     psr_vfloat bv = (psr_vfloat)(-INFINITY);
     psr_vuint bi = (psr_vuint)(PSR_LP_NONE);
     for (uint k = 0; k < last; k++) {
-        psr_vfloat x = psr_lp_vstep(ln, src, k);
+        psr_vfloat x = psr_lp_vat(v, k);
         psr_vint better = x > bv;
         bv = select(bv, x, better);
         bi = select(bi, at + k * 4 * PSR_LANES, better);
@@ -445,7 +461,40 @@ inline float psr_lp_lane_best(const psr_lp_lanes *ln, const uint *steps, __globa
 #endif
 
 /* The work-item's tokens at or before the bound (tau_v, tau_i), counted
- * in lcount[0] and stored as candidates while they fit. */
+ * in lcount[0] and stored as candidates while they fit (in any order: they
+ * are placed by count, and an overflow discards them). */
+#ifdef PSR_LP_VLANES
+/* CPU devices: the four lanes a vector at a time; most steps hold no
+ * candidate and cost one compare-and-or. Tokens past the row (-inf, ids
+ * at or past vocab) never qualify: the bound's index is a row token's. */
+inline void psr_lp_gather_candidates(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
+                                     const float4 *v, float tau_v, uint tau_i, __local psr_lp_block_locals *l)
+{
+    uint last = max(max(steps[0], steps[1]), max(steps[2], steps[3]));
+    psr_vuint at = psr_lp_vlane_ids(ln);
+    for (uint k = 0; k < last; k++) {
+        psr_vfloat x = psr_lp_vat(v, k);
+        psr_vuint ids = at + k * 4 * PSR_LANES;
+        psr_vint after = (x < tau_v) | ((x == tau_v) & psr_as_vint(ids > tau_i)); /* psr_after's */
+        if (!psr_vany_nonzero(~after))
+            continue;
+        float xs[PSR_VEC];
+        uint is[PSR_VEC];
+        int af[PSR_VEC];
+        psr_vstore(x, 0, xs);
+        psr_vstore(ids, 0, is);
+        psr_vstore(after, 0, af);
+        for (uint c = 0; c < PSR_VEC; c++)
+            if (!af[c]) {
+                uint slot = atomic_inc(&l->lcount[0]);
+                if (slot < PSR_LP_CANDIDATES) {
+                    l->lcv[slot] = xs[c];
+                    l->lci[slot] = is[c];
+                }
+            }
+    }
+}
+#else
 inline void psr_lp_gather_candidates(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
                                      const float4 *v, float tau_v, uint tau_i, __local psr_lp_block_locals *l)
 {
@@ -467,6 +516,7 @@ inline void psr_lp_gather_candidates(const psr_lp_lanes *ln, const uint *steps, 
                 }
         }
 }
+#endif
 
 /* The work-item's tokens under the bound (tau_v, tau_i) gathered; every
  * work-item calls it (barriers). Returns whether they fit. No bound
@@ -551,6 +601,11 @@ inline void psr_lp_block(const psr_logprobs_params p, __global const psr_logit_t
     /* GPUs: the lane's values stay in registers for every pass below. */
     float4 v[PSR_SB_STEPS];
     psr_lp_load_lane(&ln, steps, src, v);
+#elif defined(PSR_LP_VLANES)
+    /* CPU devices: the lanes' values in memory, read by every pass. */
+    psr_vfloat vv[PSR_SB_STEPS];
+    psr_lp_vload(&ln, steps, src, vv);
+    const float4 *v = (const float4 *)vv;
 #else
     const float4 *v = 0; /* CPUs: each pass reads its lanes again */
 #endif

@@ -61,16 +61,21 @@ inline float psr_vmax_finite(psr_vfloat v)
     return m2.y > m2.x ? m2.y : m2.x;
 }
 
+/* Whether some lane of a mask is set: an or of its halves. */
+inline bool psr_vany_nonzero(psr_vint c)
+{
+    int8 m8 = c.lo | c.hi;
+    int4 m4 = m8.lo | m8.hi;
+    int2 m2 = m4.lo | m4.hi;
+    return (m2.x | m2.y) != 0;
+}
+
 /* Whether some lane of v reaches `bar` (a NaN lane never does): a
  * compare and an or of the masks, about half what psr_vmax's NaN-aware
  * halving costs a step on PoCL. */
 inline bool psr_vany_at_least(psr_vfloat v, float bar)
 {
-    psr_vint c = v >= bar;
-    int8 m8 = c.lo | c.hi;
-    int4 m4 = m8.lo | m8.hi;
-    int2 m2 = m4.lo | m4.hi;
-    return (m2.x | m2.y) != 0;
+    return psr_vany_nonzero(v >= bar);
 }
 
 /* a * m per lane: the low halves returned, the high halves in *hi. PoCL

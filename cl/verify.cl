@@ -381,14 +381,17 @@ inline void psr_stats_lse_lanes(bool is_draft, __global const psr_logit_t *src, 
                                 float r, __local float *lm, __local float *ls)
 {
     uint last = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * lid, vocab); /* lane 0's: the most */
+    psr_vfloat vv[PSR_SB_STEPS]; /* loaded and scaled once for both passes */
     psr_vfloat wm = (psr_vfloat)(-INFINITY);
-    for (uint k = 0; k < last; k++)
-        wm = fmax(wm, psr_stats_vstep(is_draft, src, q, aligned, base, vocab, lid, divide, t, r, k));
+    for (uint k = 0; k < last; k++) {
+        vv[k] = psr_stats_vstep(is_draft, src, q, aligned, base, vocab, lid, divide, t, r, k);
+        wm = fmax(wm, vv[k]);
+    }
     psr_vfloat m16;
     float4 m = psr_vlane_max(wm, &m16);
     psr_vfloat lane = (psr_vfloat)(0.0f);
     for (uint k = 0; k < last; k++)
-        lane += psr_lse_vterms(psr_stats_vstep(is_draft, src, q, aligned, base, vocab, lid, divide, t, r, k), m16);
+        lane += psr_lse_vterms(vv[k], m16);
     psr_vlanes_store(m, lane, lid, lm, ls);
 }
 
