@@ -999,6 +999,19 @@ inline __global const float *psr_sample_setup(psr_row *row, psr_residual *res, b
  * row's whole vectors take the sampler's vector path; the residual's
  * words are drawn as one vector, each token then scored as
  * psr_verify_step scores it. */
+/* Whether some lane of a residual block (logits x, words w0, w1) may
+ * pass psr_residual_words's pruning test: the same test per lane, with a
+ * slack far above any rounding it could differ by. Where none may, the
+ * block needs neither its logs nor the lanes one by one. */
+inline bool psr_residual_vreach(const psr_residual *res, psr_vfloat x, psr_vuint w0, psr_vuint w1)
+{
+    psr_vfloat lp = (res->t == 1.0f ? x : psr_vscale(x, res->t, res->r)) - res->lse_p; /* psr_residual_lp's */
+    psr_vacc reach = psr_to_vacc(lp + 1e-3f) + psr_vnoise_bound(w0, w1);
+    reach = select(reach, (psr_vacc)PSR_ACC_NEG_INF, psr_to_vacc_mask(isnan(lp))); /* NaN: nothing to sample */
+    psr_acc_t slack = (psr_acc_t)1e-3f + fabs(res->floor) * (psr_acc_t)0x1p-16;
+    return !(psr_vmax_acc(reach) < res->floor - slack); /* a floor of -inf: always */
+}
+
 inline void psr_verify_vstep(int mode, psr_row *row, psr_residual *res, __global const psr_logit_t *src,
                              __global const float *q, bool with_q, uint i, uint end, psr_acc_t *best,
                              uint *best_i)
@@ -1014,8 +1027,14 @@ inline void psr_verify_vstep(int mode, psr_row *row, psr_residual *res, __global
         return;
     }
     float xs[PSR_VEC], ys[PSR_VEC];
+    psr_vuint w1 = 0, w0 = 0; /* the residual's words, for every lane at once */
+    if (mode == 1)
+        w0 = psr_vtoken_words(res->key, (psr_vuint)(i) + PSR_LANE_IDS, &w1);
     if (n == PSR_VEC) {
-        psr_vstore(psr_vload_logits(src, i), 0, xs);
+        psr_vfloat x = psr_vload_logits(src, i);
+        if (mode == 1 && !psr_residual_vreach(res, x, w0, w1))
+            return;
+        psr_vstore(x, 0, xs);
         psr_vstore(with_q ? psr_vload(0, q + i) : (psr_vfloat)(NAN), 0, ys);
     } else {
         for (uint l = 0; l < n; l++) {
@@ -1029,7 +1048,6 @@ inline void psr_verify_vstep(int mode, psr_row *row, psr_residual *res, __global
         return;
     }
     uint w0s[PSR_VEC], w1s[PSR_VEC];
-    psr_vuint w1, w0 = psr_vtoken_words(res->key, (psr_vuint)(i) + PSR_LANE_IDS, &w1);
     psr_vstore(w0, 0, w0s);
     psr_vstore(w1, 0, w1s);
     for (uint l = 0; l < n; l++) {
