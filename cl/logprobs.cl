@@ -297,12 +297,6 @@ inline psr_vfloat psr_lp_vvalues(psr_vfloat x, bool divide, float t, float r, fl
     return select((psr_vfloat)(-INFINITY), v, v >= cut);
 }
 
-/* The tokens of the four lanes' step 0: lane j's four from component 4j. */
-inline psr_vuint psr_lp_vlane_ids(const psr_lp_lanes *ln)
-{
-    return (psr_vuint)(ln->base + 4 * ln->lid) + (PSR_LANE_IDS >> 2) * (4 * PSR_VWG) + (PSR_LANE_IDS & 3);
-}
-
 /* Step k of the four lanes (past the row's end psr_load4 gives NaN, so
  * -inf here: a lane's steps past its last read as such). */
 inline psr_vfloat psr_lp_vstep(const psr_lp_lanes *ln, __global const psr_logit_t *src, uint k)
@@ -398,28 +392,17 @@ inline uint psr_lp_lane_sums(const psr_lp_lanes *ln, const uint *steps, __global
 inline float psr_lp_lane_best(const psr_lp_lanes *ln, const uint *steps, __global const psr_logit_t *src,
                               const float4 *v, uint *best_i)
 {
-    uint first = ln->base + 4 * ln->lid, last = max(max(steps[0], steps[1]), max(steps[2], steps[3]));
-    psr_vuint at = psr_lp_vlane_ids(ln);
+    uint last = max(max(steps[0], steps[1]), max(steps[2], steps[3]));
+    psr_vuint at = psr_vlane_ids(ln->base, ln->lid);
     psr_vfloat bv = (psr_vfloat)(-INFINITY);
     psr_vuint bi = (psr_vuint)(PSR_LP_NONE);
-    for (uint k = 0; k < last; k++) {
-        psr_vfloat x = psr_lp_vat(v, k);
-        psr_vint better = x > bv;
-        bv = select(bv, x, better);
-        bi = select(bi, at + k * 4 * PSR_LANES, better);
-    }
-    float vals[PSR_VEC];
-    uint ids[PSR_VEC];
-    psr_vstore(bv, 0, vals);
-    psr_vstore(bi, 0, ids);
+    for (uint k = 0; k < last; k++)
+        psr_vlanes_keep_best(psr_lp_vat(v, k), at + k * 4 * PSR_LANES, &bv, &bi);
+    /* a component without a token above -inf keeps PSR_LP_NONE and never
+     * beats the default, the first token (where the work-item has one) */
     float best = -INFINITY;
-    uint best_at = PSR_LP_NONE;
-    for (uint c = 0; c < PSR_VEC; c++)
-        if (ids[c] != PSR_LP_NONE && (best_at == PSR_LP_NONE || psr_better(vals[c], ids[c], best, best_at)))
-            best = vals[c], best_at = ids[c];
-    if (best_at == PSR_LP_NONE && steps[0] > 0)
-        best_at = first;
-    *best_i = best_at;
+    *best_i = steps[0] > 0 ? ln->base + 4 * ln->lid : PSR_LP_NONE;
+    psr_vlanes_merge_best(bv, bi, &best, best_i);
     return best;
 }
 #else
@@ -471,7 +454,7 @@ inline void psr_lp_gather_candidates(const psr_lp_lanes *ln, const uint *steps, 
                                      const float4 *v, float tau_v, uint tau_i, __local psr_lp_block_locals *l)
 {
     uint last = max(max(steps[0], steps[1]), max(steps[2], steps[3]));
-    psr_vuint at = psr_lp_vlane_ids(ln);
+    psr_vuint at = psr_vlane_ids(ln->base, ln->lid);
     for (uint k = 0; k < last; k++) {
         psr_vfloat x = psr_lp_vat(v, k);
         psr_vuint ids = at + k * 4 * PSR_LANES;

@@ -132,6 +132,38 @@ inline void psr_vlanes_store(float4 m, psr_vfloat lane, uint lid, __local float 
         ls[lid + l * PSR_VWG] = sv[l];
     }
 }
+
+/* The tokens of four lanes' step 0 (lane l's four from component 4l) for
+ * work-item lid of a super-block at `base`; step k adds k * 4 * PSR_LANES. */
+inline psr_vuint psr_vlane_ids(uint base, uint lid)
+{
+    return (psr_vuint)(base + 4 * lid) + (PSR_LANE_IDS >> 2) * (4 * PSR_VWG) + (PSR_LANE_IDS & 3);
+}
+
+/* One step's values x (tokens ids) into each component's best (*bv, *bi):
+ * a strict compare, as a component meets its tokens in increasing order,
+ * keeps the lowest index of a tie; NaN never wins. */
+inline void psr_vlanes_keep_best(psr_vfloat x, psr_vuint ids, psr_vfloat *bv, psr_vuint *bi)
+{
+    psr_vint better = x > *bv;
+    *bv = select(*bv, x, better);
+    *bi = select(*bi, ids, better);
+}
+
+/* The components' bests (index 0xffffffff: none) merged into (*v, *i),
+ * which start as the caller's default, in psr_better's order. */
+inline void psr_vlanes_merge_best(psr_vfloat bv, psr_vuint bi, float *v, uint *i)
+{
+    float vals[PSR_VEC];
+    uint ids[PSR_VEC];
+    psr_vstore(bv, 0, vals);
+    psr_vstore(bi, 0, ids);
+    for (uint c = 0; c < PSR_VEC; c++)
+        if (psr_better(vals[c], ids[c], *v, *i)) {
+            *v = vals[c];
+            *i = ids[c];
+        }
+}
 #endif
 
 /* Partial `at` of the statistics; `published` reads one that another

@@ -395,33 +395,20 @@ inline void psr_stats_lse_lanes(bool is_draft, __global const psr_logit_t *src, 
     psr_vlanes_store(m, lane, lid, lm, ls);
 }
 
-/* A greedy row's argmax over the work-item's four lanes, as one vector:
- * component c meets lane c / 4's token c % 4 of each step in increasing
- * order, so a strict compare keeps a tie's lowest index; the components
- * then merge into (*bv, *bi) in psr_better's order. NaN (also past the
- * row) never wins. */
+/* A greedy row's argmax over the work-item's four lanes, as one vector
+ * (psr_vlanes_keep_best), merged into (*bv, *bi). NaN (also past the row)
+ * never wins. */
 inline void psr_stats_argmax_lanes(bool is_draft, __global const psr_logit_t *src, __global const float *q,
                                    bool aligned, bool full, uint base, uint vocab, uint lid, float *bv, uint *bi)
 {
     uint last = full ? PSR_SB_STEPS : psr_steps_left(base + 4 * lid, vocab);
-    psr_vuint ids = (psr_vuint)(base + 4 * lid) + (PSR_LANE_IDS >> 2) * (4 * PSR_VWG) + (PSR_LANE_IDS & 3);
+    psr_vuint ids = psr_vlane_ids(base, lid);
     psr_vfloat best = (psr_vfloat)(-INFINITY);
     psr_vuint best_i = (psr_vuint)0xffffffffu;
-    for (uint k = 0; k < last; k++) {
-        psr_vfloat x = psr_stats_vstep(is_draft, src, q, aligned, base, vocab, lid, false, 1.0f, 1.0f, k);
-        psr_vint better = x > best;
-        best = select(best, x, better);
-        best_i = select(best_i, ids + k * 4 * PSR_LANES, better);
-    }
-    float values[PSR_VEC];
-    uint at[PSR_VEC];
-    psr_vstore(best, 0, values);
-    psr_vstore(best_i, 0, at);
-    for (int c = 0; c < PSR_VEC; c++)
-        if (psr_better(values[c], at[c], *bv, *bi)) {
-            *bv = values[c];
-            *bi = at[c];
-        }
+    for (uint k = 0; k < last; k++)
+        psr_vlanes_keep_best(psr_stats_vstep(is_draft, src, q, aligned, base, vocab, lid, false, 1.0f, 1.0f, k),
+                             ids + k * 4 * PSR_LANES, &best, &best_i);
+    psr_vlanes_merge_best(best, best_i, bv, bi);
 }
 #else
 /* CPUs: each of the work-item's lanes' max of logits / T, then its exp

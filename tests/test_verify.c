@@ -270,14 +270,11 @@ static void test_skip_records_per_launch(void **state)
     psr_context_free(control);
 }
 
-/* The bonus token is psr_sample's token for the bonus row, and greedy
- * requests follow the target's argmax exactly. */
-static void test_bonus_and_greedy(void **state)
+/* R requests of exactly K drafts each at T = 0, whose target logits,
+ * drafts and positions (rows of R x (K + 1)) the caller fills. */
+static vcase greedy_case(size_t R, size_t V, size_t K)
 {
-    (void)state;
-    const size_t R = 8, V = 3000, K = 3;
     vcase c = make_case(R, V, K, false);
-    /* Every request: K drafts equal to the argmax (greedy accepts all), T = 0. */
     c.cu[0] = 0;
     for (size_t r = 0; r < R; r++) {
         c.cu[r + 1] = (int32_t)((r + 1) * (K + 1));
@@ -288,6 +285,17 @@ static void test_bonus_and_greedy(void **state)
     c.target = malloc(c.rows * V * 4);
     c.drafts = malloc(c.rows * 4);
     c.positions = malloc(c.rows * 8);
+    return c;
+}
+
+/* The bonus token is psr_sample's token for the bonus row, and greedy
+ * requests follow the target's argmax exactly. */
+static void test_bonus_and_greedy(void **state)
+{
+    (void)state;
+    const size_t R = 8, V = 3000, K = 3;
+    vcase c = greedy_case(R, V, K);
+    /* Every request: K drafts equal to the argmax (greedy accepts all), T = 0. */
     for (size_t i = 0; i < c.rows * V; i++)
         c.target[i] = normal();
     for (size_t row = 0; row < c.rows; row++) {
@@ -337,17 +345,7 @@ static void test_greedy_ties(void **state)
 {
     (void)state;
     const size_t R = 12, V = 5000, K = 2;
-    vcase c = make_case(R, V, K, false);
-    c.cu[0] = 0;
-    for (size_t r = 0; r < R; r++) {
-        c.cu[r + 1] = (int32_t)((r + 1) * (K + 1));
-        c.temps[r] = 0.0f;
-    }
-    free(c.target), free(c.drafts), free(c.positions);
-    c.rows = R * (K + 1);
-    c.target = malloc(c.rows * V * 4);
-    c.drafts = malloc(c.rows * 4);
-    c.positions = malloc(c.rows * 8);
+    vcase c = greedy_case(R, V, K);
     for (size_t row = 0; row < c.rows; row++) {
         float *x = c.target + row * V;
         size_t first = 1 + row % 37, every = row % 3 ? 37 : 1;
