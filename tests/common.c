@@ -204,6 +204,10 @@ int run_device_group(const char *name, const struct CMUnitTest *tests, size_t co
     }
     if (test_long())
         print_message("the long suite: every variant, full-size statistics\n");
+    /* The tests check the kernels, and some read their scratch: every call
+     * on the device, as `meson test` sets it, also when a test runs alone
+     * (test_cold_host turns the host's cold calls on for its own contexts). */
+    setenv("PSR_TUNE_HOST_COLD", "0", 0);
     fixture = f;
     return _cmocka_run_group_tests(name, tests, count, fixture_setup, fixture_teardown);
 }
