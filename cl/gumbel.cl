@@ -245,6 +245,13 @@ inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t
         if (floors)
             psr_raise_floor(row, m);
     }
+    /* Greedy rows (no noise) take the lanes' argmax without a call a step. */
+    for (; active && row->greedy && i + PSR_VEC <= end; i += PSR_VEC * PSR_WG_SIZE) {
+        psr_vfloat x = psr_vload_logits(src, i);
+        if (cache)
+            psr_vstore(x, 0, cache + i);
+        psr_keep_better(psr_to_vacc(x), i, &lane_best, &lane_best_i);
+    }
 #if PSR_INT64_ATOMICS
     if (floor_slot && lid == 0)
         psr_floor_publish(floor_slot, row->floor);
