@@ -850,7 +850,13 @@ inline void psr_filter_gather(__global const psr_logit_t *src, bool aligned, con
         n_local[0] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
 #if PSR_VEC_PATH
+    /* A whole vector of logits below `skip` scales below low's value: no
+     * key of it reaches low, and its keys need not be made. */
+    float s_low = psr_unordered(low);
+    float skip = isfinite(s_low) ? psr_raw_below(s_low, fabs(s_low), f->t) : -INFINITY;
     for (uint i = start + PSR_VEC * lid; i < end; i += PSR_FILTER_VSTEP) {
+        if (i + PSR_VEC <= end && !psr_vany_at_least(psr_vload_logits(src, i), skip))
+            continue;
         uint n;
         psr_vuint k1 = psr_filter_vkeys(src, i, end, f, &n);
         if (psr_vmax_uint(k1) <= low)
