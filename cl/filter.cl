@@ -83,10 +83,9 @@
  * back, plus its noise), as the sampler adds them (psr_consider_cut), in
  * *k as an unsigned key of the same order (ties equal: -0 and +0 give
  * one key); false for a score of -inf, which never wins. */
-inline bool psr_filter_score(uint key, uint row_key, uint id, uint noise, ulong *k)
+inline bool psr_filter_score(uint key, uint2 w, uint noise, ulong *k)
 {
     float s = psr_unordered(key);
-    uint2 w = psr_token_words(row_key, id);
 #if PSR_WITH_FP64
     if (noise == PSR_FILTER_NOISE_FP64) {
         double v = (double)s + psr_noise_fp64(w);
@@ -97,6 +96,23 @@ inline bool psr_filter_score(uint key, uint row_key, uint id, uint noise, ulong 
     float v = s + (noise == PSR_FILTER_NOISE_WIDE ? psr_noise_wide(w) : psr_noise_fp32(w));
     *k = (ulong)psr_ordered(v) << 32;
     return v > -INFINITY;
+}
+
+/* Whether a candidate (key, words w) may beat the best so far (best,
+ * best_i): the score's upper bound (the noise's bound) is not below the
+ * best's score. A tie is kept: the lower id may win it. Its noise's logs
+ * are then needed; most candidates of a row need only their words. */
+inline bool psr_filter_may_beat(uint key, uint2 w, uint noise, ulong best, uint best_i)
+{
+    if (best_i == 0xffffffffu)
+        return true;
+    float s = psr_unordered(key);
+#if PSR_WITH_FP64
+    if (noise == PSR_FILTER_NOISE_FP64)
+        return !((double)s + psr_noise_bound_fp64(w) < psr_unordered_d(best));
+#endif
+    float b = noise == PSR_FILTER_NOISE_WIDE ? psr_noise_bound_wide(w) : psr_noise_bound_fp32(w);
+    return !(s + b < psr_unordered((uint)(best >> 32)));
 }
 
 /* Does (k, id) beat the best so far? A larger score, then the lower id. */
@@ -759,8 +775,10 @@ inline uint psr_filter_draw_serial(volatile __global const uint *keys, volatile 
         if (keys[c] < cut_key)
             continue;
         uint id = ids[c];
+        uint2 w = psr_token_words(row_key, id);
         ulong k;
-        if (psr_filter_score(keys[c], row_key, id, noise, &k) && psr_filter_beats(k, id, best, best_i)) {
+        if (psr_filter_may_beat(keys[c], w, noise, best, best_i) && psr_filter_score(keys[c], w, noise, &k) &&
+            psr_filter_beats(k, id, best, best_i)) {
             best = k;
             best_i = id;
         }
@@ -925,8 +943,10 @@ inline uint psr_filter_sample_list(volatile __global const uint *keys,
             if (c + q >= n || ks[q] < cut_key)
                 continue;
             /* as in the sampler: +inf stays +inf, a NaN score never wins */
+            uint2 w = psr_token_words(row_key, is[q]);
             ulong kq;
-            if (psr_filter_score(ks[q], row_key, is[q], noise, &kq) && psr_filter_beats(kq, is[q], k, best_i)) {
+            if (psr_filter_may_beat(ks[q], w, noise, k, best_i) && psr_filter_score(ks[q], w, noise, &kq) &&
+                psr_filter_beats(kq, is[q], k, best_i)) {
                 k = kq;
                 best_i = is[q];
             }

@@ -182,7 +182,7 @@ inline psr_acc_t psr_floor_read(__global const ulong *slot)
     if (!k)
         return PSR_ACC_NEG_INF;
 #if USE_FP64
-    return as_double((k >> 63) ? (k & 0x7fffffffffffffffUL) : ~k);
+    return psr_unordered_d(k);
 #else
     return psr_unordered((uint)(k >> 32));
 #endif
@@ -390,7 +390,7 @@ inline void psr_best_slot(__global const ulong *slots, uint groups, uint lid, __
     uint i0 = li[0];
 #endif
     *idx = i0;
-    *v = as_double((k >> 63) ? (k & 0x7fffffffffffffffUL) : ~k); /* psr_record_value's inverse */
+    *v = psr_unordered_d(k);
 }
 #else
 inline void psr_store_slot(__global ulong *slot, float v, uint idx)

@@ -170,6 +170,12 @@ inline ulong psr_ordered_d(double v)
     ulong b = as_ulong(v == 0.0 ? 0.0 : v);
     return (b >> 63) ? ~b : (b | 0x8000000000000000UL);
 }
+
+/* The double of psr_ordered_d's integer. */
+inline double psr_unordered_d(ulong o)
+{
+    return as_double((o >> 63) ? (o & 0x7fffffffffffffffUL) : ~o);
+}
 #endif
 
 /* A score as psr_shard_record.value: the order of the scores, as an
@@ -306,8 +312,10 @@ inline float psr_noise_fp32(uint2 w)
 #endif
 }
 
-#if USE_FP64
-inline double psr_noise_bound(uint2 w)
+/* Upper bounds on the three noises from their words (above), by name as
+ * the noises are. */
+#if PSR_WITH_FP64
+inline double psr_noise_bound_fp64(uint2 w)
 {
     ulong bits = ((ulong)w.y << 32) | (ulong)w.x;
     ulong rest = ~bits; /* 2^64 - 1 - bits */
@@ -316,6 +324,28 @@ inline double psr_noise_bound(uint2 w)
     int e = 63 - (int)clz(rest - 2048) - 64; /* 1 - u >= 2^e */
     return -(double)e * 0x1.62e42fefa39efp-1 + 1e-6;
 }
+#endif
+inline float psr_noise_bound_wide(uint2 w)
+{
+    ulong rest = ~(((ulong)w.y << 32) | (ulong)w.x) + 1UL; /* 2^64 - bits (0 for bits = 0) */
+    return (float)(1 + (int)clz(rest)) * 0x1.62e430p-1f + 1e-3f;
+}
+inline float psr_noise_bound_fp32(uint2 w)
+{
+    /* Straight from the word, s = the folded int of u32(): u >= s * 2^-32
+     * >= 2^(-1 - clz(s)), a few operations cheaper than reading the
+     * exponent of u (measured: 3-4% at large batch on the H200). */
+    int s = as_int(w.x);
+    uint folded = (uint)(s < 0 ? ~s : s);
+    return (float)(1 + (int)clz(folded)) * 0x1.62e430p-1f + 1e-3f;
+}
+
+/* The variant's noise and its bound. */
+#if USE_FP64
+inline double psr_noise_bound(uint2 w)
+{
+    return psr_noise_bound_fp64(w);
+}
 inline double psr_noise(uint2 w)
 {
     return psr_noise_fp64(w);
@@ -323,8 +353,7 @@ inline double psr_noise(uint2 w)
 #elif USE_WIDE
 inline float psr_noise_bound(uint2 w)
 {
-    ulong rest = ~(((ulong)w.y << 32) | (ulong)w.x) + 1UL; /* 2^64 - bits (0 for bits = 0) */
-    return (float)(1 + (int)clz(rest)) * 0x1.62e430p-1f + 1e-3f;
+    return psr_noise_bound_wide(w);
 }
 inline float psr_noise(uint2 w)
 {
@@ -333,12 +362,7 @@ inline float psr_noise(uint2 w)
 #else
 inline float psr_noise_bound(uint2 w)
 {
-    /* Straight from the word, s = the folded int of u32(): u >= s * 2^-32
-     * >= 2^(-1 - clz(s)), a few operations cheaper than reading the
-     * exponent of u (measured: 3-4% at large batch on the H200). */
-    int s = as_int(w.x);
-    uint folded = (uint)(s < 0 ? ~s : s);
-    return (float)(1 + (int)clz(folded)) * 0x1.62e430p-1f + 1e-3f;
+    return psr_noise_bound_fp32(w);
 }
 inline float psr_noise(uint2 w)
 {
