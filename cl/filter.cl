@@ -1349,11 +1349,12 @@ inline psr_vuint psr_filter_vmbin(psr_vfloat s, float m)
     return select((psr_vuint)(0u), b, psr_as_vuint(d < PSR_FILTER_MSPAN));
 }
 
-/* Pass 2's masses on CPU devices, by one work-item (so plain adds): the
- * weights and bins of PSR_VEC tokens at a time, each lane's weight and bin
- * what psr_filter_add_mass computes; a finite row maximum m only. */
+/* Pass 2's masses on CPU devices, by one work-item (so plain adds, and
+ * 64-bit ones: m64 holds each bin as one word): the weights and bins of
+ * PSR_VEC tokens at a time, each lane's weight and bin what
+ * psr_filter_add_mass computes; a finite row maximum m only. */
 inline void psr_filter_vmasses(const psr_filter_row *f, __global const psr_logit_t *src, const psr_filter_part *g,
-                               float floor, __local uint *mlo, __local uint *mhi)
+                               float floor, __local ulong *m64)
 {
     /* A block whose logits all lie below `skip` weighs nothing: each lane
      * is below the floor, or its e is below e^-22.25 < 2^-32. Most blocks
@@ -1375,17 +1376,14 @@ inline void psr_filter_vmasses(const psr_filter_row *f, __global const psr_logit
         psr_vstore(convert_uint16(select(e * 0x1p32f, (psr_vfloat)(0.0f), e >= 1.0f)), 0, lo);
         psr_vstore(psr_filter_vmbin(s, g->m), 0, bin);
         psr_vstore(e, 0, ev);
-        for (uint q = 0; q < PSR_VEC; q++) {
-            ulong w = ev[q] >= 1.0f ? (ulong)(ev[q] * 0x1p32f) : lo[q];
-            if (!w)
-                continue;
-            uint b = bin[q], wlo = (uint)w, sum = mlo[b] + wlo;
-            mhi[b] += (uint)(w >> 32) + (sum < wlo);
-            mlo[b] = sum;
-        }
+        for (uint q = 0; q < PSR_VEC; q++) /* a weightless lane adds 0 */
+            m64[bin[q]] += ev[q] >= 1.0f ? (ulong)(ev[q] * 0x1p32f) : lo[q];
     }
-    for (; i < g->end; i++)
-        psr_filter_add_mass(psr_filter_scaled(src, i, f->t, f->r), g->m, floor, mlo, mhi);
+    for (; i < g->end; i++) { /* psr_filter_add_mass's */
+        float s = psr_filter_scaled(src, i, f->t, f->r);
+        if (!isnan(s) && !(s < floor))
+            m64[psr_filter_mbin(s, g->m)] += psr_filter_weight(s, g->m, true);
+    }
 }
 #endif
 
@@ -1404,10 +1402,13 @@ inline void psr_filter_masses_of(bool masses, const psr_filter_row *f, __global 
     barrier(CLK_LOCAL_MEM_FENCE);
     uint end = masses ? g->end : g->start;
 #if PSR_VEC_PATH
+    bool words64 = false; /* the bins as 64-bit words */
+    __local ulong *m64 = (__local ulong *)lbuf; /* the caller's lbuf64 */
     if (masses && !isinf(g->m)) { /* uniform over the group */
         if (lid == 0)
-            psr_filter_vmasses(f, src, g, floor, mlo, mhi);
+            psr_filter_vmasses(f, src, g, floor, m64);
         end = g->start;
+        words64 = true;
     }
 #endif
     for (uint i = g->start + 4 * lid; i < end; i += PSR_FILTER_STEP) {
@@ -1419,6 +1420,9 @@ inline void psr_filter_masses_of(bool masses, const psr_filter_row *f, __global 
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint b = lid; b < (masses ? PSR_FILTER_MBINS : 0); b += PSR_WG_SIZE) {
         ulong w = ((ulong)mhi[b] << 32) | mlo[b];
+#if PSR_VEC_PATH
+        w = words64 ? m64[b] : w;
+#endif
         if (w)
             psr_filter_add_global(&h[b], &h[PSR_FILTER_MBINS + b], w);
     }
