@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Runs a test command (mpirun of a test) from the root directory, and
-again, up to three more times, when LeakSanitizer itself failed.
+again, up to five more times, when LeakSanitizer itself failed.
 
 Under mpirun, LeakSanitizer's tracer, which stops every thread to scan for
 leaks at exit, crashed ("Tracer caught signal 11") in about half the runs
@@ -16,7 +16,7 @@ import sys
 LSAN_FATAL = "LeakSanitizer has encountered a fatal error"
 
 
-RETRIES = 3
+RETRIES = 5
 
 
 def run(cmd, **kwargs):
