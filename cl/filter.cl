@@ -121,6 +121,19 @@ inline bool psr_filter_beats(ulong k, uint id, ulong best, uint best_i)
     return best_i == 0xffffffffu || k > best || (k == best && id < best_i);
 }
 
+/* Candidate (key, id) of a list into the draw's best (*best, *best_i):
+ * its logs only where its bound may beat the best. */
+inline void psr_filter_take(uint key, uint id, uint row_key, uint noise, ulong *best, uint *best_i)
+{
+    uint2 w = psr_token_words(row_key, id);
+    ulong k;
+    if (psr_filter_may_beat(key, w, noise, *best, *best_i) && psr_filter_score(key, w, noise, &k) &&
+        psr_filter_beats(k, id, *best, *best_i)) {
+        *best = k;
+        *best_i = id;
+    }
+}
+
 /* A row's output: its threshold and whether its token is already drawn
  * (sampled), or how many candidates the sampler is to draw it from. */
 inline void psr_filter_set_listed(__global float *thresholds, uint row, float cut, bool sampled, uint listed)
@@ -772,16 +785,8 @@ inline uint psr_filter_draw_serial(volatile __global const uint *keys, volatile 
     ulong best = 0;
     uint best_i = 0xffffffffu;
     for (uint c = 0; c < n; c++) {
-        if (keys[c] < cut_key)
-            continue;
-        uint id = ids[c];
-        uint2 w = psr_token_words(row_key, id);
-        ulong k;
-        if (psr_filter_may_beat(keys[c], w, noise, best, best_i) && psr_filter_score(keys[c], w, noise, &k) &&
-            psr_filter_beats(k, id, best, best_i)) {
-            best = k;
-            best_i = id;
-        }
+        if (keys[c] >= cut_key)
+            psr_filter_take(keys[c], ids[c], row_key, noise, &best, &best_i);
     }
     return best_i;
 }
@@ -943,13 +948,7 @@ inline uint psr_filter_sample_list(volatile __global const uint *keys,
             if (c + q >= n || ks[q] < cut_key)
                 continue;
             /* as in the sampler: +inf stays +inf, a NaN score never wins */
-            uint2 w = psr_token_words(row_key, is[q]);
-            ulong kq;
-            if (psr_filter_may_beat(ks[q], w, noise, k, best_i) && psr_filter_score(ks[q], w, noise, &kq) &&
-                psr_filter_beats(kq, is[q], k, best_i)) {
-                k = kq;
-                best_i = is[q];
-            }
+            psr_filter_take(ks[q], is[q], row_key, noise, &k, &best_i);
         }
     }
     if (lid == 0) {
