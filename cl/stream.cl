@@ -81,8 +81,43 @@ inline uint psr_row_key(ulong seed, ulong pos)
     return psr_row_key_on(seed, pos, IS_DRAFTING);
 }
 
-/* The two noise words of one token of a row. */
+/* a * m: the low word, the high word in *hi (mul_hi where the tuning
+ * chose it, as Random123's rounds in psr_draw do). */
+inline uint psr_mulhilo(uint a, uint m, uint *hi)
+{
+#if R123_USE_MULHILO32_MULHI_INTRIN
+    *hi = mul_hi(a, m);
+    return a * m;
+#else
+    ulong p = (ulong)a * m;
+    *hi = (uint)(p >> 32);
+    return (uint)p;
+#endif
+}
+
+/* The two noise words of one token of a row: words 0 and 1 of
+ * psr_draw(row_key, token), that is philox4x32_10 with counter {token, 0,
+ * 0, 0} and key {row_key, 0}. Rounds 0 and 1 by hand: round 0 multiplies
+ * a zero and leaves counter word 0 equal to the key, so one of round 1's
+ * products is the row's, the same for every token (a multiply of 18 per
+ * token saved where the compiler would not see it). */
 inline uint2 psr_token_words(uint row_key, uint token)
 {
-    return psr_draw((ulong)row_key, (ulong)token).xy;
+    uint t_hi, t_lo = psr_mulhilo(token, PHILOX_M4x32_0, &t_hi);
+    uint k_hi, k_lo = psr_mulhilo(row_key, PHILOX_M4x32_0, &k_hi);
+    uint k0 = row_key + PHILOX_W32_0, k1 = PHILOX_W32_1;
+    uint hi1, lo1 = psr_mulhilo(t_hi, PHILOX_M4x32_1, &hi1);
+    uint c0 = hi1 ^ k0, c1 = lo1, c2 = k_hi ^ t_lo ^ k1, c3 = k_lo;
+    for (int round = 2; round < 10; round++) {
+        k0 += PHILOX_W32_0;
+        k1 += PHILOX_W32_1;
+        uint h0, h1;
+        uint l0 = psr_mulhilo(c0, PHILOX_M4x32_0, &h0);
+        uint l1 = psr_mulhilo(c2, PHILOX_M4x32_1, &h1);
+        c0 = h1 ^ c1 ^ k0;
+        c1 = l1;
+        c2 = h0 ^ c3 ^ k1;
+        c3 = l0;
+    }
+    return (uint2)(c0, c1);
 }
