@@ -500,16 +500,28 @@ static void check_infinite_pair(size_t vocab)
     free(logits);
 }
 
-/* The CPU's vector path skips the blocks of a peaked row that cannot reach
- * a floor seeded from its largest logit: from the whole row where a row
- * has at most two groups, else from the group's chunk and shared with the
- * row's other groups through a word the last group clears. Each split
- * below (one group per row, two, four, eight or more) must give the
- * oracle's tokens, and so must a launch after a very peaked one (a word
- * left uncleared would make it skip its rows' winners). */
-static void test_peaked_rows(void **state)
+/* Rows of logits N(0, 1) + `offset`, sampled and held to the oracle. */
+static void check_offset(size_t rows, size_t vocab, float offset, unsigned flags)
 {
-    (void)state;
+    float *logits = malloc(rows * vocab * sizeof *logits);
+    for (size_t i = 0; i < rows * vocab; i++)
+        logits[i] = normal() + offset;
+    sample_like_oracle(logits, rows, vocab, 1.0f, flags, NULL, NULL, NULL);
+    free(logits);
+}
+
+/* Split rows with fp32 noise share floors through a word per row: on the
+ * CPU's vector path, a floor seeded from the group's largest logit (rows of
+ * at most two groups seed from the whole row); on the scalar path (GPUs),
+ * every few steps of a long chunk. With them a peaked row skips the blocks
+ * that cannot reach the floor. Each split below (one group per row, two,
+ * four, eight or more), on both paths, must give the oracle's tokens, and
+ * so must a launch after a very peaked one (a word left uncleared would
+ * make it skip its rows' winners), and an fp32 launch of low logits after
+ * an fp64 one of high logits (whose slots, two words each, reach further:
+ * the words must not lie where slots were). */
+static void check_peaked_splits(void)
+{
     const psr_tuning suite = tuning_of(ctx);
     const size_t resident[] = {1, 2, 4};
     for (size_t k = 0; k < 3; k++) {
@@ -519,8 +531,12 @@ static void test_peaked_rows(void **state)
         set_tuning(ctx, &t);
         cl_uint chunk, groups;
         psr_split_rows(ctx, 1, 65536, &chunk, &groups);
-        print_message("resident %zu: one row of 65,536 in %u groups\n", (size_t)t.sample.resident_per_unit,
-                      groups);
+        print_message("vector width %u, resident %zu: one row of 65,536 in %u groups\n",
+                      (unsigned)t.sample.vector_width, (size_t)t.sample.resident_per_unit, groups);
+        if (has_fp64) {
+            check_offset(1, 65536, 100.0f, PSR_FLAG_FP64_NOISE);
+            check_offset(1, 65536, -100.0f, 0);
+        }
         check_peaked(1, 65536, 25.0f, 0.0f, 0.8f, 0);
         check_peaked(2, 65536, 40.0f, 0.0f, 1.0f, 0);
         check_peaked(6, 65536, 25.0f, 24.0f, 1.0f, 0);
@@ -532,6 +548,21 @@ static void test_peaked_rows(void **state)
         check_peaked(2, 65536, 25.0f, 0.0f, 0.8f, PSR_FLAG_WIDE_NOISE);
     }
     set_tuning(ctx, &suite);
+}
+
+static void test_peaked_rows(void **state)
+{
+    (void)state;
+    check_peaked_splits();
+    if (!tuning_of(ctx).sample.vector_width)
+        return;
+    psr_context *saved = ctx; /* the scalar path too, in a context of its own */
+    setenv("PSR_TUNE_VECTOR", "0", 1);
+    ctx = open_context(NULL);
+    unsetenv("PSR_TUNE_VECTOR");
+    check_peaked_splits();
+    psr_context_free(ctx);
+    ctx = saved;
 }
 
 /* ---- edge cases ---- */

@@ -282,19 +282,19 @@ static void prefetch_sample(psr_context *ctx, const psr_sample_args *a, const sa
     psr_kernels_prefetch(ctx, v, names, n);
 }
 
-/* The kernels and scratch of the plan: one pass keeps a slot per group (a
- * key; two words for fp64 scores), a count and a floor per row (cl/gumbel.cl);
- * other split rows keep partials for a finishing kernel. Filters reserve
- * theirs and bind their pre-pass. */
+/* The kernels and scratch of the plan: one pass keeps a count and a floor
+ * per row and a slot per group (a key; two words for fp64 scores;
+ * cl/gumbel.cl); other split rows keep partials for a finishing kernel.
+ * Filters reserve theirs and bind their pre-pass. */
 static psr_status reserve_sample(psr_context *ctx, const psr_sample_args *a, sample_plan *pl)
 {
     cl_uint groups = pl->params.rows.groups_per_row;
     prefetch_sample(ctx, a, pl);
     psr_status st = psr_kernel_get(ctx, &pl->v, "psr_gumbel_sample", &pl->sample);
     if (st == PSR_OK && pl->one_pass) {
-        /* the slots, then a shared floor per row (the vector path's) */
-        const size_t need[2] = {a->rows * sizeof(cl_uint),
-                                (pl->parts * (pl->v.fp64 ? 2 : 1) + a->rows) * sizeof(cl_ulong)};
+        /* a count and a shared floor per row (zero between launches), then the slots */
+        const size_t need[2] = {(a->rows + 1) / 2 * sizeof(cl_ulong) + a->rows * sizeof(cl_ulong),
+                                pl->parts * (pl->v.fp64 ? 2 : 1) * sizeof(cl_ulong)};
         st = psr_regions_reserve(ctx, &ctx->best_scratch, &ctx->best_scratch_regions, need, 2, sizeof(cl_ulong), "psr_sample");
         pl->best_scratch = ctx->best_scratch.buffer;
         pl->params.keys_at = (psr_uint32_t)(ctx->best_scratch_regions.at[1] / sizeof(cl_ulong));
