@@ -23,9 +23,6 @@ inline __global ulong *psr_floor_slot(__global ulong *best_scratch, uint groups_
     return best_scratch + (rows + 1) / 2 + row_id; /* after the rows' 32-bit counts */
 }
 
-/* Steps between two reads of a shared floor. */
-#define PSR_FLOOR_READ_STEPS 8
-
 #if PSR_VEC_PATH
 /* One work-item's step: a whole vector, or the chunk's last few tokens
  * one by one. */
@@ -129,36 +126,6 @@ inline psr_acc_t psr_race_unscale(psr_acc_t v, float shift)
 }
 #endif
 
-#if PSR_INT64_ATOMICS
-/* A split row's groups share their floors through one word per row (0:
- * none yet; else psr_record_value's order). Any exact value of one of the
- * row's tokens bounds the row's best from below, so a floor another group
- * found is as good as one's own, whenever it arrives. The race over
- * logits has none: its groups' scores are on scales of their own. */
-inline void psr_floor_publish(__global ulong *slot, psr_acc_t v)
-{
-    ulong key = psr_record_value(v), seen = *(volatile __global ulong *)slot;
-    while (key > seen) {
-        ulong was = atom_cmpxchg(slot, seen, key);
-        if (was == seen)
-            break;
-        seen = was;
-    }
-}
-
-inline psr_acc_t psr_floor_read(__global const ulong *slot)
-{
-    ulong k = *(volatile __global const ulong *)slot;
-    if (!k)
-        return PSR_ACC_NEG_INF;
-#if USE_FP64
-    return psr_unordered_d(k);
-#else
-    return psr_unordered((uint)(k >> 32));
-#endif
-}
-#endif
-
 #if PSR_VEC_PATH
 /* Raises the row's floor to the exact value of the largest logit among
  * the work-item's whole vectors of [start, end). Without it the floor
@@ -194,6 +161,36 @@ inline void psr_seed_floor(psr_row *row, __global const psr_logit_t *src, uint s
     psr_raise_floor(row, v);
 }
 
+#if PSR_INT64_ATOMICS
+/* A split row's groups share their floors through one word per row (0:
+ * none yet; else psr_record_value's order). Any exact value of one of the
+ * row's tokens bounds the row's best from below, so a floor another group
+ * found is as good as one's own, whenever it arrives. The race over
+ * logits has none: its groups' scores are on scales of their own. */
+inline void psr_floor_publish(__global ulong *slot, psr_acc_t v)
+{
+    ulong key = psr_record_value(v), seen = *(volatile __global ulong *)slot;
+    while (key > seen) {
+        ulong was = atom_cmpxchg(slot, seen, key);
+        if (was == seen)
+            break;
+        seen = was;
+    }
+}
+
+inline psr_acc_t psr_floor_read(__global const ulong *slot)
+{
+    ulong k = *(volatile __global const ulong *)slot;
+    if (!k)
+        return PSR_ACC_NEG_INF;
+#if USE_FP64
+    return psr_unordered_d(k);
+#else
+    return psr_unordered((uint)(k >> 32));
+#endif
+}
+#endif
+
 /* Where a group's floors come from beyond its chunk: a row of a few
  * groups seeds from the whole row (*seed_span; each group reads it, as
  * the groups may well run one after the other), a row of more groups
@@ -223,6 +220,7 @@ inline __global ulong *psr_floor_sources(const psr_sample_params *p, const psr_r
  * group's largest floor becomes every work-item's (a uniform condition,
  * as in the scalar path). With a shared word the group offers its floor
  * to the row's other groups and takes theirs every few steps. */
+#define PSR_FLOOR_READ_STEPS 8
 inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t *src, uint start, uint end,
                            const psr_sample_params *p, uint row_id, __global ulong *best_scratch,
                            __global float *cache, float cut, psr_acc_t *best, uint *best_i,
@@ -272,59 +270,12 @@ inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t
     psr_merge_lanes(lane_best, lane_best_i, best, best_i);
 }
 #else
-/* Fp32 rows on this path share floors as they scan (PSR_SEED_FLOORS):
- * every PSR_FLOOR_READ_STEPS steps a work-item offers its best to the
- * group's word and takes the group's, and work-item 0 trades the group's
- * with the row's word in best_scratch. Any exact value of one of the row's
- * tokens bounds the row's best from below, so a floor found elsewhere is
- * as good as one's own, whenever it arrives; with it a step whose four
- * logits all lie below skip_below draws no Philox words (a peaked row's
- * steps after its peak, in every group of the row). The words cost about
- * one compare a step, so only chunks of enough steps use them. */
-#define PSR_SHARE_FLOORS (PSR_METHOD == 0 && PSR_SEED_FLOORS && PSR_INT64_ATOMICS)
-
-/* One step: the work-item's four logits x at i, unless the floor rules
- * them all out. */
-inline void psr_scan_step(const psr_row *row, float4 x, uint i, uint end, __global float *cache, float cut,
-                          psr_acc_t *best, uint *best_i)
-{
-    if (cache)
-        psr_store_cache(cache, i, end, x);
-#if PSR_SHARE_FLOORS
-    if (!(fmax(fmax(x.s0, x.s1), fmax(x.s2, x.s3)) >= row->skip_below))
-        return; /* NaN logits never win either */
-#endif
-    psr_consider4_cut(row, x, i, best, best_i, cut);
-}
-
-#if PSR_SHARE_FLOORS
-/* Whether a launch's chunks are long enough to share floors: the same
- * answer for every group, so the words are cleared where they are used. */
-inline bool psr_shares_floors(const psr_sample_params *p)
-{
-    return p->rows.chunk >= (2 + PSR_FLOOR_READ_STEPS) * 4 * PSR_WG_SIZE;
-}
-
-/* The trade described above; lfloor holds psr_ordered keys (0: none). */
-inline void psr_share_floors(psr_row *row, psr_acc_t best, __local uint *lfloor, __global ulong *row_word,
-                             uint lid)
-{
-    uint seen = atomic_max(lfloor, psr_ordered(fmax(best, row->floor)));
-    psr_raise_floor(row, fmax(best, psr_unordered(seen)));
-    if (row_word && lid == 0) {
-        psr_floor_publish(row_word, row->floor);
-        atomic_max(lfloor, psr_ordered(psr_floor_read(row_word)));
-    }
-}
-#endif
-
 /* The work-item's tokens of [start, end), 4 per step from x_first (the
  * first step's logits, loaded early), into its (best, best_i). After the
  * first step the group's best so far becomes the pruning floor. */
 inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t *src, uint start, uint end,
-                           bool aligned, float4 x_first, const psr_sample_params *p, uint row_id,
-                           __global ulong *best_scratch, __global float *cache, float cut, psr_acc_t *best,
-                           uint *best_i, __local psr_acc_t *lv, __local uint *lfloor, uint lid)
+                           bool aligned, float4 x_first, __global float *cache, float cut, psr_acc_t *best,
+                           uint *best_i, __local psr_acc_t *lv, uint lid)
 {
     uint i = start + 4 * lid;
     if (active) {
@@ -336,14 +287,10 @@ inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t
     /* Every work-item reaches this barrier: the condition is uniform
      * (greedy is a property of the row, and rows span whole groups). */
     bool floors = !(active && row->greedy) && start + 4 * PSR_WG_SIZE < end;
-#if PSR_SHARE_FLOORS
-    if (lid == 0)
-        *lfloor = 0; /* seen by all after psr_group_max's barriers */
-#endif
     if (PSR_FLAT_BARRIERS || floors) {
         psr_acc_t m = psr_group_max(lv, *best, lid);
         if (floors)
-            psr_raise_floor(row, m);
+            row->floor = m;
     }
     /* x holds the logits at i (NaN past the end); the loops load the next
      * step's after their work, so no extra logits stay live across it. */
@@ -369,41 +316,14 @@ inline void psr_scan_chunk(psr_row *row, bool active, __global const psr_logit_t
         psr_consider4_cut(sr, y, j, best, best_i, cut);
         x = psr_load4(src, j + 4 * PSR_WG_SIZE, end, aligned);
     }
-#if PSR_SHARE_FLOORS
-    bool sharing = active && floors && !streaming && psr_shares_floors(p); /* floors: lfloor is set */
-    __global ulong *row_word = sharing && p->rows.groups_per_row > 1 && best_scratch
-                                   ? psr_floor_slot(best_scratch, p->rows.groups_per_row, row_id)
-                                   : 0;
-    while (sharing && i < end) {
-        psr_share_floors(row, *best, lfloor, row_word, lid);
-        for (uint n = 0; n < PSR_FLOOR_READ_STEPS && i < end; n++, i += 4 * PSR_WG_SIZE) {
-            psr_scan_step(row, x, i, end, cache, cut, best, best_i);
-            x = psr_load4(src, i + 4 * PSR_WG_SIZE, end, aligned);
-        }
-    }
-#else
-    (void)p, (void)row_id, (void)best_scratch, (void)lfloor;
-#endif
     for (; active && i < end; i += 4 * PSR_WG_SIZE) {
-        psr_scan_step(row, x, i, end, cache, cut, best, best_i);
+        if (cache)
+            psr_store_cache(cache, i, end, x);
+        psr_consider4_cut(row, x, i, best, best_i, cut);
         x = psr_load4(src, i + 4 * PSR_WG_SIZE, end, aligned);
     }
 }
 #endif
-
-/* Whether the launch's split rows may have written their floor words. */
-inline bool psr_uses_floor_words(const psr_sample_params *p)
-{
-#if PSR_VEC_PATH
-    (void)p;
-    return true;
-#elif PSR_SHARE_FLOORS
-    return psr_shares_floors(p);
-#else
-    (void)p;
-    return false;
-#endif
-}
 
 #if PSR_INT64_ATOMICS
 #define PSR_GATHER 1
@@ -498,7 +418,7 @@ inline void psr_best_slot(__global const ulong *slots, uint groups, uint lid, __
  * PSR_FLAT_BARRIERS every group goes through the barriers, gathering or
  * not, and only `gather` groups count. */
 inline bool psr_gather_row(bool gather, bool active, uint part, uint row_id, uint groups_per_row,
-                           __global ulong *best_scratch, uint keys_at, bool clear_floor, psr_acc_t *v, uint *idx, uint lid,
+                           __global ulong *best_scratch, uint keys_at, psr_acc_t *v, uint *idx, uint lid,
                            __local ulong *lk, __local uint *li, __local uint *llast)
 {
     /* One buffer (every buffer argument costs the host time at each
@@ -522,8 +442,10 @@ inline bool psr_gather_row(bool gather, bool active, uint part, uint row_id, uin
         return gather && part == 0;
     if (!last)
         return false;
-    if (clear_floor && lid == 0) /* every group of the row is done with it: ready for the next launch */
+#if PSR_VEC_PATH
+    if (lid == 0) /* every group of the row is done with it: ready for the next launch */
         atom_xchg(psr_floor_slot(best_scratch, groups_per_row, row_id), 0UL);
+#endif
     *idx = row_i;
     *v = row_v;
     return true;
@@ -646,17 +568,17 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
     __local ulong lk[PSR_WG_SIZE];
     __local uint llast;
 #endif
-    __local uint lfloor; /* the scalar path's group floor */
     const uint groups_per_row = p.rows.groups_per_row;
     uint lid = get_local_id(0);
     uint row_id = get_group_id(0) / groups_per_row;
     uint part = get_group_id(0) % groups_per_row;
     uint start = part * p.rows.chunk; /* chunk is a multiple of 4 (of PSR_VEC) */
     uint end = min(start + p.rows.chunk, p.rows.vocab);
-    /* Every row lies inside the logits buffer, valid or not, so the first step's logits are asked
-     * for before the row's status: at small batch the kernel is a chain of latencies, and these
-     * two overlap. (The second step's too would cost registers, and greedy speed.) Inactive rows
-     * load from the row too: `aligned` is its. */
+    /* Every row lies inside the logits buffer, valid or not, so the first
+     * step's logits are asked for before the row's status: at small batch
+     * the kernel is a chain of latencies, and these two overlap. (The
+     * second step's too would cost registers, and greedy speed.) Inactive
+     * rows load from the row too: `aligned` is its. */
     __global const psr_logit_t *src = logits + p.rows.logits_offset + (ulong)row_id * p.rows.row_stride;
     /* Vector loads need the row's real address aligned (a buffer made from
      * a host pointer need not be): test the pointer, not the offset. */
@@ -672,7 +594,7 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
     bool drawn = psr_row_cut(thresholds, row_id, req, &flags, &cut, &listed);
     if (drawn)
         return; /* before any barrier, for the whole group (a row's property) */
-    bool active = req >= 0 && !flags;
+    bool active = !drawn && req >= 0 && !flags;
     psr_acc_t best = PSR_ACC_NEG_INF;
     uint best_i = start + PSR_STEP * lid < end ? start + PSR_STEP * lid : 0xffffffffu;
     psr_row row;
@@ -691,8 +613,8 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
 #if PSR_VEC_PATH
     psr_scan_chunk(&row, active, src, start, end, &p, row_id, best_scratch, cache, cut, &best, &best_i, lv, lid);
 #else
-    psr_scan_chunk(&row, active && !listed, src, start, end, aligned, x_first, &p, row_id, best_scratch, cache, cut,
-                   &best, &best_i, lv, &lfloor, lid);
+    psr_scan_chunk(&row, active && !listed, src, start, end, aligned, x_first, cache, cut, &best, &best_i, lv,
+                   lid);
 #if PSR_FILTERS && PSR_METHOD == 0
     if (active && listed)
         psr_consider_list(&row, psr_row_list(thresholds, &p, row_id), p.list_cap, listed, part, groups_per_row,
@@ -712,8 +634,8 @@ void psr_gumbel_sample(const psr_sample_params p, __global const psr_logit_t *lo
 #if PSR_GATHER
     bool gather = !finish && best_scratch;
     if (PSR_FLAT_BARRIERS || gather)
-        finish = psr_gather_row(gather, active, part, row_id, groups_per_row, best_scratch, p.keys_at,
-                                psr_uses_floor_words(&p), &final_v, &final_i, lid, lk, li, &llast) || finish;
+        finish = psr_gather_row(gather, active, part, row_id, groups_per_row, best_scratch, p.keys_at, &final_v,
+                                &final_i, lid, lk, li, &llast) || finish;
 #endif
     if (lid == 0 && !drawn)
         psr_write_result(&p, finish, req, flags, final_v, final_i, row_id, tokens, row_flags, part_value,

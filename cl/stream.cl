@@ -85,7 +85,12 @@ inline uint psr_row_key(ulong seed, ulong pos)
  * chose it, as Random123's rounds in psr_draw do). */
 inline uint psr_mulhilo(uint a, uint m, uint *hi)
 {
-#if R123_USE_MULHILO32_MULHI_INTRIN
+#if PSR_MUL_WIDE_PTX
+    ulong p;
+    asm("mul.wide.u32 %0, %1, %2;" : "=l"(p) : "r"(a), "r"(m));
+    *hi = (uint)(p >> 32);
+    return (uint)p;
+#elif R123_USE_MULHILO32_MULHI_INTRIN
     *hi = mul_hi(a, m);
     return a * m;
 #else

@@ -340,19 +340,8 @@ inline float psr_noise_bound_fp32(uint2 w)
     return (float)(1 + (int)clz(folded)) * 0x1.62e430p-1f + 1e-3f;
 }
 
-/* The variant's noise and its bound, and PSR_NOISE_MAX, a value no noise
- * of that kind exceeds: a block whose best scaled logit is that far below
- * the floor needs no Philox. Only fp32 noise's is small enough for floors
- * to skip blocks of a peaked row (PSR_SEED_FLOORS: gumbel.cl's seeds and
- * shared floors); with the others the work would cost every row and skip
- * none. */
+/* The variant's noise and its bound. */
 #if USE_FP64
-#define PSR_SEED_FLOORS 0
-#if PSR_DETERMINISTIC
-#define PSR_NOISE_MAX 710.0 /* u rounded to 1: -log of psr_det_log_d(-0) */
-#else
-#define PSR_NOISE_MAX INFINITY /* native logs: u rounded to 1 gives +inf */
-#endif
 inline double psr_noise_bound(uint2 w)
 {
     return psr_noise_bound_fp64(w);
@@ -362,8 +351,6 @@ inline double psr_noise(uint2 w)
     return psr_noise_fp64(w);
 }
 #elif USE_WIDE
-#define PSR_SEED_FLOORS 0
-#define PSR_NOISE_MAX 46.0f /* the bound is at most 65 ln 2 + 1e-3 */
 inline float psr_noise_bound(uint2 w)
 {
     return psr_noise_bound_wide(w);
@@ -373,8 +360,6 @@ inline float psr_noise(uint2 w)
     return psr_noise_wide(w);
 }
 #else
-#define PSR_SEED_FLOORS 1
-#define PSR_NOISE_MAX 23.0f /* the bound is at most 33 ln 2 + 1e-3 */
 inline float psr_noise_bound(uint2 w)
 {
     return psr_noise_bound_fp32(w);
@@ -515,8 +500,8 @@ typedef struct psr_row {
     bool greedy;
     psr_acc_t floor; /* a value some token of this row reaches: anything
                         whose bound is below it cannot win */
-    float skip_below; /* logits below it cannot reach the floor (or, on the
-                         vector path, are filtered out) */
+    float skip_below; /* vector path: logits below it cannot reach the floor
+                         or are filtered out */
     float shift;     /* race over logits: the group's largest scaled logit */
     uint base;       /* global id of token 0 (a shard's first token; noise uses global ids) */
 } psr_row;
@@ -691,27 +676,6 @@ inline void psr_consider4(const psr_row *row, float4 x, uint i, psr_acc_t *best,
     psr_consider4_cut(row, x, i, best, best_i, -INFINITY);
 }
 
-/* A logit below the returned value scales (psr_scale, psr_vscale; t > 0)
- * to below s, by a margin far above the rounding of the scale, of this
- * product and of a sum with s's terms (`size`: their magnitudes). */
-inline float psr_raw_below(psr_acc_t s, psr_acc_t size, float t)
-{
-    return (float)((s - ((psr_acc_t)1 + size) * (psr_acc_t)0x1p-12) * t);
-}
-
-/* Raises the row's floor to v, and with it skip_below: a logit below it
- * scales to below floor - PSR_NOISE_MAX. (The race bounds weights,
- * not logits: it keeps -inf.) */
-inline void psr_raise_floor(psr_row *row, psr_acc_t v)
-{
-    row->floor = fmax(row->floor, v);
-#if PSR_METHOD == 0
-    psr_acc_t f = row->floor;
-    if (isfinite(f) && !row->greedy)
-        row->skip_below = fmax(row->skip_below, psr_raw_below(f - PSR_NOISE_MAX, fabs(f) + PSR_NOISE_MAX, row->t));
-#endif
-}
-
 /* The vector path (cl/vecmath.cl): Gumbel-max and the race, every noise. */
 #if PSR_VEC
 #define PSR_VEC_PATH 1
@@ -755,6 +719,27 @@ inline void psr_keep_better(psr_vacc v, uint i, psr_vacc *best, psr_vuint *best_
     psr_vacc_mask better = v > *best;
     *best = select(*best, v, better);
     *best_i = select(*best_i, (psr_vuint)i + PSR_LANE_IDS, convert_int16(better));
+}
+
+/* A logit below the returned value scales (psr_vscale, t > 0) to below
+ * s, by a margin far above the rounding of the scale, of this product and
+ * of a sum with s's terms (`size`: their magnitudes). */
+inline float psr_raw_below(psr_acc_t s, psr_acc_t size, float t)
+{
+    return (float)((s - ((psr_acc_t)1 + size) * (psr_acc_t)0x1p-12) * t);
+}
+
+/* Raises the row's floor to v, and with it skip_below: a logit below it
+ * has psr_vscale(x) + PSR_NOISE_MAX < floor. (The race bounds weights,
+ * not logits: it keeps -inf.) */
+inline void psr_raise_floor(psr_row *row, psr_acc_t v)
+{
+    row->floor = fmax(row->floor, v);
+#if PSR_METHOD == 0
+    psr_acc_t f = row->floor;
+    if (isfinite(f) && !row->greedy)
+        row->skip_below = fmax(row->skip_below, psr_raw_below(f - PSR_NOISE_MAX, fabs(f) + PSR_NOISE_MAX, row->t));
+#endif
 }
 
 /* Whether some lane of the logits x may win: false only where the

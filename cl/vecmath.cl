@@ -256,8 +256,17 @@ typedef psr_vint psr_vacc_mask;
 #endif
 
 /* The three noises of gumbel.cl per lane from a token's two words, each
- * with its psr_noise_bound (PSR_NOISE_MAX: tokens.cl). */
+ * with its psr_noise_bound and PSR_NOISE_MAX, a value no noise of that
+ * kind exceeds (a block whose best scaled logit is that far below the
+ * floor needs no Philox). */
 #if USE_FP64
+#if PSR_DETERMINISTIC
+#define PSR_SEED_FLOORS 0
+#define PSR_NOISE_MAX 710.0 /* u rounded to 1: -log of psr_det_log_d(-0) */
+#else
+#define PSR_SEED_FLOORS 0
+#define PSR_NOISE_MAX INFINITY /* native logs: u rounded to 1 gives +inf */
+#endif
 PSR_DEFINE_DET_LOG_D(psr_vdet_log_d, double16, long16, ulong16)
 
 inline psr_vacc psr_vnoise_bound(psr_vuint w0, psr_vuint w1)
@@ -293,6 +302,8 @@ inline psr_vint psr_vrace_e_shift(psr_vuint w0, psr_vuint w1)
     return select(k, (psr_vint)1100, tiny);
 }
 #elif USE_WIDE
+#define PSR_SEED_FLOORS 0
+#define PSR_NOISE_MAX 46.0f /* the bound is at most 65 ln 2 + 1e-3 */
 
 inline psr_vacc psr_vnoise_bound(psr_vuint w0, psr_vuint w1)
 {
@@ -329,6 +340,11 @@ inline psr_vint psr_vrace_e_shift(psr_vuint w0, psr_vuint w1)
     return psr_vneg_clz1(w0, w1);
 }
 #else
+/* Only this noise's largest value is small enough for a floor from the
+ * row's largest logit to skip blocks of a peaked row (gumbel.cl's
+ * psr_seed_floor); the others' pass would cost every row and skip none. */
+#define PSR_SEED_FLOORS 1
+#define PSR_NOISE_MAX 23.0f /* the bound is at most 33 ln 2 + 1e-3 */
 
 inline psr_vacc psr_vnoise_bound(psr_vuint w0, psr_vuint w1)
 {

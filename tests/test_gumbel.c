@@ -510,16 +510,16 @@ static void check_offset(size_t rows, size_t vocab, float offset, unsigned flags
     free(logits);
 }
 
-/* Split rows with fp32 noise share floors through a word per row: on the
- * CPU's vector path, a floor seeded from the group's largest logit (rows of
- * at most two groups seed from the whole row); on the scalar path (GPUs),
- * every few steps of a long chunk. With them a peaked row skips the blocks
- * that cannot reach the floor. Each split below (one group per row, two,
- * four, eight or more), on both paths, must give the oracle's tokens, and
- * so must a launch after a very peaked one (a word left uncleared would
- * make it skip its rows' winners), and an fp32 launch of low logits after
- * an fp64 one of high logits (whose slots, two words each, reach further:
- * the words must not lie where slots were). */
+/* On the CPU's vector path split rows with fp32 noise seed floors from
+ * the group's largest logit (rows of at most two groups from the whole
+ * row) and share them through a word per row; with them a peaked row
+ * skips the blocks that cannot reach the floor. Each split below (one
+ * group per row, two, four, eight or more), on the vector and the scalar
+ * path (GPUs'), must give the oracle's tokens, and so must a launch after
+ * a very peaked one (a word left uncleared would make it skip its rows'
+ * winners), and an fp32 launch of low logits after an fp64 one of high
+ * logits (whose slots, two words each, reach further: the words must not
+ * lie where slots were). */
 static void check_peaked_splits(void)
 {
     const psr_tuning suite = tuning_of(ctx);
