@@ -82,7 +82,8 @@ inline uint psr_row_key(ulong seed, ulong pos)
 }
 
 /* a * m: the low word, the high word in *hi (mul_hi where the tuning
- * chose it, as Random123's rounds in psr_draw do). */
+ * chose it, as Random123's rounds in psr_draw do; on NVIDIA, PTX's
+ * mul.wide gives both halves in one instruction). */
 inline uint psr_mulhilo(uint a, uint m, uint *hi)
 {
 #if PSR_MUL_WIDE_PTX

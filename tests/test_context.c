@@ -469,8 +469,9 @@ static void test_set_tuning(void **state)
     psr_device_info info;
     assert_int_equal(psr_context_device_info(ctx, &info), PSR_OK);
     const psr_tuning before = tuning_of(ctx);
-    psr_tuning bad[10];
-    for (size_t i = 0; i < 10; i++)
+    bool nvidia = strcmp(before.sample.rule, "nvidia-gpu") == 0;
+    psr_tuning bad[12];
+    for (size_t i = 0; i < 12; i++)
         bad[i] = before;
     bad[0].sample.work_group_size = 0;
     bad[1].sample.work_group_size = 48; /* not a power of two */
@@ -482,12 +483,17 @@ static void test_set_tuning(void **state)
     bad[7].sample.vector_width = 8;    /* the vector path is 16 lanes or off */
     bad[8].build_threads = 0;          /* 1 .. 16, as PSR_TUNE_BUILD_THREADS */
     bad[9].build_threads = 17;
-    for (size_t i = 0; i < 10; i++)
+    bad[10].sample.mulhi = 3;             /* 0, 1 or 2 */
+    bad[11].sample.mulhi = nvidia ? -1 : 2; /* 2 is inline PTX */
+    for (size_t i = 0; i < 12; i++)
         if (psr_context_set_tuning(ctx, &bad[i]) != PSR_ERR_INVALID_ARGUMENT)
             fail_msg("bad tuning %zu was taken", i);
     assert_int_equal(psr_context_set_tuning(ctx, &bad[9]), PSR_ERR_INVALID_ARGUMENT);
     if (!strstr(psr_last_error(ctx), "build_threads"))
         fail_msg("\"%s\" does not name build_threads", psr_last_error(ctx));
+    assert_int_equal(psr_context_set_tuning(ctx, &bad[11]), PSR_ERR_INVALID_ARGUMENT);
+    if (!strstr(psr_last_error(ctx), "mulhi"))
+        fail_msg("\"%s\" does not name mulhi", psr_last_error(ctx));
     assert_int_equal(psr_context_set_tuning(NULL, &before), PSR_ERR_NULL_ARGUMENT);
     assert_int_equal(psr_context_set_tuning(ctx, NULL), PSR_ERR_NULL_ARGUMENT);
     psr_tuning now = tuning_of(ctx);
@@ -596,6 +602,11 @@ static void test_tune_environment(void **state)
     assert_int_equal(tuning_of(ctx).verify.warp_shuffle, nvidia);
     if (!nvidia)
         assert_non_null(strstr(captured_log, "PSR_TUNE_SHUFFLE=1 needs an NVIDIA GPU"));
+    psr_context_free(ctx);
+    ctx = open_with_env("PSR_TUNE_MULHI", "2"); /* so is PTX's mul.wide */
+    assert_int_equal(tuning_of(ctx).sample.mulhi, nvidia ? 2 : table.sample.mulhi);
+    if (!nvidia)
+        assert_non_null(strstr(captured_log, "PSR_TUNE_MULHI=2 needs an NVIDIA GPU"));
     psr_context_free(ctx);
 
     /* A launch value and a two-field one. */

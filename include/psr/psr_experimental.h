@@ -57,7 +57,8 @@ typedef struct psr_tuning_sample {
     unsigned vector_width;    /* lanes per work-item of the vector path; 0: off (PSR_TUNE_VECTOR) */
     unsigned min_steps;       /* steps of tokens a group takes at least (PSR_TUNE_MIN_STEPS) */
     int two_pass;             /* rows always finish in a second kernel (PSR_TUNE_TWO_PASS) */
-    int mulhi;                /* Random123 multiplies through mul_hi (PSR_TUNE_MULHI) */
+    int mulhi;                /* Random123 multiplies through mul_hi (PSR_TUNE_MULHI); 2: and the
+                                 tokens' words through PTX's mul.wide (NVIDIA GPUs only) */
 } psr_tuning_sample;
 
 typedef struct psr_tuning_verify {

@@ -36,6 +36,10 @@ psr_status psr_context_set_tuning(psr_context *ctx, const psr_tuning *t)
     REQUIRE(t->sample.resident_per_unit && t->verify.resident_per_unit && t->sample.min_steps,
             PSR_ERR_INVALID_ARGUMENT,
             "tuning->sample.resident_per_unit, verify.resident_per_unit and sample.min_steps must not be 0");
+    REQUIRE(t->sample.mulhi >= 0 && t->sample.mulhi <= 2 &&
+                (t->sample.mulhi < 2 || psr_device_is_nvidia_gpu(&ctx->info)),
+            PSR_ERR_INVALID_ARGUMENT, "tuning->sample.mulhi %d is not 0, 1 or (on NVIDIA GPUs) 2",
+            t->sample.mulhi);
     REQUIRE(t->build_threads >= 1 && t->build_threads <= 16, PSR_ERR_INVALID_ARGUMENT,
             "tuning->build_threads %u is not in 1 .. 16", t->build_threads);
     REQUIRE(memchr(t->extra_options, '\0', sizeof t->extra_options), PSR_ERR_INVALID_ARGUMENT,

@@ -169,18 +169,19 @@ void psr_build_options(const psr_context *ctx, const psr_variant *in, char *buf,
     }
     /* mul_hi is core OpenCL C, and Random123 otherwise builds its 32-bit
      * multiply from a 64-bit product (9-12% slower on NVIDIA, faster on
-     * PoCL: sample.mulhi chooses). Its 64-bit
-     * path wins over the intrinsic unless R123_USE_64BIT=0 (psr uses only
-     * philox4x32, so nothing is lost). */
+     * PoCL: sample.mulhi chooses; 2 adds PTX's mul.wide for the tokens'
+     * words, cl/stream.cl). Its 64-bit path wins over the intrinsic unless
+     * R123_USE_64BIT=0 (psr uses only philox4x32, so nothing is lost). */
     char one[96] = "";
     if (v->kernel) /* a program of one kernel (cl/embed.py checks the guards) */
         snprintf(one, sizeof one, " -DPSR_ONE_KERNEL -DPSR_ONLY_%s", v->kernel);
     snprintf(buf, len,
-             "%s-DIS_DRAFTING=%d -DUSE_FP64=%d -DPSR_WG_SIZE=%zu%s%s%s%s%s",
+             "%s-DIS_DRAFTING=%d -DUSE_FP64=%d -DPSR_WG_SIZE=%zu%s%s%s%s%s%s",
              opencl_c_version(&ctx->info) >= 12 ? "-cl-std=CL1.2 " : "", v->drafting ? 1 : 0,
              v->fp64 ? 1 : 0, ctx->tuning.sample.work_group_size,
              ctx->tuning.sample.mulhi ? " -DR123_USE_64BIT=0 -DR123_USE_MULHILO32_MULHI_INTRIN=1 "
                                  "-DR123_MULHILO32_MULHI_INTRIN=mul_hi"
                                : "",
+             ctx->tuning.sample.mulhi == 2 ? " -DPSR_MUL_WIDE_PTX=1" : "",
              extra, one, *ctx->tuning.extra_options ? " " : "", ctx->tuning.extra_options);
 }

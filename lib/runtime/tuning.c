@@ -52,7 +52,8 @@ typedef struct filter_row {
 /* Every row: min_steps steps of tokens per group at least, one kernel per
  * row where the device allows it, and Random123's scalar multiply through
  * mul_hi (9-12% faster than a 64-bit product on the H200) or not (PoCL,
- * below). */
+ * below); on NVIDIA a token's words take PTX's mul.wide, both halves in
+ * one instruction (mulhi 2: 3-4% off the sampler at 64 rows and more). */
 #define SAMPLE(r, wg, resident, vec, steps, hi) \
     {.rule = r, .work_group_size = wg, .resident_per_unit = resident, .vector_width = vec, \
      .min_steps = steps, .two_pass = 0, .mulhi = hi}
@@ -61,7 +62,7 @@ static const sample_row sample_rows[] = {
     /* H200: 256-wide groups; the sampling kernel's registers leave room
      * for about 6 per SM. 512-wide groups lost at 64 rows. One step per
      * group at one row (126 groups) beat two (63). */
-    {NVIDIA_GPU, SAMPLE("nvidia-gpu", 256, 6, 0, 1, 1)},
+    {NVIDIA_GPU, SAMPLE("nvidia-gpu", 256, 6, 0, 1, 2)},
     /* 64-wide wavefronts, up to 40 waves per CU: a multiple of 64. */
     {AMD_GPU, SAMPLE("amd-gpu", 256, 8, 0, 2, 1)},
     {AMD_GPU_SHORT, SAMPLE("amd-gpu", 256, 8, 0, 2, 1)},
@@ -124,6 +125,12 @@ static bool matches(const device_match *m, const psr_device_info *info)
         !psr_contains_nocase(info->vendor, m->vendor))
         return false;
     return !m->name || psr_contains_nocase(info->name, m->name);
+}
+
+bool psr_device_is_nvidia_gpu(const psr_device_info *info)
+{
+    static const device_match nvidia = NVIDIA_GPU;
+    return matches(&nvidia, info);
 }
 
 /* Index of the first row of a table whose match (at match_offset in each
@@ -222,7 +229,7 @@ typedef enum tune_kind {
 enum {
     TUNE_POW2 = 1,       /* a power of two */
     TUNE_DEVICE_WG = 2,  /* at most the device's largest work-group */
-    TUNE_NVIDIA = 4      /* only on NVIDIA GPUs (inline PTX); ignored elsewhere */
+    TUNE_NVIDIA = 4      /* 1 (or the largest value) only on NVIDIA GPUs (inline PTX) */
 };
 
 typedef struct tune_var {
@@ -245,7 +252,8 @@ static const tune_var tune_vars[] = {
      TUNE_EITHER, AT(sample.vector_width), 0, 0, 16, 0},
     {{"PSR_TUNE_MIN_STEPS", "sample.min_steps", "1 .. 64"}, TUNE_UNSIGNED, AT(sample.min_steps), 0, 1, 64, 0},
     {{"PSR_TUNE_TWO_PASS", "sample.two_pass", "0 or 1"}, TUNE_BOOL, AT(sample.two_pass), 0, 0, 1, 0},
-    {{"PSR_TUNE_MULHI", "sample.mulhi", "0 or 1"}, TUNE_BOOL, AT(sample.mulhi), 0, 0, 1, 0},
+    {{"PSR_TUNE_MULHI", "sample.mulhi", "0, 1 or 2; 2 only on NVIDIA GPUs"},
+     TUNE_UNSIGNED, AT(sample.mulhi), 0, 0, 2, TUNE_NVIDIA},
     {{"PSR_TUNE_VERIFY_SKIP", "verify.skip_groups", "0 .. SIZE_MAX"},
      TUNE_SIZE, AT(verify.skip_groups), 0, 0, COUNT_MAX, 0},
     {{"PSR_TUNE_VERIFY_FUSED", "verify.fused_groups", "0 (never) .. SIZE_MAX"},
@@ -282,8 +290,7 @@ static bool parse_value(const tune_var *v, const char *text, const psr_device_in
 {
     if (v->kind == TUNE_BOOL) {
         *value = strcmp(text, "0") != 0;
-        static const device_match nvidia = NVIDIA_GPU;
-        if (*value && (v->rules & TUNE_NVIDIA) && !matches(&nvidia, info)) {
+        if (*value && (v->rules & TUNE_NVIDIA) && !psr_device_is_nvidia_gpu(info)) {
             *why = "needs an NVIDIA GPU";
             return false;
         }
@@ -299,6 +306,8 @@ static bool parse_value(const tune_var *v, const char *text, const psr_device_in
         return *value == v->min || *value == v->max;
     if (*value < v->min || *value > v->max)
         return false;
+    if (*value == v->max && (v->rules & TUNE_NVIDIA) && !psr_device_is_nvidia_gpu(info))
+        return (*why = "needs an NVIDIA GPU"), false; /* the largest value is inline PTX */
     if ((v->rules & TUNE_POW2) && (*value & (*value - 1)))
         return (*why = "is not a power of two"), false;
     if ((v->rules & TUNE_DEVICE_WG) && info->max_work_group_size && *value > info->max_work_group_size)

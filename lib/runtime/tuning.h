@@ -15,4 +15,7 @@ void psr_tuning_apply_env(psr_context *ctx, const psr_device_info *info, psr_tun
 /* Do two tunings build the same kernels? */
 bool psr_tuning_same_build(const psr_tuning *a, const psr_tuning *b);
 
+/* Whether the device is an NVIDIA GPU (inline PTX builds there). */
+bool psr_device_is_nvidia_gpu(const psr_device_info *info);
+
 #endif
