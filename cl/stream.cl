@@ -101,6 +101,22 @@ inline uint psr_mulhilo(uint a, uint m, uint *hi)
 #endif
 }
 
+/* Rounds 2 to end - 1 of philox4x32_10 on the counter words c0..c3 (of
+ * type T: one word, or vectors of them in cl/vecmath.cl) with the key
+ * words k0, k1 of round 1, through mulhilo(a, m, &hi). */
+#define PSR_PHILOX_ROUNDS_FROM_2(T, mulhilo, end, c0, c1, c2, c3, k0, k1) \
+    for (int round = 2; round < end; round++) {                              \
+        k0 += PHILOX_W32_0;                                                  \
+        k1 += PHILOX_W32_1;                                                  \
+        T h0_, h1_;                                                          \
+        T l0_ = mulhilo(c0, PHILOX_M4x32_0, &h0_);                           \
+        T l1_ = mulhilo(c2, PHILOX_M4x32_1, &h1_);                           \
+        c0 = h1_ ^ c1 ^ k0;                                                  \
+        c1 = l1_;                                                            \
+        c2 = h0_ ^ c3 ^ k1;                                                  \
+        c3 = l0_;                                                            \
+    }
+
 /* The two noise words of one token of a row: words 0 and 1 of
  * psr_draw(row_key, token), that is philox4x32_10 with counter {token, 0,
  * 0, 0} and key {row_key, 0}. Rounds 0 and 1 by hand: round 0 multiplies
@@ -114,16 +130,6 @@ inline uint2 psr_token_words(uint row_key, uint token)
     uint k0 = row_key + PHILOX_W32_0, k1 = PHILOX_W32_1;
     uint hi1, lo1 = psr_mulhilo(t_hi, PHILOX_M4x32_1, &hi1);
     uint c0 = hi1 ^ k0, c1 = lo1, c2 = k_hi ^ t_lo ^ k1, c3 = k_lo;
-    for (int round = 2; round < 10; round++) {
-        k0 += PHILOX_W32_0;
-        k1 += PHILOX_W32_1;
-        uint h0, h1;
-        uint l0 = psr_mulhilo(c0, PHILOX_M4x32_0, &h0);
-        uint l1 = psr_mulhilo(c2, PHILOX_M4x32_1, &h1);
-        c0 = h1 ^ c1 ^ k0;
-        c1 = l1;
-        c2 = h0 ^ c3 ^ k1;
-        c3 = l0;
-    }
+    PSR_PHILOX_ROUNDS_FROM_2(uint, psr_mulhilo, 10, c0, c1, c2, c3, k0, k1);
     return (uint2)(c0, c1);
 }

@@ -106,17 +106,7 @@ inline psr_vuint psr_vtoken_words(uint row_key, psr_vuint tokens, psr_vuint *w1)
     ulong key_product = (ulong)row_key * PHILOX_M4x32_0;
     psr_vuint c0 = hi1 ^ k0, c1 = lo1, c2 = (uint)(key_product >> 32) ^ t_lo ^ k1;
     psr_vuint c3 = (uint)key_product;
-    for (int round = 2; round < 9; round++) {
-        k0 += PHILOX_W32_0;
-        k1 += PHILOX_W32_1;
-        psr_vuint hi0, hi1;
-        psr_vuint lo0 = psr_vmulhilo(c0, PHILOX_M4x32_0, &hi0);
-        psr_vuint lo1 = psr_vmulhilo(c2, PHILOX_M4x32_1, &hi1);
-        c0 = hi1 ^ c1 ^ k0;
-        c1 = lo1;
-        c2 = hi0 ^ c3 ^ k1;
-        c3 = lo0;
-    }
+    PSR_PHILOX_ROUNDS_FROM_2(psr_vuint, psr_vmulhilo, 9, c0, c1, c2, c3, k0, k1);
     psr_vuint last_hi;
     *w1 = psr_vmulhilo(c2, PHILOX_M4x32_1, &last_hi);
     return last_hi ^ c1 ^ (k0 + PHILOX_W32_0);
