@@ -246,6 +246,15 @@ psr_context *open_suite_context(void)
     return open_with(dir, dir ? PSR_DISK_CACHE_AUTO : PSR_DISK_CACHE_OFF);
 }
 
+psr_context *open_scalar_context(void)
+{
+    setenv("PSR_TUNE_VECTOR", "0", 1);
+    psr_context *ctx = open_context(NULL);
+    unsetenv("PSR_TUNE_VECTOR");
+    assert_int_equal(tuning_of(ctx).sample.vector_width, 0);
+    return ctx;
+}
+
 psr_context *open_shuffles_flipped(void)
 {
     psr_context *ctx = open_suite_context();

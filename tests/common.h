@@ -81,6 +81,9 @@ int run_device_group(const char *name, const struct CMUnitTest *tests, size_t co
 /* A context on the default device with the given cache directory
  * (NULL: disk tier off); log messages are collected in captured_log. */
 psr_context *open_context(const char *cache_dir);
+/* open_context(NULL) off the vector path (PSR_TUNE_VECTOR=0): the scalar
+ * path GPUs take, on any device. */
+psr_context *open_scalar_context(void);
 /* A context on the suite's cache directory ($PSR_CACHE_DIR, set by meson)
  * with the disk tier as an app gets it (PSR_DISK_CACHE_AUTO): on, except
  * on drivers that cache their own builds (PoCL). */

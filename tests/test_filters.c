@@ -257,11 +257,8 @@ static void test_sampler_draws_lists(void **state)
 {
     (void)state;
     psr_context *saved = ctx;
-    if (tuning_of(ctx).sample.vector_width) {
-        setenv("PSR_TUNE_VECTOR", "0", 1);
-        ctx = open_context(NULL);
-        unsetenv("PSR_TUNE_VECTOR");
-    }
+    if (tuning_of(ctx).sample.vector_width)
+        ctx = open_scalar_context();
     assert_int_equal(tuning_of(ctx).sample.vector_width, 0);
     rows_listed = 0;
     check_rows(64, 1000, 0, PSR_DTYPE_F32, false, true, false);

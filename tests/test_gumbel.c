@@ -557,9 +557,7 @@ static void test_peaked_rows(void **state)
     if (!tuning_of(ctx).sample.vector_width)
         return;
     psr_context *saved = ctx; /* the scalar path too, in a context of its own */
-    setenv("PSR_TUNE_VECTOR", "0", 1);
-    ctx = open_context(NULL);
-    unsetenv("PSR_TUNE_VECTOR");
+    ctx = open_scalar_context();
     check_peaked_splits();
     psr_context_free(ctx);
     ctx = saved;
