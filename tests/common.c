@@ -558,6 +558,47 @@ void set_filter_dirty(psr_context *ctx, bool dirty)
     ctx->filter_dirty = dirty;
 }
 
+/* The index of the first nonzero word of bytes at offset in m, or SIZE_MAX. */
+static size_t first_nonzero(const psr_context *ctx, cl_mem m, size_t offset, size_t bytes, uint32_t *value)
+{
+    uint32_t *w = malloc(bytes);
+    assert_non_null(w);
+    assert_int_equal(clEnqueueReadBuffer(ctx->queue, m, CL_TRUE, offset, bytes, w, 0, NULL, NULL), CL_SUCCESS);
+    size_t at = SIZE_MAX;
+    for (size_t i = 0; i < bytes / 4 && at == SIZE_MAX; i++)
+        if (w[i])
+            at = i, *value = w[i];
+    free(w);
+    return at;
+}
+
+const char *nonzero_scratch_word(psr_context *ctx, size_t *word, uint32_t *value)
+{
+    /* region 0 of the sampler's (ops/sample.c), the filters' regions 1 and 2
+     * (filter_scratch's FILTER_STATE and FILTER_HIST), psr_logprobs' ROW_DONE
+     * region (ops/logprobs.c) */
+    const struct {
+        const char *name;
+        const psr_scratch *scratch;
+        const psr_regions *regions;
+        int region;
+    } zero[] = {
+        {"the sampler's row counts and floors", &ctx->best_scratch, &ctx->best_scratch_regions, 0},
+        {"the filters' state", &ctx->filter, &ctx->filter_regions, 1},
+        {"the filters' histograms", &ctx->filter, &ctx->filter_regions, 2},
+        {"psr_logprobs' row counts", &ctx->logprobs, &ctx->logprobs_regions, 4},
+    };
+    for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++) {
+        size_t bytes = zero[i].regions->capacity[zero[i].region];
+        if (!zero[i].scratch->buffer || !bytes)
+            continue; /* not used yet */
+        *word = first_nonzero(ctx, zero[i].scratch->buffer, zero[i].regions->at[zero[i].region], bytes, value);
+        if (*word != SIZE_MAX)
+            return zero[i].name;
+    }
+    return NULL;
+}
+
 uint32_t verify_epoch(const psr_context *ctx)
 {
     return ctx->verify_epoch;

@@ -179,6 +179,12 @@ void set_filter_dirty(psr_context *ctx, bool dirty);
 /* Garbage in the counters sampling and logprobs keep zero between launches,
  * as a launch cut short on the device may leave them. */
 void poison_counters(psr_context *ctx);
+/* The first nonzero word among those the kernels leave zero between
+ * launches: the sampler's row counts and floors, the filters' state and
+ * histograms, and psr_logprobs' row counts. Returns the region's name
+ * (*word: the word's index in it, *value: what it holds), or NULL when
+ * every word is zero. */
+const char *nonzero_scratch_word(psr_context *ctx, size_t *word, uint32_t *value);
 /* psr_verify's launch number: read, and set (to reach its wrap). */
 uint32_t verify_epoch(const psr_context *ctx);
 void set_verify_epoch(psr_context *ctx, uint32_t epoch);
