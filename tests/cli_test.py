@@ -865,8 +865,34 @@ def convention_checks(d):
           and lines[0][3].split(":")[1] == lines[0][1], "sample --logprobs N prints the top N in text")
 
 
+def pocl_affinity_checks():
+    """The tool pins PoCL's threads (POCL_AFFINITY=1) only where that can neither
+    fail (PoCL aborts on a thread past the last CPU) nor override the user."""
+    base = {k: v for k, v in os.environ.items() if k not in ("POCL_AFFINITY", "POCL_MAX_PTHREAD_COUNT")}
+    base["PSR_LOG_LEVEL"] = "info"
+    line = "POCL_AFFINITY=1"
+    cpus = os.cpu_count() or 1
+    if hasattr(os, "sched_getaffinity") and os.sched_getaffinity(0) == set(range(cpus)):
+        r = run("info", env=base)
+        check(r.returncode == 0 and line in r.stderr, "POCL_AFFINITY=1 is set where every CPU is the process's",
+              lambda: runs_detail(info=r))
+    else:
+        print("skipped: this process may not run on every CPU")
+    r = run("info", env=dict(base, POCL_AFFINITY="0"))
+    check(r.returncode == 0 and line not in r.stderr, "POCL_AFFINITY set by the user is left alone")
+    r = run("info", env=dict(base, POCL_MAX_PTHREAD_COUNT=str(cpus + 2)))
+    check(r.returncode == 0 and line not in r.stderr, "no pinning when PoCL starts more threads than CPUs",
+          lambda: runs_detail(info=r))
+    if cpus > 1 and hasattr(os, "sched_setaffinity"):
+        r = subprocess.run([PSR, "info"], capture_output=True, text=True, env=base, timeout=300,
+                           preexec_fn=lambda: os.sched_setaffinity(0, {cpus - 1}))
+        check(r.returncode == 0 and line not in r.stderr, "no pinning for a process kept to some CPUs (taskset)",
+              lambda: runs_detail(info=r))
+
+
 number_checks()
 option_syntax_checks()
+pocl_affinity_checks()
 help_checks()
 with tempfile.TemporaryDirectory() as d:
     full_device_checks(d)

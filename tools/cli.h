@@ -33,6 +33,11 @@ typedef struct cli_buffer {
 cl_int cli_make_buffers(const psr_context *ctx, const cli_buffer *spec, size_t n, cl_mem *out);
 /* Releases the buffers that were made and sets every slot to NULL. */
 void cli_release_buffers(cl_mem *m, size_t n);
+/* Sets POCL_AFFINITY=1 (PoCL's worker threads pinned, thread i to CPU i)
+ * unless it is set, or the process may not run on every CPU, or PoCL would
+ * start more threads than there are CPUs; says so at PSR_LOG_LEVEL info.
+ * Call before any OpenCL call. */
+void cli_pin_pocl_threads(void);
 /* Case-insensitive substring test. */
 bool cli_contains_nocase(const char *haystack, const char *needle);
 /* Prints "psr COMMAND: message" and a hint to stderr; returns CLI_USAGE. */

@@ -41,7 +41,9 @@ static void usage(FILE *out)
             "  PSR_CACHE      0: no disk cache; 1: the disk cache even where the driver\n"
             "                 caches its own builds\n"
             "  PSR_LOG_LEVEL  the least severe library message printed to stderr: debug,\n"
-            "                 info, warning (the default) or error, in any case\n");
+            "                 info, warning (the default) or error, in any case\n"
+            "  POCL_AFFINITY  PoCL's own; unset, psr sets it to 1 (PoCL's threads pinned one\n"
+            "                 per CPU) where the process may run on every CPU\n");
 }
 
 /* The tool's own last failure (cli_fail), until cli_report prints it. */
@@ -256,5 +258,6 @@ static int close_stdout(int rc)
 
 int main(int argc, char **argv)
 {
+    cli_pin_pocl_threads();
     return close_stdout(dispatch(argc, argv));
 }
