@@ -357,6 +357,12 @@ uint32_t rnd(void)
     return (uint32_t)(test_rng >> 32);
 }
 
+int64_t random_seed(void)
+{
+    uint64_t high = rnd();
+    return (int64_t)(high << 32 | rnd());
+}
+
 double uniform(void)
 {
     uint64_t hi = rnd(), lo = rnd();

@@ -194,6 +194,9 @@ void set_verify_epoch(psr_context *ctx, uint32_t epoch);
  * (0, 1), normal() a standard normal float. */
 void test_seed(uint64_t seed);
 uint32_t rnd(void);
+/* A row's seed from two draws, the high word first: written inline as
+ * `rnd() << 32 | rnd()`, the order of the draws would be the compiler's. */
+int64_t random_seed(void);
 double uniform(void);
 float normal(void);
 

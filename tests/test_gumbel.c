@@ -27,7 +27,7 @@ static size_t noise_mismatches(bool drafting, psr_noise_kind kind, size_t n)
     cl_long *seeds = malloc(n * 8), *pos = malloc(n * 8);
     cl_uint *tokens = malloc(n * 4);
     for (size_t i = 0; i < n; i++) {
-        seeds[i] = (cl_long)((uint64_t)rnd() << 32 | rnd());
+        seeds[i] = (cl_long)random_seed();
         pos[i] = rnd() % (1u << 30);
         tokens[i] = rnd() % 1048576;
     }
@@ -278,7 +278,7 @@ static void sample_like_oracle(const float *logits, size_t rows, size_t vocab, f
     float *temps = malloc(rows * 4);
     int32_t *tokens = malloc(rows * 4);
     for (size_t r = 0; r < rows; r++) {
-        seeds[r] = seeds_in ? seeds_in[r] : (int64_t)((uint64_t)rnd() << 32 | rnd());
+        seeds[r] = seeds_in ? seeds_in[r] : random_seed();
         pos[r] = pos_in ? pos_in[r] : rnd() % (1u << 30);
         temps[r] = temp;
     }
@@ -332,7 +332,7 @@ static void check_edge_winner(size_t rows, size_t vocab)
     int32_t *want = malloc(rows * 4);
     size_t *winner = malloc(rows * sizeof *winner);
     for (size_t r = 0; r < rows; r++) {
-        seeds[r] = (int64_t)((uint64_t)rnd() << 32 | rnd());
+        seeds[r] = random_seed();
         for (pos[r] = rnd() % (1u << 29);; pos[r]++) {
             uint32_t key = psr_oracle_row_key((uint64_t)seeds[r], (uint64_t)pos[r], false);
             size_t j = 0;

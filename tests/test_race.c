@@ -18,7 +18,7 @@ static bool has_fp64;
 static void fill_rows(size_t rows, int64_t *seeds, int64_t *pos, float *temps, float temp)
 {
     for (size_t r = 0; r < rows; r++) {
-        seeds[r] = (int64_t)((uint64_t)rnd() << 32 | rnd());
+        seeds[r] = random_seed();
         pos[r] = rnd() % (1u << 30);
         temps[r] = temp;
     }

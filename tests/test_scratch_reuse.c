@@ -219,10 +219,8 @@ static sample_call random_sample_call(void)
     c.seeds = malloc(c.requests * 8);
     c.positions = malloc(c.rows * 8);
     c.q = random_requests(c.requests, c.vocab);
-    for (size_t q = 0; q < c.requests; q++) {
-        uint64_t high = rnd();
-        c.seeds[q] = (int64_t)(high << 32 | rnd());
-    }
+    for (size_t q = 0; q < c.requests; q++)
+        c.seeds[q] = random_seed();
     for (size_t r = 0; r < c.rows; r++)
         c.positions[r] = rnd() % (1u << 30);
     random_sample_filters(&c);

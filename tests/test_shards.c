@@ -72,7 +72,7 @@ static batch make_batch(size_t rows, size_t vocab, psr_dtype dtype, bool greedy,
             x[r * vocab + vocab - 1] = INFINITY;
             x[r * vocab + vocab / 2] = INFINITY;
         }
-        b.seeds[r] = (int64_t)((uint64_t)rnd() << 32 | rnd());
+        b.seeds[r] = random_seed();
         b.positions[r] = rnd() % (1u << 30);
         b.temps[r] = greedy && r % 4 == 0 ? 0.0f : 0.5f + (float)(rnd() % 100) / 50.0f;
     }

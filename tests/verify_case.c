@@ -38,7 +38,7 @@ vcase make_case(size_t requests, size_t vocab, size_t max_drafts, bool cache)
     for (size_t i = 0; i < c.rows * vocab; i++)
         c.target[i] = 3.0f * normal();
     for (size_t r = 0; r < requests; r++) {
-        c.seeds[r] = (int64_t)((uint64_t)rnd() << 32 | rnd());
+        c.seeds[r] = random_seed();
         uint32_t k = rnd() % 4;
         c.temps[r] = k == 0 ? 0.0f : k == 1 ? 0.7f : 1.0f;
         int64_t pos = rnd() % (1u << 29);
