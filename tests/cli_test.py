@@ -883,6 +883,19 @@ def pocl_affinity_checks():
     r = run("info", env=dict(base, POCL_MAX_PTHREAD_COUNT=str(cpus + 2)))
     check(r.returncode == 0 and line not in r.stderr, "no pinning when PoCL starts more threads than CPUs",
           lambda: runs_detail(info=r))
+    pocl_cpu = have_device and info["devices"][0]["type"] == "cpu" and \
+        "portable computing language" in info["devices"][0]["platform"].lower()
+    if pocl_cpu:  # the default device (PoCL alone): benches say how its threads ran
+        for value, want in (("0", "unpinned"), ("1", "pinned")):
+            r = run("bench", "filters", "--shapes", "1x4096", "--iters", "3", "--json",
+                    env=dict(base, POCL_AFFINITY=value))
+            out = json.loads(r.stdout) if r.returncode == 0 else {}
+            check(out.get("pocl_threads") == want, f"bench --json: pocl_threads {want} under POCL_AFFINITY={value}",
+                  lambda: runs_detail(bench=r))
+        r = run("bench", "sample", "--shapes", "1x4096", "--variants", "greedy", "--iters", "3",
+                env=dict(base, POCL_AFFINITY="0"))
+        check(r.returncode == 0 and r.stdout.startswith("device: ") and "; PoCL's threads unpinned\n" in r.stdout,
+              "bench's device line says how PoCL's threads ran")
     if cpus > 1 and hasattr(os, "sched_setaffinity"):
         r = subprocess.run([PSR, "info"], capture_output=True, text=True, env=base, timeout=300,
                            preexec_fn=lambda: os.sched_setaffinity(0, {cpus - 1}))

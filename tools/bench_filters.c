@@ -182,8 +182,9 @@ static void print_header(bench_session *s, void *user)
         bench_json_results(s);
         return;
     }
-    printf("device: %s (%s); T 0.8; logits %s; median of %d\n", s->info.name, s->info.platform_name,
+    printf("device: %s (%s); T 0.8; logits %s; median of %d", s->info.name, s->info.platform_name,
            bench_profile_name(fb->profile), s->o.iters);
+    bench_end_device_line(s);
     printf("%-14s %-24s %10s %8s %10s %8s %8s\n", "shape", "filters", "us", "x plain", "device_us", "x plain",
            "host_us");
 }

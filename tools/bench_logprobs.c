@@ -317,8 +317,9 @@ static void print_header(bench_session *s, void *user)
         bench_json_results(s);
         return;
     }
-    printf("device: %s (%s); top %d processed logprobs at T 0.8; logits %s; median of %d\n", s->info.name,
+    printf("device: %s (%s); top %d processed logprobs at T 0.8; logits %s; median of %d", s->info.name,
            s->info.platform_name, lb->top_n, bench_profile_name(lb->profile), s->o.iters);
+    bench_end_device_line(s);
     if (lb->shards.count)
         printf("sharded: %zu shards of the vocabulary, the rounds of psr_logprobs_shard_round, their kernels' "
                "device time\n",

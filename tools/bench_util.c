@@ -448,10 +448,21 @@ int bench_main(const bench_command *cmd, bench_session *s, int argc, char **argv
     return bench_close(s, rc);
 }
 
+void bench_end_device_line(const bench_session *s)
+{
+    const char *threads = cli_pocl_threads(&s->info);
+    if (threads)
+        printf("; PoCL's threads %s", threads);
+    printf("\n");
+}
+
 void bench_json_begin(bench_session *s)
 {
     json_begin_object(&s->w);
     json_key_string(&s->w, "device", s->info.name);
+    const char *threads = cli_pocl_threads(&s->info);
+    if (threads)
+        json_key_string(&s->w, "pocl_threads", threads);
     s->json_open = true;
 }
 

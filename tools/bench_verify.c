@@ -503,9 +503,10 @@ static void print_header(bench_session *s, void *user)
         return;
     }
     printf("device: %s (%s); copy %.0f GB/s; empty kernel %.1f us; host enqueue %.1f us (%.1f with "
-           "an event); target logits %s; median of %d\n",
+           "an event); target logits %s; median of %d",
            s->info.name, s->info.platform_name, c->copy_bw / 1e9, c->empty_us, c->enqueue_us,
            c->enqueue_event_us, vb->profile < 0 ? "N(0, 2)" : bench_profile_name(vb->profile), s->o.iters);
+    bench_end_device_line(s);
     if (vb->shards.count)
         printf("sharded: %zu shards of the vocabulary, the rounds of psr_verify_shard_round, their kernels' "
                "device time\n",

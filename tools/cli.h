@@ -38,6 +38,9 @@ void cli_release_buffers(cl_mem *m, size_t n);
  * start more threads than there are CPUs; says so at PSR_LOG_LEVEL info.
  * Call before any OpenCL call. */
 void cli_pin_pocl_threads(void);
+/* On a PoCL CPU device, "pinned" where POCL_AFFINITY=1 and "unpinned"
+ * otherwise, for benches to say how their times were taken; else NULL. */
+const char *cli_pocl_threads(const psr_device_info *info);
 /* Case-insensitive substring test. */
 bool cli_contains_nocase(const char *haystack, const char *needle);
 /* Prints "psr COMMAND: message" and a hint to stderr; returns CLI_USAGE. */

@@ -334,9 +334,10 @@ static void print_header(const sample_bench *sb)
 {
     const bench_costs *c = &sb->costs;
     printf("device: %s (%s), copy bandwidth %.0f GB/s, empty kernel %.1f us, host enqueue %.1f us "
-           "(%.1f with an event), logits %s\n",
+           "(%.1f with an event), logits %s",
            sb->s.info.name, sb->s.info.platform_name, c->copy_bw / 1e9, c->empty_us, c->enqueue_us,
            c->enqueue_event_us, bench_profile_name(sb->so.profile));
+    bench_end_device_line(&sb->s);
     if (sb->so.shards.count)
         printf("sharded: %zu shards of the vocabulary, each sampled on its columns, then psr_combine\n",
                sb->so.shards.count);

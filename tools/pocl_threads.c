@@ -10,11 +10,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <sched.h>
-#include <stdlib.h>
 #include <unistd.h>
 #endif
 
 #include "cli.h"
+
+#include <stdlib.h>
 
 #if defined(__linux__)
 /* The threads PoCL starts: POCL_MAX_PTHREAD_COUNT, else one per CPU;
@@ -60,4 +61,12 @@ void cli_pin_pocl_threads(void)
         fprintf(stderr, "psr: info: POCL_AFFINITY=1: PoCL's threads run one per CPU "
                         "(POCL_AFFINITY=0 leaves them unpinned)\n");
 #endif
+}
+
+const char *cli_pocl_threads(const psr_device_info *info)
+{
+    if (info->type != PSR_DEVICE_CPU || !cli_contains_nocase(info->platform_name, "portable computing language"))
+        return NULL;
+    const char *v = getenv("POCL_AFFINITY");
+    return v && v[0] == '1' ? "pinned" : "unpinned";
 }
