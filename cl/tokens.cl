@@ -729,26 +729,56 @@ inline float psr_raw_below(psr_acc_t s, psr_acc_t size, float t)
     return (float)((s - ((psr_acc_t)1 + size) * (psr_acc_t)0x1p-12) * t);
 }
 
+/* The race's 32-bit noises: a weight p scores at most p * 2^k * 1.001,
+ * k at most 33 (classic) or 65 (wide); fp64's k has no such bound. */
+#define PSR_RACE_K_MAX (USE_WIDE ? 65 : 33)
+#define PSR_RACE_SKIPS (PSR_METHOD != 0 && !USE_FP64)
+
+#if PSR_RACE_SKIPS
+/* The raw input below which the race's weight p (the scaled logit less
+ * the group's shift, through exp; or the probability itself) has
+ * p * 2^PSR_RACE_K_MAX * 1.001 < 2^e <= f, e = ilogb(f): in logs for
+ * logits, less 2e-3 (ln 1.001 < 1e-3, and the exp's rounding) and the
+ * scale's margin; for probabilities, 0.99 of the power of two. */
+inline float psr_race_raw_below(const psr_row *row, float f)
+{
+    int e = ilogb(f) - PSR_RACE_K_MAX;
+#if PSR_METHOD == 2
+    (void)row;
+    return ldexp(0.99f, e);
+#else
+    float room = (float)e * 0x1.62e430p-1f - 2e-3f;
+    return psr_raw_below(row->shift + room, fabs(row->shift) + fabs(room), row->t);
+#endif
+}
+#endif
+
 /* Raises the row's floor to v, and with it skip_below: a logit below it
- * has psr_vscale(x) + PSR_NOISE_MAX < floor. (The race bounds weights,
- * not logits: it keeps -inf.) */
+ * has psr_vscale(x) + PSR_NOISE_MAX < floor, or, for the race with
+ * 32-bit noise, a weight that cannot reach the floor however small its
+ * variate. */
 inline void psr_raise_floor(psr_row *row, psr_acc_t v)
 {
     row->floor = fmax(row->floor, v);
-#if PSR_METHOD == 0
     psr_acc_t f = row->floor;
+#if PSR_METHOD == 0
     if (isfinite(f) && !row->greedy)
         row->skip_below = fmax(row->skip_below, psr_raw_below(f - PSR_NOISE_MAX, fabs(f) + PSR_NOISE_MAX, row->t));
+#elif PSR_RACE_SKIPS
+    if (isfinite(f) && f > 0.0f && !row->greedy)
+        row->skip_below = fmax(row->skip_below, psr_race_raw_below(row, f));
+#else
+    (void)f;
 #endif
 }
 
 /* Whether some lane of the logits x may win: false only where the
- * Gumbel path's floor or the filters' cut rules every lane out, before
- * any scaling (and the call psr_consider_vec costs). The race and greedy
- * rows always look. */
+ * floor or the filters' cut rules every lane out, before any scaling,
+ * exp (and the call psr_consider_vec costs). Greedy rows, and the race
+ * with fp64 noise, always look. */
 inline bool psr_vmay_win(const psr_row *row, psr_vfloat x)
 {
-#if PSR_METHOD == 0
+#if PSR_METHOD == 0 || PSR_RACE_SKIPS
     return row->greedy || psr_vany_at_least(x, row->skip_below);
 #else
     (void)row, (void)x;
@@ -785,8 +815,7 @@ inline void psr_consider_vec(psr_row *row, psr_vfloat x, uint i, psr_vacc *best,
         if (!(top > 0.0f))
             return;
 #if !USE_FP64
-        /* k is at most 33 (classic) or 65 (wide) */
-        if ((psr_acc_t)ldexp(top, USE_WIDE ? 65 : 33) * (psr_acc_t)1.001f < row->floor)
+        if ((psr_acc_t)ldexp(top, PSR_RACE_K_MAX) * (psr_acc_t)1.001f < row->floor)
             return;
 #endif
         psr_vuint w1, w0 = psr_vtoken_words(row->key, (psr_vuint)(row->base + i) + PSR_LANE_IDS, &w1);

@@ -103,6 +103,39 @@ static void test_peaked_rows(void **state)
     free(logits);
 }
 
+/* Rows of N(0, 3) logits at the suite's split (on a CPU: long chunks, a
+ * group per core): a group's floor rises early and most blocks are
+ * measured against it (on the vector path: skipped on their raw logits,
+ * psr_race_raw_below), while the winners lie anywhere in the row. */
+static void test_long_chunks_equal_oracle(void **state)
+{
+    (void)state;
+    const size_t rows = 4, vocab = 65536;
+    float *logits = malloc(rows * vocab * sizeof *logits);
+    int64_t seeds[4], pos[4];
+    float temps[4];
+    int32_t race[4];
+    for (size_t i = 0; i < rows * vocab; i++)
+        logits[i] = 3.0f * normal();
+    cl_uint chunk, groups;
+    psr_split_rows(ctx, rows, vocab, &chunk, &groups);
+    unsigned noises[] = {0, PSR_FLAG_WIDE_NOISE, PSR_FLAG_FP64_NOISE};
+    for (int n = 0; n < (has_fp64 ? 3 : 2); n++)
+        for (int round = 0; round < 4; round++) {
+            fill_rows(rows, seeds, pos, temps, round % 2 ? 0.8f : 1.7f);
+            assert_int_equal(sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
+                                         PSR_SAMPLE_RACE | noises[n], race, NULL, NULL),
+                             PSR_OK);
+            for (size_t r = 0; r < rows; r++) {
+                int32_t want = psr_oracle_race_logits_row(logits + r * vocab, vocab, chunk, temps[r], seeds[r],
+                                                          pos[r], false, noise_of(noises[n]), -INFINITY, NULL);
+                if (race[r] != want)
+                    fail_msg("noise flags %u, row %zu: race %d, oracle %d", noises[n], r, race[r], want);
+            }
+        }
+    free(logits);
+}
+
 static void test_probs_equal_oracle(void **state)
 {
     (void)state;
@@ -334,6 +367,7 @@ int main(void)
         cmocka_unit_test(test_race_matches_gumbel),
         cmocka_unit_test(test_split_rows_match_gumbel),
         cmocka_unit_test(test_peaked_rows),
+        cmocka_unit_test(test_long_chunks_equal_oracle),
         cmocka_unit_test(test_race_distribution),
         cmocka_unit_test(test_bad_probabilities),
     };
