@@ -1,10 +1,10 @@
 /* PoCL's worker threads, one per CPU, pinned for the tool's process.
  *
  * Unpinned, a call that splits one row over the CPUs often ran on one of
- * them: the thread woken for the second half landed on the CPU of the
- * thread already running the first, which then took both halves (1 x
- * 128,256 fp32 on two cores: 480-630 us against 250-330 pinned; from 8
- * rows up the same either way). PoCL pins its thread i to CPU i when
+ * them, as if the thread woken for the second half waited on the CPU of
+ * the thread running the first, which then took both halves (1 x 128,256
+ * fp32 on two cores: 480-630 us against 250-330 pinned; from 8 rows up
+ * the same either way). PoCL pins its thread i to CPU i when
  * POCL_AFFINITY is 1, and aborts when such a CPU does not exist. */
 #if defined(__linux__)
 #define _GNU_SOURCE
