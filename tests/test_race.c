@@ -63,6 +63,25 @@ static void check_probs_against_oracle(size_t rows, size_t vocab, unsigned flags
     check_peaked_probs(rows, vocab, flags, temp, 0.0f);
 }
 
+/* The race over logits with noise `noise_flags` into race[], each row's
+ * token the oracle's at the context's split. */
+static void check_race_logits(const float *logits, size_t rows, size_t vocab, const int64_t *seeds,
+                              const int64_t *pos, const float *temps, unsigned noise_flags, int32_t *race)
+{
+    cl_uint chunk, groups;
+    psr_split_rows(ctx, rows, vocab, &chunk, &groups);
+    assert_int_equal(sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
+                                 PSR_SAMPLE_RACE | noise_flags, race, NULL, NULL),
+                     PSR_OK);
+    for (size_t r = 0; r < rows; r++) {
+        int32_t want = psr_oracle_race_logits_row(logits + r * vocab, vocab, chunk, temps[r], seeds[r], pos[r],
+                                                  false, noise_of(noise_flags), -INFINITY, NULL);
+        if (race[r] != want)
+            fail_msg("race over logits, vocab %zu, noise flags %u, row %zu: token %d, oracle %d", vocab,
+                     noise_flags, r, race[r], want);
+    }
+}
+
 /* Peaked rows under splits of one group per row, two, four and eight or
  * more: the CPU's vector path seeds floors from the largest probability
  * (over the whole row, or shared between a row's groups), and over logits
@@ -84,20 +103,13 @@ static void test_peaked_rows(void **state)
         check_peaked_probs(1, vocab, 0, 1.0f, 1e12f);
         check_peaked_probs(4, vocab, 0, 1.0f, 1e12f);
         check_peaked_probs(2, vocab, 0, 1.0f, 0.0f); /* after the peaks */
-        cl_uint chunk, groups;
-        psr_split_rows(ctx, rows, vocab, &chunk, &groups);
         for (size_t r = 0; r < rows; r++) {
             for (size_t i = 0; i < vocab; i++)
                 logits[r * vocab + i] = normal();
             logits[r * vocab + rnd() % vocab] += 25.0f;
         }
         fill_rows(rows, seeds, pos, temps, 0.8f);
-        assert_int_equal(sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
-                                     PSR_SAMPLE_RACE, race, NULL, NULL),
-                         PSR_OK);
-        for (size_t r = 0; r < rows; r++)
-            assert_int_equal(race[r], psr_oracle_race_logits_row(logits + r * vocab, vocab, chunk, temps[r], seeds[r],
-                                                                 pos[r], false, PSR_ORACLE_FP32, -INFINITY, NULL));
+        check_race_logits(logits, rows, vocab, seeds, pos, temps, 0, race);
     }
     set_tuning(ctx, &suite);
     free(logits);
@@ -117,21 +129,11 @@ static void test_long_chunks_equal_oracle(void **state)
     int32_t race[4];
     for (size_t i = 0; i < rows * vocab; i++)
         logits[i] = 3.0f * normal();
-    cl_uint chunk, groups;
-    psr_split_rows(ctx, rows, vocab, &chunk, &groups);
     unsigned noises[] = {0, PSR_FLAG_WIDE_NOISE, PSR_FLAG_FP64_NOISE};
     for (int n = 0; n < (has_fp64 ? 3 : 2); n++)
         for (int round = 0; round < 4; round++) {
             fill_rows(rows, seeds, pos, temps, round % 2 ? 0.8f : 1.7f);
-            assert_int_equal(sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos, temps,
-                                         PSR_SAMPLE_RACE | noises[n], race, NULL, NULL),
-                             PSR_OK);
-            for (size_t r = 0; r < rows; r++) {
-                int32_t want = psr_oracle_race_logits_row(logits + r * vocab, vocab, chunk, temps[r], seeds[r],
-                                                          pos[r], false, noise_of(noises[n]), -INFINITY, NULL);
-                if (race[r] != want)
-                    fail_msg("noise flags %u, row %zu: race %d, oracle %d", noises[n], r, race[r], want);
-            }
+            check_race_logits(logits, rows, vocab, seeds, pos, temps, noises[n], race);
         }
     free(logits);
 }
@@ -243,17 +245,11 @@ static void test_split_rows_match_gumbel(void **state)
         fill_rows(rows, seeds, pos, temps, 1.3f);
         unsigned noises[] = {0, PSR_FLAG_WIDE_NOISE, PSR_FLAG_FP64_NOISE};
         for (int n = 0; n < (has_fp64 ? 3 : 2); n++) {
-            assert_int_equal(sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos,
-                                             temps, PSR_SAMPLE_RACE | noises[n], race, NULL, NULL),
-                             PSR_OK);
+            check_race_logits(logits, rows, vocab, seeds, pos, temps, noises[n], race);
             assert_int_equal(sample_host(ctx, logits, PSR_DTYPE_F32, rows, vocab, 0, seeds, pos,
                                              temps, noises[n], gumbel, NULL, NULL),
                              PSR_OK);
             assert_memory_equal(race, gumbel, rows * 4);
-            for (size_t r = 0; r < rows; r++)
-                assert_int_equal(race[r], psr_oracle_race_logits_row(logits + r * vocab, vocab, chunk, temps[r],
-                                                                     seeds[r], pos[r], false, noise_of(noises[n]),
-                                                                     -INFINITY, NULL));
         }
         free(logits), free(seeds), free(pos), free(temps), free(race), free(gumbel);
         if (ctx != saved)
