@@ -363,6 +363,11 @@ int64_t random_seed(void)
     return (int64_t)(high << 32 | rnd());
 }
 
+bool same_float(float a, float b)
+{
+    return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
+}
+
 double uniform(void)
 {
     uint64_t hi = rnd(), lo = rnd();

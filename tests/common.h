@@ -197,6 +197,9 @@ uint32_t rnd(void);
 /* A row's seed from two draws, the high word first: written inline as
  * `rnd() << 32 | rnd()`, the order of the draws would be the compiler's. */
 int64_t random_seed(void);
+/* The same bits, or both NaN (a NaN's payload is the driver's): how a
+ * device's float output equals the oracle's. */
+bool same_float(float a, float b);
 double uniform(void);
 float normal(void);
 

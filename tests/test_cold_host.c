@@ -393,12 +393,6 @@ static void free_lp(lp_outputs *o)
     free(o->lp), free(o->rank), free(o->ids), free(o->top_lp);
 }
 
-/* The same bits, or both NaN (a NaN's payload is the driver's). */
-static bool same_bits(float a, float b)
-{
-    return memcmp(&a, &b, 4) == 0 || (isnan(a) && isnan(b));
-}
-
 /* psr_logprobs on the host writes the device's bits, padding and bad
  * tokens, filters and raw logprobs included. */
 static void test_cold_logprobs_match_device(void **state)
@@ -425,14 +419,14 @@ static void test_cold_logprobs_match_device(void **state)
                      d.host_served);
         size_t cells = k.rows * (size_t)(runs[i].top_n + 1);
         for (size_t r = 0; r < k.rows; r++)
-            if (!same_bits(h.lp[r], d.lp[r]) || h.rank[r] != d.rank[r]) {
+            if (!same_float(h.lp[r], d.lp[r]) || h.rank[r] != d.rank[r]) {
                 uint32_t hb, db;
                 memcpy(&hb, &h.lp[r], 4), memcpy(&db, &d.lp[r], 4);
                 fail_msg("%s, top %d, row %zu: host logprob %.9g (0x%08x) rank %d, device %.9g (0x%08x) rank %d",
                          k.name, runs[i].top_n, r, (double)h.lp[r], hb, h.rank[r], (double)d.lp[r], db, d.rank[r]);
             }
         for (size_t j = 0; j < cells; j++)
-            if (h.ids[j] != d.ids[j] || !same_bits(h.top_lp[j], d.top_lp[j]))
+            if (h.ids[j] != d.ids[j] || !same_float(h.top_lp[j], d.top_lp[j]))
                 fail_msg("%s, top %d, cell %zu: host id %d (%.9g), device %d (%.9g)", k.name, runs[i].top_n, j,
                          h.ids[j], (double)h.top_lp[j], d.ids[j], (double)d.top_lp[j]);
         free_lp(&h), free_lp(&d);

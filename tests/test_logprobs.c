@@ -31,11 +31,6 @@ static void prepare(psr_context *c)
     set_logprobs_paths(c, 0, 0);
 }
 
-static bool same_float(float a, float b)
-{
-    return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
-}
-
 typedef struct lcase {
     size_t rows, vocab, requests;
     float *x;          /* [rows, vocab] */

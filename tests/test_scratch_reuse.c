@@ -41,11 +41,6 @@ static void describe(const char *format, ...)
     va_end(ap);
 }
 
-static bool same_float(float a, float b)
-{
-    return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
-}
-
 /* ---- random inputs ---- */
 
 /* Row shapes: N(0, 1), ties, offsets of +-100 (large exponents), N(0, 9),

@@ -198,7 +198,7 @@ static void unsharded(const batch *b, const dev *d, int top_n, unsigned flags, b
     read_outputs(d, b->rows, top_n, o);
 }
 
-static bool same_float(float x, float y, bool exact)
+static bool same_or_close(float x, float y, bool exact)
 {
     if (isnan(x) || isnan(y))
         return isnan(x) && isnan(y);
@@ -214,10 +214,10 @@ static size_t differences(const outputs *got, const outputs *want, size_t rows, 
 {
     size_t differ = 0;
     for (size_t r = 0; r < rows; r++) {
-        bool same = same_float(got->lp[r], want->lp[r], exact) && got->rank[r] == want->rank[r];
+        bool same = same_or_close(got->lp[r], want->lp[r], exact) && got->rank[r] == want->rank[r];
         for (int n = 0; n < top_n; n++) {
             size_t i = r * (size_t)top_n + (size_t)n;
-            same = same && got->ids[i] == want->ids[i] && same_float(got->top_lp[i], want->top_lp[i], exact);
+            same = same && got->ids[i] == want->ids[i] && same_or_close(got->top_lp[i], want->top_lp[i], exact);
         }
         if (!same && differ++ < 3 && what)
             print_message("%s, row %zu: logprob %a rank %d top %d (%a); unsharded %a rank %d top %d (%a)\n", what,
