@@ -324,8 +324,9 @@ static void check_ramp(size_t rows, size_t vocab)
  * than 13 below the rest, and the other tokens of j's 64 (-40: they never
  * win), so that j's block of the vector path tops at j. A position is
  * searched per row until g_j > 13.2: then a bound 10 nats too tight (the
- * control, run on PoCL's vector path) skips j. */
-static void check_edge_winner(size_t rows, size_t vocab)
+ * control, run on PoCL's vector path) skips j, and on the scalar path one
+ * ln 2 too tight. `flags` picks the noise: 0 or PSR_FLAG_WIDE_NOISE. */
+static void check_edge_winner(size_t rows, size_t vocab, unsigned flags)
 {
     float *logits = malloc(rows * vocab * sizeof *logits), *g = malloc(vocab * sizeof *g);
     int64_t *seeds = malloc(rows * 8), *pos = malloc(rows * 8);
@@ -337,7 +338,8 @@ static void check_edge_winner(size_t rows, size_t vocab)
             uint32_t key = psr_oracle_row_key((uint64_t)seeds[r], (uint64_t)pos[r], false);
             size_t j = 0;
             for (size_t i = 0; i < vocab; i++) {
-                g[i] = psr_oracle_gumbel32(key, (uint32_t)i);
+                g[i] = flags & PSR_FLAG_WIDE_NOISE ? psr_oracle_gumbel_wide(key, (uint32_t)i)
+                                                   : psr_oracle_gumbel32(key, (uint32_t)i);
                 j = g[i] > g[j] ? i : j;
             }
             if (g[j] > 13.2f) {
@@ -348,7 +350,7 @@ static void check_edge_winner(size_t rows, size_t vocab)
             }
         }
     }
-    sample_like_oracle(logits, rows, vocab, 1.0f, 0, seeds, pos, want);
+    sample_like_oracle(logits, rows, vocab, 1.0f, flags, seeds, pos, want);
     for (size_t r = 0; r < rows; r++)
         assert_int_equal(want[r], (int32_t)winner[r]); /* the row is built as intended */
     free(logits), free(g), free(seeds), free(pos), free(want), free(winner);
@@ -453,7 +455,8 @@ static void test_tokens_equal_oracle(void **state)
     /* Adversarial for pruning: rising logits keep raising the best; a
      * winner by a hair from far below the rest. */
     check_ramp(4, 70000);
-    check_edge_winner(4, 32768);
+    check_edge_winner(4, 32768, 0);
+    check_edge_winner(2, 32768, PSR_FLAG_WIDE_NOISE);
     check_against_oracle(32, 4097, 3.0f, 1.0f, PSR_FLAG_WIDE_NOISE);
     check_against_oracle(2, 262144, 3.0f, 0.7f, PSR_FLAG_WIDE_NOISE | PSR_SAMPLE_DRAFTING);
     if (has_fp64) {
@@ -559,6 +562,21 @@ static void test_peaked_rows(void **state)
     psr_context *saved = ctx; /* the scalar path too, in a context of its own */
     ctx = open_scalar_context();
     check_peaked_splits();
+    psr_context_free(ctx);
+    ctx = saved;
+}
+
+/* The edge winners on the scalar path (GPUs'), where the vector path is
+ * the default: its bound per token, not per block, is what they test. */
+static void test_edge_winner_scalar_path(void **state)
+{
+    (void)state;
+    if (!tuning_of(ctx).sample.vector_width)
+        return; /* the default context is scalar: test_tokens_equal_oracle ran them */
+    psr_context *saved = ctx;
+    ctx = open_scalar_context();
+    check_edge_winner(4, 32768, 0);
+    check_edge_winner(2, 32768, PSR_FLAG_WIDE_NOISE);
     psr_context_free(ctx);
     ctx = saved;
 }
@@ -1069,6 +1087,7 @@ int main(void)
         cmocka_unit_test(test_token_vectors),
         cmocka_unit_test(test_tokens_equal_oracle),
         cmocka_unit_test(test_peaked_rows),
+        cmocka_unit_test(test_edge_winner_scalar_path),
         cmocka_unit_test(test_finish_paths_agree),
         cmocka_unit_test(test_greedy_is_argmax_lowest_index),
         cmocka_unit_test(test_nan_and_infinite_rows),
