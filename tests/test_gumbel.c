@@ -356,6 +356,12 @@ static void check_edge_winner(size_t rows, size_t vocab, unsigned flags)
     free(logits), free(g), free(seeds), free(pos), free(want), free(winner);
 }
 
+static void check_edge_winners(void)
+{
+    check_edge_winner(4, 32768, 0);
+    check_edge_winner(2, 32768, PSR_FLAG_WIDE_NOISE);
+}
+
 /* The two ways a split row finishes (one kernel with 64-bit atomics, or a
  * second kernel), the two Random123 multiplies, and the scalar and vector
  * token loops give the same tokens. The default suite finishes in two
@@ -455,8 +461,7 @@ static void test_tokens_equal_oracle(void **state)
     /* Adversarial for pruning: rising logits keep raising the best; a
      * winner by a hair from far below the rest. */
     check_ramp(4, 70000);
-    check_edge_winner(4, 32768, 0);
-    check_edge_winner(2, 32768, PSR_FLAG_WIDE_NOISE);
+    check_edge_winners();
     check_against_oracle(32, 4097, 3.0f, 1.0f, PSR_FLAG_WIDE_NOISE);
     check_against_oracle(2, 262144, 3.0f, 0.7f, PSR_FLAG_WIDE_NOISE | PSR_SAMPLE_DRAFTING);
     if (has_fp64) {
@@ -553,32 +558,33 @@ static void check_peaked_splits(void)
     set_tuning(ctx, &suite);
 }
 
-static void test_peaked_rows(void **state)
+/* `check` again on the scalar path (GPUs'), in a context of its own,
+ * where the suite's context takes the vector path; else the suite's
+ * context has run it already. */
+static void again_on_scalar_path(void (*check)(void))
 {
-    (void)state;
-    check_peaked_splits();
     if (!tuning_of(ctx).sample.vector_width)
         return;
-    psr_context *saved = ctx; /* the scalar path too, in a context of its own */
+    psr_context *saved = ctx;
     ctx = open_scalar_context();
-    check_peaked_splits();
+    check();
     psr_context_free(ctx);
     ctx = saved;
 }
 
-/* The edge winners on the scalar path (GPUs'), where the vector path is
- * the default: its bound per token, not per block, is what they test. */
+static void test_peaked_rows(void **state)
+{
+    (void)state;
+    check_peaked_splits();
+    again_on_scalar_path(check_peaked_splits);
+}
+
+/* The edge winners on the scalar path too: its bound per token, not per
+ * block, is what they test there. */
 static void test_edge_winner_scalar_path(void **state)
 {
     (void)state;
-    if (!tuning_of(ctx).sample.vector_width)
-        return; /* the default context is scalar: test_tokens_equal_oracle ran them */
-    psr_context *saved = ctx;
-    ctx = open_scalar_context();
-    check_edge_winner(4, 32768, 0);
-    check_edge_winner(2, 32768, PSR_FLAG_WIDE_NOISE);
-    psr_context_free(ctx);
-    ctx = saved;
+    again_on_scalar_path(check_edge_winners);
 }
 
 /* ---- edge cases ---- */
