@@ -136,10 +136,10 @@ int bench_open(bench_session *s, const bench_command *cmd, int argc, char **argv
 /* A whole bench: bench_open, cmd->header, cmd->shape for each shape until
  * one fails (reported), bench_close. Returns the exit code. */
 int bench_main(const bench_command *cmd, bench_session *s, int argc, char **argv, void *user);
-/* {"device": name, ... : the caller adds its keys, then bench_json_results. */
 /* Ends a text header's "device:" line: on PoCL CPU devices with how PoCL's
  * threads ran (the JSON's "pocl_threads"), then the newline. */
 void bench_end_device_line(const bench_session *s);
+/* {"device": name, ... : the caller adds its keys, then bench_json_results. */
 void bench_json_begin(bench_session *s);
 /* "results": [ ... for the rows. */
 void bench_json_results(bench_session *s);
